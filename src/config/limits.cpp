@@ -1,0 +1,35 @@
+#include "config/limits.h"
+
+namespace uvmpool::config {
+namespace {
+
+// The page size: a granularity below it could not be mapped.
+constexpr std::uint64_t kMinGranularity = 4096;
+
+constexpr Limit kLimits[] = {
+    {.name = "UVMPOOL_SIM_DEVICES",
+     .expected = "a whole number from 1 to 16",
+     .int_ok = [](Int v) { return v >= 1 && v <= 16; }},
+    {.name = "UVMPOOL_SIM_GRANULARITY",
+     .expected = "a power of two of at least 4K, such as 64K or 2M",
+     .size_ok = [](const Size& s) { return s.bytes >= kMinGranularity && (s.bytes & (s.bytes - 1)) == 0; }},
+    {.name = "UVMPOOL_DRIVER_PATH",
+     .expected = "an absolute path such as /usr/lib/x86_64-linux-gnu/libcuda.so.1, or nothing",
+     .text_ok = [](std::string_view path) { return path.empty() || path.front() == '/'; }},
+};
+
+}  // namespace
+
+const Limit* find_limit(std::string_view name) {
+  for (const Limit& limit : kLimits) {
+    if (name == limit.name) return &limit;
+  }
+  return nullptr;
+}
+
+std::string_view expected_form(const OptionInfo& row) {
+  const Limit* limit = find_limit(row.name);
+  return limit ? std::string_view(limit->expected) : accepted_form(row.type);
+}
+
+}  // namespace uvmpool::config
