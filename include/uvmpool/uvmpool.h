@@ -1,0 +1,40 @@
+/* uvmpool's public C API. Programs need not link uvmpool: look the functions up at run time, e.g.
+ *   typedef const char* (*version_fn)(void);
+ *   version_fn v = (version_fn)dlsym(RTLD_DEFAULT, "uvmpool_version");
+ *   if (v) printf("uvmpool %s\n", v());
+ */
+#ifndef UVMPOOL_UVMPOOL_H
+#define UVMPOOL_UVMPOOL_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define UVMPOOL_API __attribute__((visibility("default")))
+
+/* The library's version, "MAJOR.MINOR.PATCH". */
+UVMPOOL_API const char* uvmpool_version(void);
+
+/* What uvmpool has intercepted so far in this process. */
+typedef struct uvmpool_stats {
+  unsigned long long struct_size;          /* set by the caller to sizeof(uvmpool_stats) */
+  unsigned long long allocations;          /* device allocations that reached uvmpool */
+  unsigned long long frees;                /* frees that reached uvmpool */
+  unsigned long long bytes_allocated;      /* sum of the sizes of those allocations */
+  unsigned long long resolved_via_dlsym;   /* hooks handed out by the dlsym override */
+  unsigned long long resolved_via_getproc; /* hooks handed out by cuGetProcAddress */
+  unsigned long long calls_via_export;     /* calls to uvmpool's exported cu* symbols */
+} uvmpool_stats;
+
+/* Fills *out (up to out->struct_size bytes). Returns 0, or -1 if out is NULL or too small. */
+UVMPOOL_API int uvmpool_get_stats(uvmpool_stats* out);
+
+/* Calls that reached uvmpool's hook of one driver function: a versioned symbol ("cuMemAlloc_v2")
+ * counts that variant, a base name ("cuMemAllocAsync") all of its variants. 0 if not hooked. */
+UVMPOOL_API unsigned long long uvmpool_hook_calls(const char* function);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* UVMPOOL_UVMPOOL_H */

@@ -1,0 +1,37 @@
+// The seam between the hooks and whatever serves device memory: the hooks translate a driver call
+// into one of these, and nothing else. Until the pool exists the driver serves every request
+// (DriverBackend); the pool will implement the same interface, and backend() is the one line that
+// chooses.
+#pragma once
+
+#include "driver/driver_api.h"
+
+namespace uvmpool::hooks {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual CUresult alloc(CUdeviceptr* dptr, size_t bytes) = 0;
+  virtual CUresult alloc_pitch(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
+                               unsigned element_bytes) = 0;
+  virtual CUresult free(CUdeviceptr ptr) = 0;
+  virtual CUresult get_info(size_t* free_bytes, size_t* total_bytes) = 0;
+  virtual CUresult address_range(CUdeviceptr* base, size_t* size, CUdeviceptr ptr) = 0;
+  virtual CUresult pointer_attribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) = 0;
+  virtual CUresult pointer_attributes(unsigned count, CUpointer_attribute* attributes, void** data,
+                                      CUdeviceptr ptr) = 0;
+  // Stream-ordered calls take an explicit stream: the per-thread (_ptsz) hooks pass
+  // CU_STREAM_PER_THREAD for stream 0, so one entry point serves both variants.
+  virtual CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, CUstream stream) = 0;
+  virtual CUresult alloc_from_pool_async(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
+                                         CUstream stream) = 0;
+  virtual CUresult free_async(CUdeviceptr ptr, CUstream stream) = 0;
+  virtual CUresult create(CUmemGenericAllocationHandle* handle, size_t size,
+                          const CUmemAllocationProp* prop, unsigned long long flags) = 0;
+  virtual CUresult release(CUmemGenericAllocationHandle handle) = 0;
+};
+
+// The backend serving this process.
+Backend& backend();
+
+}  // namespace uvmpool::hooks

@@ -1,0 +1,57 @@
+// The backend used until the pool exists, and under UVMPOOL_DISABLE: the real driver serves all.
+#include "driver/real_driver.h"
+#include "hooks/backend.h"
+
+namespace uvmpool::hooks {
+namespace {
+
+// Calls the real driver's `symbol`, or answers as a machine without a driver would.
+#define UVMPOOL_CALL_REAL(symbol, ...)                                            \
+  do {                                                                            \
+    const driver::RealDriver* d = driver::real();                                 \
+    if (d == nullptr || d->table.symbol == nullptr) return CUDA_ERROR_NO_DEVICE; \
+    return d->table.symbol(__VA_ARGS__);                                          \
+  } while (0)
+
+class DriverBackend final : public Backend {
+ public:
+  CUresult alloc(CUdeviceptr* dptr, size_t bytes) override { UVMPOOL_CALL_REAL(cuMemAlloc_v2, dptr, bytes); }
+  CUresult alloc_pitch(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height, unsigned element_bytes) override {
+    UVMPOOL_CALL_REAL(cuMemAllocPitch_v2, dptr, pitch, width, height, element_bytes);
+  }
+  CUresult free(CUdeviceptr ptr) override { UVMPOOL_CALL_REAL(cuMemFree_v2, ptr); }
+  CUresult get_info(size_t* free_bytes, size_t* total_bytes) override {
+    UVMPOOL_CALL_REAL(cuMemGetInfo_v2, free_bytes, total_bytes);
+  }
+  CUresult address_range(CUdeviceptr* base, size_t* size, CUdeviceptr ptr) override {
+    UVMPOOL_CALL_REAL(cuMemGetAddressRange_v2, base, size, ptr);
+  }
+  CUresult pointer_attribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) override {
+    UVMPOOL_CALL_REAL(cuPointerGetAttribute, data, attribute, ptr);
+  }
+  CUresult pointer_attributes(unsigned count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr) override {
+    UVMPOOL_CALL_REAL(cuPointerGetAttributes, count, attributes, data, ptr);
+  }
+  CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, CUstream stream) override {
+    UVMPOOL_CALL_REAL(cuMemAllocAsync, dptr, bytes, stream);
+  }
+  CUresult alloc_from_pool_async(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream stream) override {
+    UVMPOOL_CALL_REAL(cuMemAllocFromPoolAsync, dptr, bytes, pool, stream);
+  }
+  CUresult free_async(CUdeviceptr ptr, CUstream stream) override { UVMPOOL_CALL_REAL(cuMemFreeAsync, ptr, stream); }
+  CUresult create(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
+                  unsigned long long flags) override {
+    UVMPOOL_CALL_REAL(cuMemCreate, handle, size, prop, flags);
+  }
+  CUresult release(CUmemGenericAllocationHandle handle) override { UVMPOOL_CALL_REAL(cuMemRelease, handle); }
+};
+
+}  // namespace
+
+Backend& backend() {
+  // The one place that chooses what serves device memory; the pool slots in here.
+  static DriverBackend* driver_backend = new DriverBackend;  // never destroyed: used during exit
+  return *driver_backend;
+}
+
+}  // namespace uvmpool::hooks

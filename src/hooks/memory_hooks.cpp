@@ -1,0 +1,106 @@
+// Hooks of the allocation calls: count, hand to the backend, return its answer.
+#include "hooks/backend.h"
+#include "hooks/hooks.h"
+#include "stats/counters.h"
+
+namespace uvmpool::hooks::impl {
+namespace {
+
+using driver::Fn;
+
+// A stream passed to a per-thread-default-stream (_ptsz) variant: 0 there means the per-thread stream.
+CUstream per_thread(CUstream stream) { return stream == nullptr ? CU_STREAM_PER_THREAD : stream; }
+
+CUresult counted_allocation(CUresult result, size_t bytes) {
+  if (result == CUDA_SUCCESS) stats::count_allocation(bytes);
+  return result;
+}
+
+CUresult counted_free(CUresult result) {
+  if (result == CUDA_SUCCESS) stats::count_free();
+  return result;
+}
+
+}  // namespace
+
+CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
+  stats::count_hook(Fn::cuMemAlloc_v2);
+  return counted_allocation(backend().alloc(dptr, bytes), bytes);
+}
+
+CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
+                                    unsigned int element_bytes) {
+  stats::count_hook(Fn::cuMemAllocPitch_v2);
+  const CUresult r = backend().alloc_pitch(dptr, pitch, width, height, element_bytes);
+  return counted_allocation(r, r == CUDA_SUCCESS && pitch ? *pitch * height : 0);
+}
+
+CUresult CUDAAPI cuMemFree_v2(CUdeviceptr ptr) {
+  stats::count_hook(Fn::cuMemFree_v2);
+  return counted_free(backend().free(ptr));
+}
+
+CUresult CUDAAPI cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
+  stats::count_hook(Fn::cuMemGetInfo_v2);
+  return backend().get_info(free_bytes, total_bytes);
+}
+
+CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr ptr) {
+  stats::count_hook(Fn::cuMemGetAddressRange_v2);
+  return backend().address_range(base, size, ptr);
+}
+
+CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  stats::count_hook(Fn::cuPointerGetAttribute);
+  return backend().pointer_attribute(data, attribute, ptr);
+}
+
+CUresult CUDAAPI cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attributes, void** data,
+                                        CUdeviceptr ptr) {
+  stats::count_hook(Fn::cuPointerGetAttributes);
+  return backend().pointer_attributes(count, attributes, data, ptr);
+}
+
+CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
+  stats::count_hook(Fn::cuMemAllocAsync);
+  return counted_allocation(backend().alloc_async(dptr, bytes, stream), bytes);
+}
+
+CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
+  stats::count_hook(Fn::cuMemAllocAsync_ptsz);
+  return counted_allocation(backend().alloc_async(dptr, bytes, per_thread(stream)), bytes);
+}
+
+CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream stream) {
+  stats::count_hook(Fn::cuMemAllocFromPoolAsync);
+  return counted_allocation(backend().alloc_from_pool_async(dptr, bytes, pool, stream), bytes);
+}
+
+CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
+                                              CUstream stream) {
+  stats::count_hook(Fn::cuMemAllocFromPoolAsync_ptsz);
+  return counted_allocation(backend().alloc_from_pool_async(dptr, bytes, pool, per_thread(stream)), bytes);
+}
+
+CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr ptr, CUstream stream) {
+  stats::count_hook(Fn::cuMemFreeAsync);
+  return counted_free(backend().free_async(ptr, stream));
+}
+
+CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr ptr, CUstream stream) {
+  stats::count_hook(Fn::cuMemFreeAsync_ptsz);
+  return counted_free(backend().free_async(ptr, per_thread(stream)));
+}
+
+CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
+                             unsigned long long flags) {
+  stats::count_hook(Fn::cuMemCreate);
+  return counted_allocation(backend().create(handle, size, prop, flags), size);
+}
+
+CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
+  stats::count_hook(Fn::cuMemRelease);
+  return counted_free(backend().release(handle));
+}
+
+}  // namespace uvmpool::hooks::impl

@@ -1,0 +1,43 @@
+// What uvmpool has intercepted: relaxed atomic counters, bumped on the hook path, read by the exit
+// summary and the public API. The full statistics layer grows from here.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+
+#include "driver/driver_api.h"
+
+namespace uvmpool::stats {
+
+enum class Route : int { dlsym, getproc, exported, kCount };
+
+struct Counters {
+  std::atomic<std::uint64_t> hook_calls[driver::kFunctionCount] = {};
+  std::atomic<std::uint64_t> routes[static_cast<int>(Route::kCount)] = {};
+  std::atomic<std::uint64_t> allocations{0};
+  std::atomic<std::uint64_t> frees{0};
+  std::atomic<std::uint64_t> bytes_allocated{0};
+};
+
+Counters& counters();
+
+inline void count_hook(driver::Fn fn) {
+  counters().hook_calls[static_cast<int>(fn)].fetch_add(1, std::memory_order_relaxed);
+}
+inline void count_route(Route route) {
+  counters().routes[static_cast<int>(route)].fetch_add(1, std::memory_order_relaxed);
+}
+inline void count_allocation(std::uint64_t bytes) {
+  counters().allocations.fetch_add(1, std::memory_order_relaxed);
+  counters().bytes_allocated.fetch_add(bytes, std::memory_order_relaxed);
+}
+inline void count_free() { counters().frees.fetch_add(1, std::memory_order_relaxed); }
+
+// Calls of one hooked symbol, or of every variant of a base name.
+std::uint64_t hook_calls(const char* function);
+
+// The summary printed at exit with UVMPOOL_STATS=1. Touches no driver and no logger.
+void print_summary(std::FILE* out);
+
+}  // namespace uvmpool::stats

@@ -1,0 +1,37 @@
+// The public C API of include/uvmpool/uvmpool.h.
+#include "uvmpool/uvmpool.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "stats/counters.h"
+
+#ifndef UVMPOOL_VERSION_STRING
+#define UVMPOOL_VERSION_STRING "0.0.0"
+#endif
+
+extern "C" {
+
+const char* uvmpool_version(void) { return UVMPOOL_VERSION_STRING; }
+
+int uvmpool_get_stats(uvmpool_stats* out) {
+  if (out == nullptr || out->struct_size < sizeof(unsigned long long)) return -1;
+  const auto& c = uvmpool::stats::counters();
+  uvmpool_stats s{};
+  s.struct_size = sizeof(uvmpool_stats);
+  s.allocations = c.allocations.load(std::memory_order_relaxed);
+  s.frees = c.frees.load(std::memory_order_relaxed);
+  s.bytes_allocated = c.bytes_allocated.load(std::memory_order_relaxed);
+  s.resolved_via_dlsym = c.routes[0].load(std::memory_order_relaxed);
+  s.resolved_via_getproc = c.routes[1].load(std::memory_order_relaxed);
+  s.calls_via_export = c.routes[2].load(std::memory_order_relaxed);
+  // A caller built against an older, smaller struct gets the fields it knows of.
+  const auto n = std::min<unsigned long long>(out->struct_size, sizeof(s));
+  std::memcpy(out, &s, n);
+  out->struct_size = n;
+  return 0;
+}
+
+unsigned long long uvmpool_hook_calls(const char* function) { return uvmpool::stats::hook_calls(function); }
+
+}  // extern "C"

@@ -1,0 +1,109 @@
+// The one driver list and the tables generated from it: they agree, and cuGetProcAddress's rule
+// picks the variant the real driver would.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "driver/driver_api.h"
+#include "driver/real_driver.h"
+#include "hooks/hooks.h"
+
+namespace uvmpool::driver {
+namespace {
+
+int index_of(const char* symbol) { return find_symbol(symbol); }
+
+TEST(DriverList, EverySymbolAppearsOnce) {
+  for (std::size_t i = 0; i < kFunctionCount; ++i)
+    EXPECT_EQ(find_symbol(kFunctions[i].symbol), static_cast<int>(i)) << kFunctions[i].symbol;
+}
+
+TEST(DriverList, VersionPicksTheNewestVariantNotAboveIt) {
+  EXPECT_EQ(find_entry("cuMemAlloc", 3020, 0), index_of("cuMemAlloc_v2"));
+  EXPECT_EQ(find_entry("cuMemAlloc", 13000, 0), index_of("cuMemAlloc_v2"));
+  EXPECT_EQ(find_entry("cuMemAlloc", 3010, 0), -1);  // the 32-bit v1 ABI: not ours to answer
+  EXPECT_EQ(find_entry("cuGetProcAddress", 11030, 0), index_of("cuGetProcAddress"));
+  EXPECT_EQ(find_entry("cuGetProcAddress", 12000, 0), index_of("cuGetProcAddress_v2"));
+  EXPECT_EQ(find_entry("cuCtxCreate", 12040, 0), index_of("cuCtxCreate_v2"));
+  EXPECT_EQ(find_entry("cuCtxCreate", 12050, 0), index_of("cuCtxCreate_v4"));
+  EXPECT_EQ(find_entry("cuNoSuchFunction", 13000, 0), -1);
+}
+
+TEST(DriverList, PerThreadFlagPicksThePerThreadVariant) {
+  const cuuint64_t pt = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  EXPECT_EQ(find_entry("cuMemAllocAsync", 12000, pt), index_of("cuMemAllocAsync_ptsz"));
+  EXPECT_EQ(find_entry("cuMemAllocAsync", 12000, CU_GET_PROC_ADDRESS_LEGACY_STREAM), index_of("cuMemAllocAsync"));
+  EXPECT_EQ(find_entry("cuMemcpyHtoD", 12000, pt), index_of("cuMemcpyHtoD_v2_ptds"));
+  EXPECT_EQ(find_entry("cuMemcpyHtoD", 12000, 0), index_of("cuMemcpyHtoD_v2"));
+  // A function with no per-thread variant answers the same whatever the flag.
+  EXPECT_EQ(find_entry("cuMemAlloc", 12000, pt), index_of("cuMemAlloc_v2"));
+}
+
+TEST(HookTable, HasAHookForExactlyTheHookEntries) {
+  const Table& hooks = hooks::hook_table();
+  for (std::size_t i = 0; i < kFunctionCount; ++i)
+    EXPECT_EQ(hooks.raw()[i] != nullptr, kFunctions[i].kind == Kind::Hook) << kFunctions[i].symbol;
+}
+
+// Runs against the simulated driver (UVMPOOL_DRIVER_PATH set by CTest) or the real one on a GPU.
+class RealDriverTable : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (real() == nullptr) GTEST_SKIP() << "no CUDA driver on this machine";
+  }
+};
+
+TEST_F(RealDriverTable, DriverResolvesEveryListedSymbol) {
+  for (std::size_t i = 0; i < kFunctionCount; ++i)
+    EXPECT_NE(real()->table.raw()[i], nullptr) << kFunctions[i].symbol << " missing from " << real()->path;
+}
+
+TEST_F(RealDriverTable, DriverFileIsNeverThisProcessOwnFile) { EXPECT_NE(real()->path, own_path()); }
+
+TEST_F(RealDriverTable, GetProcAddressHookHandsOutHooksOnlyForHookedFunctions) {
+  void* p = nullptr;
+  CUdriverProcAddressQueryResult found{};
+  ASSERT_EQ(hooks::impl::cuGetProcAddress_v2("cuMemAlloc", &p, 12000, 0, &found), CUDA_SUCCESS);
+  EXPECT_EQ(p, reinterpret_cast<void*>(hooks::hook_table().cuMemAlloc_v2));
+  ASSERT_EQ(hooks::impl::cuGetProcAddress_v2("cuMemAllocAsync", &p, 12000,
+                                             CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &found),
+            CUDA_SUCCESS);
+  EXPECT_EQ(p, reinterpret_cast<void*>(hooks::hook_table().cuMemAllocAsync_ptsz));
+  ASSERT_EQ(hooks::impl::cuGetProcAddress_v2("cuGetProcAddress", &p, 12000, 0, &found), CUDA_SUCCESS);
+  EXPECT_EQ(p, reinterpret_cast<void*>(hooks::hook_table().cuGetProcAddress_v2));
+  // Not hooked: the driver's own function, untouched.
+  ASSERT_EQ(hooks::impl::cuGetProcAddress_v2("cuMemcpyHtoD", &p, 12000, 0, &found), CUDA_SUCCESS);
+  EXPECT_NE(p, nullptr);
+  EXPECT_EQ(p, reinterpret_cast<void*>(real()->table.cuMemcpyHtoD_v2));
+}
+
+TEST_F(RealDriverTable, GetProcAddressHookKeepsTheDriversAnswerForUnknownNames) {
+  void* p = reinterpret_cast<void*>(1);
+  CUdriverProcAddressQueryResult found{};
+  EXPECT_EQ(hooks::impl::cuGetProcAddress_v2("cuNoSuchFunction", &p, 12000, 0, &found), CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(found, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+}
+
+TEST_F(RealDriverTable, DisabledGetProcAddressHandsOutTheDriversFunctions) {
+  hooks::set_disabled(true);
+  void* p = nullptr;
+  CUdriverProcAddressQueryResult found{};
+  const CUresult r = hooks::impl::cuGetProcAddress_v2("cuMemAlloc", &p, 12000, 0, &found);
+  hooks::set_disabled(false);
+  ASSERT_EQ(r, CUDA_SUCCESS);
+  EXPECT_NE(p, reinterpret_cast<void*>(hooks::hook_table().cuMemAlloc_v2));
+}
+
+TEST(LocateDriver, ConfiguredPathWins) { EXPECT_EQ(locate_driver("/opt/x/libcuda.so.1", ""), "/opt/x/libcuda.so.1"); }
+
+TEST(LocateDriver, SkipsItsOwnFile) {
+  // Whatever the loader would pick, our own file is never the answer.
+  const std::string self = own_path();
+  EXPECT_NE(locate_driver("", self), self);
+}
+
+}  // namespace
+}  // namespace uvmpool::driver
