@@ -22,6 +22,7 @@ int entry_for_answer(const driver::RealDriver& d, const char* symbol, int versio
 
 CUresult resolve(const char* symbol, void** pfn, int version, cuuint64_t flags,
                  CUdriverProcAddressQueryResult* found) {
+  if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const driver::RealDriver* d = driver::real();
   if (d == nullptr) return CUDA_ERROR_NO_DEVICE;
   CUresult r;
@@ -31,7 +32,7 @@ CUresult resolve(const char* symbol, void** pfn, int version, cuuint64_t flags,
     r = d->table.cuGetProcAddress(symbol, pfn, version, flags);
   else
     return CUDA_ERROR_NOT_SUPPORTED;
-  if (r != CUDA_SUCCESS || disabled() || symbol == nullptr || pfn == nullptr || *pfn == nullptr) return r;
+  if (r != CUDA_SUCCESS || disabled() || *pfn == nullptr) return r;
 
   const int entry = entry_for_answer(*d, symbol, version, flags, *pfn);
   if (entry >= 0 && driver::kFunctions[entry].kind == driver::Kind::Hook) {

@@ -16,6 +16,10 @@ CUresult counted_allocation(CUresult result, size_t bytes) {
   return result;
 }
 
+// The hooks are uvmpool's front door: a missing output pointer is answered here, as the driver
+// documents it, instead of being handed on (some driver versions dereference it and crash).
+constexpr CUresult kInvalid = CUDA_ERROR_INVALID_VALUE;
+
 CUresult counted_free(CUresult result) {
   if (result == CUDA_SUCCESS) stats::count_free();
   return result;
@@ -25,12 +29,14 @@ CUresult counted_free(CUresult result) {
 
 CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   stats::count_hook(Fn::cuMemAlloc_v2);
+  if (dptr == nullptr) return kInvalid;
   return counted_allocation(backend().alloc(dptr, bytes), bytes);
 }
 
 CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
                                     unsigned int element_bytes) {
   stats::count_hook(Fn::cuMemAllocPitch_v2);
+  if (dptr == nullptr || pitch == nullptr) return kInvalid;
   const CUresult r = backend().alloc_pitch(dptr, pitch, width, height, element_bytes);
   return counted_allocation(r, r == CUDA_SUCCESS && pitch ? *pitch * height : 0);
 }
@@ -42,6 +48,7 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr ptr) {
 
 CUresult CUDAAPI cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   stats::count_hook(Fn::cuMemGetInfo_v2);
+  if (free_bytes == nullptr || total_bytes == nullptr) return kInvalid;
   return backend().get_info(free_bytes, total_bytes);
 }
 
@@ -52,33 +59,39 @@ CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdevi
 
 CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
   stats::count_hook(Fn::cuPointerGetAttribute);
+  if (data == nullptr) return kInvalid;
   return backend().pointer_attribute(data, attribute, ptr);
 }
 
 CUresult CUDAAPI cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attributes, void** data,
                                         CUdeviceptr ptr) {
   stats::count_hook(Fn::cuPointerGetAttributes);
+  if (count > 0 && (attributes == nullptr || data == nullptr)) return kInvalid;
   return backend().pointer_attributes(count, attributes, data, ptr);
 }
 
 CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
   stats::count_hook(Fn::cuMemAllocAsync);
+  if (dptr == nullptr) return kInvalid;
   return counted_allocation(backend().alloc_async(dptr, bytes, stream), bytes);
 }
 
 CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
   stats::count_hook(Fn::cuMemAllocAsync_ptsz);
+  if (dptr == nullptr) return kInvalid;
   return counted_allocation(backend().alloc_async(dptr, bytes, per_thread(stream)), bytes);
 }
 
 CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream stream) {
   stats::count_hook(Fn::cuMemAllocFromPoolAsync);
+  if (dptr == nullptr || pool == nullptr) return kInvalid;
   return counted_allocation(backend().alloc_from_pool_async(dptr, bytes, pool, stream), bytes);
 }
 
 CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
                                               CUstream stream) {
   stats::count_hook(Fn::cuMemAllocFromPoolAsync_ptsz);
+  if (dptr == nullptr || pool == nullptr) return kInvalid;
   return counted_allocation(backend().alloc_from_pool_async(dptr, bytes, pool, per_thread(stream)), bytes);
 }
 
@@ -95,6 +108,7 @@ CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr ptr, CUstream stream) {
 CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
                              unsigned long long flags) {
   stats::count_hook(Fn::cuMemCreate);
+  if (handle == nullptr || prop == nullptr) return kInvalid;
   return counted_allocation(backend().create(handle, size, prop, flags), size);
 }
 

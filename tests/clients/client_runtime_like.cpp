@@ -44,6 +44,7 @@ using AnyHook = CUresult (*)(std::uintptr_t, std::uintptr_t, std::uintptr_t, std
 
 void expect_counts(void* libcuda, const char* route, const char* symbol, void* fn) {
   CLIENT_CHECK(fn != nullptr, "route %s gave no %s", route, symbol);
+  std::fprintf(stderr, "calling %s through %s with null arguments\n", symbol, route);  // names a crash
   const auto before = uvmpool_calls(libcuda, symbol);
   (void)reinterpret_cast<AnyHook>(fn)(0, 0, 0, 0, 0);
   const auto after = uvmpool_calls(libcuda, symbol);

@@ -79,12 +79,30 @@ TEST_F(RealDriverTable, GetProcAddressHookHandsOutHooksOnlyForHookedFunctions) {
   EXPECT_EQ(p, reinterpret_cast<void*>(real()->table.cuMemcpyHtoD_v2));
 }
 
+// The real driver (H200, 580.159.04) answers an unknown name with CUDA_SUCCESS, a null pointer and
+// SYMBOL_NOT_FOUND; the hook must pass that on unchanged.
 TEST_F(RealDriverTable, GetProcAddressHookKeepsTheDriversAnswerForUnknownNames) {
   void* p = reinterpret_cast<void*>(1);
   CUdriverProcAddressQueryResult found{};
-  EXPECT_EQ(hooks::impl::cuGetProcAddress_v2("cuNoSuchFunction", &p, 12000, 0, &found), CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(hooks::impl::cuGetProcAddress_v2("cuNoSuchFunction", &p, 12000, 0, &found), CUDA_SUCCESS);
   EXPECT_EQ(p, nullptr);
   EXPECT_EQ(found, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+}
+
+TEST_F(RealDriverTable, GetProcAddressHookRejectsNullArgumentsWithoutCallingTheDriver) {
+  void* p = nullptr;
+  EXPECT_EQ(hooks::impl::cuGetProcAddress_v2(nullptr, &p, 12000, 0, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(hooks::impl::cuGetProcAddress_v2("cuMemAlloc", nullptr, 12000, 0, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(hooks::impl::cuGetProcAddress(nullptr, nullptr, 12000, 0), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(RealDriverTable, AllocationHooksRejectMissingOutputPointers) {
+  EXPECT_EQ(hooks::impl::cuMemAlloc_v2(nullptr, 4096), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(hooks::impl::cuMemAllocAsync_ptsz(nullptr, 4096, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(hooks::impl::cuMemGetInfo_v2(nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(hooks::impl::cuMemCreate(nullptr, 2 << 20, nullptr, 0), CUDA_ERROR_INVALID_VALUE);
+  CUdeviceptr d = 0;
+  EXPECT_EQ(hooks::impl::cuMemAllocFromPoolAsync(&d, 4096, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
 }
 
 TEST_F(RealDriverTable, DisabledGetProcAddressHandsOutTheDriversFunctions) {

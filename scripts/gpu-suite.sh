@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Runs uvmpool's GPU suite on a machine with an NVIDIA GPU, using a build made elsewhere:
+#   bash scripts/gpu-suite.sh [BUILD_DIR]      (default .carry/build, made by scripts/gpu-pack.sh)
+# It runs the GPU test binaries against the real driver, builds and runs the nvcc/cuBLAS programs,
+# runs PyTorch (three allocators), CuPy and JAX under uvmpool preloaded and as the drop-in driver,
+# and prints one summary table last. Logs go to /tmp/uvmpool-gpu (and, packed, to $OUT when set).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=$(readlink -f "${1:-.carry/build}")
+logs=/tmp/uvmpool-gpu; rm -rf "$logs"; mkdir -p "$logs"
+work=$(mktemp -d)
+rows=()
+row() { rows+=("$(printf '| %-34s | %-10s | %s |' "$1" "$2" "$3")"); }
+
+echo "== machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$logs/gpu.txt"
+python3 -c 'import torch; print("torch", torch.__version__)' 2>/dev/null | tee -a "$logs/gpu.txt"
+ldconfig -p | grep -m1 'libcuda.so.1 ' | tee -a "$logs/gpu.txt"
+date -u +%Y-%m-%dT%H:%MZ | tee -a "$logs/gpu.txt"
+
+# 1. Test binaries against the real driver (no UVMPOOL_DRIVER_PATH: the system's libcuda.so.1).
+for t in uvmpool-fidelity-tests uvmpool-driver-tests; do
+  echo "== $t"
+  "$build/bin/$t" --gtest_brief=1 >"$logs/$t.log" 2>&1; status=$?
+  tail -n 40 "$logs/$t.log"
+  summary=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$logs/$t.log" | tr '\n' ' ')
+  row "$t" "$([ $status -eq 0 ] && echo pass || echo FAIL)" "$summary"
+done
+
+# 2. Route programs and the demo, preloaded and as the drop-in driver.
+run_case() {  # name route command...
+  local name=$1 route=$2; shift 2
+  local log="$logs/$name.$route.log" status
+  if [ "$route" = preload ]; then
+    env LD_PRELOAD="$build/lib/libuvmpool.so" timeout 300 "$@" >"$log" 2>&1; status=$?
+  else
+    env LD_LIBRARY_PATH="$build/dropin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 300 "$@" >"$log" 2>&1; status=$?
+  fi
+  local probe allocations
+  probe=$(grep -m1 -oE '(UVMPOOL_PROBE.*|uvmpool [0-9.]+ intercepted.*|(linked|runtime-like) client: ok.*)' "$log")
+  allocations=$(grep -m1 -oE '(allocations=[0-9]+|[0-9]+ allocations)' <<<"$probe" | grep -oE '[0-9]+' | head -n1)
+  if [ $status -ne 0 ]; then
+    row "$name ($route)" "FAILED" "exit $status: $(tail -n 1 "$log" | cut -c1-100)"
+  elif [ -n "$allocations" ] && [ "$allocations" -eq 0 ]; then
+    row "$name ($route)" "MISSED" "${probe#UVMPOOL_PROBE }"
+  else
+    row "$name ($route)" "reached" "${probe#UVMPOOL_PROBE }"
+  fi
+  echo "-- $name ($route): exit $status; $probe"
+}
+
+echo "== route programs"
+for route in preload dropin; do
+  run_case client_linked "$route" "$build/bin/client_linked" --expect-uvmpool
+  flags=(--expect-uvmpool --check-routes); [ "$route" = dropin ] && flags+=(--dropin)
+  run_case client_runtime_like "$route" "$build/bin/client_runtime_like" "${flags[@]}"
+  run_case uvmpool-demo "$route" "$build/bin/uvmpool-demo" 4096
+done
+
+# 3. nvcc programs (static and shared cudart) and cuBLAS, built here with the GPU machine's nvcc.
+echo "== building nvcc programs"
+inc=(-I"$PWD/include" -I"$PWD/tests/gpu")
+nvcc -O2 -arch=native "${inc[@]}" tests/gpu/cudart_program.cu -o "$work/cudart_static" -ldl &&
+nvcc -O2 -arch=native -cudart shared "${inc[@]}" tests/gpu/cudart_program.cu -o "$work/cudart_shared" -ldl &&
+nvcc -O2 -arch=native "${inc[@]}" tests/gpu/cublas_matmul.cu -o "$work/cublas_matmul" -lcublas -ldl ||
+  row "nvcc programs" "FAILED" "build failed"
+for route in preload dropin; do
+  [ -x "$work/cudart_static" ] && run_case nvcc-static-cudart "$route" "$work/cudart_static" static-cudart
+  [ -x "$work/cudart_shared" ] && run_case nvcc-shared-cudart "$route" "$work/cudart_shared" shared-cudart
+  [ -x "$work/cublas_matmul" ] && run_case cublas-sgemm "$route" "$work/cublas_matmul"
+done
+
+# 4. Frameworks.
+echo "== frameworks"
+for mode in torch-default torch-expandable torch-async cupy jax; do
+  for route in preload dropin; do
+    run_case "$mode" "$route" python3 tests/gpu/frameworks.py "$mode"
+  done
+done
+
+echo
+echo "== summary ($(head -n1 "$logs/gpu.txt"))"
+printf '| %-34s | %-10s | %s |\n' "what" "outcome" "details"
+printf '|%s|%s|%s|\n' "------------------------------------" "------------" "---------"
+printf '%s\n' "${rows[@]}" | tee "$logs/summary.md"
+rm -rf "$work"
+if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpu-logs.tgz" -C "$logs" . && cp "$logs/summary.md" "$OUT/"; fi
