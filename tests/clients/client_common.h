@@ -20,6 +20,13 @@
     }                                                 \
   } while (0)
 
+// A driver call that must succeed.
+#define CU(call)                                                        \
+  do {                                                                  \
+    const CUresult r_ = (call);                                         \
+    CLIENT_CHECK(r_ == CUDA_SUCCESS, "%s returned %d", #call, int(r_)); \
+  } while (0)
+
 // uvmpool's API is in libuvmpool.so when preloaded (global scope), or in the drop-in libcuda.so.1
 // (reached through the program's own libcuda handle when that was dlopened locally).
 inline void* uvmpool_api(void* libcuda, const char* name) {

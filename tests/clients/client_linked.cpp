@@ -7,12 +7,6 @@
 
 #include "client_common.h"
 
-#define CU(call)                                                        \
-  do {                                                                  \
-    const CUresult r_ = (call);                                         \
-    CLIENT_CHECK(r_ == CUDA_SUCCESS, "%s returned %d", #call, int(r_)); \
-  } while (0)
-
 int main(int argc, char** argv) {
   CU(cuInit(0));
   CUdevice dev;

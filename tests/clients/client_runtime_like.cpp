@@ -32,12 +32,6 @@ F resolve(const char* name, int version, cuuint64_t flags = CU_GET_PROC_ADDRESS_
   return reinterpret_cast<F>(p);
 }
 
-#define CU(call)                                                          \
-  do {                                                                    \
-    const CUresult r_ = (call);                                           \
-    CLIENT_CHECK(r_ == CUDA_SUCCESS, "%s returned %d", #call, int(r_));   \
-  } while (0)
-
 // Every hook takes at most five integer or pointer arguments; called with zeros it must answer with
 // an error code (or success for frees of 0), never crash.
 using AnyHook = CUresult (*)(std::uintptr_t, std::uintptr_t, std::uintptr_t, std::uintptr_t, std::uintptr_t);

@@ -1,0 +1,275 @@
+#include "sim/address_space.h"
+
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <mutex>
+
+#include "config/log.h"
+#include "sim/contexts.h"
+#include "sim/devices.h"
+#include "sim/settings.h"
+
+namespace uvmpool::sim {
+namespace {
+
+AddressSpace* g_instance = nullptr;
+
+// As much address space as the kernel grants, from 4 TiB down: PROT_NONE + MAP_NORESERVE costs
+// neither memory nor commit charge.
+constexpr std::size_t kLargestArena = std::size_t{4} << 40;
+constexpr std::size_t kSmallestArena = std::size_t{1} << 30;
+
+constexpr int kReservedFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+
+// memfd_create, raising the soft limit on open files once if it is reached: every live VMM handle
+// keeps its memfd open, and pools hold thousands of handles.
+int new_memfd(const char* name) {
+  int fd = memfd_create(name, MFD_CLOEXEC);
+  if (fd < 0 && errno == EMFILE) {
+    rlimit limit{};
+    if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+      limit.rlim_cur = limit.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &limit);
+      fd = memfd_create(name, MFD_CLOEXEC);
+    }
+  }
+  return fd;
+}
+
+std::size_t pool_index(int device) { return device < 0 ? static_cast<std::size_t>(device_count()) : device; }
+
+}  // namespace
+
+bool AddressSpace::create() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (std::size_t size = kLargestArena; size >= kSmallestArena; size /= 2) {
+      void* base = mmap(nullptr, size, PROT_NONE, kReservedFlags, -1, 0);
+      if (base == MAP_FAILED) continue;
+      g_instance = new AddressSpace(reinterpret_cast<std::uintptr_t>(base), size);  // never destroyed
+      log::debug("device address space: {} GiB at {}", size >> 30, base);
+      return;
+    }
+    log::error("could not reserve address space for device memory");
+  });
+  return g_instance != nullptr;
+}
+
+AddressSpace& AddressSpace::get() { return *g_instance; }
+
+AddressSpace::AddressSpace(std::uintptr_t base, std::size_t size)
+    : arena_base_(base), arena_size_(size), used_(static_cast<std::size_t>(device_count()) + 1, 0) {
+  free_[base] = size;
+}
+
+bool AddressSpace::overlaps_arena(std::uintptr_t p, std::size_t n) const {
+  return p < arena_base_ + arena_size_ && p + n > arena_base_;
+}
+
+std::optional<std::uintptr_t> AddressSpace::take_range(std::size_t size, std::size_t alignment,
+                                                       std::uintptr_t hint) {
+  if (size == 0 || size > arena_size_) return std::nullopt;
+  auto carve = [&](std::map<std::uintptr_t, std::size_t>::iterator it, std::uintptr_t start) {
+    const std::uintptr_t range_base = it->first;
+    const std::uintptr_t range_end = it->first + it->second;
+    free_.erase(it);
+    if (start > range_base) free_[range_base] = start - range_base;
+    if (start + size < range_end) free_[start + size] = range_end - (start + size);
+    return start;
+  };
+  if (hint != 0 && hint % alignment == 0) {
+    auto it = free_.upper_bound(hint);
+    if (it != free_.begin()) {
+      --it;
+      if (hint >= it->first && hint - it->first + size <= it->second) return carve(it, hint);
+    }
+  }
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    const std::uintptr_t start = align_up(it->first, alignment);
+    if (start - it->first + size <= it->second) return carve(it, start);
+  }
+  return std::nullopt;
+}
+
+void AddressSpace::give_back_range(std::uintptr_t base, std::size_t size) {
+  auto next = free_.lower_bound(base);
+  if (next != free_.end() && base + size == next->first) {
+    size += next->second;
+    next = free_.erase(next);
+  }
+  if (next != free_.begin()) {
+    auto previous = std::prev(next);
+    if (previous->first + previous->second == base) {
+      previous->second += size;
+      return;
+    }
+  }
+  free_[base] = size;
+}
+
+CUresult AddressSpace::create_physical(std::size_t size, int device, Physical** out) {
+  if (used(device) + size > capacity(device) || size > capacity(device)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const int fd = new_memfd(device < 0 ? "uvmpool-sim-host" : "uvmpool-sim-device");
+  if (fd < 0) {
+    log::warn("memfd_create failed (errno {}); reporting out of memory", errno);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    close(fd);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  const std::uint64_t id = next_physical_id_++;
+  Physical& physical = physicals_[id];
+  physical.id = id;
+  physical.fd = fd;
+  physical.size = size;
+  physical.device = device;
+  used_[pool_index(device)] += size;
+  *out = &physical;
+  return CUDA_SUCCESS;
+}
+
+Physical* AddressSpace::find_physical(std::uint64_t id) {
+  auto it = physicals_.find(id);
+  return it == physicals_.end() ? nullptr : &it->second;
+}
+
+void AddressSpace::drop_if_unused(std::uint64_t id) {
+  auto it = physicals_.find(id);
+  if (it == physicals_.end() || it->second.handle_refs != 0 || it->second.mappings != 0) return;
+  if (it->second.fd >= 0) close(it->second.fd);
+  used_[pool_index(it->second.device)] -= it->second.size;
+  physicals_.erase(it);
+}
+
+bool AddressSpace::map_physical(std::uintptr_t at, const Physical& physical, std::size_t size, int prot) {
+  void* p = mmap(reinterpret_cast<void*>(at), size, prot, MAP_SHARED | MAP_FIXED, physical.fd, 0);
+  return p != MAP_FAILED;
+}
+
+void AddressSpace::unmap_range(std::uintptr_t at, std::size_t size) {
+  if (mmap(reinterpret_cast<void*>(at), size, PROT_NONE, kReservedFlags | MAP_FIXED, -1, 0) == MAP_FAILED)
+    log::error("could not return [{:#x}, +{:#x}) to the reserved address space (errno {})", at, size, errno);
+}
+
+CUresult AddressSpace::allocate_mapped(MemoryKind kind, const Context* context, int device,
+                                       std::size_t user_size, std::size_t alignment, std::uintptr_t* out) {
+  if (user_size > arena_size_) return CUDA_ERROR_OUT_OF_MEMORY;
+  const std::size_t size = align_up(user_size, alignment);
+  const int pool = kind == MemoryKind::PinnedHost ? -1 : device;
+  Physical* physical = nullptr;
+  if (CUresult status = create_physical(size, pool, &physical); status != CUDA_SUCCESS) return status;
+  const std::optional<std::uintptr_t> base = take_range(size, alignment, 0);
+  if (!base || !map_physical(*base, *physical, size, PROT_READ | PROT_WRITE)) {
+    if (base) give_back_range(*base, size);
+    drop_if_unused(physical->id);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  // Never mapped again: the mapping alone keeps the memory.
+  close(physical->fd);
+  physical->fd = -1;
+  physical->mappings = 1;
+  Mapping& m = mappings[*base];
+  m.base = *base;
+  m.size = size;
+  m.user_size = user_size;
+  m.kind = kind;
+  m.physical = physical->id;
+  m.context = context;
+  m.device = device;
+  m.buffer_id = next_buffer_id();
+  m.prot = PROT_READ | PROT_WRITE;
+  *out = *base;
+  return CUDA_SUCCESS;
+}
+
+CUresult AddressSpace::free_mapped(std::uintptr_t base, MemoryKind kind) {
+  auto it = mappings.find(base);
+  if (it == mappings.end() || it->second.kind != kind) return CUDA_ERROR_INVALID_VALUE;
+  const Mapping m = it->second;
+  mappings.erase(it);
+  unmap_range(m.base, m.size);
+  give_back_range(m.base, m.size);
+  if (Physical* physical = find_physical(m.physical)) {
+    --physical->mappings;
+    drop_if_unused(m.physical);
+  }
+  return CUDA_SUCCESS;
+}
+
+Mapping* AddressSpace::find_mapping(std::uintptr_t p) {
+  auto it = mappings.upper_bound(p);
+  if (it == mappings.begin()) return nullptr;
+  --it;
+  return p - it->first < it->second.size ? &it->second : nullptr;
+}
+
+const Reservation* AddressSpace::find_reservation(std::uintptr_t p) const {
+  auto it = reservations.upper_bound(p);
+  if (it == reservations.begin()) return nullptr;
+  --it;
+  return p - it->first < it->second.size ? &it->second : nullptr;
+}
+
+std::vector<Mapping*> AddressSpace::whole_mappings(std::uintptr_t p, std::size_t n) {
+  std::vector<Mapping*> covering;
+  std::uintptr_t at = p;
+  while (at < p + n) {
+    auto it = mappings.find(at);
+    if (it == mappings.end()) return {};
+    covering.push_back(&it->second);
+    at += it->second.size;
+  }
+  if (at != p + n) return {};
+  return covering;
+}
+
+bool AddressSpace::accessible(std::uintptr_t p, std::size_t n, bool write) {
+  const int needed = write ? PROT_WRITE : PROT_READ;
+  std::uintptr_t at = p;
+  Mapping* m = find_mapping(at);
+  while (m != nullptr && (m->prot & needed) != 0) {
+    at = m->base + m->size;
+    if (at >= p + n) return true;
+    auto next = mappings.find(at);  // the next mapping must start where this one ends
+    m = next == mappings.end() ? nullptr : &next->second;
+  }
+  return false;
+}
+
+std::uint64_t AddressSpace::used(int device) const { return used_[pool_index(device)]; }
+
+std::uint64_t AddressSpace::capacity(int device) const {
+  return device < 0 ? settings().host_memory : settings().device_memory;
+}
+
+void AddressSpace::charge_context(int device, bool active) {
+  const std::uint64_t total = capacity(device);
+  const std::uint64_t reserve = std::min(total, align_up(std::max<std::uint64_t>(total / 256, 1), 2u << 20));
+  if (active)
+    used_[pool_index(device)] += reserve;
+  else
+    used_[pool_index(device)] -= reserve;
+}
+
+void context_started(const Context* context) {
+  AddressSpace& space = AddressSpace::get();
+  std::unique_lock lock(space.mutex);
+  space.charge_context(context->device, true);
+}
+
+void release_context_memory(const Context* context) {
+  AddressSpace& space = AddressSpace::get();
+  std::unique_lock lock(space.mutex);
+  space.charge_context(context->device, false);
+  std::vector<std::pair<std::uintptr_t, MemoryKind>> owned;
+  for (const auto& [base, m] : space.mappings)
+    if (m.context == context && m.kind != MemoryKind::Vmm) owned.emplace_back(base, m.kind);
+  for (const auto& [base, kind] : owned) space.free_mapped(base, kind);
+}
+
+}  // namespace uvmpool::sim

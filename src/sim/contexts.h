@@ -1,0 +1,28 @@
+// Contexts: one primary context per device, created contexts, and each thread's current-context stack.
+#pragma once
+
+#include <atomic>
+
+#include "driver/driver_api.h"
+
+namespace uvmpool::sim {
+
+// A context. Never freed, so a stale handle reads as "destroyed" instead of crashing.
+struct Context {
+  int device = 0;
+  bool primary = false;
+  // A created context until cuCtxDestroy; a primary context while retained. Memory, streams and
+  // events made in a context are freed when it stops being active.
+  std::atomic<bool> active{false};
+};
+
+inline CUcontext to_handle(Context* context) { return reinterpret_cast<CUcontext>(context); }
+
+// The context a handle names, or nullptr if the sim never created it.
+Context* from_handle(CUcontext handle);
+
+// The calling thread's current context, into *out. CUDA_ERROR_INVALID_CONTEXT when there is none,
+// CUDA_ERROR_CONTEXT_IS_DESTROYED when it was destroyed (or is a primary context no longer retained).
+CUresult current_context(Context** out);
+
+}  // namespace uvmpool::sim
