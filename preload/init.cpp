@@ -28,7 +28,10 @@ __attribute__((constructor)) void uvmpool_load() {
 // from here on (the program's own static destructors may still call hooks; those keep working).
 __attribute__((destructor)) void uvmpool_unload() {
   using namespace uvmpool;
-  if (config::options().stats) stats::print_summary(stderr);
+  if (config::options().stats) {
+    std::fflush(stdout);  // the program's own output first: stdio flushes only after destructors
+    stats::print_summary(stderr);
+  }
   log::shutdown();
 }
 
