@@ -4,7 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 build=${BUILD_DIR:-build}
+mkdir -p "$build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} \
-      -DCUDAToolkit_ROOT="${CUDA_HOME:-/usr/local/cuda}" "$@" >"$build.configure.log" 2>&1 \
-  || { cat "$build.configure.log"; exit 1; }
+      -DCUDAToolkit_ROOT="${CUDA_HOME:-/usr/local/cuda}" "$@" >"$build/configure.log" 2>&1 \
+  || { cat "$build/configure.log"; exit 1; }
 cmake --build "$build" -j"$(nproc)"
