@@ -25,11 +25,14 @@ CUresult resolve(const char* symbol, void** pfn, int version, cuuint64_t flags,
   if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const driver::RealDriver* d = driver::real();
   if (d == nullptr) return CUDA_ERROR_NO_DEVICE;
+  // Each form goes to the same form of the driver: they answer "not found" differently (the 11.3
+  // form with CUDA_ERROR_NOT_FOUND, the 12.0 form with CUDA_SUCCESS and a null pointer).
+  const bool v1 = found == nullptr;
   CUresult r;
-  if (d->table.cuGetProcAddress_v2 != nullptr)
-    r = d->table.cuGetProcAddress_v2(symbol, pfn, version, flags, found);
-  else if (d->table.cuGetProcAddress != nullptr && found == nullptr)
+  if (v1 && d->table.cuGetProcAddress != nullptr)
     r = d->table.cuGetProcAddress(symbol, pfn, version, flags);
+  else if (!v1 && d->table.cuGetProcAddress_v2 != nullptr)
+    r = d->table.cuGetProcAddress_v2(symbol, pfn, version, flags, found);
   else
     return CUDA_ERROR_NOT_SUPPORTED;
   if (r != CUDA_SUCCESS || disabled() || *pfn == nullptr) return r;
@@ -54,7 +57,9 @@ CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int version, c
 CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
                                      CUdriverProcAddressQueryResult* found) {
   stats::count_hook(driver::Fn::cuGetProcAddress_v2);
-  return resolve(symbol, pfn, version, flags, found);
+  // symbolFound is optional in the 12.0 form; resolve() tells the forms apart by it.
+  CUdriverProcAddressQueryResult ignored{};
+  return resolve(symbol, pfn, version, flags, found != nullptr ? found : &ignored);
 }
 
 }  // namespace impl
