@@ -15,9 +15,10 @@ CUresult resolve(const char* symbol, void** pfn, int cudaVersion, cuuint64_t fla
       CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
   if (symbol == nullptr || pfn == nullptr || (flags & ~kKnownFlags) != 0 || cudaVersion > kDriverVersion)
     return CUDA_ERROR_INVALID_VALUE;
-  *pfn = nullptr;
   const int entry = driver::find_entry(symbol, cudaVersion, flags);
   if (entry < 0) {
+    // The 12.0 form writes NULL; the 11.3 form leaves *pfn as it was (both measured on an H200).
+    if (not_found == CUDA_SUCCESS) *pfn = nullptr;
     if (symbolFound != nullptr) {
       bool exists = false;
       for (const driver::FunctionInfo& f : driver::kFunctions) exists = exists || std::string_view(symbol) == f.base;

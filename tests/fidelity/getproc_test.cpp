@@ -94,6 +94,15 @@ TEST_F(GetProcAddress, UnknownNameIsSuccessWithNullAndSymbolNotFound) {
   EXPECT_EQ(pfn, nullptr);
 }
 
+TEST_F(GetProcAddress, V1FormSaysNotFoundAndLeavesThePointerAlone) {
+  // The CUDA 11.3 form has no symbolStatus: it says CUDA_ERROR_NOT_FOUND, and leaves *pfn as it was
+  // (measured, H200, driver 580.159.04: a 0x1 sentinel survived).
+  void* pfn = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(CU(cuGetProcAddress, "cuNoSuchFunctionAnywhere", &pfn, 13000, CU_GET_PROC_ADDRESS_DEFAULT),
+            CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(pfn, reinterpret_cast<void*>(0x1));
+}
+
 TEST_F(GetProcAddress, NameAskedBeforeItsVersionIsSuccessWithNullAndVersionNotSufficient) {
   // cuMemAddressReserve appeared in CUDA 10.2 (10020). Measured (H200, driver 580.159.04).
   void* pfn = reinterpret_cast<void*>(0x1);

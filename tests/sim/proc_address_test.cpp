@@ -60,7 +60,7 @@ TEST_F(ProcAddress, V2ReportsWhySomethingIsNotFoundAndStillSucceeds) {
 TEST_F(ProcAddress, CudaElevenThreeFormSaysNotFound) {
   void* pfn = reinterpret_cast<void*>(0x1);
   EXPECT_CU_EQ(CUDA_ERROR_NOT_FOUND, cuGetProcAddress("cuNoSuchFunction", &pfn, 11030, 0));
-  EXPECT_EQ(pfn, nullptr);
+  EXPECT_EQ(pfn, reinterpret_cast<void*>(0x1)) << "the real driver leaves *pfn alone here (H200, 580)";
   ASSERT_CU(cuGetProcAddress("cuMemFree", &pfn, 11030, 0));
   EXPECT_EQ(pfn, exported("cuMemFree_v2"));
 }
