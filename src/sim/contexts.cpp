@@ -238,10 +238,12 @@ CUresult impl::cuCtxGetDevice(CUdevice_v1* device) {
   return CUDA_SUCCESS;
 }
 
-// All work is done at submission, so there is never anything to wait for.
+// All work is done at submission; the only thing to wait for is what a test holds back.
 CUresult impl::cuCtxSynchronize() {
   Context* context = nullptr;
-  return current_context(&context);
+  if (CUresult status = current_context(&context); status != CUDA_SUCCESS) return status;
+  finish_context_work(context);
+  return CUDA_SUCCESS;
 }
 
 }  // namespace uvmpool::sim

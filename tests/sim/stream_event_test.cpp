@@ -1,5 +1,5 @@
-// Streams and events: work is done at submission, so streams are always idle and events always
-// complete; handles, flags and timestamps behave as the API says.
+// Streams and events: work is done at submission, so streams are idle and events complete (unless a
+// test holds a stream: stream_controls_test.cpp); handles, flags and timestamps behave as the API says.
 #include <chrono>
 #include <thread>
 
