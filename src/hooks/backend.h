@@ -1,7 +1,6 @@
 // The seam between the hooks and whatever serves device memory: the hooks translate a driver call
-// into one of these, and nothing else. Until the pool exists the driver serves every request
-// (DriverBackend); the pool will implement the same interface, and backend() is the one line that
-// chooses.
+// into one of these, and nothing else. The pool (PoolBackend) serves device memory; DriverBackend
+// passes calls to the real driver; backend() is the one place that chooses.
 #pragma once
 
 #include "driver/driver_api.h"
@@ -31,7 +30,9 @@ class Backend {
   virtual CUresult release(CUmemGenericAllocationHandle handle) = 0;
 };
 
-// The backend serving this process.
+// The backend serving this process: the pool, or the driver under UVMPOOL_POOL=0 or without one.
 Backend& backend();
+// The real driver, for what the pool passes on.
+Backend& driver_backend();
 
 }  // namespace uvmpool::hooks

@@ -1,4 +1,5 @@
-// The backend used until the pool exists, and under UVMPOOL_DISABLE: the real driver serves all.
+// The backend that lets the real driver serve everything: under UVMPOOL_POOL=0, and for what the
+// pool does not take (foreign pointers, explicit memory pools, devices without VMM).
 #include "driver/real_driver.h"
 #include "hooks/backend.h"
 
@@ -48,10 +49,9 @@ class DriverBackend final : public Backend {
 
 }  // namespace
 
-Backend& backend() {
-  // The one place that chooses what serves device memory; the pool slots in here.
-  static DriverBackend* driver_backend = new DriverBackend;  // never destroyed: used during exit
-  return *driver_backend;
+Backend& driver_backend() {
+  static DriverBackend* backend = new DriverBackend;  // never destroyed: used during exit
+  return *backend;
 }
 
 }  // namespace uvmpool::hooks

@@ -153,9 +153,9 @@ TEST(UnknownVariables, WarnWithTheNearestKnownName) {
 }
 
 TEST(UnknownVariables, WithNothingCloseSuggestNoNameButPointToTheDocs) {
-  ParseResult r = parse_one("UVMPOOL_FOO", "1");
+  ParseResult r = parse_one("UVMPOOL_XYZZY", "1");
   ASSERT_EQ(r.warnings.size(), 1u);
-  EXPECT_THAT(r.warnings[0], HasSubstr("unknown setting UVMPOOL_FOO"));
+  EXPECT_THAT(r.warnings[0], HasSubstr("unknown setting UVMPOOL_XYZZY"));
   EXPECT_THAT(r.warnings[0], HasSubstr("docs/configuration.md"));
   EXPECT_THAT(r.warnings[0], ::testing::Not(HasSubstr("did you mean")));
 }

@@ -1,0 +1,132 @@
+// The backend that serves device memory from the pool, and passes the driver what is not the pool's:
+// pointers it did not allocate, explicit memory pools, allocations on a capturing stream (the graph
+// owns those), devices without VMM.
+#include <algorithm>
+
+#include "config/options.h"
+#include "hooks/backend.h"
+#include "pool/pool.h"
+
+namespace uvmpool::hooks {
+namespace {
+
+// cuMemAllocPitch's row alignment: what NVIDIA's driver gives on current GPUs, and enough for
+// texture binding on all of them.
+constexpr std::size_t kPitchAlignment = 512;
+
+// The attributes that describe an allocation rather than the memory under it: for pool memory the
+// driver would answer them for a chunk mapping, so the pool answers them for the allocation.
+bool describes_allocation(CUpointer_attribute a) {
+  return a == CU_POINTER_ATTRIBUTE_CONTEXT || a == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR ||
+         a == CU_POINTER_ATTRIBUTE_RANGE_SIZE || a == CU_POINTER_ATTRIBUTE_BUFFER_ID;
+}
+
+void answer(const pool::AllocationInfo& info, CUpointer_attribute a, void* data) {
+  switch (a) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data) = info.context; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = info.base; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<std::size_t*>(data) = info.size; break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = info.buffer_id; break;
+    default: break;
+  }
+}
+
+class PoolBackend final : public Backend {
+ public:
+  explicit PoolBackend(pool::Pool& pool) : pool_(pool), driver_(driver_backend()) {}
+
+  CUresult alloc(CUdeviceptr* dptr, std::size_t bytes) override {
+    const CUresult r = pool_.allocate(dptr, bytes);
+    return r == CUDA_ERROR_NOT_SUPPORTED ? driver_.alloc(dptr, bytes) : r;
+  }
+  CUresult alloc_pitch(CUdeviceptr* dptr, std::size_t* pitch, std::size_t width, std::size_t height,
+                       unsigned element_bytes) override {
+    if (width == 0 || height == 0 || (element_bytes != 4 && element_bytes != 8 && element_bytes != 16)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    const std::size_t row = (width + kPitchAlignment - 1) / kPitchAlignment * kPitchAlignment;
+    if (row < width || height > SIZE_MAX / row) return CUDA_ERROR_INVALID_VALUE;
+    const CUresult r = pool_.allocate(dptr, row * height);
+    if (r == CUDA_ERROR_NOT_SUPPORTED) return driver_.alloc_pitch(dptr, pitch, width, height, element_bytes);
+    if (r == CUDA_SUCCESS) *pitch = row;
+    return r;
+  }
+  CUresult free(CUdeviceptr ptr) override {
+    CUresult r = CUDA_SUCCESS;
+    return pool_.deallocate(ptr, &r) == pool::Ownership::Ours ? r : driver_.free(ptr);
+  }
+  CUresult get_info(std::size_t* free_bytes, std::size_t* total_bytes) override {
+    return pool_.memory_info(free_bytes, total_bytes);
+  }
+  CUresult address_range(CUdeviceptr* base, std::size_t* size, CUdeviceptr ptr) override {
+    const auto info = pool_.find(ptr);
+    if (!info) return driver_.address_range(base, size, ptr);
+    if (base != nullptr) *base = info->base;
+    if (size != nullptr) *size = info->size;
+    return CUDA_SUCCESS;
+  }
+  CUresult pointer_attribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) override {
+    if (describes_allocation(attribute)) {
+      if (const auto info = pool_.find(ptr)) {
+        answer(*info, attribute, data);
+        return CUDA_SUCCESS;
+      }
+    }
+    return driver_.pointer_attribute(data, attribute, ptr);
+  }
+  CUresult pointer_attributes(unsigned count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr) override {
+    // The driver answers for the memory (type, device, mapped...); the pool then corrects what
+    // describes the allocation.
+    const CUresult r = driver_.pointer_attributes(count, attributes, data, ptr);
+    if (r != CUDA_SUCCESS) return r;
+    if (const auto info = pool_.find(ptr)) {
+      for (unsigned i = 0; i < count; ++i) {
+        if (data[i] != nullptr && describes_allocation(attributes[i])) answer(*info, attributes[i], data[i]);
+      }
+    }
+    return CUDA_SUCCESS;
+  }
+  CUresult alloc_async(CUdeviceptr* dptr, std::size_t bytes, CUstream stream) override {
+    // Graph capture: the driver makes a graph allocation node, whose address the graph owns.
+    if (pool_.capturing(stream)) return driver_.alloc_async(dptr, bytes, stream);
+    const CUresult r = pool_.allocate_async(dptr, bytes, stream);
+    return r == CUDA_ERROR_NOT_SUPPORTED ? driver_.alloc_async(dptr, bytes, stream) : r;
+  }
+  CUresult alloc_from_pool_async(CUdeviceptr* dptr, std::size_t bytes, CUmemoryPool mem_pool,
+                                 CUstream stream) override {
+    // An explicit CUmemoryPool has attributes (IPC, access, release threshold) the program set on
+    // purpose: the driver keeps serving it, and its memory counts against the budget as others' do.
+    return driver_.alloc_from_pool_async(dptr, bytes, mem_pool, stream);
+  }
+  CUresult free_async(CUdeviceptr ptr, CUstream stream) override {
+    CUresult r = CUDA_SUCCESS;
+    return pool_.deallocate_async(ptr, stream, &r) == pool::Ownership::Ours ? r : driver_.free_async(ptr, stream);
+  }
+  CUresult create(CUmemGenericAllocationHandle* handle, std::size_t size, const CUmemAllocationProp* prop,
+                  unsigned long long flags) override {
+    if (prop != nullptr && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE && size != 0) {
+      if (const CUresult r = pool_.admit_external(prop->location.id, size); r != CUDA_SUCCESS) return r;
+    }
+    return driver_.create(handle, size, prop, flags);
+  }
+  CUresult release(CUmemGenericAllocationHandle handle) override { return driver_.release(handle); }
+
+ private:
+  pool::Pool& pool_;
+  Backend& driver_;
+};
+
+}  // namespace
+
+Backend& backend() {
+  // The one place that chooses what serves device memory.
+  static Backend* chosen = [] () -> Backend* {
+    if (!config::options().pool) return &driver_backend();
+    pool::Pool* pool = pool::Pool::process();
+    if (pool == nullptr) return &driver_backend();
+    return new PoolBackend(*pool);  // never destroyed: frees may come during exit
+  }();
+  return *chosen;
+}
+
+}  // namespace uvmpool::hooks

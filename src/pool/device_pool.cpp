@@ -1,0 +1,93 @@
+// A device pool's entry points: which allocator serves a request, frees, and the answers about an
+// allocation.
+#include "config/log.h"
+#include "pool/device_pool.h"
+
+namespace uvmpool::pool {
+namespace {
+
+Block* as_block(Entry e) { return (e & kSlabTag) != 0 ? nullptr : reinterpret_cast<Block*>(e); }
+Slab* as_slab(Entry e) { return (e & kSlabTag) != 0 ? reinterpret_cast<Slab*>(e & ~kSlabTag) : nullptr; }
+
+}  // namespace
+
+CUresult DevicePool::allocate(CUdeviceptr* out, std::size_t bytes, CUcontext context) {
+  // More than the budget can never fit (and would overflow the chunk arithmetic below).
+  const CUresult r = bytes > budget_             ? CUDA_ERROR_OUT_OF_MEMORY
+                     : bytes <= small_max_ ? allocate_small(out, bytes, context)
+                                           : allocate_large(out, bytes, context);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+    oom_.fetch_add(1, std::memory_order_relaxed);
+    const DeviceStats s = stats();
+    log::warn("device {}: out of memory for {} bytes: {} MiB in use by the program, pool holds {} MiB, budget {} MiB",
+              device_, bytes, s.live_bytes >> 20, (s.chunks_held * s.chunk_size) >> 20, budget_ >> 20);
+  }
+  return r;
+}
+
+CUresult DevicePool::allocate_async(CUdeviceptr* out, std::size_t bytes, CUcontext context, const StreamKey& stream) {
+  if (reuse_on_stream(stream, bytes, context, out)) return CUDA_SUCCESS;
+  return allocate(out, bytes, context);
+}
+
+CUresult DevicePool::deallocate(Entry entry, CUdeviceptr p) {
+  if (Slab* s = as_slab(entry)) return free_small(s, p, false);
+  return free_large(as_block(entry), p);
+}
+
+CUresult DevicePool::deallocate_async(Entry entry, CUdeviceptr p, const StreamKey& stream, bool capturing) {
+  PendingItem item;
+  if (Slab* s = as_slab(entry)) {
+    if (const CUresult r = free_small(s, p, true); r != CUDA_SUCCESS) return r;
+    item.slab = s;
+    item.slot = static_cast<std::uint32_t>((p - s->base) / s->slot_size);
+  } else {
+    Block* b = as_block(entry);
+    if (p != b->base) {
+      log::error("free of {:#x}: an interior pointer of a pool allocation at {:#x}; ignored", p, b->base);
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    int expected = kLive;
+    if (!b->state.compare_exchange_strong(expected, capturing ? kQuarantined : kPending, std::memory_order_acq_rel)) {
+      log::error("free of {:#x}: already freed (double free); ignored", p);
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    live_bytes_.fetch_sub(b->size.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    live_allocations_.fetch_sub(1, std::memory_order_relaxed);
+    item.block = b;
+  }
+  if (capturing) {
+    // Freed inside a graph capture: the graph may run (and touch it) any number of times later, so
+    // the memory is never reused and its address never remapped.
+    log::debug("free of {:#x} during stream capture: kept out of reuse for good", p);
+    return CUDA_SUCCESS;
+  }
+  add_pending(stream, item);
+  return CUDA_SUCCESS;
+}
+
+std::optional<AllocationInfo> DevicePool::describe(Entry entry, CUdeviceptr p) {
+  AllocationInfo info;
+  info.device = device_;
+  if (Slab* s = as_slab(entry)) {
+    std::lock_guard lock(classes_[s->cls].mu);
+    if (s->state.load(std::memory_order_relaxed) != kLive || p < s->base) return std::nullopt;
+    const std::uint64_t slot = (p - s->base) / s->slot_size;
+    if (slot >= s->slots || ((s->live[slot / 64] >> (slot % 64)) & 1) == 0 || s->info[slot].pending) return std::nullopt;
+    const SlotInfo& si = s->info[slot];
+    info.base = s->base + slot * s->slot_size;
+    info.size = si.size;
+    info.context = si.context;
+    info.buffer_id = si.buffer_id;
+    return info;
+  }
+  Block* b = as_block(entry);
+  if (b->state.load(std::memory_order_acquire) != kLive) return std::nullopt;
+  info.base = b->base;
+  info.size = b->size.load(std::memory_order_relaxed);
+  info.context = b->context.load(std::memory_order_relaxed);
+  info.buffer_id = b->buffer_id.load(std::memory_order_relaxed);
+  return info;
+}
+
+}  // namespace uvmpool::pool

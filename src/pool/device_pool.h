@@ -1,0 +1,236 @@
+// One device's pool: its chunks, its budget, its large (stitched) and small (slab) allocations and
+// the stream-ordered reuse of freed memory. The only place that decides where memory comes from.
+//
+// Locks, never nested except in the order written: mu_ (the slow path: chunks, address ranges,
+// building and taking apart mappings) -> one bin or class lock (the fast path: a freed allocation
+// of the same size, a free slot). The fast path takes only its bin's or class's lock, so threads
+// allocating different sizes never meet; descriptors are never deleted (recycled), so a lock-free
+// lookup can always read the one it found and then check its state.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "pool/address_map.h"
+#include "pool/pool.h"
+#include "pool/size_classes.h"
+#include "pool/vmm.h"
+
+namespace uvmpool::pool {
+
+// Buffer ids of pool allocations: unique in the process, never reused, and far above the driver's
+// own (small counters), so they never collide with those of memory the driver allocated.
+std::uint64_t next_buffer_id();
+
+// True once the process has begun to exit: from then on the pool makes no driver call.
+bool process_exiting();
+
+enum BlockState : int { kDead, kLive, kCached, kPending, kQuarantined };
+
+// A stitched mapping: chunks mapped at base, base + chunk, ... Live (an allocation), Cached (freed,
+// mapping kept for the next allocation of the same chunk count), Pending (freed on a stream whose
+// work may still use it) or Quarantined (freed inside a graph capture: never reused).
+class DevicePool;
+
+struct Block {
+  DevicePool* owner = nullptr;
+  CUdeviceptr base = 0;
+  std::size_t granules = 0;
+  std::vector<Handle> chunks;
+  std::atomic<int> state{kDead};
+  std::atomic<std::size_t> size{0};
+  std::atomic<CUcontext> context{nullptr};
+  std::atomic<std::uint64_t> buffer_id{0};
+  Block* prev = nullptr;  // in its bin while Cached
+  Block* next = nullptr;
+};
+
+struct SlotInfo {
+  std::uint64_t buffer_id = 0;
+  CUcontext context = nullptr;
+  std::uint32_t size = 0;
+  bool pending = false;  // freed on a stream, not yet reusable by others
+};
+
+// One chunk mapped on its own and cut into equal slots of one size class.
+struct Slab {
+  DevicePool* owner = nullptr;
+  CUdeviceptr base = 0;
+  Handle chunk = 0;
+  int cls = 0;
+  std::uint32_t slot_size = 0;
+  std::uint32_t slots = 0;
+  std::uint32_t used = 0;  // live + pending slots
+  std::uint32_t hint = 0;  // a word of `live` that may have a free slot
+  std::vector<std::uint64_t> live;
+  std::vector<SlotInfo> info;
+  bool listed = false;     // in its class's list of slabs with free slots
+  std::atomic<int> state{kDead};
+  Slab* prev = nullptr;
+  Slab* next = nullptr;
+};
+
+// A stream as the pool tells streams apart: the per-thread default stream is one per thread.
+struct StreamKey {
+  CUstream stream = nullptr;
+  CUcontext context = nullptr;
+  std::thread::id thread{};  // only for CU_STREAM_PER_THREAD
+  bool operator==(const StreamKey&) const = default;
+};
+struct StreamKeyHash {
+  std::size_t operator()(const StreamKey& k) const;
+};
+
+class DevicePool {
+ public:
+  DevicePool(const driver::Table& driver, int device, const PoolConfig& config, AddressMap& map);
+  ~DevicePool();  // gives every chunk back (tests); the process's pool is never destroyed
+  DevicePool(const DevicePool&) = delete;
+  DevicePool& operator=(const DevicePool&) = delete;
+
+  // Reads granularity, memory size and budget and reserves address space. NOT_SUPPORTED when the
+  // device has no VMM (the caller then lets the driver serve it).
+  CUresult init();
+  int device() const { return device_; }
+
+  CUresult allocate(CUdeviceptr* out, std::size_t bytes, CUcontext context);
+  CUresult allocate_async(CUdeviceptr* out, std::size_t bytes, CUcontext context, const StreamKey& stream);
+  // `entry` is the address map's entry for p (a Block or Slab of this device).
+  CUresult deallocate(Entry entry, CUdeviceptr p);
+  CUresult deallocate_async(Entry entry, CUdeviceptr p, const StreamKey& stream, bool capturing);
+  std::optional<AllocationInfo> describe(Entry entry, CUdeviceptr p);
+
+  CUresult memory_info(std::size_t* free_bytes, std::size_t* total_bytes);
+  CUresult admit_external(std::size_t bytes);
+  void release_idle();
+  DeviceStats stats() const;
+  void abandon() { abandoned_ = true; }
+
+ private:
+  // large_blocks.cpp
+  CUresult allocate_large(CUdeviceptr* out, std::size_t bytes, CUcontext context);
+  CUresult free_large(Block* b, CUdeviceptr p);
+  void cache_block(Block* b);
+  Block* take_cached(std::size_t granules);
+  CUresult build_block(std::size_t granules, Block** out);
+  void destroy_block(Block* b);                      // unmaps; chunks back to the free list
+  std::size_t shrink_block(Block* b, std::size_t n);  // unmaps its last n chunks
+  bool evict_cached(std::size_t chunks_wanted);
+  void publish(Block* b, std::size_t bytes, CUcontext context, CUdeviceptr* out);
+
+  // slabs.cpp
+  CUresult allocate_small(CUdeviceptr* out, std::size_t bytes, CUcontext context);
+  CUresult free_small(Slab* s, CUdeviceptr p, bool pending);
+  CUresult new_slab(int cls, Slab** out);
+  void destroy_slab(Slab* s);
+  std::size_t evict_empty_slabs();
+  void release_slot(Slab* s, std::uint32_t slot);
+
+  // chunks.cpp: the physical chunks and the budget (mu_ held).
+  CUresult take_chunks(std::size_t n, std::vector<Handle>* out);
+  CUresult grow(std::size_t n);
+  bool budget_allows(std::size_t n);
+  void release_free_chunks(std::size_t keep);
+  std::uint64_t others_bytes();
+
+  // stream_reuse.cpp
+  struct PendingItem {
+    Block* block = nullptr;
+    Slab* slab = nullptr;
+    std::uint32_t slot = 0;
+  };
+  struct Batch {
+    CUevent event = nullptr;
+    StreamKey stream;
+    std::vector<PendingItem> items;
+  };
+  struct StreamFrees {
+    std::vector<PendingItem> open;  // not yet covered by an event
+  };
+  bool reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUcontext context, CUdeviceptr* out);
+  void add_pending(const StreamKey& stream, PendingItem item);
+  // Frees whatever freed-on-stream memory has completed; with `wait`, waits for all of it.
+  bool collect_pending(bool wait);
+  void release_pending(const PendingItem& item);
+  CUevent take_event();
+
+  // Recovery on the slow path: frees memory other streams are done with, then waits for them.
+  CUresult with_pressure_relief(const std::function<CUresult()>& attempt);
+
+  CUresult take_range(std::size_t bytes, CUdeviceptr* va);  // address space for a mapping (mu_ held)
+
+  const driver::Table& d_;
+  const int device_;
+  PoolConfig config_;
+  AddressMap& map_;
+  Vmm vmm_;
+  bool abandoned_ = false;
+
+  std::size_t chunk_ = 0;
+  unsigned chunk_shift_ = 0;
+  std::size_t small_max_ = 0;
+  std::uint64_t total_ = 0;
+  std::uint64_t budget_ = 0;
+
+  // The slow path.
+  mutable std::mutex mu_;
+  std::vector<Handle> free_chunks_;
+  RangeAllocator ranges_;
+  std::vector<std::pair<CUdeviceptr, std::size_t>> reservations_;
+  std::vector<Block*> spare_blocks_;
+  std::vector<Slab*> spare_slabs_;
+
+  // Cached large mappings by chunk count; counts above kDirectBins share one ordered bin.
+  static constexpr std::size_t kDirectBins = 512;
+  struct Bin {
+    std::mutex mu;
+    Block* head = nullptr;  // most recently freed first
+    Block* tail = nullptr;
+    std::size_t count = 0;
+  };
+  std::unique_ptr<Bin[]> bins_;
+  std::mutex big_mu_;
+  std::multimap<std::size_t, Block*> big_bin_;
+
+  struct SlabClass {
+    std::mutex mu;
+    Slab* head = nullptr;  // slabs with a free slot
+    std::size_t empty = 0;  // of those, slabs with no slot in use
+  };
+  std::unique_ptr<SlabClass[]> classes_;
+  bool slot_freed(SlabClass& c, Slab* s);  // class lock held; true: destroy the slab
+
+  std::mutex async_mu_;
+  std::unordered_map<StreamKey, StreamFrees, StreamKeyHash> streams_;
+  std::deque<Batch> batches_;
+  std::vector<CUevent> spare_events_;
+  std::atomic<std::size_t> pending_count_{0};
+
+  // Figures (relaxed atomics: read for stats and the budget, never for decisions that need them exact).
+  std::atomic<std::uint64_t> chunks_held_{0};
+  std::atomic<std::uint64_t> chunks_cached_{0};
+  std::atomic<std::uint64_t> live_bytes_{0};
+  std::atomic<std::uint64_t> live_allocations_{0};
+  std::atomic<std::uint64_t> peak_held_{0};
+  std::atomic<std::uint64_t> peak_live_{0};
+  std::atomic<std::uint64_t> chunks_free_{0};
+  std::atomic<std::uint64_t> stitched_maps_{0};
+  std::atomic<std::uint64_t> cache_hits_{0};
+  std::atomic<std::uint64_t> broken_{0};
+  std::atomic<std::uint64_t> created_{0};
+  std::atomic<std::uint64_t> released_{0};
+  std::atomic<std::uint64_t> oom_{0};
+  std::vector<Block*> all_blocks_;  // every descriptor ever made (mu_), for the destructor
+  std::vector<Slab*> all_slabs_;
+};
+
+}  // namespace uvmpool::pool

@@ -1,0 +1,209 @@
+// Large allocations: any free chunks stitched into one contiguous range, and the cache of freed
+// mappings that makes a steady alloc/free pattern free of driver calls.
+#include "config/log.h"
+#include "pool/device_pool.h"
+
+namespace uvmpool::pool {
+
+void DevicePool::publish(Block* b, std::size_t bytes, CUcontext context, CUdeviceptr* out) {
+  b->size.store(bytes, std::memory_order_relaxed);
+  b->context.store(context, std::memory_order_relaxed);
+  b->buffer_id.store(next_buffer_id(), std::memory_order_relaxed);
+  b->state.store(kLive, std::memory_order_release);
+  live_allocations_.fetch_add(1, std::memory_order_relaxed);
+  const std::uint64_t live = live_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  std::uint64_t peak = peak_live_.load(std::memory_order_relaxed);
+  while (live > peak && !peak_live_.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+  }
+  *out = b->base;
+}
+
+CUresult DevicePool::allocate_large(CUdeviceptr* out, std::size_t bytes, CUcontext context) {
+  const std::size_t granules = (bytes + chunk_ - 1) >> chunk_shift_;
+  if (Block* b = take_cached(granules)) {
+    cache_hits_.fetch_add(1, std::memory_order_relaxed);
+    publish(b, bytes, context, out);
+    return CUDA_SUCCESS;
+  }
+  // Memory freed on streams whose work has finished becomes cached mappings first: maybe one fits.
+  if (pending_count_.load(std::memory_order_relaxed) != 0 && collect_pending(false)) {
+    if (Block* b = take_cached(granules)) {
+      cache_hits_.fetch_add(1, std::memory_order_relaxed);
+      publish(b, bytes, context, out);
+      return CUDA_SUCCESS;
+    }
+  }
+  Block* b = nullptr;
+  const CUresult r = with_pressure_relief([&] { return build_block(granules, &b); });
+  if (r != CUDA_SUCCESS) return r;
+  publish(b, bytes, context, out);
+  return CUDA_SUCCESS;
+}
+
+CUresult DevicePool::free_large(Block* b, CUdeviceptr p) {
+  if (p != b->base) {
+    log::error("free of {:#x}: an interior pointer of a pool allocation at {:#x}; ignored", p, b->base);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  int expected = kLive;
+  if (!b->state.compare_exchange_strong(expected, kCached, std::memory_order_acq_rel)) {
+    log::error("free of {:#x}: already freed (double free); ignored", p);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  live_bytes_.fetch_sub(b->size.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  live_allocations_.fetch_sub(1, std::memory_order_relaxed);
+  cache_block(b);
+  return CUDA_SUCCESS;
+}
+
+void DevicePool::cache_block(Block* b) {
+  b->state.store(kCached, std::memory_order_release);
+  chunks_cached_.fetch_add(b->granules, std::memory_order_relaxed);
+  if (b->granules < kDirectBins) {
+    Bin& bin = bins_[b->granules];
+    std::lock_guard lock(bin.mu);
+    b->prev = nullptr;
+    b->next = bin.head;
+    if (bin.head != nullptr) bin.head->prev = b;
+    bin.head = b;
+    if (bin.tail == nullptr) bin.tail = b;
+    ++bin.count;
+    return;
+  }
+  std::lock_guard lock(big_mu_);
+  big_bin_.emplace(b->granules, b);
+}
+
+Block* DevicePool::take_cached(std::size_t granules) {
+  Block* b = nullptr;
+  if (granules < kDirectBins) {
+    Bin& bin = bins_[granules];
+    std::lock_guard lock(bin.mu);
+    b = bin.head;  // the most recently freed: its pages are the likeliest to be in the TLB
+    if (b == nullptr) return nullptr;
+    bin.head = b->next;
+    if (bin.head != nullptr) bin.head->prev = nullptr;
+    if (bin.tail == b) bin.tail = nullptr;
+    --bin.count;
+  } else {
+    std::lock_guard lock(big_mu_);
+    auto it = big_bin_.find(granules);
+    if (it == big_bin_.end()) return nullptr;
+    b = it->second;
+    big_bin_.erase(it);
+  }
+  chunks_cached_.fetch_sub(b->granules, std::memory_order_relaxed);
+  return b;
+}
+
+CUresult DevicePool::build_block(std::size_t granules, Block** out) {
+  std::lock_guard lock(mu_);
+  std::vector<Handle> chunks;
+  if (const CUresult r = take_chunks(granules, &chunks); r != CUDA_SUCCESS) return r;
+  const auto give_chunks_back = [&] {
+    free_chunks_.insert(free_chunks_.end(), chunks.begin(), chunks.end());
+    chunks_free_.fetch_add(chunks.size(), std::memory_order_relaxed);
+  };
+  const std::size_t bytes = granules * chunk_;
+  CUdeviceptr va = 0;
+  if (const CUresult r = take_range(bytes, &va); r != CUDA_SUCCESS) {
+    give_chunks_back();
+    return r;
+  }
+  if (const CUresult r = vmm_.map(va, chunks, chunk_); r != CUDA_SUCCESS) {
+    give_chunks_back();
+    ranges_.give_back(va, bytes);
+    return r;
+  }
+  Block* b = nullptr;
+  if (!spare_blocks_.empty()) {
+    b = spare_blocks_.back();
+    spare_blocks_.pop_back();
+  } else {
+    b = new Block;
+    all_blocks_.push_back(b);
+  }
+  b->owner = this;
+  b->base = va;
+  b->granules = granules;
+  b->chunks = std::move(chunks);
+  b->state.store(kDead, std::memory_order_relaxed);  // published as Live by the caller
+  map_.set(va, bytes, reinterpret_cast<Entry>(b));
+  stitched_maps_.fetch_add(1, std::memory_order_relaxed);
+  *out = b;
+  return CUDA_SUCCESS;
+}
+
+void DevicePool::destroy_block(Block* b) {
+  const std::size_t bytes = b->granules * chunk_;
+  map_.set(b->base, bytes, 0);
+  vmm_.unmap(b->base, b->granules, chunk_);
+  ranges_.give_back(b->base, bytes);
+  free_chunks_.insert(free_chunks_.end(), b->chunks.begin(), b->chunks.end());
+  chunks_free_.fetch_add(b->chunks.size(), std::memory_order_relaxed);
+  b->chunks.clear();
+  b->granules = 0;
+  b->state.store(kDead, std::memory_order_release);
+  spare_blocks_.push_back(b);
+  broken_.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::size_t DevicePool::shrink_block(Block* b, std::size_t n) {
+  const std::size_t keep = b->granules - n;
+  const CUdeviceptr tail = b->base + keep * chunk_;
+  map_.set(tail, n * chunk_, 0);
+  vmm_.unmap(tail, n, chunk_);
+  ranges_.give_back(tail, n * chunk_);
+  free_chunks_.insert(free_chunks_.end(), b->chunks.begin() + static_cast<std::ptrdiff_t>(keep), b->chunks.end());
+  chunks_free_.fetch_add(n, std::memory_order_relaxed);
+  b->chunks.resize(keep);
+  b->granules = keep;
+  broken_.fetch_add(1, std::memory_order_relaxed);
+  cache_block(b);  // the rest stays a cached mapping, one size smaller
+  return n;
+}
+
+bool DevicePool::evict_cached(std::size_t wanted) {
+  // The least recently freed mapping of the smallest count that covers the shortfall gives up just
+  // enough chunks; failing that, the largest cached mappings are taken apart whole.
+  std::size_t got = 0;
+  while (got < wanted && chunks_cached_.load(std::memory_order_relaxed) != 0) {
+    const std::size_t need = wanted - got;
+    Block* victim = nullptr;
+    const auto pop_lru = [&](std::size_t g) -> Block* {
+      Bin& bin = bins_[g];
+      std::lock_guard lock(bin.mu);
+      Block* b = bin.tail;
+      if (b == nullptr) return nullptr;
+      bin.tail = b->prev;
+      if (bin.tail != nullptr) bin.tail->next = nullptr;
+      if (bin.head == b) bin.head = nullptr;
+      --bin.count;
+      return b;
+    };
+    const auto pop_big = [&](bool smallest_covering) -> Block* {
+      std::lock_guard lock(big_mu_);
+      if (big_bin_.empty()) return nullptr;
+      auto it = smallest_covering ? big_bin_.lower_bound(need) : std::prev(big_bin_.end());
+      if (it == big_bin_.end()) return nullptr;
+      Block* b = it->second;
+      big_bin_.erase(it);
+      return b;
+    };
+    for (std::size_t g = std::min(need, kDirectBins); g < kDirectBins && victim == nullptr; ++g) victim = pop_lru(g);
+    if (victim == nullptr) victim = pop_big(true);
+    if (victim == nullptr) victim = pop_big(false);
+    for (std::size_t g = kDirectBins - 1; g > 0 && victim == nullptr; --g) victim = pop_lru(g);
+    if (victim == nullptr) break;
+    chunks_cached_.fetch_sub(victim->granules, std::memory_order_relaxed);
+    if (victim->granules > need) {
+      got += shrink_block(victim, need);
+    } else {
+      got += victim->granules;
+      destroy_block(victim);
+    }
+  }
+  return got >= wanted;
+}
+
+}  // namespace uvmpool::pool

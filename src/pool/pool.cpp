@@ -1,0 +1,221 @@
+// The process-wide pool: one DevicePool per device, chosen by the current context at allocation and
+// by the address map at free (so a free under another device's context finds the right pool).
+#include "pool/pool.h"
+
+#include <pthread.h>
+
+#include <array>
+#include <cstdlib>
+#include <mutex>
+
+#include "config/log.h"
+#include "driver/real_driver.h"
+#include "pool/device_pool.h"
+
+namespace uvmpool::pool {
+namespace {
+
+std::atomic<bool> g_exiting{false};
+std::atomic<Pool*> g_process{nullptr};
+std::mutex g_process_mu;
+
+void on_exit() { g_exiting.store(true, std::memory_order_relaxed); }
+
+// The child of a fork cannot use the parent's CUDA state (and other threads' locks may be held in
+// its copy), so it drops the parent's pool without touching it and makes a fresh one on first use.
+void on_fork_child() {
+  if (Pool* p = g_process.exchange(nullptr)) p->abandon();
+  new (&g_process_mu) std::mutex;
+}
+
+constexpr int kMaxDevices = 64;
+
+}  // namespace
+
+bool process_exiting() { return g_exiting.load(std::memory_order_relaxed); }
+
+PoolConfig PoolConfig::from_options(const config::Options& o) {
+  PoolConfig c;
+  c.device_limit = o.device_limit;
+  c.headroom = o.device_headroom.bytes;
+  return c;
+}
+
+struct Pool::Devices {
+  AddressMap map;
+  std::array<std::atomic<DevicePool*>, kMaxDevices> pools{};
+  std::array<std::atomic<bool>, kMaxDevices> unsupported{};
+  std::mutex init_mu;
+};
+
+Pool::Pool(const driver::Table& driver, PoolConfig config)
+    : driver_(driver), config_(config), devices_(std::make_unique<Devices>()) {}
+
+Pool::~Pool() {
+  for (auto& slot : devices_->pools) delete slot.load();
+}
+
+void Pool::abandon() {
+  for (auto& slot : devices_->pools) {
+    if (DevicePool* p = slot.load()) p->abandon();
+  }
+  (void)devices_.release();  // leaked on purpose: the child must not run its destructors
+}
+
+Pool* Pool::process() {
+  if (Pool* p = g_process.load(std::memory_order_acquire)) return p;
+  std::lock_guard lock(g_process_mu);
+  if (Pool* p = g_process.load(std::memory_order_relaxed)) return p;
+  const driver::RealDriver* real = driver::real();
+  if (real == nullptr) return nullptr;
+  static std::once_flag registered;
+  std::call_once(registered, [] {
+    std::atexit(on_exit);  // runs before the destructors of objects made earlier, which may free
+    pthread_atfork(nullptr, nullptr, on_fork_child);
+  });
+  Pool* p = new Pool(real->table, PoolConfig::from_options(config::options()));  // never destroyed
+  g_process.store(p, std::memory_order_release);
+  return p;
+}
+
+DevicePool* Pool::device_pool(int device) {
+  if (device < 0 || device >= kMaxDevices) return nullptr;
+  if (DevicePool* p = devices_->pools[device].load(std::memory_order_acquire)) return p;
+  if (devices_->unsupported[device].load(std::memory_order_relaxed)) return nullptr;
+  std::lock_guard lock(devices_->init_mu);
+  if (DevicePool* p = devices_->pools[device].load(std::memory_order_relaxed)) return p;
+  auto pool = std::make_unique<DevicePool>(driver_, device, config_, devices_->map);
+  if (const CUresult r = pool->init(); r != CUDA_SUCCESS) {
+    log::info("device {}: no virtual memory management ({}); the driver serves its allocations", device,
+              static_cast<int>(r));
+    devices_->unsupported[device].store(true, std::memory_order_relaxed);
+    return nullptr;
+  }
+  devices_->pools[device].store(pool.get(), std::memory_order_release);
+  return pool.release();
+}
+
+CUresult Pool::current_device(int* device, CUcontext* context) {
+  CUcontext ctx = nullptr;
+  if (const CUresult r = driver_.cuCtxGetCurrent(&ctx); r != CUDA_SUCCESS) return r;
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  // Most programs use one context per thread: remember its device instead of asking each time.
+  thread_local CUcontext last_context = nullptr;
+  thread_local int last_device = -1;
+  thread_local const Pool* last_pool = nullptr;
+  if (ctx != last_context || last_pool != this) {
+    CUdevice dev = -1;
+    if (const CUresult r = driver_.cuCtxGetDevice(&dev); r != CUDA_SUCCESS) return r;
+    last_context = ctx;
+    last_device = dev;
+    last_pool = this;
+  }
+  *device = last_device;
+  *context = ctx;
+  return CUDA_SUCCESS;
+}
+
+CUresult Pool::allocate(CUdeviceptr* out, std::size_t bytes) {
+  if (out == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  int device = -1;
+  CUcontext ctx = nullptr;
+  if (const CUresult r = current_device(&device, &ctx); r != CUDA_SUCCESS) return r;
+  DevicePool* p = device_pool(device);
+  if (p == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  return p->allocate(out, bytes, ctx);
+}
+
+bool Pool::capturing(CUstream stream) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (driver_.cuStreamIsCapturing == nullptr || driver_.cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS) return false;
+  return status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+CUresult Pool::allocate_async(CUdeviceptr* out, std::size_t bytes, CUstream stream) {
+  if (out == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (capturing(stream)) return CUDA_ERROR_NOT_SUPPORTED;
+  int device = -1;
+  CUcontext ctx = nullptr;
+  if (const CUresult r = current_device(&device, &ctx); r != CUDA_SUCCESS) return r;
+  DevicePool* p = device_pool(device);
+  if (p == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  StreamKey key{stream, ctx, {}};
+  if (stream == nullptr) key.stream = CU_STREAM_LEGACY;  // 0 and CU_STREAM_LEGACY name one stream
+  if (stream == CU_STREAM_PER_THREAD) key.thread = std::this_thread::get_id();
+  return p->allocate_async(out, bytes, ctx, key);
+}
+
+namespace {
+// The device pool a descriptor belongs to (descriptors are never freed, so reading one is safe).
+DevicePool* owner_of(Entry e) {
+  if ((e & kSlabTag) != 0) return reinterpret_cast<const Slab*>(e & ~kSlabTag)->owner;
+  return reinterpret_cast<const Block*>(e)->owner;
+}
+}  // namespace
+
+Ownership Pool::deallocate(CUdeviceptr p, CUresult* result) {
+  const Entry e = devices_->map.lookup(p);
+  if (e == 0) return Ownership::Foreign;
+  DevicePool* owner = owner_of(e);
+  if (owner == nullptr) return Ownership::Foreign;
+  *result = owner->deallocate(e, p);
+  return Ownership::Ours;
+}
+
+Ownership Pool::deallocate_async(CUdeviceptr p, CUstream stream, CUresult* result) {
+  const Entry e = devices_->map.lookup(p);
+  if (e == 0) return Ownership::Foreign;
+  DevicePool* owner = owner_of(e);
+  if (owner == nullptr) return Ownership::Foreign;
+  CUcontext ctx = nullptr;
+  driver_.cuCtxGetCurrent(&ctx);
+  StreamKey key{stream, ctx, {}};
+  if (stream == nullptr) key.stream = CU_STREAM_LEGACY;
+  if (stream == CU_STREAM_PER_THREAD) key.thread = std::this_thread::get_id();
+  *result = owner->deallocate_async(e, p, key, capturing(stream));
+  return Ownership::Ours;
+}
+
+std::optional<AllocationInfo> Pool::find(CUdeviceptr p) const {
+  const Entry e = devices_->map.lookup(p);
+  if (e == 0) return std::nullopt;
+  DevicePool* owner = owner_of(e);
+  if (owner == nullptr) return std::nullopt;
+  return owner->describe(e, p);
+}
+
+CUresult Pool::memory_info(std::size_t* free_bytes, std::size_t* total_bytes) {
+  int device = -1;
+  CUcontext ctx = nullptr;
+  if (const CUresult r = current_device(&device, &ctx); r != CUDA_SUCCESS) return r;
+  DevicePool* p = device_pool(device);
+  if (p == nullptr) return driver_.cuMemGetInfo_v2(free_bytes, total_bytes);
+  return p->memory_info(free_bytes, total_bytes);
+}
+
+CUresult Pool::admit_external(int device, std::size_t bytes) {
+  DevicePool* p = device_pool(device);
+  return p == nullptr ? CUDA_SUCCESS : p->admit_external(bytes);
+}
+
+void Pool::release_idle() {
+  for (auto& slot : devices_->pools) {
+    if (DevicePool* p = slot.load(std::memory_order_acquire)) p->release_idle();
+  }
+}
+
+DeviceStats Pool::stats(int device) const {
+  if (device < 0 || device >= kMaxDevices) return {};
+  DevicePool* p = devices_->pools[device].load(std::memory_order_acquire);
+  return p == nullptr ? DeviceStats{} : p->stats();
+}
+
+int Pool::device_count() const {
+  int n = 0;
+  for (int i = 0; i < kMaxDevices; ++i) {
+    if (devices_->pools[i].load(std::memory_order_acquire) != nullptr) n = i + 1;
+  }
+  return n;
+}
+
+}  // namespace uvmpool::pool

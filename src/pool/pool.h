@@ -1,0 +1,121 @@
+// The pool: every device allocation uvmpool serves comes from here. One Pool per process holds a
+// DevicePool per device; this header is the whole interface the hooks (and tests, benchmarks) use.
+//
+// Memory model (see docs/architecture.md): physical memory is held as chunks of the driver's
+// allocation granularity (2 MiB on H100/H200). A large allocation is any set of free chunks mapped
+// into one contiguous virtual range ("stitching"); a small one is a slot of a slab (one chunk mapped
+// on its own, cut into equal slots). Freed large allocations keep their mapping in a cache, so a
+// steady alloc/free pattern makes no driver call; under pressure cached mappings are taken apart and
+// their chunks reused.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "config/options.h"
+#include "driver/driver_api.h"
+
+namespace uvmpool::pool {
+
+struct PoolConfig {
+  config::Size device_limit{0, 100.0, true};  // cap on what the process uses per device
+  std::uint64_t headroom = 256ull << 20;      // device memory always left free for others
+  std::size_t small_max = 1ull << 20;          // largest request served from slabs
+  std::size_t chunk_size = 0;                  // 0: the driver's minimum granularity
+
+  // From UVMPOOL_DEVICE_LIMIT, UVMPOOL_DEVICE_HEADROOM.
+  static PoolConfig from_options(const config::Options& options);
+};
+
+// What the driver would answer about an allocation (cuMemGetAddressRange, cuPointerGetAttribute).
+struct AllocationInfo {
+  CUdeviceptr base = 0;
+  std::size_t size = 0;        // bytes asked for
+  int device = -1;
+  CUcontext context = nullptr;  // current when it was allocated
+  std::uint64_t buffer_id = 0;  // unique per allocation, never reused
+};
+
+// Per-device figures (bytes unless said otherwise); a consistent-enough snapshot, not atomic.
+struct DeviceStats {
+  std::uint64_t chunk_size = 0;
+  std::uint64_t chunks_held = 0;       // physical chunks the pool owns (mapped or not)
+  std::uint64_t chunks_free = 0;       // held, not mapped anywhere
+  std::uint64_t chunks_cached = 0;     // mapped in freed (cached) large allocations or empty slabs
+  std::uint64_t live_bytes = 0;        // sum of the sizes asked for by live allocations
+  std::uint64_t live_allocations = 0;
+  std::uint64_t peak_held_bytes = 0;   // most chunks_held * chunk_size ever
+  std::uint64_t peak_live_bytes = 0;
+  std::uint64_t stitched_maps = 0;     // new mappings built (driver calls made)
+  std::uint64_t cache_hits = 0;        // large allocations served by a cached mapping
+  std::uint64_t mappings_broken = 0;   // cached mappings taken apart for their chunks
+  std::uint64_t chunks_created = 0;
+  std::uint64_t chunks_released = 0;
+  std::uint64_t budget = 0;            // the device limit in bytes (0 before first use)
+  std::uint64_t out_of_memory = 0;     // allocations refused
+};
+
+class DevicePool;
+
+// Results of operations on pointers that may not be ours.
+enum class Ownership { Ours, Foreign };
+
+class Pool {
+ public:
+  // `driver` must outlive the pool (the process-wide real driver table does).
+  Pool(const driver::Table& driver, PoolConfig config);
+  ~Pool();
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  // The process's pool over the real driver, made on first use from the options; never destroyed
+  // (frees may come during exit). nullptr when there is no driver.
+  static Pool* process();
+
+  // cuMemAlloc: `bytes` on the current context's device. INVALID_VALUE for 0 bytes,
+  // INVALID_CONTEXT without a current context, OUT_OF_MEMORY when the budget cannot cover it.
+  CUresult allocate(CUdeviceptr* out, std::size_t bytes);
+  // cuMemFree. Foreign pointers are not touched (the caller passes them to the driver); a double
+  // free or an interior pointer gives INVALID_VALUE and one log line.
+  Ownership deallocate(CUdeviceptr p, CUresult* result);
+
+  // cuMemAllocAsync / cuMemFreeAsync: memory freed on a stream is reused at once on that stream,
+  // on others only once the freeing stream's work has completed. A capturing stream is not served
+  // (the caller passes the call to the driver): see `capturing`.
+  CUresult allocate_async(CUdeviceptr* out, std::size_t bytes, CUstream stream);
+  Ownership deallocate_async(CUdeviceptr p, CUstream stream, CUresult* result);
+  // Whether `stream` is capturing a graph (then allocations on it take the driver's own path).
+  bool capturing(CUstream stream);
+
+  // The live allocation containing `p` (interior pointers included), if the pool made it.
+  std::optional<AllocationInfo> find(CUdeviceptr p) const;
+
+  // cuMemGetInfo for the current context's device: total = the budget, free = what is left of it.
+  CUresult memory_info(std::size_t* free_bytes, std::size_t* total_bytes);
+
+  // cuMemCreate of device memory made by the program itself counts against the budget: releases
+  // idle chunks if that makes room; OUT_OF_MEMORY if the budget cannot take `bytes` more.
+  CUresult admit_external(int device, std::size_t bytes);
+
+  // Gives idle memory (free chunks, cached mappings, empty slabs) of every device back to the driver.
+  void release_idle();
+
+  DeviceStats stats(int device) const;
+  int device_count() const;
+
+  // After fork: the child cannot use the parent's CUDA state; forget it all without driver calls.
+  void abandon();
+
+ private:
+  DevicePool* device_pool(int device);  // made on first use
+  CUresult current_device(int* device, CUcontext* context);
+
+  const driver::Table& driver_;
+  PoolConfig config_;
+  struct Devices;
+  std::unique_ptr<Devices> devices_;
+};
+
+}  // namespace uvmpool::pool

@@ -1,0 +1,43 @@
+// Size classes of small allocations: multiples of 256 B up to 4 KiB, then eight classes per
+// doubling (at most 12.5% rounding), up to 1 MiB. Every class is a multiple of 256 B, so slots cut
+// from a chunk-aligned slab keep cudaMalloc's 256-byte alignment (and 512 B where the class is a
+// multiple of 512, which pitched allocations ask for).
+#pragma once
+
+#include <bit>
+#include <cstddef>
+
+namespace uvmpool::pool {
+
+constexpr std::size_t kMinSlot = 256;
+constexpr std::size_t kLinearMax = 4096;
+constexpr std::size_t kSmallLimit = std::size_t{1} << 20;
+constexpr int kLinearClasses = static_cast<int>(kLinearMax / kMinSlot);  // 256 .. 4096
+constexpr int kStepsPerDoubling = 8;
+
+// The class of a request of `bytes` (1 .. kSmallLimit).
+constexpr int small_class(std::size_t bytes) {
+  if (bytes <= kLinearMax) return static_cast<int>((bytes + kMinSlot - 1) / kMinSlot) - 1;
+  const int p = static_cast<int>(std::bit_width(bytes - 1)) - 1;  // 2^p < bytes <= 2^(p+1)
+  const std::size_t low = std::size_t{1} << p;
+  const std::size_t step = low / kStepsPerDoubling;
+  const int k = static_cast<int>((bytes - low + step - 1) / step);  // 1 .. 8
+  return kLinearClasses + (p - 12) * kStepsPerDoubling + (k - 1);
+}
+
+constexpr std::size_t class_size(int cls) {
+  if (cls < kLinearClasses) return static_cast<std::size_t>(cls + 1) * kMinSlot;
+  const int p = 12 + (cls - kLinearClasses) / kStepsPerDoubling;
+  const int k = (cls - kLinearClasses) % kStepsPerDoubling + 1;
+  const std::size_t low = std::size_t{1} << p;
+  return low + static_cast<std::size_t>(k) * (low / kStepsPerDoubling);
+}
+
+constexpr int kSmallClasses = small_class(kSmallLimit) + 1;
+
+static_assert(class_size(small_class(1)) == 256);
+static_assert(class_size(small_class(4097)) == 4608);
+static_assert(class_size(small_class(kSmallLimit)) == kSmallLimit);
+static_assert(class_size(small_class(900 * 1024)) == 960 * 1024);
+
+}  // namespace uvmpool::pool

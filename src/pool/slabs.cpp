@@ -1,0 +1,225 @@
+// Small allocations: slots of one size class cut from a slab (one chunk mapped on its own), so a
+// program with a million small tensors does not pay a chunk each. One empty slab per class is kept
+// for the next allocation; more are taken apart.
+#include <bit>
+
+#include "config/log.h"
+#include "pool/device_pool.h"
+
+namespace uvmpool::pool {
+namespace {
+
+void unlink(Slab*& head, Slab* s) {
+  if (s->prev != nullptr) s->prev->next = s->next;
+  if (s->next != nullptr) s->next->prev = s->prev;
+  if (head == s) head = s->next;
+  s->prev = s->next = nullptr;
+  s->listed = false;
+}
+
+void link(Slab*& head, Slab* s) {
+  s->prev = nullptr;
+  s->next = head;
+  if (head != nullptr) head->prev = s;
+  head = s;
+  s->listed = true;
+}
+
+// A free slot of a slab with one (the caller holds the class lock); marks it taken.
+std::uint32_t take_slot(Slab* s) {
+  const std::size_t words = s->live.size();
+  for (std::size_t n = 0; n < words; ++n) {
+    const std::size_t w = (s->hint + n) % words;
+    if (s->live[w] != ~std::uint64_t{0}) {
+      const int bit = std::countr_one(s->live[w]);
+      s->live[w] |= std::uint64_t{1} << bit;
+      s->hint = static_cast<std::uint32_t>(w);
+      ++s->used;
+      return static_cast<std::uint32_t>(w * 64 + static_cast<std::size_t>(bit));
+    }
+  }
+  return UINT32_MAX;  // unreachable while the slab is listed
+}
+
+}  // namespace
+
+CUresult DevicePool::allocate_small(CUdeviceptr* out, std::size_t bytes, CUcontext context) {
+  const int cls = small_class(bytes);
+  SlabClass& c = classes_[cls];
+  for (;;) {
+    {
+      std::lock_guard lock(c.mu);
+      if (Slab* s = c.head; s != nullptr) {
+        if (s->used == 0) {
+          --c.empty;
+          chunks_cached_.fetch_sub(1, std::memory_order_relaxed);
+        }
+        const std::uint32_t slot = take_slot(s);
+        if (s->used == s->slots) unlink(c.head, s);
+        s->info[slot] = SlotInfo{next_buffer_id(), context, static_cast<std::uint32_t>(bytes), false};
+        *out = s->base + static_cast<CUdeviceptr>(slot) * s->slot_size;
+        break;
+      }
+    }
+    Slab* s = nullptr;
+    if (pending_count_.load(std::memory_order_relaxed) != 0 && collect_pending(false)) continue;
+    if (const CUresult r = with_pressure_relief([&] { return new_slab(cls, &s); }); r != CUDA_SUCCESS) return r;
+    std::lock_guard lock(c.mu);
+    link(c.head, s);
+    ++c.empty;
+    chunks_cached_.fetch_add(1, std::memory_order_relaxed);
+  }
+  live_allocations_.fetch_add(1, std::memory_order_relaxed);
+  const std::uint64_t live = live_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  std::uint64_t peak = peak_live_.load(std::memory_order_relaxed);
+  while (live > peak && !peak_live_.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult DevicePool::free_small(Slab* s, CUdeviceptr p, bool pending) {
+  SlabClass& c = classes_[s->cls];
+  std::size_t size = 0;
+  bool destroy = false;
+  {
+    std::lock_guard lock(c.mu);
+    const CUdeviceptr offset = p - s->base;
+    const std::uint32_t slot = s->slot_size == 0 ? UINT32_MAX : static_cast<std::uint32_t>(offset / s->slot_size);
+    if (s->state.load(std::memory_order_relaxed) != kLive || p < s->base || slot >= s->slots) {
+      log::error("free of {:#x}: not a live pool allocation (double free?); ignored", p);
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (offset % s->slot_size != 0) {
+      log::error("free of {:#x}: an interior pointer of a pool allocation at {:#x}; ignored", p,
+                 s->base + static_cast<CUdeviceptr>(slot) * s->slot_size);
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    const bool live = (s->live[slot / 64] >> (slot % 64)) & 1;
+    if (!live || s->info[slot].pending) {
+      log::error("free of {:#x}: already freed (double free); ignored", p);
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    size = s->info[slot].size;
+    if (pending) {
+      s->info[slot].pending = true;  // stays taken until the stream's work is done
+    } else {
+      s->info[slot] = SlotInfo{};
+      s->live[slot / 64] &= ~(std::uint64_t{1} << (slot % 64));
+      --s->used;
+      destroy = slot_freed(c, s);
+    }
+  }
+  live_bytes_.fetch_sub(size, std::memory_order_relaxed);
+  live_allocations_.fetch_sub(1, std::memory_order_relaxed);
+  if (destroy) {
+    std::lock_guard lock(mu_);
+    destroy_slab(s);
+  }
+  return CUDA_SUCCESS;
+}
+
+bool DevicePool::slot_freed(SlabClass& c, Slab* s) {
+  if (!s->listed) link(c.head, s);
+  if (s->used != 0) return false;
+  ++c.empty;
+  chunks_cached_.fetch_add(1, std::memory_order_relaxed);
+  if (c.empty <= 1 || process_exiting()) return false;
+  // More than one empty slab in this class: this one gives its chunk back to the pool.
+  unlink(c.head, s);
+  --c.empty;
+  chunks_cached_.fetch_sub(1, std::memory_order_relaxed);
+  s->state.store(kDead, std::memory_order_relaxed);
+  return true;
+}
+
+void DevicePool::release_slot(Slab* s, std::uint32_t slot) {
+  SlabClass& c = classes_[s->cls];
+  bool destroy = false;
+  {
+    std::lock_guard lock(c.mu);
+    s->info[slot] = SlotInfo{};
+    s->live[slot / 64] &= ~(std::uint64_t{1} << (slot % 64));
+    --s->used;
+    destroy = slot_freed(c, s);
+  }
+  if (destroy) {
+    std::lock_guard lock(mu_);
+    destroy_slab(s);
+  }
+}
+
+CUresult DevicePool::new_slab(int cls, Slab** out) {
+  std::lock_guard lock(mu_);
+  std::vector<Handle> chunk;
+  if (const CUresult r = take_chunks(1, &chunk); r != CUDA_SUCCESS) return r;
+  CUdeviceptr va = 0;
+  CUresult r = take_range(chunk_, &va);
+  if (r == CUDA_SUCCESS) {
+    r = vmm_.map(va, chunk, chunk_);
+    if (r != CUDA_SUCCESS) ranges_.give_back(va, chunk_);
+  }
+  if (r != CUDA_SUCCESS) {
+    free_chunks_.push_back(chunk[0]);
+    chunks_free_.fetch_add(1, std::memory_order_relaxed);
+    return r;
+  }
+  Slab* s = nullptr;
+  if (!spare_slabs_.empty()) {
+    s = spare_slabs_.back();
+    spare_slabs_.pop_back();
+  } else {
+    s = new Slab;
+    all_slabs_.push_back(s);
+  }
+  s->owner = this;
+  s->base = va;
+  s->chunk = chunk[0];
+  s->cls = cls;
+  s->slot_size = static_cast<std::uint32_t>(class_size(cls));
+  s->slots = static_cast<std::uint32_t>(chunk_ / s->slot_size);
+  s->used = 0;
+  s->hint = 0;
+  s->live.assign((s->slots + 63) / 64, 0);
+  if (s->slots % 64 != 0) s->live.back() = ~std::uint64_t{0} << (s->slots % 64);  // no slots past the end
+  s->info.assign(s->slots, SlotInfo{});
+  s->listed = false;
+  s->prev = s->next = nullptr;
+  s->state.store(kLive, std::memory_order_release);
+  map_.set(va, chunk_, reinterpret_cast<Entry>(s) | kSlabTag);
+  *out = s;
+  return CUDA_SUCCESS;
+}
+
+void DevicePool::destroy_slab(Slab* s) {
+  map_.set(s->base, chunk_, 0);
+  vmm_.unmap(s->base, 1, chunk_);
+  ranges_.give_back(s->base, chunk_);
+  free_chunks_.push_back(s->chunk);
+  chunks_free_.fetch_add(1, std::memory_order_relaxed);
+  s->live.clear();
+  s->info.clear();
+  spare_slabs_.push_back(s);
+}
+
+std::size_t DevicePool::evict_empty_slabs() {
+  std::vector<Slab*> empty;
+  for (int cls = 0; cls < kSmallClasses; ++cls) {
+    SlabClass& c = classes_[cls];
+    std::lock_guard lock(c.mu);
+    for (Slab* s = c.head; s != nullptr;) {
+      Slab* next = s->next;
+      if (s->used == 0) {
+        unlink(c.head, s);
+        --c.empty;
+        chunks_cached_.fetch_sub(1, std::memory_order_relaxed);
+        s->state.store(kDead, std::memory_order_relaxed);
+        empty.push_back(s);
+      }
+      s = next;
+    }
+  }
+  for (Slab* s : empty) destroy_slab(s);
+  return empty.size();
+}
+
+}  // namespace uvmpool::pool

@@ -1,0 +1,164 @@
+// Stream-ordered reuse. Memory freed with cuMemFreeAsync on a stream may still be read by work
+// queued on that stream, so it is reused at once only by allocations on the same stream (stream
+// order makes that safe) and by others only once an event recorded on the freeing stream has
+// completed. Events are recorded lazily — when someone else needs memory — one per stream for all
+// its frees since, so freeing costs no driver call. The per-thread default stream can only be named
+// by its own thread, so its frees record their event at once.
+#include "config/log.h"
+#include "pool/device_pool.h"
+
+namespace uvmpool::pool {
+namespace {
+
+// Makes `context` current for a scope when it is not already.
+class ScopedContext {
+ public:
+  ScopedContext(const driver::Table& d, CUcontext context) : d_(d) {
+    CUcontext current = nullptr;
+    if (d_.cuCtxGetCurrent(&current) == CUDA_SUCCESS && current != context && context != nullptr) {
+      pushed_ = d_.cuCtxPushCurrent_v2(context) == CUDA_SUCCESS;
+    }
+  }
+  ~ScopedContext() {
+    CUcontext popped = nullptr;
+    if (pushed_) d_.cuCtxPopCurrent_v2(&popped);
+  }
+
+ private:
+  const driver::Table& d_;
+  bool pushed_ = false;
+};
+
+}  // namespace
+
+CUevent DevicePool::take_event() {
+  if (!spare_events_.empty()) {
+    CUevent e = spare_events_.back();
+    spare_events_.pop_back();
+    return e;
+  }
+  CUevent e = nullptr;
+  if (d_.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return nullptr;
+  return e;
+}
+
+bool DevicePool::reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUcontext context, CUdeviceptr* out) {
+  if (pending_count_.load(std::memory_order_relaxed) == 0) return false;
+  const bool small = bytes <= small_max_;
+  const std::size_t granules = (bytes + chunk_ - 1) >> chunk_shift_;
+  const int cls = small ? small_class(bytes) : -1;
+  PendingItem item;
+  {
+    std::lock_guard lock(async_mu_);
+    auto it = streams_.find(stream);
+    if (it == streams_.end()) return false;
+    auto& open = it->second.open;
+    auto match = open.end();
+    for (auto i = open.rbegin(); i != open.rend(); ++i) {  // the most recently freed first
+      if (small ? (i->slab != nullptr && i->slab->cls == cls) : (i->block != nullptr && i->block->granules == granules)) {
+        match = std::next(i).base();
+        break;
+      }
+    }
+    if (match == open.end()) return false;
+    item = *match;
+    *match = open.back();
+    open.pop_back();
+    pending_count_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  if (item.block != nullptr) {
+    cache_hits_.fetch_add(1, std::memory_order_relaxed);
+    publish(item.block, bytes, context, out);
+    return true;
+  }
+  Slab* s = item.slab;
+  {
+    std::lock_guard lock(classes_[s->cls].mu);
+    s->info[item.slot] = SlotInfo{next_buffer_id(), context, static_cast<std::uint32_t>(bytes), false};
+  }
+  *out = s->base + static_cast<CUdeviceptr>(item.slot) * s->slot_size;
+  live_allocations_.fetch_add(1, std::memory_order_relaxed);
+  live_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  return true;
+}
+
+void DevicePool::add_pending(const StreamKey& stream, PendingItem item) {
+  pending_count_.fetch_add(1, std::memory_order_relaxed);
+  if (stream.stream != CU_STREAM_PER_THREAD) {
+    std::lock_guard lock(async_mu_);
+    streams_[stream].open.push_back(item);
+    return;
+  }
+  std::unique_lock lock(async_mu_);
+  CUevent e = take_event();
+  if (e != nullptr && d_.cuEventRecord(e, CU_STREAM_PER_THREAD) == CUDA_SUCCESS) {
+    batches_.push_back(Batch{e, stream, {item}});
+    return;
+  }
+  if (e != nullptr) spare_events_.push_back(e);
+  lock.unlock();
+  // No event: wait for the stream here rather than risk reusing memory it may still touch.
+  d_.cuStreamSynchronize(CU_STREAM_PER_THREAD);
+  pending_count_.fetch_sub(1, std::memory_order_relaxed);
+  release_pending(item);
+}
+
+bool DevicePool::collect_pending(bool wait) {
+  if (pending_count_.load(std::memory_order_relaxed) == 0 || process_exiting()) return false;
+  std::vector<PendingItem> ready;
+  {
+    std::lock_guard lock(async_mu_);
+    for (auto it = streams_.begin(); it != streams_.end();) {
+      auto& [key, frees] = *it;
+      if (!frees.open.empty()) {
+        ScopedContext in(d_, key.context);
+        CUevent e = take_event();
+        if (e != nullptr && d_.cuEventRecord(e, key.stream) == CUDA_SUCCESS) {
+          batches_.push_back(Batch{e, key, std::move(frees.open)});
+        } else {
+          // The stream is gone (destroyed) or events fail: its work may still run, so wait for the
+          // whole context before reusing what was freed on it.
+          if (e != nullptr) spare_events_.push_back(e);
+          d_.cuCtxSynchronize();
+          ready.insert(ready.end(), frees.open.begin(), frees.open.end());
+        }
+        frees.open.clear();
+      }
+      it = streams_.erase(it);  // streams come and go; keep no entry for an idle one
+    }
+    for (auto it = batches_.begin(); it != batches_.end();) {
+      const CUresult r = wait ? d_.cuEventSynchronize(it->event) : d_.cuEventQuery(it->event);
+      if (r == CUDA_ERROR_NOT_READY) {
+        ++it;
+        continue;
+      }
+      if (r != CUDA_SUCCESS) log::warn("device {}: waiting for freed stream memory: event error {}", device_, static_cast<int>(r));
+      ready.insert(ready.end(), it->items.begin(), it->items.end());
+      spare_events_.push_back(it->event);
+      it = batches_.erase(it);
+    }
+    pending_count_.fetch_sub(ready.size(), std::memory_order_relaxed);
+  }
+  for (const PendingItem& item : ready) release_pending(item);
+  return !ready.empty();
+}
+
+void DevicePool::release_pending(const PendingItem& item) {
+  if (item.block != nullptr) {
+    cache_block(item.block);
+  } else {
+    release_slot(item.slab, item.slot);
+  }
+}
+
+CUresult DevicePool::with_pressure_relief(const std::function<CUresult()>& attempt) {
+  CUresult r = attempt();
+  if (r != CUDA_ERROR_OUT_OF_MEMORY || pending_count_.load(std::memory_order_relaxed) == 0) return r;
+  // Out of memory while memory freed on streams waits for their work: take what has finished, then
+  // wait for the rest — a stall, but better than failing an allocation the pool can cover.
+  if (collect_pending(false)) r = attempt();
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && collect_pending(true)) r = attempt();
+  return r;
+}
+
+}  // namespace uvmpool::pool
