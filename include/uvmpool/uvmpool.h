@@ -24,6 +24,14 @@ typedef struct uvmpool_stats {
   unsigned long long resolved_via_dlsym;   /* hooks handed out by the dlsym override */
   unsigned long long resolved_via_getproc; /* hooks handed out by cuGetProcAddress */
   unsigned long long calls_via_export;     /* calls to uvmpool's exported cu* symbols */
+  /* Since 0.2: the pool, summed over devices. */
+  unsigned long long pool_allocations;     /* allocations the pool served */
+  unsigned long long driver_allocations;   /* allocations handed to the driver (explicit memory pools,
+                                              graph capture, devices without VMM, UVMPOOL_POOL=0) */
+  unsigned long long pool_held_bytes;      /* device memory the pool holds now (chunks) */
+  unsigned long long pool_live_bytes;      /* bytes of live pool allocations, as asked for */
+  unsigned long long pool_peak_held_bytes; /* most held at once (per device, summed) */
+  unsigned long long pool_peak_live_bytes; /* most live at once (per device, summed) */
 } uvmpool_stats;
 
 /* Fills *out (up to out->struct_size bytes). Returns 0, or -1 if out is NULL or too small. */

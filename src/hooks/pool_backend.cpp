@@ -6,6 +6,7 @@
 #include "config/options.h"
 #include "hooks/backend.h"
 #include "pool/pool.h"
+#include "stats/counters.h"
 
 namespace uvmpool::hooks {
 namespace {
@@ -37,7 +38,7 @@ class PoolBackend final : public Backend {
 
   CUresult alloc(CUdeviceptr* dptr, std::size_t bytes) override {
     const CUresult r = pool_.allocate(dptr, bytes);
-    return r == CUDA_ERROR_NOT_SUPPORTED ? driver_.alloc(dptr, bytes) : r;
+    return r == CUDA_ERROR_NOT_SUPPORTED ? by_driver(driver_.alloc(dptr, bytes)) : by_pool(r);
   }
   CUresult alloc_pitch(CUdeviceptr* dptr, std::size_t* pitch, std::size_t width, std::size_t height,
                        unsigned element_bytes) override {
@@ -47,9 +48,9 @@ class PoolBackend final : public Backend {
     const std::size_t row = (width + kPitchAlignment - 1) / kPitchAlignment * kPitchAlignment;
     if (row < width || height > SIZE_MAX / row) return CUDA_ERROR_INVALID_VALUE;
     const CUresult r = pool_.allocate(dptr, row * height);
-    if (r == CUDA_ERROR_NOT_SUPPORTED) return driver_.alloc_pitch(dptr, pitch, width, height, element_bytes);
+    if (r == CUDA_ERROR_NOT_SUPPORTED) return by_driver(driver_.alloc_pitch(dptr, pitch, width, height, element_bytes));
     if (r == CUDA_SUCCESS) *pitch = row;
-    return r;
+    return by_pool(r);
   }
   CUresult free(CUdeviceptr ptr) override {
     CUresult r = CUDA_SUCCESS;
@@ -88,15 +89,15 @@ class PoolBackend final : public Backend {
   }
   CUresult alloc_async(CUdeviceptr* dptr, std::size_t bytes, CUstream stream) override {
     // Graph capture: the driver makes a graph allocation node, whose address the graph owns.
-    if (pool_.capturing(stream)) return driver_.alloc_async(dptr, bytes, stream);
+    if (pool_.capturing(stream)) return by_driver(driver_.alloc_async(dptr, bytes, stream));
     const CUresult r = pool_.allocate_async(dptr, bytes, stream);
-    return r == CUDA_ERROR_NOT_SUPPORTED ? driver_.alloc_async(dptr, bytes, stream) : r;
+    return r == CUDA_ERROR_NOT_SUPPORTED ? by_driver(driver_.alloc_async(dptr, bytes, stream)) : by_pool(r);
   }
   CUresult alloc_from_pool_async(CUdeviceptr* dptr, std::size_t bytes, CUmemoryPool mem_pool,
                                  CUstream stream) override {
     // An explicit CUmemoryPool has attributes (IPC, access, release threshold) the program set on
     // purpose: the driver keeps serving it, and its memory counts against the budget as others' do.
-    return driver_.alloc_from_pool_async(dptr, bytes, mem_pool, stream);
+    return by_driver(driver_.alloc_from_pool_async(dptr, bytes, mem_pool, stream));
   }
   CUresult free_async(CUdeviceptr ptr, CUstream stream) override {
     CUresult r = CUDA_SUCCESS;
@@ -112,6 +113,15 @@ class PoolBackend final : public Backend {
   CUresult release(CUmemGenericAllocationHandle handle) override { return driver_.release(handle); }
 
  private:
+  static CUresult by_pool(CUresult r) {
+    if (r == CUDA_SUCCESS) stats::count_served(true);
+    return r;
+  }
+  static CUresult by_driver(CUresult r) {
+    if (r == CUDA_SUCCESS) stats::count_served(false);
+    return r;
+  }
+
   pool::Pool& pool_;
   Backend& driver_;
 };

@@ -78,6 +78,8 @@ Pool* Pool::process() {
   return p;
 }
 
+Pool* Pool::existing() { return g_process.load(std::memory_order_acquire); }
+
 DevicePool* Pool::device_pool(int device) {
   if (device < 0 || device >= kMaxDevices) return nullptr;
   if (DevicePool* p = devices_->pools[device].load(std::memory_order_acquire)) return p;

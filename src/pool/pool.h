@@ -73,6 +73,8 @@ class Pool {
   // The process's pool over the real driver, made on first use from the options; never destroyed
   // (frees may come during exit). nullptr when there is no driver.
   static Pool* process();
+  // The process's pool if it was made, without making it (for statistics).
+  static Pool* existing();
 
   // cuMemAlloc: `bytes` on the current context's device. INVALID_VALUE for 0 bytes,
   // INVALID_CONTEXT without a current context, OUT_OF_MEMORY when the budget cannot cover it.

@@ -1,3 +1,4 @@
+#include "pool/pool.h"
 #include "stats/counters.h"
 
 #include <cstring>
@@ -30,6 +31,23 @@ void print_summary(std::FILE* out) {
                static_cast<double>(load(c.bytes_allocated)) / (1 << 20), load(c.frees));
   std::fprintf(out, "[uvmpool]   hooks handed out: %llu via dlsym, %llu via cuGetProcAddress; %llu calls via exported symbols\n",
                load(c.routes[0]), load(c.routes[1]), load(c.routes[2]));
+  std::fprintf(out, "[uvmpool]   served by the pool: %llu allocations; handed to the driver: %llu\n",
+               load(c.pool_allocations), load(c.driver_allocations));
+  if (const pool::Pool* p = pool::Pool::existing()) {
+    for (int d = 0; d < p->device_count(); ++d) {
+      const pool::DeviceStats s = p->stats(d);
+      if (s.chunk_size == 0) continue;
+      const double mib = static_cast<double>(s.chunk_size) / (1 << 20);
+      std::fprintf(out,
+                   "[uvmpool]   device %d: pool holds %.0f MiB (%llu chunks of %.0f MiB), peak held %.0f MiB, peak live %.0f MiB; "
+                   "%llu mappings stitched, %llu cache hits, %llu taken apart, %llu refused (budget %.0f MiB)\n",
+                   d, static_cast<double>(s.chunks_held) * mib, static_cast<unsigned long long>(s.chunks_held), mib,
+                   static_cast<double>(s.peak_held_bytes) / (1 << 20), static_cast<double>(s.peak_live_bytes) / (1 << 20),
+                   static_cast<unsigned long long>(s.stitched_maps), static_cast<unsigned long long>(s.cache_hits),
+                   static_cast<unsigned long long>(s.mappings_broken), static_cast<unsigned long long>(s.out_of_memory),
+                   static_cast<double>(s.budget) / (1 << 20));
+    }
+  }
   for (std::size_t i = 0; i < driver::kFunctionCount; ++i)
     if (const auto n = load(c.hook_calls[i]))
       std::fprintf(out, "[uvmpool]   %-28s %llu\n", driver::kFunctions[i].symbol, n);

@@ -18,6 +18,8 @@ struct Counters {
   std::atomic<std::uint64_t> allocations{0};
   std::atomic<std::uint64_t> frees{0};
   std::atomic<std::uint64_t> bytes_allocated{0};
+  std::atomic<std::uint64_t> pool_allocations{0};    // served by the pool
+  std::atomic<std::uint64_t> driver_allocations{0};  // handed to the driver (not the pool's to serve)
 };
 
 Counters& counters();
@@ -31,6 +33,9 @@ inline void count_route(Route route) {
 inline void count_allocation(std::uint64_t bytes) {
   counters().allocations.fetch_add(1, std::memory_order_relaxed);
   counters().bytes_allocated.fetch_add(bytes, std::memory_order_relaxed);
+}
+inline void count_served(bool by_pool) {
+  (by_pool ? counters().pool_allocations : counters().driver_allocations).fetch_add(1, std::memory_order_relaxed);
 }
 inline void count_free() { counters().frees.fetch_add(1, std::memory_order_relaxed); }
 

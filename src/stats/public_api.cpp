@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "pool/pool.h"
 #include "stats/counters.h"
 
 #ifndef UVMPOOL_VERSION_STRING
@@ -25,6 +26,17 @@ int uvmpool_get_stats(uvmpool_stats* out) {
   s.resolved_via_dlsym = c.routes[0].load(std::memory_order_relaxed);
   s.resolved_via_getproc = c.routes[1].load(std::memory_order_relaxed);
   s.calls_via_export = c.routes[2].load(std::memory_order_relaxed);
+  s.pool_allocations = c.pool_allocations.load(std::memory_order_relaxed);
+  s.driver_allocations = c.driver_allocations.load(std::memory_order_relaxed);
+  if (const uvmpool::pool::Pool* pool = uvmpool::pool::Pool::existing()) {
+    for (int d = 0; d < pool->device_count(); ++d) {
+      const uvmpool::pool::DeviceStats ds = pool->stats(d);
+      s.pool_held_bytes += ds.chunks_held * ds.chunk_size;
+      s.pool_live_bytes += ds.live_bytes;
+      s.pool_peak_held_bytes += ds.peak_held_bytes;
+      s.pool_peak_live_bytes += ds.peak_live_bytes;
+    }
+  }
   // A caller built against an older, smaller struct gets the fields it knows of.
   const auto n = std::min<unsigned long long>(out->struct_size, sizeof(s));
   std::memcpy(out, &s, n);

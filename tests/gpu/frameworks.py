@@ -10,7 +10,8 @@ elif mode == "torch-async":
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 FIELDS = ["struct_size", "allocations", "frees", "bytes_allocated", "resolved_via_dlsym",
-          "resolved_via_getproc", "calls_via_export"]
+          "resolved_via_getproc", "calls_via_export", "pool_allocations", "driver_allocations",
+          "pool_held_bytes", "pool_live_bytes", "pool_peak_held_bytes", "pool_peak_live_bytes"]
 
 class Stats(ctypes.Structure):
     _fields_ = [(f, ctypes.c_ulonglong) for f in FIELDS]
@@ -28,7 +29,8 @@ def probe():
         break
     print(f"UVMPOOL_PROBE program={mode} loaded={loaded} allocations={s.allocations} frees={s.frees} "
           f"bytes={s.bytes_allocated} getproc={s.resolved_via_getproc} dlsym={s.resolved_via_dlsym} "
-          f"export={s.calls_via_export}", flush=True)
+          f"export={s.calls_via_export} pool={s.pool_allocations} driver={s.driver_allocations} "
+          f"peak_held={s.pool_peak_held_bytes} peak_live={s.pool_peak_live_bytes}", flush=True)
 
 if mode.startswith("torch"):
     import torch

@@ -16,7 +16,9 @@ inline void uvmpool_probe_print(const char* program) {
   uvmpool_stats s{};
   s.struct_size = sizeof s;
   const int loaded = f != nullptr && reinterpret_cast<int (*)(uvmpool_stats*)>(f)(&s) == 0;
-  std::printf("UVMPOOL_PROBE program=%s loaded=%d allocations=%llu frees=%llu bytes=%llu getproc=%llu dlsym=%llu export=%llu\n",
+  std::printf("UVMPOOL_PROBE program=%s loaded=%d allocations=%llu frees=%llu bytes=%llu getproc=%llu dlsym=%llu export=%llu "
+              "pool=%llu driver=%llu peak_held=%llu peak_live=%llu\n",
               program, loaded, s.allocations, s.frees, s.bytes_allocated, s.resolved_via_getproc,
-              s.resolved_via_dlsym, s.calls_via_export);
+              s.resolved_via_dlsym, s.calls_via_export, s.pool_allocations, s.driver_allocations,
+              s.pool_peak_held_bytes, s.pool_peak_live_bytes);
 }
