@@ -1,10 +1,29 @@
 #!/usr/bin/env bash
 # Copies what the GPU suite needs from a build made here into .carry/build (stripped, a few MiB), to
-# be carried to a GPU machine: bin/, lib/, dropin/ and the GPU test sources.
+# be carried to a GPU machine: bin/, lib/, dropin/ and the GPU test sources. The benchmarks in bin/
+# need Google Benchmark's shared library, which the GPU machine lacks: it goes into lib/, where their
+# RUNPATH ($ORIGIN/../lib) finds it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 rm -rf .carry/build && mkdir -p .carry/build
 cp -a "$build/bin" "$build/lib" "$build/dropin" .carry/build/
+benches=(.carry/build/bin/uvmpool-bench-*)
+if [ -e "${benches[0]}" ]; then
+  # The library the build linked them with, by its soname (libbenchmark.so.1debian on Debian).
+  lib=$(ldd "${benches[0]}" | awk '/libbenchmark/ { print $3; exit }')
+  [ -n "$lib" ] && [ -f "$lib" ] || { echo "gpu-pack: cannot find the benchmarks' libbenchmark" >&2; exit 1; }
+  cp -L "$lib" .carry/build/lib/
+fi
 find .carry/build -type f -perm -u+x -exec strip --strip-debug {} + 2>/dev/null || true
+strip --strip-debug .carry/build/lib/libbenchmark* 2>/dev/null || true
+for b in "${benches[@]}"; do
+  [ -e "$b" ] || continue
+  # Each must find libbenchmark in the carried lib/, not in this machine's system folders.
+  found=$(env -u LD_LIBRARY_PATH ldd "$b" | awk '/libbenchmark/ { print $3 }')
+  case "$found" in
+    "$PWD/.carry/build/lib/"* | "$PWD/.carry/build/bin/../lib/"*) ;;
+    *) echo "gpu-pack: $b finds libbenchmark at '$found', not in .carry/build/lib" >&2; exit 1 ;;
+  esac
+done
 du -sh .carry/build

@@ -61,7 +61,9 @@ class PoolBackend final : public Backend {
   }
   CUresult address_range(CUdeviceptr* base, std::size_t* size, CUdeviceptr ptr) override {
     const auto info = pool_.find(ptr);
-    if (!info) return driver_.address_range(base, size, ptr);
+    // Pool address space outside a live allocation is, to the program, memory nobody allocated:
+    // the driver would describe the chunk mapped there, so the pool answers as for unknown memory.
+    if (!info) return pool_.in_pool_space(ptr) ? CUDA_ERROR_NOT_FOUND : driver_.address_range(base, size, ptr);
     if (base != nullptr) *base = info->base;
     if (size != nullptr) *size = info->size;
     return CUDA_SUCCESS;

@@ -159,12 +159,12 @@ void DevicePool::release_free_chunks(std::size_t keep) {
   released_.fetch_add(n, std::memory_order_relaxed);
 }
 
-void DevicePool::release_idle() {
+void DevicePool::release_idle(bool keep_chunks) {
   collect_pending(false);
   std::lock_guard lock(mu_);
   evict_cached(SIZE_MAX);
   evict_empty_slabs();
-  release_free_chunks(0);
+  if (!keep_chunks) release_free_chunks(0);
 }
 
 CUresult DevicePool::admit_external(std::size_t bytes) {
@@ -195,9 +195,13 @@ CUresult DevicePool::memory_info(std::size_t* free_bytes, std::size_t* total_byt
   const std::uint64_t in_use = held > idle ? held - idle : 0;
   const std::uint64_t used = dtotal - dfree;
   const std::uint64_t others = used > held ? used - held : 0;
-  // Idle pool memory is reusable, so it counts as free; what others use counts against the budget.
+  // Idle pool memory is reusable, so it counts as free; what others use counts against the budget;
+  // the headroom is never the pool's to give. In whole chunks, so that allocating all of what this
+  // answers succeeds.
   std::uint64_t left = budget_ > others + in_use ? budget_ - others - in_use : 0;
-  left = std::min<std::uint64_t>(left, dfree + idle);
+  const std::uint64_t growable = dfree > config_.headroom ? dfree - config_.headroom : 0;
+  left = std::min<std::uint64_t>(left, growable + idle);
+  left -= left % chunk_;
   if (free_bytes != nullptr) *free_bytes = left;
   if (total_bytes != nullptr) *total_bytes = budget_;
   return CUDA_SUCCESS;

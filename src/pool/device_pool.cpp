@@ -76,6 +76,7 @@ std::optional<AllocationInfo> DevicePool::describe(Entry entry, CUdeviceptr p) {
     if (slot >= s->slots || ((s->live[slot / 64] >> (slot % 64)) & 1) == 0 || s->info[slot].pending) return std::nullopt;
     const SlotInfo& si = s->info[slot];
     info.base = s->base + slot * s->slot_size;
+    if (p - info.base >= si.size) return std::nullopt;  // past the allocation, in its slot's rounding
     info.size = si.size;
     info.context = si.context;
     info.buffer_id = si.buffer_id;
@@ -85,6 +86,7 @@ std::optional<AllocationInfo> DevicePool::describe(Entry entry, CUdeviceptr p) {
   if (b->state.load(std::memory_order_acquire) != kLive) return std::nullopt;
   info.base = b->base;
   info.size = b->size.load(std::memory_order_relaxed);
+  if (p - info.base >= info.size) return std::nullopt;  // past the allocation, in its last chunk's rounding
   info.context = b->context.load(std::memory_order_relaxed);
   info.buffer_id = b->buffer_id.load(std::memory_order_relaxed);
   return info;

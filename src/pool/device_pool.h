@@ -111,7 +111,7 @@ class DevicePool {
 
   CUresult memory_info(std::size_t* free_bytes, std::size_t* total_bytes);
   CUresult admit_external(std::size_t bytes);
-  void release_idle();
+  void release_idle(bool keep_chunks);
   DeviceStats stats() const;
   void abandon() { abandoned_ = true; }
 

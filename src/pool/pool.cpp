@@ -52,6 +52,7 @@ Pool::Pool(const driver::Table& driver, PoolConfig config)
     : driver_(driver), config_(config), devices_(std::make_unique<Devices>()) {}
 
 Pool::~Pool() {
+  if (!devices_) return;  // abandoned after fork: nothing of it may be touched
   for (auto& slot : devices_->pools) delete slot.load();
 }
 
@@ -186,6 +187,8 @@ std::optional<AllocationInfo> Pool::find(CUdeviceptr p) const {
   return owner->describe(e, p);
 }
 
+bool Pool::in_pool_space(CUdeviceptr p) const { return devices_->map.contains(p); }
+
 CUresult Pool::memory_info(std::size_t* free_bytes, std::size_t* total_bytes) {
   int device = -1;
   CUcontext ctx = nullptr;
@@ -200,9 +203,9 @@ CUresult Pool::admit_external(int device, std::size_t bytes) {
   return p == nullptr ? CUDA_SUCCESS : p->admit_external(bytes);
 }
 
-void Pool::release_idle() {
+void Pool::release_idle(bool keep_chunks) {
   for (auto& slot : devices_->pools) {
-    if (DevicePool* p = slot.load(std::memory_order_acquire)) p->release_idle();
+    if (DevicePool* p = slot.load(std::memory_order_acquire)) p->release_idle(keep_chunks);
   }
 }
 

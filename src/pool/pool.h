@@ -93,6 +93,8 @@ class Pool {
 
   // The live allocation containing `p` (interior pointers included), if the pool made it.
   std::optional<AllocationInfo> find(CUdeviceptr p) const;
+  // Whether p lies in address space the pool reserved (allocated or not).
+  bool in_pool_space(CUdeviceptr p) const;
 
   // cuMemGetInfo for the current context's device: total = the budget, free = what is left of it.
   CUresult memory_info(std::size_t* free_bytes, std::size_t* total_bytes);
@@ -101,8 +103,9 @@ class Pool {
   // idle chunks if that makes room; OUT_OF_MEMORY if the budget cannot take `bytes` more.
   CUresult admit_external(int device, std::size_t bytes);
 
-  // Gives idle memory (free chunks, cached mappings, empty slabs) of every device back to the driver.
-  void release_idle();
+  // Gives idle memory (free chunks, cached mappings, empty slabs) of every device back to the driver;
+  // with `keep_chunks`, only takes the cached mappings and empty slabs apart, keeping their chunks.
+  void release_idle(bool keep_chunks = false);
 
   DeviceStats stats(int device) const;
   int device_count() const;

@@ -37,6 +37,9 @@ void print_uvmpool_report() {
               "(%llu calls through its exported symbols, %llu hooks via cuGetProcAddress, %llu via dlsym)\n",
               version(), s.allocations, static_cast<double>(s.bytes_allocated) / (1 << 20), s.frees,
               s.calls_via_export, s.resolved_via_getproc, s.resolved_via_dlsym);
+  std::printf("the pool served %llu of them (%llu went to the driver); it held at most %.0f MiB for %.0f MiB live\n",
+              s.pool_allocations, s.driver_allocations, static_cast<double>(s.pool_peak_held_bytes) / (1 << 20),
+              static_cast<double>(s.pool_peak_live_bytes) / (1 << 20));
 }
 
 }  // namespace

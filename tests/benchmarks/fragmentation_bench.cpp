@@ -1,0 +1,169 @@
+// uvmpool-bench-fragmentation: replays one allocation trace shaped like transformer training with
+// a varying sequence length (trace.cpp) through the pool and through a first-fit caching allocator
+// of the cudaMalloc kind (caching_allocator.h), one after the other in the same process, and reports
+// peak reserved / peak live bytes for each. For the pool, reserved is the most chunks it ever held
+// times the chunk size (DeviceStats::peak_held_bytes). Target for the pool: at most 1.05.
+// Sizes, not times, are the point: the ratios mean the same on the simulated driver as on a GPU.
+// Google Benchmark times each replay (one iteration each); the ratios come from the counters.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "bench_common.h"
+#include "caching_allocator.h"
+#include "pool/pool.h"
+#include "trace.h"
+
+using namespace uvmpool;
+using namespace uvmpool::bench;
+
+namespace {
+
+constexpr double kTargetRatio = 1.05;
+
+struct Replay {
+  bool ran = false;
+  bool ok = true;
+  std::string failure;
+  double seconds = 0;
+};
+
+// Runs the trace's events through allocate/deallocate; leftovers (weights, optimizer state) are
+// freed afterwards, untimed.
+template <typename Allocate, typename Deallocate>
+Replay replay(const Trace& trace, Allocate&& allocate, Deallocate&& deallocate) {
+  Replay r;
+  r.ran = true;
+  std::vector<CUdeviceptr> ptrs(trace.allocations, 0);
+  const auto start = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < trace.events.size(); ++i) {
+    const TraceEvent& e = trace.events[i];
+    if (!e.alloc) {
+      deallocate(ptrs[e.id]);
+      ptrs[e.id] = 0;
+    } else if (CUresult status = allocate(&ptrs[e.id], e.bytes); status != CUDA_SUCCESS) {
+      r.ok = false;
+      r.failure = "allocation of " + format_size(e.bytes) + " failed (error " + std::to_string(status) +
+                  ") at event " + std::to_string(i);
+      break;
+    }
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (CUdeviceptr p : ptrs)
+    if (p != 0) deallocate(p);
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options("uvmpool-bench-fragmentation",
+                  "peak reserved / peak live over a transformer-training trace, pool vs a caching allocator");
+  options.add("scale", "1", "multiplies layers and batch (1: 3.8 GiB live at peak; 4: 28 GiB, for a GPU)");
+  options.add("layers", "0", "decoder layers (0: 8 * scale)");
+  options.add("batch", "0", "sequences per step (0: 8 * scale)");
+  options.add("hidden", "1024", "model width");
+  options.add("heads", "16", "attention heads");
+  options.add("vocab", "32000", "vocabulary size");
+  options.add("seq-min", "64", "shortest sequence length");
+  options.add("seq-max", "512", "longest sequence length");
+  options.add("steps", "30", "training steps");
+  options.add("seed", "1", "seed of the sequence lengths");
+  options.add("device", "0", "device ordinal");
+  options.parse(&argc, argv);
+  // The simulated driver's devices have 8 GiB by default; give the caching allocator room to show
+  // its overhead. Only the simulator reads this (its memory is never touched, so it costs nothing).
+  setenv("UVMPOOL_SIM_DEVICE_MEMORY", "64G", 0);
+
+  const int scale = static_cast<int>(options.integer("scale"));
+  ModelShape shape;
+  shape.layers = options.integer("layers") > 0 ? static_cast<int>(options.integer("layers")) : 8 * scale;
+  shape.batch = options.integer("batch") > 0 ? static_cast<int>(options.integer("batch")) : 8 * scale;
+  shape.hidden = static_cast<int>(options.integer("hidden"));
+  shape.heads = static_cast<int>(options.integer("heads"));
+  shape.vocab = static_cast<int>(options.integer("vocab"));
+  shape.seq_min = static_cast<int>(options.integer("seq-min"));
+  shape.seq_max = static_cast<int>(options.integer("seq-max"));
+  shape.steps = static_cast<int>(options.integer("steps"));
+  shape.seed = static_cast<std::uint64_t>(options.integer("seed"));
+  const Trace trace = transformer_trace(shape);
+
+  const Device device = open_device(static_cast<int>(options.integer("device")));
+  print_header("uvmpool-bench-fragmentation", device);
+  std::printf("trace: %d layers, hidden %d, batch %d, sequence %d..%d, %d steps, seed %llu: %zu events, "
+              "%u allocations, %s allocated in all, peak live %s\n",
+              shape.layers, shape.hidden, shape.batch, shape.seq_min, shape.seq_max, shape.steps,
+              static_cast<unsigned long long>(shape.seed), trace.events.size(), trace.allocations,
+              format_size(trace.allocated).c_str(), format_size(trace.peak_live).c_str());
+  std::fflush(stdout);
+
+  // Each replay is one Google Benchmark iteration timed by the replay itself; the caching allocator
+  // goes first and gives its segments back to the driver before the pool starts.
+  std::uint64_t cache_peak = 0, cache_segments = 0, cache_oom = 0;
+  Replay cached, pooled;
+  pool::DeviceStats stats;
+  benchmark::RegisterBenchmark("replay/caching_allocator", [&](benchmark::State& state) {
+    for (auto _ : state) {
+      CachingAllocator allocator(drv());
+      cached = replay(
+          trace, [&](CUdeviceptr* p, std::size_t n) { return allocator.allocate(p, n); },
+          [&](CUdeviceptr p) { allocator.deallocate(p); });
+      cache_peak = allocator.peak_reserved();
+      cache_segments = allocator.segments();
+      cache_oom = allocator.retries_after_oom();
+      state.SetIterationTime(cached.seconds);
+      if (!cached.ok) state.SkipWithError(cached.failure.c_str());
+    }
+  })->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("replay/pool", [&](benchmark::State& state) {
+    for (auto _ : state) {
+      pool::Pool pool(drv(), pool::PoolConfig{});
+      CUresult ignored = CUDA_SUCCESS;
+      pooled = replay(
+          trace, [&](CUdeviceptr* p, std::size_t n) { return pool.allocate(p, n); },
+          [&](CUdeviceptr p) { pool.deallocate(p, &ignored); });
+      stats = pool.stats(device.device);
+      state.SetIterationTime(pooled.seconds);
+      if (!pooled.ok) state.SkipWithError(pooled.failure.c_str());
+    }
+  })->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
+  Recorder recorder;
+  benchmark::RunSpecifiedBenchmarks(&recorder);
+  if (!cached.ran || !pooled.ran) {
+    std::printf("both replays must run (check --benchmark_filter)\n");
+    return 2;
+  }
+
+  const double live = static_cast<double>(trace.peak_live);
+  const double pool_ratio = static_cast<double>(stats.peak_held_bytes) / live;
+  const double cache_ratio = static_cast<double>(cache_peak) / live;
+  Figures figures("peak reserved / peak live (" + format_size(trace.peak_live) + " live at peak)");
+  if (pooled.ok)
+    figures.row("pool (" + format_size(stats.peak_held_bytes) + " held at peak)", fixed(pool_ratio, 3), "<= 1.05");
+  else
+    figures.row("pool: " + pooled.failure, "failed", "<= 1.05");
+  if (cached.ok)
+    figures.row("caching allocator (" + format_size(cache_peak) + " in " + std::to_string(cache_segments) +
+                    " segments)", fixed(cache_ratio, 3));
+  else
+    figures.row("caching allocator: " + cached.failure, "failed");
+  figures.row("replay time, pool", format_seconds(pooled.seconds));
+  figures.row("replay time, caching allocator", format_seconds(cached.seconds));
+  figures.note("pool: " + std::to_string(stats.chunks_created) + " chunks created, " +
+               std::to_string(stats.stitched_maps) + " mappings built, " + std::to_string(stats.cache_hits) +
+               " cache hits, " + std::to_string(stats.mappings_broken) + " mappings broken, peak live by its count " +
+               format_size(stats.peak_live_bytes));
+  if (cache_oom > 0)
+    figures.note("caching allocator hit out-of-memory " + std::to_string(cache_oom) +
+                 " times and emptied its cache: its peak is capped by the device");
+  if (device.simulated) figures.note("simulated driver: the ratios hold on a GPU, the replay times do not");
+  figures.print();
+  summary_line("fragmentation", pooled.ok && cached.ok
+                                    ? "pool " + fixed(pool_ratio, 3) + " (target <= 1.05)" +
+                                          (pool_ratio <= kTargetRatio ? "" : " ABOVE TARGET") +
+                                          ", caching allocator " + fixed(cache_ratio, 3) + ", peak live " +
+                                          format_size(trace.peak_live)
+                                    : "FAILED: " + (pooled.ok ? cached.failure : pooled.failure));
+  return pooled.ok && cached.ok ? 0 : 1;
+}

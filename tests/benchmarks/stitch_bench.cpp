@@ -1,0 +1,174 @@
+// uvmpool-bench-stitch: one cold 1 GiB allocation stitched from free chunks scattered over the pool.
+// Each repetition builds a fresh pool, fills it with chunk-sized allocations, frees every other one,
+// and times the next 1 GiB allocation. The pool takes idle chunks before it creates any, so that
+// allocation is built from the scattered chunks; the pool's counters for the timed call are printed
+// to show it. Target: median at most 1.5 ms (GMLake reported about 40 ms for 954 MB).
+//
+// The freed chunk-sized allocations stay in the pool's mapping cache as 1-chunk mappings. Two
+// variants are timed:
+// - "free": first Pool::release_idle(keep_chunks = true) takes the cached mappings apart, keeping
+//   their chunks, so the timed call only stitches scattered free chunks: the figure the target is about.
+// - "cached": as is. The timed call also takes the 1-chunk mappings apart (a cuMemUnmap each).
+// References: the same allocation from an empty pool (chunks created on the spot), and cuMemAlloc.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "bench_common.h"
+#include "pool/pool.h"
+
+using namespace uvmpool;
+using namespace uvmpool::bench;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr double kTargetSeconds = 1.5e-3;
+
+struct Setup {
+  std::uint64_t bytes = 0;  // the timed allocation
+  std::uint64_t chunk = 0;
+  std::uint64_t fill_chunks = 0;  // chunk-sized allocations made before; every other one is freed
+  int device = 0;
+};
+Setup g;
+
+struct Counters {  // the pool's counters across the timed call, last repetition
+  std::uint64_t broken = 0, built = 0, created = 0, hits = 0;
+};
+Counters g_cached, g_free;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void scattered(benchmark::State& state, bool evict_first, Counters* counters) {
+  for (auto _ : state) {
+    auto pool = std::make_unique<pool::Pool>(drv(), pool::PoolConfig{});
+    std::vector<CUdeviceptr> fill(g.fill_chunks, 0);
+    CUresult result = CUDA_SUCCESS;
+    for (CUdeviceptr& p : fill)
+      if (pool->allocate(&p, g.chunk) != CUDA_SUCCESS) return state.SkipWithError("filling the pool failed");
+    for (std::size_t i = 0; i < fill.size(); i += 2) pool->deallocate(fill[i], &result), fill[i] = 0;
+    if (evict_first) {
+      pool->release_idle(/*keep_chunks=*/true);
+      const pool::DeviceStats s = pool->stats(g.device);
+      if (s.chunks_cached != 0 || s.chunks_free * g.chunk < g.bytes)
+        return state.SkipWithError("release_idle(keep_chunks) did not turn cached mappings into free chunks");
+    }
+
+    const pool::DeviceStats before = pool->stats(g.device);
+    CUdeviceptr big = 0;
+    const Clock::time_point start = Clock::now();
+    const CUresult status = pool->allocate(&big, g.bytes);
+    const double elapsed = seconds_since(start);
+    if (status != CUDA_SUCCESS) return state.SkipWithError("the stitched allocation failed");
+    const pool::DeviceStats after = pool->stats(g.device);
+    *counters = {after.mappings_broken - before.mappings_broken, after.stitched_maps - before.stitched_maps,
+                 after.chunks_created - before.chunks_created, after.cache_hits - before.cache_hits};
+    state.SetIterationTime(elapsed);
+
+    pool->deallocate(big, &result);
+    for (CUdeviceptr p : fill)
+      if (p != 0) pool->deallocate(p, &result);
+  }
+}
+
+void empty_pool(benchmark::State& state) {
+  for (auto _ : state) {
+    pool::Pool pool(drv(), pool::PoolConfig{});
+    CUdeviceptr big = 0;
+    CUresult result = CUDA_SUCCESS;
+    const Clock::time_point start = Clock::now();
+    const CUresult status = pool.allocate(&big, g.bytes);
+    const double elapsed = seconds_since(start);
+    if (status != CUDA_SUCCESS) return state.SkipWithError("Pool::allocate failed");
+    state.SetIterationTime(elapsed);
+    pool.deallocate(big, &result);
+  }
+}
+
+void native(benchmark::State& state) {
+  for (auto _ : state) {
+    CUdeviceptr p = 0;
+    const Clock::time_point start = Clock::now();
+    const CUresult status = drv().cuMemAlloc_v2(&p, g.bytes);
+    const double elapsed = seconds_since(start);
+    if (status != CUDA_SUCCESS) return state.SkipWithError("cuMemAlloc failed");
+    state.SetIterationTime(elapsed);
+    drv().cuMemFree_v2(p);
+  }
+}
+
+std::string counters_text(const Counters& c) {
+  return std::to_string(c.broken) + " cached mappings taken apart, " + std::to_string(c.built) +
+         " mapping(s) built, " + std::to_string(c.created) + " chunks created, " + std::to_string(c.hits) +
+         " cache hits";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // The "free" variant's deliberate out-of-memory would log a warning each repetition.
+  setenv("UVMPOOL_LOG_LEVEL", "error", 0);
+  Options options("uvmpool-bench-stitch", "cold stitched allocation from scattered free chunks");
+  options.add("size", "1G", "the timed allocation");
+  options.add("fill-chunks", "0", "chunk-sized allocations made first (0: twice the chunks of --size)");
+  options.add("reps", "7", "repetitions (each a fresh pool); the median is reported");
+  options.add("device", "0", "device ordinal");
+  options.parse(&argc, argv);
+
+  const Device device = open_device(static_cast<int>(options.integer("device")));
+  print_header("uvmpool-bench-stitch", device);
+  g.device = device.device;
+  g.chunk = device.granularity;
+  g.bytes = options.size("size");
+  const std::uint64_t needed = (g.bytes + g.chunk - 1) / g.chunk;
+  g.fill_chunks = options.integer("fill-chunks") > 0 ? options.integer("fill-chunks") : 2 * needed;
+  if ((g.fill_chunks + 1) / 2 < needed) {
+    std::fprintf(stderr, "--fill-chunks=%llu frees too few chunks for --size\n",
+                 static_cast<unsigned long long>(g.fill_chunks));
+    return 2;
+  }
+  const int reps = static_cast<int>(options.integer("reps"));
+
+  // One iteration per repetition: each is a cold allocation in a fresh pool, timed by hand.
+  auto add = [&](const char* name, auto&& fn, auto&&... args) {
+    benchmark::RegisterBenchmark(name, fn, args...)
+        ->UseManualTime()
+        ->Iterations(1)
+        ->Repetitions(reps)
+        ->ReportAggregatesOnly(true)
+        ->Unit(benchmark::kMillisecond);
+  };
+  add("scattered_free", scattered, true, &g_free);
+  add("scattered_cached", scattered, false, &g_cached);
+  add("empty_pool", empty_pool);
+  add("native", native);
+  Recorder recorder;
+  benchmark::RunSpecifiedBenchmarks(&recorder);
+
+  const double free_chunks = recorder.seconds("scattered_free");
+  const double cached = recorder.seconds("scattered_cached");
+  const double empty = recorder.seconds("empty_pool");
+  const double driver_alloc = recorder.seconds("native");
+  const std::string scattered_chunks = std::to_string((g.fill_chunks + 1) / 2) + " scattered ";
+  Figures figures("cold " + format_size(g.bytes) + " allocation, median of " + std::to_string(reps));
+  figures.row("from " + scattered_chunks + "free chunks", format_seconds(free_chunks), "<= 1.5 ms");
+  figures.row("from " + scattered_chunks + "cached 1-chunk mappings", format_seconds(cached), "<= 1.5 ms");
+  figures.row("from an empty pool (chunks created)", format_seconds(empty));
+  figures.row("driver cuMemAlloc (baseline)", format_seconds(driver_alloc));
+  if (free_chunks > 0 && driver_alloc > 0)
+    figures.row("free chunks / cuMemAlloc", fixed(free_chunks / driver_alloc, 1) + "x");
+  figures.note("timed call, free chunks: " + counters_text(g_free));
+  figures.note("timed call, cached mappings: " + counters_text(g_cached));
+  if (device.simulated) figures.note("simulated driver: these times say nothing about a GPU");
+  figures.print();
+  summary_line("stitch", format_size(g.bytes) + " from free chunks " + format_seconds(free_chunks) +
+                             " (target <= 1.5 ms)" +
+                             (free_chunks > 0 && free_chunks <= kTargetSeconds ? "" : " ABOVE TARGET") +
+                             ", from cached 1-chunk mappings " + format_seconds(cached));
+  return 0;
+}

@@ -1,0 +1,136 @@
+// Two simulated devices (UVMPOOL_SIM_DEVICES=2): allocations belong to the device of the context
+// current when they were made, whatever context is current when they are freed (FACTS.md: "record
+// the device on each allocation; do not assume the current context at free time").
+#include "pool_test.h"
+
+namespace pooltest {
+namespace {
+
+class MultiDevice : public PoolTest {
+ protected:
+  void SetUp() override {
+    PoolTest::SetUp();
+    if (HasFatalFailure()) return;
+    ASSERT_EQ(device_count(), 2) << "run under UVMPOOL_SIM_DEVICES=2 (as CTest does)";
+  }
+  void use(int device) { ASSERT_CU(drv().cuCtxSetCurrent(context(device))); }
+
+  // The device whose memory backs p, as the driver sees it.
+  int physical_device(CUdeviceptr p) {
+    CUmemGenericAllocationHandle h = 0;
+    if (drv().cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(p)) != CUDA_SUCCESS) return -1;
+    CUmemAllocationProp prop{};
+    const CUresult r = drv().cuMemGetAllocationPropertiesFromHandle(&prop, h);
+    drv().cuMemRelease(h);
+    return r == CUDA_SUCCESS && prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop.location.id : -1;
+  }
+};
+
+TEST_F(MultiDevice, AllocationsRecordTheDeviceAndContextCurrentWhenMade) {
+  auto pool = make_pool();
+  std::vector<std::pair<CUdeviceptr, int>> made;
+  for (int device : {0, 1}) {
+    use(device);
+    for (std::size_t bytes : {std::size_t{256}, std::size_t{70000}, 3 * gran + 1}) {
+      CUdeviceptr p = must_allocate(*pool, bytes);
+      ASSERT_NE(p, 0u);
+      auto info = pool->find(p);
+      ASSERT_TRUE(info.has_value());
+      EXPECT_EQ(info->device, device) << bytes << " bytes";
+      EXPECT_EQ(info->context, context(device)) << bytes << " bytes";
+      EXPECT_EQ(physical_device(p), device) << bytes << " bytes: the memory itself is on the other device";
+      fill(p, bytes, device * 10 + bytes);
+      made.push_back({p, device});
+    }
+  }
+  EXPECT_EQ(pool->stats(0).live_allocations, 3u);
+  EXPECT_EQ(pool->stats(1).live_allocations, 3u);
+  // find answers the same whatever context is current.
+  use(0);
+  for (auto [p, device] : made) EXPECT_EQ(pool->find(p).value().device, device);
+  for (auto [p, device] : made) must_free(*pool, p);
+  EXPECT_EQ(pool->stats(0).live_allocations, 0u);
+  EXPECT_EQ(pool->stats(1).live_allocations, 0u);
+}
+
+TEST_F(MultiDevice, FreeingUnderTheOtherDevicesContextWorks) {
+  auto pool = make_pool();
+  for (int device : {0, 1}) {
+    SCOPED_TRACE("allocated on device " + std::to_string(device));
+    use(device);
+    std::vector<Block> blocks;
+    for (std::size_t bytes : {std::size_t{512}, 2 * gran}) {
+      CUdeviceptr p = must_allocate(*pool, bytes);
+      fill(p, bytes, bytes);
+      blocks.push_back({p, bytes, bytes});
+    }
+    use(1 - device);
+    for (const Block& b : blocks) {
+      EXPECT_TRUE(holds(b.p, b.bytes, b.seed));
+      must_free(*pool, b.p);
+    }
+    EXPECT_EQ(pool->stats(device).live_allocations, 0u);
+    EXPECT_EQ(pool->stats(device).live_bytes, 0u);
+    // The freed memory went back to its own device's pool: reused there.
+    use(device);
+    const unsigned long long vmm = vmm_build_calls();
+    CUdeviceptr p = must_allocate(*pool, 2 * gran);
+    EXPECT_EQ(vmm_build_calls(), vmm) << "the freed mapping was not cached by its own device";
+    EXPECT_EQ(pool->find(p).value().device, device);
+    must_free(*pool, p);
+  }
+}
+
+TEST_F(MultiDevice, AsyncFreeOnAnotherDevicesStreamWorks) {
+  auto pool = make_pool();
+  use(1);
+  CUdeviceptr p = must_allocate(*pool, 3 * gran);
+  use(0);
+  CUstream s0 = nullptr;
+  ASSERT_CU(drv().cuStreamCreate(&s0, CU_STREAM_NON_BLOCKING));
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  EXPECT_EQ(pool->deallocate_async(p, s0, &r), Ownership::Ours);
+  EXPECT_CU(r);
+  EXPECT_EQ(pool->stats(1).live_allocations, 0u);
+  EXPECT_CU(drv().cuStreamDestroy_v2(s0));
+}
+
+TEST_F(MultiDevice, EachDeviceHasItsOwnBudgetAndMemoryInfo) {
+  auto pool = make_pool(limited_config(64 * kMiB));
+  std::vector<std::pair<CUdeviceptr, int>> made;
+  for (int device : {0, 1}) {
+    use(device);
+    // Each context takes a little of its device (2 MiB in the simulator): not the pool's.
+    const std::size_t others = driver_total() - driver_free();
+    std::size_t count = 0;
+    for (CUdeviceptr p = 0; pool->allocate(&p, 8 * kMiB) == CUDA_SUCCESS; ++count) made.push_back({p, device});
+    EXPECT_EQ(count, (64 * kMiB - others) / (8 * kMiB)) << "device " << device;
+    std::size_t free = 1, tot = 0;
+    ASSERT_CU(pool->memory_info(&free, &tot));
+    EXPECT_EQ(tot, 64 * kMiB);
+    EXPECT_LT(free, 8 * kMiB);
+  }
+  EXPECT_EQ(pool->stats(0).budget, 64 * kMiB);
+  EXPECT_EQ(pool->stats(1).budget, 64 * kMiB);
+  EXPECT_EQ(pool->device_count(), 2);
+  for (auto [p, device] : made) must_free(*pool, p);
+  pool->release_idle();
+  for (int device : {0, 1}) {
+    use(device);
+    EXPECT_EQ(pool->stats(device).chunks_held, 0u);
+    EXPECT_LE(driver_total() - driver_free(), 4 * kMiB) << "device " << device << ": the pool's chunks were not released";
+  }
+}
+
+TEST_F(MultiDevice, AdmitExternalChargesTheNamedDevice) {
+  auto pool = make_pool(limited_config(64 * kMiB));
+  use(1);
+  CUdeviceptr p = must_allocate(*pool, 48 * kMiB);
+  use(0);
+  EXPECT_CU(pool->admit_external(0, 48 * kMiB)) << " (device 0 is empty)";
+  EXPECT_CU_EQ(CUDA_ERROR_OUT_OF_MEMORY, pool->admit_external(1, 32 * kMiB)) << " (device 1 holds 48 MiB)";
+  must_free(*pool, p);
+}
+
+}  // namespace
+}  // namespace pooltest

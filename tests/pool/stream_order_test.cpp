@@ -1,0 +1,192 @@
+// Stream-ordered reuse (pool.h: "memory freed on a stream is reused at once on that stream, on
+// others only once the freeing stream's work has completed"). The simulator holds a stream's work
+// back on request (uvmpool_sim_hold_stream): while held, its events are NOT_READY; waiting for them
+// (cuStreamSynchronize, cuEventSynchronize, cuCtxSynchronize) completes them, as on a GPU.
+//
+// A pool may either pick other memory or wait for the freeing stream before reusing its memory
+// elsewhere; both are correct. What is checked: memory freed on a held stream is never handed to
+// another stream (or a synchronous allocation) unless the pool waited for it (a wait call was made).
+#include "pool_test.h"
+
+namespace pooltest {
+namespace {
+
+class StreamOrder : public PoolTest {
+ protected:
+  void SetUp() override {
+    PoolTest::SetUp();
+    if (HasFatalFailure()) return;
+    REQUIRE_SIM_CONTROL(hold_stream, "uvmpool_sim_hold_stream");
+    ASSERT_CU(drv().cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+    ASSERT_CU(drv().cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+  }
+  void TearDown() override {
+    for (CUstream s : {a, b})
+      if (s != nullptr) {
+        hold_stream(s, false);
+        drv().cuStreamDestroy_v2(s);
+      }
+    PoolTest::TearDown();
+  }
+
+  CUdeviceptr alloc_on(Pool& pool, std::size_t bytes, CUstream s) {
+    CUdeviceptr p = 0;
+    EXPECT_CU(pool.allocate_async(&p, bytes, s)) << " (" << bytes << " bytes)";
+    return p;
+  }
+  void free_on(Pool& pool, CUdeviceptr p, CUstream s) {
+    CUresult r = CUDA_ERROR_UNKNOWN;
+    EXPECT_EQ(pool.deallocate_async(p, s, &r), Ownership::Ours);
+    EXPECT_CU(r);
+  }
+
+  std::vector<std::size_t> sizes() const { return {256, 5000, 100000, gran, 3 * gran + 1}; }
+
+  CUstream a = nullptr;
+  CUstream b = nullptr;
+};
+
+TEST_F(StreamOrder, FreedOnAHeldStreamIsReusedAtOnceOnThatStream) {
+  for (std::size_t bytes : {gran, 3 * gran + 1}) {
+    SCOPED_TRACE(std::to_string(bytes) + " bytes");
+    auto pool = make_pool();
+    CUdeviceptr p = alloc_on(*pool, bytes, a);
+    hold_stream(a, true);
+    free_on(*pool, p, a);
+    const unsigned long long vmm = vmm_build_calls();
+    const unsigned long long waits = wait_calls();
+    CUdeviceptr q = alloc_on(*pool, bytes, a);
+    EXPECT_EQ(q, p) << "the same stream may reuse its own freed memory at once";
+    EXPECT_EQ(vmm_build_calls(), vmm) << "reuse on the same stream needs no new mapping";
+    EXPECT_EQ(wait_calls(), waits) << "reuse on the same stream needs no wait";
+    hold_stream(a, false);
+    free_on(*pool, q, a);
+  }
+}
+
+TEST_F(StreamOrder, FreedOnAHeldStreamIsNotReusedOnAnotherStream) {
+  for (std::size_t bytes : sizes()) {
+    SCOPED_TRACE(std::to_string(bytes) + " bytes");
+    auto pool = make_pool();
+    CUdeviceptr p = alloc_on(*pool, bytes, a);
+    hold_stream(a, true);
+    free_on(*pool, p, a);
+    const unsigned long long waits = wait_calls();
+    std::vector<Block> got;
+    for (int i = 0; i < 20; ++i) {
+      CUdeviceptr q = alloc_on(*pool, bytes, b);
+      got.push_back({q, bytes});
+      if (!disjoint({{p, bytes}, {q, bytes}})) {
+        EXPECT_GT(wait_calls(), waits) << "memory freed on held stream A was handed to stream B (allocation " << i
+                                       << ") without waiting for A";
+        break;
+      }
+    }
+    hold_stream(a, false);
+    for (const Block& x : got) free_on(*pool, x.p, b);
+  }
+}
+
+TEST_F(StreamOrder, FreedOnAHeldStreamIsNotReusedByASynchronousAllocation) {
+  for (std::size_t bytes : sizes()) {
+    SCOPED_TRACE(std::to_string(bytes) + " bytes");
+    auto pool = make_pool();
+    CUdeviceptr p = alloc_on(*pool, bytes, a);
+    hold_stream(a, true);
+    free_on(*pool, p, a);
+    const unsigned long long waits = wait_calls();
+    std::vector<CUdeviceptr> got;
+    for (int i = 0; i < 20; ++i) {
+      CUdeviceptr q = must_allocate(*pool, bytes);
+      got.push_back(q);
+      if (!disjoint({{p, bytes}, {q, bytes}})) {
+        EXPECT_GT(wait_calls(), waits) << "memory freed on held stream A was handed to cuMemAlloc (allocation " << i
+                                       << ") without waiting for A";
+        break;
+      }
+    }
+    hold_stream(a, false);
+    for (CUdeviceptr q : got) must_free(*pool, q);
+  }
+}
+
+// How the freeing stream's work comes to an end.
+enum class Completion { HoldEnds, StreamSynchronize, CtxSynchronize };
+
+class StreamOrderCompletion : public StreamOrder, public ::testing::WithParamInterface<Completion> {
+ protected:
+  void complete(CUstream s) {
+    switch (GetParam()) {
+      case Completion::HoldEnds: hold_stream(s, false); break;
+      case Completion::StreamSynchronize: ASSERT_CU(drv().cuStreamSynchronize(s)); break;
+      case Completion::CtxSynchronize: ASSERT_CU(drv().cuCtxSynchronize()); break;
+    }
+  }
+};
+
+TEST_P(StreamOrderCompletion, FreedOnAStreamIsReusedOnAnotherOnceItsWorkCompleted) {
+  for (std::size_t bytes : {gran, 3 * gran + 1}) {
+    SCOPED_TRACE(std::to_string(bytes) + " bytes");
+    auto pool = make_pool();
+    CUdeviceptr p = alloc_on(*pool, bytes, a);
+    hold_stream(a, true);
+    free_on(*pool, p, a);
+    complete(a);
+    const unsigned long long vmm = vmm_build_calls();
+    CUdeviceptr q = alloc_on(*pool, bytes, b);
+    EXPECT_EQ(q, p) << "the completed free was not reused (a new mapping was built instead)";
+    EXPECT_EQ(vmm_build_calls(), vmm);
+    free_on(*pool, q, b);
+  }
+}
+
+TEST_P(StreamOrderCompletion, FreedOnAStreamIsReusedByASynchronousAllocationOnceItsWorkCompleted) {
+  for (std::size_t bytes : {gran, 3 * gran + 1}) {
+    SCOPED_TRACE(std::to_string(bytes) + " bytes");
+    auto pool = make_pool();
+    CUdeviceptr p = alloc_on(*pool, bytes, a);
+    hold_stream(a, true);
+    free_on(*pool, p, a);
+    complete(a);
+    const unsigned long long vmm = vmm_build_calls();
+    CUdeviceptr q = must_allocate(*pool, bytes);
+    EXPECT_EQ(q, p) << "the completed free was not reused (a new mapping was built instead)";
+    EXPECT_EQ(vmm_build_calls(), vmm);
+    must_free(*pool, q);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Pool, StreamOrderCompletion,
+                         ::testing::Values(Completion::HoldEnds, Completion::StreamSynchronize,
+                                           Completion::CtxSynchronize),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case Completion::HoldEnds: return std::string("HoldEnds");
+                             case Completion::StreamSynchronize: return std::string("StreamSynchronize");
+                             default: return std::string("CtxSynchronize");
+                           }
+                         });
+
+TEST_F(StreamOrder, SmallSlotsFreedOnAHeldStreamAreNotHandedToAnotherStream) {
+  auto pool = make_pool();
+  // Fill most of one slab's slots, free them all on held A, then take as many on B.
+  std::vector<CUdeviceptr> freed;
+  for (int i = 0; i < 500; ++i) freed.push_back(alloc_on(*pool, 512, a));
+  hold_stream(a, true);
+  for (CUdeviceptr p : freed) free_on(*pool, p, a);
+  const unsigned long long waits = wait_calls();
+  std::vector<Block> taken;
+  for (int i = 0; i < 500; ++i) {
+    const CUdeviceptr q = alloc_on(*pool, 512, b);
+    taken.push_back({q, 512});
+    if (wait_calls() != waits) break;  // the pool waited for A: from here on reuse is fine
+    for (CUdeviceptr p : freed)
+      ASSERT_TRUE(disjoint({{p, 512}, {q, 512}})) << "a slot freed on held stream A was handed to stream B "
+                                                     "(allocation " << i << ")";
+  }
+  hold_stream(a, false);
+  for (const Block& x : taken) free_on(*pool, x.p, b);
+}
+
+}  // namespace
+}  // namespace pooltest
