@@ -28,21 +28,6 @@ for t in uvmpool-fidelity-tests uvmpool-driver-tests; do
   row "$t" "$([ $status -eq 0 ] && echo pass || echo FAIL)" "$summary"
 done
 
-# 1b. The pool's own tests against the real driver. They were written for the simulator: tests that
-# need its controls (call counts, held streams, capture status) skip themselves; the rest check the
-# pool on a GPU. UVMPOOL_DRIVER_PATH must name the real driver (they default to the simulator).
-real_driver=$(ldconfig -p | awk '/libcuda.so.1 / { print $NF; exit }')
-[ -e /usr/local/nvidia/lib64/libcuda.so.1 ] && real_driver=/usr/local/nvidia/lib64/libcuda.so.1
-for t in uvmpool-pool-tests uvmpool-pool-budget-tests; do
-  echo "== $t (real driver $real_driver)"
-  # Tests that fill the whole device are left to the simulator: on a 141 GB GPU they take minutes.
-  UVMPOOL_DRIVER_PATH=$real_driver timeout 150 "$build/bin/$t" --gtest_brief=1 --gtest_filter=-*WholeDevice* \
-    >"$logs/$t.log" 2>&1; status=$?
-  tail -n 40 "$logs/$t.log"
-  summary=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$logs/$t.log" | tr '\n' ' ')
-  row "$t (GPU)" "$([ $status -eq 0 ] && echo pass || echo FAIL)" "${summary:-exit $status}"
-done
-
 # 2. Route programs and the demo, preloaded and as the drop-in driver.
 run_case() {  # name route command...
   local name=$1 route=$2; shift 2

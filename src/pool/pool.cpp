@@ -38,6 +38,7 @@ PoolConfig PoolConfig::from_options(const config::Options& o) {
   PoolConfig c;
   c.device_limit = o.device_limit;
   c.headroom = o.device_headroom.bytes;
+  c.chunk_size = o.chunk_size.bytes;
   return c;
 }
 

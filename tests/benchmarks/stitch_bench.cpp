@@ -46,7 +46,7 @@ double seconds_since(Clock::time_point start) {
 
 void scattered(benchmark::State& state, bool evict_first, Counters* counters) {
   for (auto _ : state) {
-    auto pool = std::make_unique<pool::Pool>(drv(), pool::PoolConfig{});
+    auto pool = std::make_unique<pool::Pool>(drv(), pool::PoolConfig::from_options(config::options()));
     std::vector<CUdeviceptr> fill(g.fill_chunks, 0);
     CUresult result = CUDA_SUCCESS;
     for (CUdeviceptr& p : fill)

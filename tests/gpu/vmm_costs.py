@@ -1,0 +1,49 @@
+"""Measures what stitching costs on this GPU: N chunk handles mapped into one reserved range, then
+the time of the cuMemMap calls, of one cuMemSetAccess over the whole range, and of cuMemSetAccess
+over one chunk of a freshly mapped range, for chunk sizes given in MiB.
+usage: python3 vmm_costs.py [total_MiB] [chunk_MiB ...]"""
+import ctypes, sys, time
+
+cu = ctypes.CDLL("libcuda.so.1")
+def ok(r, what):
+    if r != 0: sys.exit(f"{what} failed: {r}")
+
+class Location(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+class Prop(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int), ("location", Location),
+                ("win32HandleMetaData", ctypes.c_void_p), ("allocFlags", ctypes.c_ubyte * 8)]
+class Access(ctypes.Structure):
+    _fields_ = [("location", Location), ("flags", ctypes.c_int)]
+
+ok(cu.cuInit(0), "cuInit")
+ctx = ctypes.c_void_p()
+ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0), "retain")
+ok(cu.cuCtxSetCurrent(ctx), "set current")
+total = int(sys.argv[1]) if len(sys.argv) > 1 else 1024
+sizes = [int(a) for a in sys.argv[2:]] or [2, 8, 32]
+prop = Prop(type=1, location=Location(type=1, id=0))  # pinned, device 0
+acc = Access(location=Location(type=1, id=0), flags=3)
+print(f"| chunk | chunks | cuMemMap total | one cuMemSetAccess over {total} MiB | per chunk (map + access) |")
+print("| --- | --- | --- | --- | --- |")
+for mib in sizes:
+    size, n = mib << 20, (total // mib)
+    handles = []
+    for _ in range(n):
+        h = ctypes.c_ulonglong()
+        ok(cu.cuMemCreate(ctypes.byref(h), ctypes.c_size_t(size), ctypes.byref(prop), ctypes.c_ulonglong(0)), "create")
+        handles.append(h)
+    va = ctypes.c_ulonglong()
+    ok(cu.cuMemAddressReserve(ctypes.byref(va), ctypes.c_size_t(n * size), ctypes.c_size_t(size), ctypes.c_ulonglong(0), ctypes.c_ulonglong(0)), "reserve")
+    t0 = time.perf_counter()
+    for i, h in enumerate(handles):
+        ok(cu.cuMemMap(ctypes.c_ulonglong(va.value + i * size), ctypes.c_size_t(size), ctypes.c_size_t(0), h, ctypes.c_ulonglong(0)), "map")
+    t1 = time.perf_counter()
+    ok(cu.cuMemSetAccess(va, ctypes.c_size_t(n * size), ctypes.byref(acc), ctypes.c_size_t(1)), "access")
+    t2 = time.perf_counter()
+    print(f"| {mib} MiB | {n} | {(t1 - t0) * 1e3:.3f} ms | {(t2 - t1) * 1e3:.3f} ms | {(t2 - t0) / n * 1e6:.1f} us |", flush=True)
+    for i in range(n):
+        cu.cuMemUnmap(ctypes.c_ulonglong(va.value + i * size), ctypes.c_size_t(size))
+    cu.cuMemAddressFree(va, ctypes.c_size_t(n * size))
+    for h in handles:
+        cu.cuMemRelease(h)
