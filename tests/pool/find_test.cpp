@@ -53,6 +53,24 @@ TEST_F(Find, DoesNotAnswerForFreedOrForeignPointers) {
   EXPECT_CU(drv().cuMemFree_v2(native));
 }
 
+TEST_F(Find, InPoolSpaceCoversThePoolsAddressesLiveOrNotAndNothingElse) {
+  auto pool = make_pool();
+  CUdeviceptr small = must_allocate(*pool, 100);
+  CUdeviceptr large = must_allocate(*pool, 2 * gran + 1);
+  CUdeviceptr freed = must_allocate(*pool, gran);
+  must_free(*pool, freed);
+  for (CUdeviceptr p : {small, small + 99, large, large + 2 * gran, freed})
+    EXPECT_TRUE(pool->in_pool_space(p)) << "0x" << std::hex << p;
+  CUdeviceptr native = 0;
+  ASSERT_CU(drv().cuMemAlloc_v2(&native, 3 * gran));
+  EXPECT_FALSE(pool->in_pool_space(native));
+  EXPECT_FALSE(pool->in_pool_space(native + gran));
+  EXPECT_FALSE(pool->in_pool_space(0));
+  EXPECT_CU(drv().cuMemFree_v2(native));
+  must_free(*pool, small);
+  must_free(*pool, large);
+}
+
 TEST_F(Find, RecordsTheContextAndDeviceCurrentAtAllocation) {
   auto pool = make_pool();
   CUdeviceptr p = must_allocate(*pool, 4096);

@@ -32,9 +32,17 @@ TEST_F(Lifecycle, FreeAndFindWorkWithoutACurrentContext) {
 }
 
 TEST_F(Lifecycle, ProcessPoolIsMadeOnceAndKept) {
+  Pool* before = Pool::existing();
+  if (before == nullptr) {
+    EXPECT_EQ(Pool::existing(), nullptr) << "existing() must not make the pool";
+  }
   Pool* p = Pool::process();
   ASSERT_NE(p, nullptr) << "there is a driver (the simulator)";
+  if (before != nullptr) {
+    EXPECT_EQ(p, before);
+  }
   EXPECT_EQ(Pool::process(), p);
+  EXPECT_EQ(Pool::existing(), p);
 }
 
 TEST_F(Lifecycle, AbandonMakesNoDriverCall) {

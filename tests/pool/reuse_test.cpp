@@ -128,6 +128,35 @@ TEST_F(Reuse, ReleaseIdleGivesEveryIdleChunkBackToTheDriver) {
   must_free(*pool, p);
 }
 
+TEST_F(Reuse, ReleaseIdleKeepingChunksTakesMappingsApartButKeepsTheMemory) {
+  auto pool = make_pool();
+  std::vector<CUdeviceptr> live;
+  for (int i = 0; i < 4; ++i) live.push_back(must_allocate(*pool, 3 * gran));
+  live.push_back(must_allocate(*pool, 500));
+  CUdeviceptr keep = must_allocate(*pool, 2 * gran);
+  fill(keep, 2 * gran, 11);
+  for (CUdeviceptr p : live) must_free(*pool, p);
+  const DeviceStats before = pool->stats(0);
+  const std::size_t driver_before = driver_free();
+  pool->release_idle(/*keep_chunks=*/true);
+  const DeviceStats s = pool->stats(0);
+  EXPECT_EQ(s.chunks_cached, 0u);
+  EXPECT_EQ(s.chunks_held, before.chunks_held) << "chunks were given back";
+  EXPECT_GE(s.chunks_free, 13u) << "four 3-chunk mappings and a slab taken apart";
+  EXPECT_EQ(driver_free(), driver_before);
+  EXPECT_TRUE(holds(keep, 2 * gran, 11));
+  // The kept chunks serve a new size without cuMemCreate.
+  const unsigned long long creates = sim().call_count("cuMemCreate");
+  CUdeviceptr p = must_allocate(*pool, 12 * gran);
+  EXPECT_EQ(sim().call_count("cuMemCreate"), creates);
+  fill(p, 12 * gran, 12);
+  EXPECT_TRUE(holds(p, 12 * gran, 12));
+  must_free(*pool, p);
+  must_free(*pool, keep);
+  pool->release_idle();
+  EXPECT_EQ(driver_free(), free_at_start);
+}
+
 TEST_F(Reuse, ReleaseIdleKeepsLiveAllocationsIntact) {
   auto pool = make_pool();
   std::vector<Block> live;
