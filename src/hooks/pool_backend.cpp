@@ -90,8 +90,8 @@ class PoolBackend final : public Backend {
     return CUDA_SUCCESS;
   }
   CUresult alloc_async(CUdeviceptr* dptr, std::size_t bytes, CUstream stream) override {
-    // Graph capture: the driver makes a graph allocation node, whose address the graph owns.
-    if (pool_.capturing(stream)) return by_driver(driver_.alloc_async(dptr, bytes, stream));
+    // NOT_SUPPORTED also covers a capturing stream: the driver makes a graph allocation node, whose
+    // address the graph owns.
     const CUresult r = pool_.allocate_async(dptr, bytes, stream);
     return r == CUDA_ERROR_NOT_SUPPORTED ? by_driver(driver_.alloc_async(dptr, bytes, stream)) : by_pool(r);
   }

@@ -60,8 +60,6 @@ class RangeAllocator {
   void add(CUdeviceptr base, std::size_t size);
   std::optional<CUdeviceptr> take(std::size_t size);
   void give_back(CUdeviceptr base, std::size_t size);
-  // Gives back [base + keep, base + size): a range that shrinks in place.
-  void shrink(CUdeviceptr base, std::size_t size, std::size_t keep) { give_back(base + keep, size - keep); }
 
  private:
   std::map<CUdeviceptr, std::size_t> by_address_;

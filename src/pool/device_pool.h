@@ -150,7 +150,6 @@ class DevicePool {
   };
   struct Batch {
     CUevent event = nullptr;
-    StreamKey stream;
     std::vector<PendingItem> items;
   };
   struct StreamFrees {

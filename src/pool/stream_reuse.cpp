@@ -92,7 +92,7 @@ void DevicePool::add_pending(const StreamKey& stream, PendingItem item) {
   std::unique_lock lock(async_mu_);
   CUevent e = take_event();
   if (e != nullptr && d_.cuEventRecord(e, CU_STREAM_PER_THREAD) == CUDA_SUCCESS) {
-    batches_.push_back(Batch{e, stream, {item}});
+    batches_.push_back(Batch{e, {item}});
     return;
   }
   if (e != nullptr) spare_events_.push_back(e);
@@ -114,7 +114,7 @@ bool DevicePool::collect_pending(bool wait) {
         ScopedContext in(d_, key.context);
         CUevent e = take_event();
         if (e != nullptr && d_.cuEventRecord(e, key.stream) == CUDA_SUCCESS) {
-          batches_.push_back(Batch{e, key, std::move(frees.open)});
+          batches_.push_back(Batch{e, std::move(frees.open)});
         } else {
           // The stream is gone (destroyed) or events fail: its work may still run, so wait for the
           // whole context before reusing what was freed on it.
