@@ -32,6 +32,12 @@ typedef struct uvmpool_stats {
   unsigned long long pool_live_bytes;      /* bytes of live pool allocations, as asked for */
   unsigned long long pool_peak_held_bytes; /* most held at once (per device, summed) */
   unsigned long long pool_peak_live_bytes; /* most live at once (per device, summed) */
+  /* Since 0.3: spill to pinned host memory (summed over devices). */
+  unsigned long long pool_live_host_bytes;      /* of pool_live_bytes, the bytes that lie in host memory */
+  unsigned long long pool_host_held_bytes;      /* pinned host memory the pool holds (mapped or reserve) */
+  unsigned long long pool_peak_host_held_bytes; /* most held at once (per device, summed) */
+  unsigned long long pool_spilled_allocations;  /* allocations placed wholly or partly in host memory */
+  unsigned long long pool_out_of_memory;        /* allocations refused: device and host exhausted */
 } uvmpool_stats;
 
 /* Fills *out (up to out->struct_size bytes). Returns 0, or -1 if out is NULL or too small. */

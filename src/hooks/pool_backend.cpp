@@ -17,9 +17,12 @@ constexpr std::size_t kPitchAlignment = 512;
 
 // The attributes that describe an allocation rather than the memory under it: for pool memory the
 // driver would answer them for a chunk mapping, so the pool answers them for the allocation.
+// Memory type and device too: a spilled piece lies in host memory, but to the program the whole
+// allocation is device memory of the device it allocated on.
 bool describes_allocation(CUpointer_attribute a) {
   return a == CU_POINTER_ATTRIBUTE_CONTEXT || a == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR ||
-         a == CU_POINTER_ATTRIBUTE_RANGE_SIZE || a == CU_POINTER_ATTRIBUTE_BUFFER_ID;
+         a == CU_POINTER_ATTRIBUTE_RANGE_SIZE || a == CU_POINTER_ATTRIBUTE_BUFFER_ID ||
+         a == CU_POINTER_ATTRIBUTE_MEMORY_TYPE || a == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL;
 }
 
 void answer(const pool::AllocationInfo& info, CUpointer_attribute a, void* data) {
@@ -28,6 +31,8 @@ void answer(const pool::AllocationInfo& info, CUpointer_attribute a, void* data)
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = info.base; break;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<std::size_t*>(data) = info.size; break;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = info.buffer_id; break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *static_cast<unsigned*>(data) = CU_MEMORYTYPE_DEVICE; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = info.device; break;
     default: break;
   }
 }
@@ -107,12 +112,14 @@ class PoolBackend final : public Backend {
   }
   CUresult create(CUmemGenericAllocationHandle* handle, std::size_t size, const CUmemAllocationProp* prop,
                   unsigned long long flags) override {
-    if (prop != nullptr && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE && size != 0) {
-      if (const CUresult r = pool_.admit_external(prop->location.id, size); r != CUDA_SUCCESS) return r;
-    }
-    return driver_.create(handle, size, prop, flags);
+    // Device memory counts against the budget; past it (spill on) the handle is made in host memory.
+    return pool_.create_external(handle, size, prop, flags);
   }
-  CUresult release(CUmemGenericAllocationHandle handle) override { return driver_.release(handle); }
+  CUresult release(CUmemGenericAllocationHandle handle) override {
+    const CUresult r = driver_.release(handle);
+    if (r == CUDA_SUCCESS) pool_.released_external(handle);
+    return r;
+  }
 
  private:
   static CUresult by_pool(CUresult r) {

@@ -18,8 +18,9 @@ std::size_t StreamKeyHash::operator()(const StreamKey& k) const {
   return std::hash<std::uintptr_t>()(a * 31 + b) ^ std::hash<std::thread::id>()(k.thread);
 }
 
-DevicePool::DevicePool(const driver::Table& driver, int device, const PoolConfig& config, AddressMap& map)
-    : d_(driver), device_(device), config_(config), map_(map), vmm_(driver, device) {}
+DevicePool::DevicePool(const driver::Table& driver, int device, const PoolConfig& config, AddressMap& map,
+                       HostTier* host)
+    : d_(driver), device_(device), config_(config), map_(map), vmm_(driver, device), host_tier_(host) {}
 
 DevicePool::~DevicePool() {
   if (abandoned_) return;
@@ -27,18 +28,19 @@ DevicePool::~DevicePool() {
   for (Block* b : all_blocks_) {
     if (b->state.load() != kDead) {
       vmm_.unmap(b->base, b->chunks.size(), chunk_);
-      vmm_.release_chunks(b->chunks);
+      return_chunks(b->chunks);
     }
     delete b;
   }
   for (Slab* s : all_slabs_) {
     if (s->state.load() != kDead) {
       vmm_.unmap(s->base, 1, chunk_);
-      vmm_.release_chunks({&s->chunk, 1});
+      return_chunks({&s->chunk, 1});
     }
     delete s;
   }
   vmm_.release_chunks(free_chunks_);
+  host_.reset();  // releases the host chunks, those given back above included
   for (const Batch& b : batches_) d_.cuEventDestroy_v2(b.event);
   for (CUevent e : spare_events_) d_.cuEventDestroy_v2(e);
   for (auto [va, size] : reservations_) vmm_.free_reservation(va, size);
@@ -53,12 +55,27 @@ CUresult DevicePool::init() {
   const std::size_t g = vmm_.granularity();
   if (g == 0 || !std::has_single_bit(g)) return CUDA_ERROR_NOT_SUPPORTED;
   chunk_ = std::bit_ceil(std::max(config_.chunk_size, g));
+  std::size_t host_granularity = 0;
+  if (host_tier_ != nullptr) {
+    // Host chunks map where device chunks do, so one chunk size must suit both.
+    host_granularity = vmm_.init_host();
+    if (host_granularity != 0 && std::has_single_bit(host_granularity)) {
+      chunk_ = std::max(chunk_, host_granularity);
+    } else {
+      log::info("device {}: the driver offers no host-located VMM chunks; spilling is off", device_);
+      host_granularity = 0;
+    }
+  }
   chunk_shift_ = static_cast<unsigned>(std::countr_zero(chunk_));
   small_max_ = std::min({config_.small_max, kSmallLimit, chunk_ / 2});
   std::size_t total = 0;
   if (const CUresult r = d_.cuDeviceTotalMem_v2(&total, device_); r != CUDA_SUCCESS) return r;
   total_ = total;
   budget_ = std::min<std::uint64_t>(config_.device_limit.resolve(total_), total_);
+  if (host_granularity != 0) {
+    host_ = std::make_unique<HostReserve>(vmm_, *host_tier_, chunk_, config_.host_reserve);
+    host_tier_->add([this] { return upkeep_host(); });
+  }
   bins_ = std::make_unique<Bin[]>(kDirectBins + 1);
   classes_ = std::make_unique<SlabClass[]>(kSmallClasses);
   log::debug("device {}: chunk {} KiB, budget {} MiB of {} MiB, headroom {} MiB", device_, chunk_ >> 10,
@@ -105,24 +122,29 @@ std::uint64_t DevicePool::others_bytes() {
   return used > held ? used - held : 0;
 }
 
-bool DevicePool::budget_allows(std::size_t n) {
-  const std::uint64_t want = static_cast<std::uint64_t>(n) * chunk_;
+std::size_t DevicePool::growable_chunks() {
   const std::uint64_t held = chunks_held_.load(std::memory_order_relaxed) * chunk_;
-  if (held + want > budget_) return false;
+  if (held >= budget_) return 0;
+  std::uint64_t room = budget_ - held;
   std::size_t free_b = 0, total_b = 0;
   CUdevice current = -1;
   if (d_.cuCtxGetDevice(&current) == CUDA_SUCCESS && current == device_ &&
       d_.cuMemGetInfo_v2(&free_b, &total_b) == CUDA_SUCCESS) {
     const std::uint64_t used = total_b - free_b;
     const std::uint64_t others = used > held ? used - held : 0;
-    if (held + others + want > budget_) return false;
-    if (free_b < want + config_.headroom) return false;  // leave the headroom to cuBLAS, NCCL, the driver
+    room = room > others ? room - others : 0;
+    // Leave the headroom to cuBLAS, NCCL, the driver.
+    room = std::min<std::uint64_t>(room, free_b > config_.headroom ? free_b - config_.headroom : 0);
+  } else {
+    // No context of this device is current (NCCL's threads): others' use is unknown to the driver's
+    // figure here, so count what the pool knows of, the program's own cuMemCreate.
+    const std::uint64_t known = external_device_.load(std::memory_order_relaxed);
+    room = room > known ? room - known : 0;
   }
-  return true;
+  return static_cast<std::size_t>(room / chunk_);
 }
 
 CUresult DevicePool::grow(std::size_t n) {
-  if (!budget_allows(n)) return CUDA_ERROR_OUT_OF_MEMORY;
   std::vector<Handle> made(n);
   if (const CUresult r = vmm_.create_chunks(made, chunk_); r != CUDA_SUCCESS) return r;
   free_chunks_.insert(free_chunks_.end(), made.begin(), made.end());
@@ -132,21 +154,58 @@ CUresult DevicePool::grow(std::size_t n) {
   std::uint64_t peak = peak_held_.load(std::memory_order_relaxed);
   while (held * chunk_ > peak && !peak_held_.compare_exchange_weak(peak, held * chunk_)) {
   }
+  // Half the budget used: spilling may be near, so have host chunks pinned before it comes.
+  if (host_ && held * chunk_ * 2 >= budget_) host_->arm();
   return CUDA_SUCCESS;
 }
 
-CUresult DevicePool::take_chunks(std::size_t n, std::vector<Handle>* out) {
+std::size_t DevicePool::take_device_chunks(std::size_t n, bool all_or_nothing) {
   // Idle memory first — cached mappings and empty slabs are taken apart before the pool grows — so
   // what the pool holds stays close to what the program uses; growth only covers the shortfall.
   if (free_chunks_.size() < n) evict_cached(n - free_chunks_.size());
   if (free_chunks_.size() < n) evict_empty_slabs();
   if (free_chunks_.size() < n) {
-    if (const CUresult r = grow(n - free_chunks_.size()); r != CUDA_SUCCESS) return r;
+    const std::size_t want = n - free_chunks_.size();
+    const std::size_t can = std::min(want, growable_chunks());
+    if (can == want || (!all_or_nothing && can != 0)) {
+      // A failure here (another process took the memory meanwhile) leaves the rest to the host tier.
+      if (const CUresult r = grow(can); r != CUDA_SUCCESS) log::debug("device {}: growth failed ({})", device_, static_cast<int>(r));
+    }
   }
-  out->assign(free_chunks_.end() - static_cast<std::ptrdiff_t>(n), free_chunks_.end());
-  free_chunks_.resize(free_chunks_.size() - n);
-  chunks_free_.fetch_sub(n, std::memory_order_relaxed);
+  return std::min(free_chunks_.size(), n);
+}
+
+CUresult DevicePool::take_chunks(std::size_t n, std::vector<Chunk>* out) {
+  std::size_t on_device = take_device_chunks(n, host_ == nullptr);
+  if (on_device < n && host_ == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+  // Cached spilled mappings hold device chunks too: a fresh allocation should have them first.
+  if (on_device < n && evict_spilled(true) != 0) on_device = take_device_chunks(n, false);
+  std::vector<Chunk> host;
+  if (on_device < n) {
+    CUresult r = host_->take(n - on_device, &host);
+    if (r != CUDA_SUCCESS && evict_spilled(false) != 0) r = host_->take(n - on_device, &host);
+    if (r != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  out->clear();
+  out->reserve(n);
+  for (std::size_t i = free_chunks_.size() - on_device; i < free_chunks_.size(); ++i) out->push_back({free_chunks_[i], Tier::Device});
+  free_chunks_.resize(free_chunks_.size() - on_device);
+  chunks_free_.fetch_sub(on_device, std::memory_order_relaxed);
+  out->insert(out->end(), host.begin(), host.end());
   return CUDA_SUCCESS;
+}
+
+void DevicePool::return_chunks(std::span<const Chunk> chunks) {
+  std::size_t device = 0;
+  for (const Chunk& c : chunks) {
+    if (c.tier == Tier::Device) {
+      free_chunks_.push_back(c.handle);
+      ++device;
+    } else {
+      host_->give_back({&c, 1});
+    }
+  }
+  chunks_free_.fetch_add(device, std::memory_order_relaxed);
 }
 
 void DevicePool::release_free_chunks(std::size_t keep) {
@@ -163,27 +222,71 @@ void DevicePool::release_idle(bool keep_chunks) {
   collect_pending(false);
   std::lock_guard lock(mu_);
   evict_cached(SIZE_MAX);
+  evict_spilled(false);
   evict_empty_slabs();
-  if (!keep_chunks) release_free_chunks(0);
+  if (!keep_chunks) {
+    release_free_chunks(0);
+    if (host_) host_->drain();
+  }
 }
 
-CUresult DevicePool::admit_external(std::size_t bytes) {
+CUresult DevicePool::fill_host_reserve(std::size_t bytes) {
+  if (!host_) return CUDA_ERROR_NOT_SUPPORTED;
+  return host_->fill((bytes + chunk_ - 1) / chunk_);
+}
+
+void DevicePool::abandon() {
+  abandoned_ = true;
+  if (host_) host_->abandon();
+}
+
+CUresult DevicePool::admit_external(std::size_t bytes, Tier* tier) {
   std::lock_guard lock(mu_);
-  const std::size_t n = (bytes + chunk_ - 1) / chunk_;
+  const std::uint64_t want = (bytes + chunk_ - 1) / chunk_ * chunk_;
   const auto fits = [&] {
+    // The budget alone, not the headroom: this is the program's own memory, as a cuMemAlloc would be.
     const std::uint64_t held = chunks_held_.load(std::memory_order_relaxed) * chunk_;
-    return held + others_bytes() + static_cast<std::uint64_t>(n) * chunk_ <= budget_;
+    CUdevice current = -1;
+    const bool ours = d_.cuCtxGetDevice(&current) == CUDA_SUCCESS && current == device_;
+    const std::uint64_t others = ours ? others_bytes() : external_device_.load(std::memory_order_relaxed);
+    return held + others + want <= budget_;
   };
-  if (fits()) return CUDA_SUCCESS;
-  // Idle memory of the pool is given back to the driver to make room for the program's own.
-  evict_cached(SIZE_MAX);
-  evict_empty_slabs();
-  release_free_chunks(0);
-  if (fits()) return CUDA_SUCCESS;
+  bool ok = fits();
+  if (!ok) {
+    // Idle memory of the pool is given back to the driver to make room for the program's own.
+    evict_cached(SIZE_MAX);
+    evict_spilled(true);
+    evict_empty_slabs();
+    release_free_chunks(0);
+    ok = fits();
+  }
+  if (ok) {
+    external_device_.fetch_add(bytes, std::memory_order_relaxed);
+    *tier = Tier::Device;
+    return CUDA_SUCCESS;
+  }
+  if (host_ && host_tier_->charge(bytes)) {
+    external_host_.fetch_add(bytes, std::memory_order_relaxed);
+    spilled_.fetch_add(1, std::memory_order_relaxed);
+    *tier = Tier::Host;
+    return CUDA_SUCCESS;
+  }
   oom_.fetch_add(1, std::memory_order_relaxed);
-  log::warn("device {}: cuMemCreate of {} MiB refused: it would exceed UVMPOOL_DEVICE_LIMIT ({} MiB)", device_,
-            bytes >> 20, budget_ >> 20);
+  log::warn("device {}: cuMemCreate of {} MiB refused: it would exceed UVMPOOL_DEVICE_LIMIT ({} MiB){}", device_,
+            bytes >> 20, budget_ >> 20,
+            host_ ? fmt::format(" and UVMPOOL_HOST_LIMIT ({} of {} MiB pinned)", host_tier_->charged() >> 20,
+                                host_tier_->limit() >> 20)
+                  : std::string(" and spilling is off (UVMPOOL_SPILL)"));
   return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+void DevicePool::external_released(std::size_t bytes, Tier tier) {
+  if (tier == Tier::Device) {
+    external_device_.fetch_sub(bytes, std::memory_order_relaxed);
+  } else {
+    external_host_.fetch_sub(bytes, std::memory_order_relaxed);
+    host_tier_->uncharge(bytes);
+  }
 }
 
 CUresult DevicePool::memory_info(std::size_t* free_bytes, std::size_t* total_bytes) {
@@ -224,6 +327,18 @@ DeviceStats DevicePool::stats() const {
   s.chunks_released = released_.load(std::memory_order_relaxed);
   s.budget = budget_;
   s.out_of_memory = oom_.load(std::memory_order_relaxed);
+  if (host_) {
+    s.host_chunks_held = host_->held();
+    s.host_chunks_reserve = host_->size();
+    s.host_chunks_premapped = host_->premapped();
+    s.host_chunks_mapped = host_mapped_.load(std::memory_order_relaxed);
+    s.peak_host_held_bytes = host_->peak_held() * chunk_;
+    s.host_chunks_pinned_inline = host_->pinned_inline();
+    s.host_limit = host_tier_->limit();
+  }
+  s.live_host_bytes = live_host_bytes_.load(std::memory_order_relaxed);
+  s.spilled_allocations = spilled_.load(std::memory_order_relaxed);
+  s.external_host_bytes = external_host_.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -12,15 +12,25 @@ Slab* as_slab(Entry e) { return (e & kSlabTag) != 0 ? reinterpret_cast<Slab*>(e 
 }  // namespace
 
 CUresult DevicePool::allocate(CUdeviceptr* out, std::size_t bytes, CUcontext context) {
-  // More than the budget can never fit (and would overflow the chunk arithmetic below).
-  const CUresult r = bytes > budget_             ? CUDA_ERROR_OUT_OF_MEMORY
+  // More than both tiers can never fit (and would overflow the chunk arithmetic below).
+  const std::uint64_t most = budget_ + (host_ ? host_tier_->limit() : 0);
+  const CUresult r = bytes > most             ? CUDA_ERROR_OUT_OF_MEMORY
                      : bytes <= small_max_ ? allocate_small(out, bytes, context)
                                            : allocate_large(out, bytes, context);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     oom_.fetch_add(1, std::memory_order_relaxed);
     const DeviceStats s = stats();
-    log::warn("device {}: out of memory for {} bytes: {} MiB in use by the program, pool holds {} MiB, budget {} MiB",
-              device_, bytes, s.live_bytes >> 20, (s.chunks_held * s.chunk_size) >> 20, budget_ >> 20);
+    const std::uint64_t live_device = s.live_bytes - s.live_host_bytes;
+    if (host_) {
+      log::warn("device {}: out of memory for {} bytes: device {} MiB live, {} MiB held of UVMPOOL_DEVICE_LIMIT {} MiB; "
+                "host {} MiB live, {} MiB pinned of UVMPOOL_HOST_LIMIT {} MiB",
+                device_, bytes, live_device >> 20, (s.chunks_held * s.chunk_size) >> 20, budget_ >> 20,
+                s.live_host_bytes >> 20, host_tier_->charged() >> 20, host_tier_->limit() >> 20);
+    } else {
+      log::warn("device {}: out of memory for {} bytes: device {} MiB live, {} MiB held of UVMPOOL_DEVICE_LIMIT {} MiB; "
+                "spilling to host memory is off",
+                device_, bytes, live_device >> 20, (s.chunks_held * s.chunk_size) >> 20, budget_ >> 20);
+    }
   }
   return r;
 }
@@ -52,8 +62,7 @@ CUresult DevicePool::deallocate_async(Entry entry, CUdeviceptr p, const StreamKe
       log::error("free of {:#x}: already freed (double free); ignored", p);
       return CUDA_ERROR_INVALID_VALUE;
     }
-    live_bytes_.fetch_sub(b->size.load(std::memory_order_relaxed), std::memory_order_relaxed);
-    live_allocations_.fetch_sub(1, std::memory_order_relaxed);
+    unpublish(b);
     item.block = b;
   }
   if (capturing) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "pool/address_map.h"
+#include "pool/host_tier.h"
 #include "pool/pool.h"
 #include "pool/size_classes.h"
 #include "pool/vmm.h"
@@ -30,6 +31,10 @@ namespace uvmpool::pool {
 // Buffer ids of pool allocations: unique in the process, never reused, and far above the driver's
 // own (small counters), so they never collide with those of memory the driver allocated.
 std::uint64_t next_buffer_id();
+
+// Bytes of an allocation of `bytes` in block b that lie in host chunks.
+struct Block;
+std::uint64_t host_bytes_of(const Block* b, std::size_t bytes, std::size_t chunk);
 
 // True once the process has begun to exit: from then on the pool makes no driver call.
 bool process_exiting();
@@ -45,7 +50,8 @@ struct Block {
   DevicePool* owner = nullptr;
   CUdeviceptr base = 0;
   std::size_t granules = 0;
-  std::vector<Handle> chunks;
+  std::vector<Chunk> chunks;  // device chunks first, then host ones
+  std::size_t host_chunks = 0;
   std::atomic<int> state{kDead};
   std::atomic<std::size_t> size{0};
   std::atomic<CUcontext> context{nullptr};
@@ -65,7 +71,7 @@ struct SlotInfo {
 struct Slab {
   DevicePool* owner = nullptr;
   CUdeviceptr base = 0;
-  Handle chunk = 0;
+  Chunk chunk;
   int cls = 0;
   std::uint32_t slot_size = 0;
   std::uint32_t slots = 0;
@@ -92,7 +98,8 @@ struct StreamKeyHash {
 
 class DevicePool {
  public:
-  DevicePool(const driver::Table& driver, int device, const PoolConfig& config, AddressMap& map);
+  // `host` is the process's host tier, nullptr when spilling is off.
+  DevicePool(const driver::Table& driver, int device, const PoolConfig& config, AddressMap& map, HostTier* host);
   ~DevicePool();  // gives every chunk back (tests); the process's pool is never destroyed
   DevicePool(const DevicePool&) = delete;
   DevicePool& operator=(const DevicePool&) = delete;
@@ -110,21 +117,33 @@ class DevicePool {
   std::optional<AllocationInfo> describe(Entry entry, CUdeviceptr p);
 
   CUresult memory_info(std::size_t* free_bytes, std::size_t* total_bytes);
-  CUresult admit_external(std::size_t bytes);
+  // The program's own cuMemCreate of `bytes` on this device: Device when the budget takes it (idle
+  // pool memory is released to make room), Host when it must spill (counted against the host limit
+  // until external_released), OUT_OF_MEMORY when neither can.
+  CUresult admit_external(std::size_t bytes, Tier* tier);
+  void external_released(std::size_t bytes, Tier tier);
+  const CUmemLocation& host_location() const { return vmm_.host_location(); }
+  CUresult fill_host_reserve(std::size_t bytes);
   void release_idle(bool keep_chunks);
   DeviceStats stats() const;
-  void abandon() { abandoned_ = true; }
+  void abandon();
 
  private:
   // large_blocks.cpp
   CUresult allocate_large(CUdeviceptr* out, std::size_t bytes, CUcontext context);
   CUresult free_large(Block* b, CUdeviceptr p);
   void cache_block(Block* b);
+  void unpublish(Block* b);  // the figures of a live allocation that is freed
   Block* take_cached(std::size_t granules);
+  Block* take_cached_spilled(std::size_t granules);
   CUresult build_block(std::size_t granules, Block** out);
+  Block* make_block(CUdeviceptr va, std::vector<Chunk>&& chunks);  // a descriptor for a new mapping (mu_)
   void destroy_block(Block* b);                      // unmaps; chunks back to the free list
   std::size_t shrink_block(Block* b, std::size_t n);  // unmaps its last n chunks
   bool evict_cached(std::size_t chunks_wanted);
+  // Takes apart cached mappings with host chunks (only those that also hold device chunks, or all);
+  // returns how many chunks they held.
+  std::size_t evict_spilled(bool only_with_device_chunks);
   void publish(Block* b, std::size_t bytes, CUcontext context, CUdeviceptr* out);
 
   // slabs.cpp
@@ -134,11 +153,20 @@ class DevicePool {
   void destroy_slab(Slab* s);
   std::size_t evict_empty_slabs();
   void release_slot(Slab* s, std::uint32_t slot);
+  // Empty slabs count as idle device memory only when their chunk is on the device.
+  void count_cached(const Slab* s, int delta) {
+    if (s->chunk.tier == Tier::Device) chunks_cached_.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed);
+  }
 
   // chunks.cpp: the physical chunks and the budget (mu_ held).
-  CUresult take_chunks(std::size_t n, std::vector<Handle>* out);
+  // n chunks, device ones first: idle device memory, then growth within the budget, then (with
+  // spill) host chunks for the rest. OUT_OF_MEMORY, nothing taken, when the tiers cannot cover n.
+  CUresult take_chunks(std::size_t n, std::vector<Chunk>* out);
+  void return_chunks(std::span<const Chunk> chunks);  // unmapped chunks back: device free list, host reserve
+  std::size_t take_device_chunks(std::size_t n, bool all_or_nothing);  // into free_chunks_; how many are there
   CUresult grow(std::size_t n);
-  bool budget_allows(std::size_t n);
+  std::size_t growable_chunks();  // how many chunks the budget lets the pool add now
+  bool budget_allows(std::size_t n) { return growable_chunks() >= n; }
   void release_free_chunks(std::size_t keep);
   std::uint64_t others_bytes();
 
@@ -199,6 +227,18 @@ class DevicePool {
   std::unique_ptr<Bin[]> bins_;
   std::mutex big_mu_;
   std::multimap<std::size_t, Block*> big_bin_;
+  // Cached mappings holding host chunks: reused only when the device has no room for a new mapping,
+  // so a freed spilled allocation never keeps a later one off free device memory.
+  std::mutex spilled_mu_;
+  std::multimap<std::size_t, Block*> spilled_bin_;  // part device, part host
+  std::multimap<std::size_t, Block*> host_bin_;     // wholly host: split to serve any smaller request
+
+  // host_runs.cpp: mappings of host chunks made ahead of need (by the reserve thread), so that an
+  // allocation the device has no room for at all is served with no driver call.
+  Block* take_host_run(std::size_t granules);  // the smallest covering run, split (mu_ held)
+  bool upkeep_host();                          // the reserve thread's work for this device
+  bool premap(std::size_t chunks);
+  bool trim_premapped(std::size_t chunks);
 
   struct SlabClass {
     std::mutex mu;
@@ -228,6 +268,14 @@ class DevicePool {
   std::atomic<std::uint64_t> created_{0};
   std::atomic<std::uint64_t> released_{0};
   std::atomic<std::uint64_t> oom_{0};
+  // The host tier.
+  HostTier* host_tier_ = nullptr;
+  std::unique_ptr<HostReserve> host_;  // nullptr: no spilling on this device
+  std::atomic<std::uint64_t> host_mapped_{0};      // host chunks in mappings (live or cached)
+  std::atomic<std::uint64_t> live_host_bytes_{0};
+  std::atomic<std::uint64_t> spilled_{0};
+  std::atomic<std::uint64_t> external_device_{0};  // the program's own device cuMemCreate bytes
+  std::atomic<std::uint64_t> external_host_{0};    // ... placed in host memory instead
   std::vector<Block*> all_blocks_;  // every descriptor ever made (mu_), for the destructor
   std::vector<Slab*> all_slabs_;
 };

@@ -5,12 +5,22 @@
 
 namespace uvmpool::pool {
 
+std::uint64_t host_bytes_of(const Block* b, std::size_t bytes, std::size_t chunk) {
+  // Device chunks come first, so the host part is whatever lies past them.
+  const std::uint64_t on_device = static_cast<std::uint64_t>(b->granules - b->host_chunks) * chunk;
+  return bytes > on_device ? bytes - on_device : 0;
+}
+
 void DevicePool::publish(Block* b, std::size_t bytes, CUcontext context, CUdeviceptr* out) {
   b->size.store(bytes, std::memory_order_relaxed);
   b->context.store(context, std::memory_order_relaxed);
   b->buffer_id.store(next_buffer_id(), std::memory_order_relaxed);
   b->state.store(kLive, std::memory_order_release);
   live_allocations_.fetch_add(1, std::memory_order_relaxed);
+  if (b->host_chunks != 0) {
+    live_host_bytes_.fetch_add(host_bytes_of(b, bytes, chunk_), std::memory_order_relaxed);
+    spilled_.fetch_add(1, std::memory_order_relaxed);
+  }
   const std::uint64_t live = live_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   std::uint64_t peak = peak_live_.load(std::memory_order_relaxed);
   while (live > peak && !peak_live_.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
@@ -36,6 +46,7 @@ CUresult DevicePool::allocate_large(CUdeviceptr* out, std::size_t bytes, CUconte
   Block* b = nullptr;
   const CUresult r = with_pressure_relief([&] { return build_block(granules, &b); });
   if (r != CUDA_SUCCESS) return r;
+  if (b->state.load(std::memory_order_relaxed) == kCached) cache_hits_.fetch_add(1, std::memory_order_relaxed);
   publish(b, bytes, context, out);
   return CUDA_SUCCESS;
 }
@@ -50,15 +61,31 @@ CUresult DevicePool::free_large(Block* b, CUdeviceptr p) {
     log::error("free of {:#x}: already freed (double free); ignored", p);
     return CUDA_ERROR_INVALID_VALUE;
   }
-  live_bytes_.fetch_sub(b->size.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  live_allocations_.fetch_sub(1, std::memory_order_relaxed);
+  unpublish(b);
   cache_block(b);
   return CUDA_SUCCESS;
 }
 
+void DevicePool::unpublish(Block* b) {
+  const std::size_t bytes = b->size.load(std::memory_order_relaxed);
+  live_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+  live_allocations_.fetch_sub(1, std::memory_order_relaxed);
+  if (b->host_chunks != 0) live_host_bytes_.fetch_sub(host_bytes_of(b, bytes, chunk_), std::memory_order_relaxed);
+}
+
 void DevicePool::cache_block(Block* b) {
   b->state.store(kCached, std::memory_order_release);
-  chunks_cached_.fetch_add(b->granules, std::memory_order_relaxed);
+  chunks_cached_.fetch_add(b->granules - b->host_chunks, std::memory_order_relaxed);
+  if (b->host_chunks != 0) {
+    std::lock_guard lock(spilled_mu_);
+    if (b->host_chunks == b->granules) {
+      host_bin_.emplace(b->granules, b);
+      host_->premapped(static_cast<std::ptrdiff_t>(b->granules));
+    } else {
+      spilled_bin_.emplace(b->granules, b);
+    }
+    return;
+  }
   if (b->granules < kDirectBins) {
     Bin& bin = bins_[b->granules];
     std::lock_guard lock(bin.mu);
@@ -96,14 +123,59 @@ Block* DevicePool::take_cached(std::size_t granules) {
   return b;
 }
 
+Block* DevicePool::take_cached_spilled(std::size_t granules) {
+  Block* b = nullptr;
+  {
+    std::lock_guard lock(spilled_mu_);
+    auto it = spilled_bin_.find(granules);
+    if (it == spilled_bin_.end()) return nullptr;
+    b = it->second;
+    spilled_bin_.erase(it);
+  }
+  chunks_cached_.fetch_sub(b->granules - b->host_chunks, std::memory_order_relaxed);
+  return b;
+}
+
+std::size_t DevicePool::evict_spilled(bool only_with_device_chunks) {
+  std::vector<Block*> victims;
+  {
+    std::lock_guard lock(spilled_mu_);
+    for (const auto& [granules, b] : spilled_bin_) victims.push_back(b);
+    spilled_bin_.clear();
+    if (!only_with_device_chunks) {
+      for (const auto& [granules, b] : host_bin_) {
+        victims.push_back(b);
+        host_->premapped(-static_cast<std::ptrdiff_t>(granules));
+      }
+      host_bin_.clear();
+    }
+  }
+  std::size_t chunks = 0;
+  for (Block* b : victims) {
+    chunks_cached_.fetch_sub(b->granules - b->host_chunks, std::memory_order_relaxed);
+    chunks += b->granules;
+    destroy_block(b);
+  }
+  return chunks;
+}
+
 CUresult DevicePool::build_block(std::size_t granules, Block** out) {
   std::lock_guard lock(mu_);
-  std::vector<Handle> chunks;
+  if (host_) {
+    const std::size_t on_device = take_device_chunks(granules, false);
+    // The device cannot hold it all: a cached spilled mapping of this size, or (when none of it fits
+    // on the device) a premapped host run, serves with no driver call. Still marked Cached: the
+    // caller counts a cache hit.
+    Block* b = on_device < granules ? take_cached_spilled(granules) : nullptr;
+    if (b == nullptr && on_device == 0) b = take_host_run(granules);
+    if (b != nullptr) {
+      *out = b;
+      return CUDA_SUCCESS;
+    }
+  }
+  std::vector<Chunk> chunks;
   if (const CUresult r = take_chunks(granules, &chunks); r != CUDA_SUCCESS) return r;
-  const auto give_chunks_back = [&] {
-    free_chunks_.insert(free_chunks_.end(), chunks.begin(), chunks.end());
-    chunks_free_.fetch_add(chunks.size(), std::memory_order_relaxed);
-  };
+  const auto give_chunks_back = [&] { return_chunks(chunks); };
   const std::size_t bytes = granules * chunk_;
   CUdeviceptr va = 0;
   if (const CUresult r = take_range(bytes, &va); r != CUDA_SUCCESS) {
@@ -115,6 +187,12 @@ CUresult DevicePool::build_block(std::size_t granules, Block** out) {
     ranges_.give_back(va, bytes);
     return r;
   }
+  *out = make_block(va, std::move(chunks));  // published as Live by the caller
+  stitched_maps_.fetch_add(1, std::memory_order_relaxed);
+  return CUDA_SUCCESS;
+}
+
+Block* DevicePool::make_block(CUdeviceptr va, std::vector<Chunk>&& chunks) {
   Block* b = nullptr;
   if (!spare_blocks_.empty()) {
     b = spare_blocks_.back();
@@ -125,13 +203,14 @@ CUresult DevicePool::build_block(std::size_t granules, Block** out) {
   }
   b->owner = this;
   b->base = va;
-  b->granules = granules;
+  b->granules = chunks.size();
+  b->host_chunks = 0;
+  for (const Chunk& c : chunks) b->host_chunks += c.tier == Tier::Host ? 1 : 0;
+  host_mapped_.fetch_add(b->host_chunks, std::memory_order_relaxed);
   b->chunks = std::move(chunks);
-  b->state.store(kDead, std::memory_order_relaxed);  // published as Live by the caller
-  map_.set(va, bytes, reinterpret_cast<Entry>(b));
-  stitched_maps_.fetch_add(1, std::memory_order_relaxed);
-  *out = b;
-  return CUDA_SUCCESS;
+  b->state.store(kDead, std::memory_order_relaxed);
+  map_.set(va, b->granules * chunk_, reinterpret_cast<Entry>(b));
+  return b;
 }
 
 void DevicePool::destroy_block(Block* b) {
@@ -139,10 +218,11 @@ void DevicePool::destroy_block(Block* b) {
   map_.set(b->base, bytes, 0);
   vmm_.unmap(b->base, b->granules, chunk_);
   ranges_.give_back(b->base, bytes);
-  free_chunks_.insert(free_chunks_.end(), b->chunks.begin(), b->chunks.end());
-  chunks_free_.fetch_add(b->chunks.size(), std::memory_order_relaxed);
+  return_chunks(b->chunks);
+  host_mapped_.fetch_sub(b->host_chunks, std::memory_order_relaxed);
   b->chunks.clear();
   b->granules = 0;
+  b->host_chunks = 0;
   b->state.store(kDead, std::memory_order_release);
   spare_blocks_.push_back(b);
   broken_.fetch_add(1, std::memory_order_relaxed);
@@ -154,8 +234,7 @@ std::size_t DevicePool::shrink_block(Block* b, std::size_t n) {
   map_.set(tail, n * chunk_, 0);
   vmm_.unmap(tail, n, chunk_);
   ranges_.give_back(tail, n * chunk_);
-  free_chunks_.insert(free_chunks_.end(), b->chunks.begin() + static_cast<std::ptrdiff_t>(keep), b->chunks.end());
-  chunks_free_.fetch_add(n, std::memory_order_relaxed);
+  return_chunks(std::span<const Chunk>(b->chunks).subspan(keep));  // device chunks only: spilled blocks are never shrunk
   b->chunks.resize(keep);
   b->granules = keep;
   broken_.fetch_add(1, std::memory_order_relaxed);

@@ -3,14 +3,17 @@
 #include "pool/pool.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdlib>
 #include <mutex>
+#include <unordered_map>
 
 #include "config/log.h"
 #include "driver/real_driver.h"
 #include "pool/device_pool.h"
+#include "pool/host_tier.h"
 
 namespace uvmpool::pool {
 namespace {
@@ -19,7 +22,11 @@ std::atomic<bool> g_exiting{false};
 std::atomic<Pool*> g_process{nullptr};
 std::mutex g_process_mu;
 
-void on_exit() { g_exiting.store(true, std::memory_order_relaxed); }
+void on_exit() {
+  g_exiting.store(true, std::memory_order_relaxed);
+  // The reserve thread must not be inside the driver while the driver tears itself down.
+  if (Pool* p = g_process.load(std::memory_order_acquire)) p->stop_background();
+}
 
 // The child of a fork cannot use the parent's CUDA state (and other threads' locks may be held in
 // its copy), so it drops the parent's pool without touching it and makes a fresh one on first use.
@@ -30,6 +37,12 @@ void on_fork_child() {
 
 constexpr int kMaxDevices = 64;
 
+std::uint64_t physical_memory() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+}
+
 }  // namespace
 
 bool process_exiting() { return g_exiting.load(std::memory_order_relaxed); }
@@ -39,6 +52,10 @@ PoolConfig PoolConfig::from_options(const config::Options& o) {
   c.device_limit = o.device_limit;
   c.headroom = o.device_headroom.bytes;
   c.chunk_size = o.chunk_size.bytes;
+  c.spill = o.spill;
+  c.host_limit = o.host_limit;
+  c.host_reserve = o.host_reserve.bytes;
+  c.report_host = o.report_host;
   return c;
 }
 
@@ -47,19 +64,42 @@ struct Pool::Devices {
   std::array<std::atomic<DevicePool*>, kMaxDevices> pools{};
   std::array<std::atomic<bool>, kMaxDevices> unsupported{};
   std::mutex init_mu;
+  // The program's own cuMemCreate handles the pool counted (create_external).
+  struct External {
+    int device = 0;
+    std::size_t bytes = 0;
+    Tier tier = Tier::Device;
+    CUmemAllocationProp requested{};
+  };
+  mutable std::mutex external_mu;
+  std::unordered_map<Handle, External> externals;
 };
 
 Pool::Pool(const driver::Table& driver, PoolConfig config)
-    : driver_(driver), config_(config), devices_(std::make_unique<Devices>()) {}
+    : driver_(driver), config_(config), devices_(std::make_unique<Devices>()) {
+  if (config_.spill) {
+    host_ = std::make_unique<HostTier>(config_.host_limit.resolve(physical_memory()),
+                                       std::chrono::milliseconds(config_.host_idle_ms));
+  }
+}
 
 Pool::~Pool() {
   if (!devices_) return;  // abandoned after fork: nothing of it may be touched
+  stop_background();
   for (auto& slot : devices_->pools) delete slot.load();
+}
+
+void Pool::stop_background() {
+  if (host_) host_->stop();
 }
 
 void Pool::abandon() {
   for (auto& slot : devices_->pools) {
     if (DevicePool* p = slot.load()) p->abandon();
+  }
+  if (host_) {
+    host_->abandon();
+    (void)host_.release();  // its thread does not exist in the child; its destructor must not run
   }
   (void)devices_.release();  // leaked on purpose: the child must not run its destructors
 }
@@ -88,7 +128,7 @@ DevicePool* Pool::device_pool(int device) {
   if (devices_->unsupported[device].load(std::memory_order_relaxed)) return nullptr;
   std::lock_guard lock(devices_->init_mu);
   if (DevicePool* p = devices_->pools[device].load(std::memory_order_relaxed)) return p;
-  auto pool = std::make_unique<DevicePool>(driver_, device, config_, devices_->map);
+  auto pool = std::make_unique<DevicePool>(driver_, device, config_, devices_->map, host_.get());
   if (const CUresult r = pool->init(); r != CUDA_SUCCESS) {
     log::info("device {}: no virtual memory management ({}); the driver serves its allocations", device,
               static_cast<int>(r));
@@ -196,12 +236,82 @@ CUresult Pool::memory_info(std::size_t* free_bytes, std::size_t* total_bytes) {
   if (const CUresult r = current_device(&device, &ctx); r != CUDA_SUCCESS) return r;
   DevicePool* p = device_pool(device);
   if (p == nullptr) return driver_.cuMemGetInfo_v2(free_bytes, total_bytes);
-  return p->memory_info(free_bytes, total_bytes);
+  std::size_t free_b = 0, total_b = 0;
+  if (const CUresult r = p->memory_info(&free_b, &total_b); r != CUDA_SUCCESS) return r;
+  if (config_.report_host && host_) {
+    // Pinned memory waiting in reserves is as good as free: it is there for the next spill.
+    std::uint64_t reserved = 0;
+    for (int i = 0; i < kMaxDevices; ++i) {
+      if (DevicePool* q = devices_->pools[i].load(std::memory_order_acquire)) {
+        const DeviceStats s = q->stats();
+        reserved += (s.host_chunks_reserve + s.host_chunks_premapped) * s.chunk_size;
+      }
+    }
+    const std::uint64_t in_use = host_->charged() > reserved ? host_->charged() - reserved : 0;
+    const std::uint64_t host_free = host_->limit() > in_use ? host_->limit() - in_use : 0;
+    const std::uint64_t chunk = p->stats().chunk_size;
+    free_b += host_free - host_free % chunk;
+    total_b += host_->limit();
+  }
+  if (free_bytes != nullptr) *free_bytes = free_b;
+  if (total_bytes != nullptr) *total_bytes = total_b;
+  return CUDA_SUCCESS;
 }
 
-CUresult Pool::admit_external(int device, std::size_t bytes) {
+CUresult Pool::create_external(Handle* handle, std::size_t size, const CUmemAllocationProp* prop,
+                               unsigned long long flags) {
+  if (handle == nullptr || prop == nullptr || size == 0 || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+    return driver_.cuMemCreate(handle, size, prop, flags);
+  }
+  DevicePool* p = device_pool(prop->location.id);
+  if (p == nullptr) return driver_.cuMemCreate(handle, size, prop, flags);
+  Tier tier = Tier::Device;
+  if (const CUresult r = p->admit_external(size, &tier); r != CUDA_SUCCESS) return r;
+  CUmemAllocationProp actual = *prop;
+  if (tier == Tier::Host) {
+    // Pinned host memory at the device's NUMA node instead; the program maps it and gives the
+    // device access exactly as it would device memory. Compression exists only on the device.
+    actual.location = p->host_location();
+    actual.allocFlags.compressionType = 0;
+  }
+  CUresult r = driver_.cuMemCreate(handle, size, &actual, flags);
+  if (r != CUDA_SUCCESS) {
+    p->external_released(size, tier);
+    // The program asked for device memory: failing to pin instead is, to it, an out-of-memory.
+    if (tier == Tier::Host) {
+      log::warn("device {}: cuMemCreate of {} MiB: the device limit is reached and pinning host memory instead failed ({})",
+                prop->location.id, size >> 20, static_cast<int>(r));
+      r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return r;
+  }
+  std::lock_guard lock(devices_->external_mu);
+  devices_->externals[*handle] = Devices::External{prop->location.id, size, tier, *prop};
+  return CUDA_SUCCESS;
+}
+
+void Pool::released_external(Handle handle) {
+  Devices::External e;
+  {
+    std::lock_guard lock(devices_->external_mu);
+    auto it = devices_->externals.find(handle);
+    if (it == devices_->externals.end()) return;
+    e = it->second;
+    devices_->externals.erase(it);
+  }
+  if (DevicePool* p = device_pool(e.device)) p->external_released(e.bytes, e.tier);
+}
+
+std::optional<CUmemAllocationProp> Pool::requested_properties(Handle handle) const {
+  std::lock_guard lock(devices_->external_mu);
+  auto it = devices_->externals.find(handle);
+  if (it == devices_->externals.end() || it->second.tier != Tier::Host) return std::nullopt;
+  return it->second.requested;
+}
+
+CUresult Pool::fill_host_reserve(int device, std::size_t bytes) {
   DevicePool* p = device_pool(device);
-  return p == nullptr ? CUDA_SUCCESS : p->admit_external(bytes);
+  return p == nullptr ? CUDA_ERROR_INVALID_DEVICE : p->fill_host_reserve(bytes);
 }
 
 void Pool::release_idle(bool keep_chunks) {

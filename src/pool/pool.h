@@ -7,6 +7,11 @@
 // on its own, cut into equal slots). Freed large allocations keep their mapping in a cache, so a
 // steady alloc/free pattern makes no driver call; under pressure cached mappings are taken apart and
 // their chunks reused.
+//
+// Tiers (spill): a chunk lies in device memory or in pinned host memory (a host-located cuMemCreate
+// handle), and both map into the same ranges. When the device budget is reached, an allocation takes
+// host chunks for the rest: one allocation may be part device, part host, and kernels reach the host
+// part over PCIe. Device chunks go to allocations first come, first served (see docs/architecture.md).
 #pragma once
 
 #include <cstddef>
@@ -24,8 +29,14 @@ struct PoolConfig {
   std::uint64_t headroom = 256ull << 20;      // device memory always left free for others
   std::size_t small_max = 1ull << 20;          // largest request served from slabs
   std::size_t chunk_size = 0;                  // 0: the driver's minimum granularity
+  bool spill = true;                           // serve what the device cannot from pinned host memory
+  config::Size host_limit{0, 50.0, true};      // cap on pinned host memory (share of physical memory)
+  std::uint64_t host_reserve = 512ull << 20;   // pinned ahead of need, per device, once spilling is near
+  bool report_host = false;                    // cuMemGetInfo counts host capacity in
+  std::uint32_t host_idle_ms = 5000;           // no spill for this long: the reserve shrinks to its base
 
-  // From UVMPOOL_DEVICE_LIMIT, UVMPOOL_DEVICE_HEADROOM.
+  // From UVMPOOL_DEVICE_LIMIT, _DEVICE_HEADROOM, _CHUNK_SIZE, _SPILL, _HOST_LIMIT, _HOST_RESERVE,
+  // _REPORT_HOST.
   static PoolConfig from_options(const config::Options& options);
 };
 
@@ -55,9 +66,22 @@ struct DeviceStats {
   std::uint64_t chunks_released = 0;
   std::uint64_t budget = 0;            // the device limit in bytes (0 before first use)
   std::uint64_t out_of_memory = 0;     // allocations refused
+  // The host tier (spill).
+  std::uint64_t host_chunks_held = 0;      // pinned host chunks the pool owns: mapped or in the reserve
+  std::uint64_t host_chunks_reserve = 0;   // of those, pinned but not mapped: ready for the next spill
+  std::uint64_t host_chunks_mapped = 0;    // of those, mapped: in live or cached allocations, or premapped
+  std::uint64_t host_chunks_premapped = 0; // of the mapped, in host-only runs ready for the next spill
+  std::uint64_t live_host_bytes = 0;       // bytes of live allocations that lie in host chunks
+  std::uint64_t peak_host_held_bytes = 0;
+  std::uint64_t spilled_allocations = 0;   // allocations given host chunks (wholly or in part)
+  std::uint64_t host_chunks_pinned_inline = 0;  // pinned on the allocation path (the reserve was empty)
+  std::uint64_t external_host_bytes = 0;   // the program's own device cuMemCreate served by host memory
+  std::uint64_t host_limit = 0;            // UVMPOOL_HOST_LIMIT in bytes (process-wide)
 };
 
 class DevicePool;
+class HostTier;
+using Handle = CUmemGenericAllocationHandle;
 
 // Results of operations on pointers that may not be ours.
 enum class Ownership { Ours, Foreign };
@@ -96,12 +120,24 @@ class Pool {
   // Whether p lies in address space the pool reserved (allocated or not).
   bool in_pool_space(CUdeviceptr p) const;
 
-  // cuMemGetInfo for the current context's device: total = the budget, free = what is left of it.
+  // cuMemGetInfo for the current context's device: total = the budget, free = what is left of it;
+  // with report_host, the host limit and what is left of it are added.
   CUresult memory_info(std::size_t* free_bytes, std::size_t* total_bytes);
 
-  // cuMemCreate of device memory made by the program itself counts against the budget: releases
-  // idle chunks if that makes room; OUT_OF_MEMORY if the budget cannot take `bytes` more.
-  CUresult admit_external(int device, std::size_t bytes);
+  // The program's own cuMemCreate (PyTorch expandable segments, NCCL, vLLM). Device memory counts
+  // against the budget (idle pool memory is released to make room); when the budget cannot take it
+  // and spill is on, the handle is made in pinned host memory instead, so those programs overcommit
+  // too. Works with no current context (NCCL). Other locations go to the driver unchanged.
+  CUresult create_external(Handle* handle, std::size_t size, const CUmemAllocationProp* prop,
+                           unsigned long long flags);
+  // After the driver released a handle: forgets what create_external counted for it.
+  void released_external(Handle handle);
+  // The properties the program asked for, for a handle create_external placed in host memory.
+  std::optional<CUmemAllocationProp> requested_properties(Handle handle) const;
+
+  // Pins host chunks into `device`'s reserve until it holds `bytes` (tests, benchmarks: a warm
+  // reserve without waiting for the background thread). OUT_OF_MEMORY past UVMPOOL_HOST_LIMIT.
+  CUresult fill_host_reserve(int device, std::size_t bytes);
 
   // Gives idle memory (free chunks, cached mappings, empty slabs) of every device back to the driver;
   // with `keep_chunks`, only takes the cached mappings and empty slabs apart, keeping their chunks.
@@ -112,6 +148,8 @@ class Pool {
 
   // After fork: the child cannot use the parent's CUDA state; forget it all without driver calls.
   void abandon();
+  // At exit: stops the background reserve thread (waits for its driver call in flight, if any).
+  void stop_background();
 
  private:
   DevicePool* device_pool(int device);  // made on first use
@@ -119,6 +157,7 @@ class Pool {
 
   const driver::Table& driver_;
   PoolConfig config_;
+  std::unique_ptr<HostTier> host_;
   struct Devices;
   std::unique_ptr<Devices> devices_;
 };

@@ -52,12 +52,16 @@ CUresult DevicePool::allocate_small(CUdeviceptr* out, std::size_t bytes, CUconte
       if (Slab* s = c.head; s != nullptr) {
         if (s->used == 0) {
           --c.empty;
-          chunks_cached_.fetch_sub(1, std::memory_order_relaxed);
+          count_cached(s, -1);
         }
         const std::uint32_t slot = take_slot(s);
         if (s->used == s->slots) unlink(c.head, s);
         s->info[slot] = SlotInfo{next_buffer_id(), context, static_cast<std::uint32_t>(bytes), false};
         *out = s->base + static_cast<CUdeviceptr>(slot) * s->slot_size;
+        if (s->chunk.tier == Tier::Host) {
+          live_host_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+          spilled_.fetch_add(1, std::memory_order_relaxed);
+        }
         break;
       }
     }
@@ -67,7 +71,7 @@ CUresult DevicePool::allocate_small(CUdeviceptr* out, std::size_t bytes, CUconte
     std::lock_guard lock(c.mu);
     link(c.head, s);
     ++c.empty;
-    chunks_cached_.fetch_add(1, std::memory_order_relaxed);
+    count_cached(s, +1);
   }
   live_allocations_.fetch_add(1, std::memory_order_relaxed);
   const std::uint64_t live = live_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
@@ -110,6 +114,7 @@ CUresult DevicePool::free_small(Slab* s, CUdeviceptr p, bool pending) {
     }
   }
   live_bytes_.fetch_sub(size, std::memory_order_relaxed);
+  if (s->chunk.tier == Tier::Host) live_host_bytes_.fetch_sub(size, std::memory_order_relaxed);
   live_allocations_.fetch_sub(1, std::memory_order_relaxed);
   if (destroy) {
     std::lock_guard lock(mu_);
@@ -122,12 +127,12 @@ bool DevicePool::slot_freed(SlabClass& c, Slab* s) {
   if (!s->listed) link(c.head, s);
   if (s->used != 0) return false;
   ++c.empty;
-  chunks_cached_.fetch_add(1, std::memory_order_relaxed);
+  count_cached(s, +1);
   if (c.empty <= 1 || process_exiting()) return false;
   // More than one empty slab in this class: this one gives its chunk back to the pool.
   unlink(c.head, s);
   --c.empty;
-  chunks_cached_.fetch_sub(1, std::memory_order_relaxed);
+  count_cached(s, -1);
   s->state.store(kDead, std::memory_order_relaxed);
   return true;
 }
@@ -150,7 +155,7 @@ void DevicePool::release_slot(Slab* s, std::uint32_t slot) {
 
 CUresult DevicePool::new_slab(int cls, Slab** out) {
   std::lock_guard lock(mu_);
-  std::vector<Handle> chunk;
+  std::vector<Chunk> chunk;
   if (const CUresult r = take_chunks(1, &chunk); r != CUDA_SUCCESS) return r;
   CUdeviceptr va = 0;
   CUresult r = take_range(chunk_, &va);
@@ -159,10 +164,10 @@ CUresult DevicePool::new_slab(int cls, Slab** out) {
     if (r != CUDA_SUCCESS) ranges_.give_back(va, chunk_);
   }
   if (r != CUDA_SUCCESS) {
-    free_chunks_.push_back(chunk[0]);
-    chunks_free_.fetch_add(1, std::memory_order_relaxed);
+    return_chunks(chunk);
     return r;
   }
+  if (chunk[0].tier == Tier::Host) host_mapped_.fetch_add(1, std::memory_order_relaxed);
   Slab* s = nullptr;
   if (!spare_slabs_.empty()) {
     s = spare_slabs_.back();
@@ -194,8 +199,8 @@ void DevicePool::destroy_slab(Slab* s) {
   map_.set(s->base, chunk_, 0);
   vmm_.unmap(s->base, 1, chunk_);
   ranges_.give_back(s->base, chunk_);
-  free_chunks_.push_back(s->chunk);
-  chunks_free_.fetch_add(1, std::memory_order_relaxed);
+  return_chunks({&s->chunk, 1});
+  if (s->chunk.tier == Tier::Host) host_mapped_.fetch_sub(1, std::memory_order_relaxed);
   s->live.clear();
   s->info.clear();
   spare_slabs_.push_back(s);
@@ -211,7 +216,7 @@ std::size_t DevicePool::evict_empty_slabs() {
       if (s->used == 0) {
         unlink(c.head, s);
         --c.empty;
-        chunks_cached_.fetch_sub(1, std::memory_order_relaxed);
+        count_cached(s, -1);
         s->state.store(kDead, std::memory_order_relaxed);
         empty.push_back(s);
       }

@@ -78,7 +78,14 @@ bool DevicePool::reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUc
   }
   *out = s->base + static_cast<CUdeviceptr>(item.slot) * s->slot_size;
   live_allocations_.fetch_add(1, std::memory_order_relaxed);
-  live_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  const std::uint64_t live = live_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  std::uint64_t peak = peak_live_.load(std::memory_order_relaxed);
+  while (live > peak && !peak_live_.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+  }
+  if (s->chunk.tier == Tier::Host) {
+    live_host_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    spilled_.fetch_add(1, std::memory_order_relaxed);
+  }
   return true;
 }
 

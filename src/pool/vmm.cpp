@@ -13,7 +13,33 @@ CUmemAllocationProp device_prop(int device) {
   return prop;
 }
 
+CUmemAllocationProp host_prop(const CUmemLocation& location) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location = location;
+  return prop;
+}
+
 }  // namespace
+
+std::size_t Vmm::init_host() {
+  // The device's own NUMA node keeps PCIe traffic off the socket interconnect; pinning there is also
+  // faster than at the plain host location (408 vs 716 us per 2 MiB, measured on an H200).
+  int numa_vmm = 0, numa_id = -1;
+  if (d_.cuDeviceGetAttribute(&numa_vmm, CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device_) ==
+          CUDA_SUCCESS &&
+      numa_vmm != 0 &&
+      d_.cuDeviceGetAttribute(&numa_id, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, device_) == CUDA_SUCCESS && numa_id >= 0) {
+    host_ = CUmemLocation{CU_MEM_LOCATION_TYPE_HOST_NUMA, numa_id};
+  } else {
+    host_ = CUmemLocation{CU_MEM_LOCATION_TYPE_HOST, 0};
+  }
+  if (d_.cuMemGetAllocationGranularity == nullptr) return 0;
+  const CUmemAllocationProp prop = host_prop(host_);
+  std::size_t g = 0;
+  if (d_.cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS) return 0;
+  return g;
+}
 
 std::size_t Vmm::granularity() const {
   if (d_.cuMemGetAllocationGranularity == nullptr) return 0;
@@ -23,8 +49,8 @@ std::size_t Vmm::granularity() const {
   return g;
 }
 
-CUresult Vmm::create_chunks(std::span<Handle> out, std::size_t size) const {
-  const CUmemAllocationProp prop = device_prop(device_);
+CUresult Vmm::create_chunks(std::span<Handle> out, std::size_t size, Tier tier) const {
+  const CUmemAllocationProp prop = tier == Tier::Device ? device_prop(device_) : host_prop(host_);
   for (std::size_t i = 0; i < out.size(); ++i) {
     const CUresult r = d_.cuMemCreate(&out[i], size, &prop, 0);
     if (r != CUDA_SUCCESS) {
@@ -51,20 +77,21 @@ void Vmm::free_reservation(CUdeviceptr va, std::size_t size) const {
   if (r != CUDA_SUCCESS) log::warn("cuMemAddressFree failed ({})", static_cast<int>(r));
 }
 
-CUresult Vmm::map(CUdeviceptr va, std::span<const Handle> chunks, std::size_t chunk_size) const {
+CUresult Vmm::map(CUdeviceptr va, std::span<const Chunk> chunks, std::size_t chunk_size) const {
   for (std::size_t i = 0; i < chunks.size(); ++i) {
-    const CUresult r = d_.cuMemMap(va + i * chunk_size, chunk_size, 0, chunks[i], 0);
+    const CUresult r = d_.cuMemMap(va + i * chunk_size, chunk_size, 0, chunks[i].handle, 0);
     if (r != CUDA_SUCCESS) {
       unmap(va, i, chunk_size);
       return r;
     }
   }
+  // The device's access only, over device and host chunks alike. Host access to host chunks would
+  // double cuMemSetAccess's cost (134 against 67 us per 2 MiB host chunk on an H200) for no use the
+  // program can make of it: it does not know which of its pieces lie in host memory.
   CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = device_;
+  access.location = CUmemLocation{CU_MEM_LOCATION_TYPE_DEVICE, device_};
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  const CUresult r = d_.cuMemSetAccess(va, chunks.size() * chunk_size, &access, 1);
-  if (r != CUDA_SUCCESS) {
+  if (const CUresult r = d_.cuMemSetAccess(va, chunks.size() * chunk_size, &access, 1); r != CUDA_SUCCESS) {
     unmap(va, chunks.size(), chunk_size);
     return r;
   }

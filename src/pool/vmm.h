@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 
 #include "driver/driver_api.h"
@@ -12,9 +13,26 @@ namespace uvmpool::pool {
 
 using Handle = CUmemGenericAllocationHandle;
 
+// Where a chunk's memory lies. Both tiers map into the same ranges; a host chunk is pinned host
+// memory the device reaches over PCIe (zero-copy).
+enum class Tier : std::uint8_t { Device, Host };
+
+// One physical chunk: a handle of the pool's chunk size, and its tier. A mapping holds one per
+// chunk-sized piece of its range, so any one piece can later be remapped to another chunk (of either
+// tier) at the same address.
+struct Chunk {
+  Handle handle = 0;
+  Tier tier = Tier::Device;
+};
+
 class Vmm {
  public:
   Vmm(const driver::Table& driver, int device) : d_(driver), device_(device) {}
+
+  // Chooses where host chunks go: the device's host NUMA node where the driver supports VMM there,
+  // else the plain host location. Returns the host granularity (0 if the driver refuses host chunks).
+  std::size_t init_host();
+  const CUmemLocation& host_location() const { return host_; }
 
   const driver::Table& driver() const { return d_; }
   int device() const { return device_; }
@@ -22,16 +40,17 @@ class Vmm {
   // The minimum allocation granularity of pinned memory on this device (0 if the driver refuses).
   std::size_t granularity() const;
 
-  // `count` new physical chunks of `size` bytes each on the device, or none at all.
-  CUresult create_chunks(std::span<Handle> out, std::size_t size) const;
+  // `count` new physical chunks of `size` bytes each in `tier`, or none at all.
+  CUresult create_chunks(std::span<Handle> out, std::size_t size, Tier tier = Tier::Device) const;
   void release_chunks(std::span<const Handle> chunks) const;
 
   CUresult reserve(CUdeviceptr* va, std::size_t size, std::size_t alignment) const;
   void free_reservation(CUdeviceptr va, std::size_t size) const;
 
-  // Maps chunks[i] at va + i * chunk_size and gives the device read-write access to the whole range
-  // with one cuMemSetAccess (one call over a range is far cheaper than one per chunk). All or nothing.
-  CUresult map(CUdeviceptr va, std::span<const Handle> chunks, std::size_t chunk_size) const;
+  // Maps chunks[i] at va + i * chunk_size (of either tier) and gives the device read-write access to
+  // the whole range with one cuMemSetAccess (one call over a range is far cheaper than one per
+  // chunk). All or nothing.
+  CUresult map(CUdeviceptr va, std::span<const Chunk> chunks, std::size_t chunk_size) const;
   // Unmaps `count` chunks mapped from va on. Errors are logged, not returned: there is nothing left
   // to roll back to.
   void unmap(CUdeviceptr va, std::size_t count, std::size_t chunk_size) const;
@@ -39,6 +58,7 @@ class Vmm {
  private:
   const driver::Table& d_;
   int device_;
+  CUmemLocation host_{CU_MEM_LOCATION_TYPE_HOST, 0};
 };
 
 }  // namespace uvmpool::pool

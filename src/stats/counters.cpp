@@ -46,6 +46,18 @@ void print_summary(std::FILE* out) {
                    static_cast<unsigned long long>(s.stitched_maps), static_cast<unsigned long long>(s.cache_hits),
                    static_cast<unsigned long long>(s.mappings_broken), static_cast<unsigned long long>(s.out_of_memory),
                    static_cast<double>(s.budget) / (1 << 20));
+      if (s.host_limit != 0 && (s.peak_host_held_bytes != 0 || s.external_host_bytes != 0)) {
+        std::fprintf(out,
+                     "[uvmpool]   device %d: spilled to host: %llu allocations, %.0f MiB live in host memory; "
+                     "pinned %.0f MiB now (%.0f MiB ready: unmapped or premapped), peak %.0f MiB, limit %.0f MiB; "
+                     "%llu chunks pinned inline; the program's own cuMemCreate in host memory %.0f MiB\n",
+                     d, static_cast<unsigned long long>(s.spilled_allocations),
+                     static_cast<double>(s.live_host_bytes) / (1 << 20), static_cast<double>(s.host_chunks_held) * mib,
+                     static_cast<double>(s.host_chunks_reserve + s.host_chunks_premapped) * mib, static_cast<double>(s.peak_host_held_bytes) / (1 << 20),
+                     static_cast<double>(s.host_limit) / (1 << 20),
+                     static_cast<unsigned long long>(s.host_chunks_pinned_inline),
+                     static_cast<double>(s.external_host_bytes) / (1 << 20));
+      }
     }
   }
   for (std::size_t i = 0; i < driver::kFunctionCount; ++i)

@@ -35,6 +35,11 @@ int uvmpool_get_stats(uvmpool_stats* out) {
       s.pool_live_bytes += ds.live_bytes;
       s.pool_peak_held_bytes += ds.peak_held_bytes;
       s.pool_peak_live_bytes += ds.peak_live_bytes;
+      s.pool_live_host_bytes += ds.live_host_bytes;
+      s.pool_host_held_bytes += ds.host_chunks_held * ds.chunk_size;
+      s.pool_peak_host_held_bytes += ds.peak_host_held_bytes;
+      s.pool_spilled_allocations += ds.spilled_allocations;
+      s.pool_out_of_memory += ds.out_of_memory;
     }
   }
   // A caller built against an older, smaller struct gets the fields it knows of.

@@ -1,0 +1,274 @@
+#include "pool/host_tier.h"
+
+#include <algorithm>
+
+#include "config/log.h"
+#include "pool/device_pool.h"
+
+namespace uvmpool::pool {
+
+// kBatch: big enough that an empty reserve refills in few steps, small enough (about 11 ms of pinning
+// at 2 MiB) that the thread notices exit quickly.
+
+bool HostTier::charge(std::uint64_t bytes) {
+  std::uint64_t now = charged_.load(std::memory_order_relaxed);
+  do {
+    if (now + bytes > limit_) return false;
+  } while (!charged_.compare_exchange_weak(now, now + bytes, std::memory_order_relaxed));
+  return true;
+}
+
+void HostTier::add(std::function<bool()> upkeep) {
+  std::lock_guard lock(mu_);
+  upkeeps_.push_back(std::move(upkeep));
+}
+
+void HostTier::wake() {
+  std::lock_guard lock(mu_);
+  if (stopping_ || abandoned_ || process_exiting()) return;
+  woken_ = true;
+  if (!thread_.joinable()) {
+    thread_ = std::thread([this] { run(); });
+  }
+  cv_.notify_one();
+}
+
+void HostTier::stop() {
+  std::thread thread;
+  {
+    std::lock_guard lock(mu_);
+    if (abandoned_) return;
+    stopping_ = true;
+    thread.swap(thread_);
+  }
+  cv_.notify_all();
+  if (thread.joinable()) thread.join();
+}
+
+void HostTier::run() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    // Woken for a spill, or once a second to give back what has been idle.
+    cv_.wait_for(lock, std::chrono::seconds(1), [this] { return woken_ || stopping_; });
+    woken_ = false;
+    const std::vector<std::function<bool()>> upkeeps = upkeeps_;
+    lock.unlock();
+    for (bool more = true; more;) {
+      more = false;
+      for (const auto& upkeep : upkeeps) {
+        if (process_exiting()) break;
+        more |= upkeep();
+      }
+      std::lock_guard check(mu_);
+      if (stopping_) break;
+    }
+    lock.lock();
+  }
+}
+
+HostReserve::HostReserve(const Vmm& vmm, HostTier& tier, std::size_t chunk, std::uint64_t base_bytes)
+    : vmm_(vmm),
+      tier_(tier),
+      chunk_(chunk),
+      base_(static_cast<std::size_t>((base_bytes + chunk - 1) / chunk)),
+      cap_(std::max<std::size_t>(base_, (std::uint64_t{4} << 30) / chunk)) {}
+
+HostReserve::~HostReserve() {
+  if (abandoned_) return;
+  std::lock_guard lock(mu_);
+  unpin(chunks_);
+  chunks_.clear();
+}
+
+CUresult HostReserve::pin(std::size_t n, std::vector<Handle>* out) {
+  if (n == 0) return CUDA_SUCCESS;
+  const std::uint64_t bytes = static_cast<std::uint64_t>(n) * chunk_;
+  if (!tier_.charge(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::vector<Handle> made(n);
+  if (const CUresult r = vmm_.create_chunks(made, chunk_, Tier::Host); r != CUDA_SUCCESS) {
+    tier_.uncharge(bytes);
+    log::debug("device {}: pinning {} host chunks failed ({})", vmm_.device(), n, static_cast<int>(r));
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  out->insert(out->end(), made.begin(), made.end());
+  const std::uint64_t held = held_.fetch_add(n, std::memory_order_relaxed) + n;
+  std::uint64_t peak = peak_held_.load(std::memory_order_relaxed);
+  while (held > peak && !peak_held_.compare_exchange_weak(peak, held, std::memory_order_relaxed)) {
+  }
+  return CUDA_SUCCESS;
+}
+
+void HostReserve::unpin(std::span<const Handle> chunks) {
+  if (chunks.empty()) return;
+  vmm_.release_chunks(chunks);
+  held_.fetch_sub(chunks.size(), std::memory_order_relaxed);
+  tier_.uncharge(static_cast<std::uint64_t>(chunks.size()) * chunk_);
+}
+
+CUresult HostReserve::take(std::size_t n, std::vector<Chunk>* out) {
+  std::vector<Handle> got;
+  bool refill = false;
+  {
+    std::lock_guard lock(mu_);
+    const std::size_t from_reserve = std::min(n, chunks_.size());
+    got.assign(chunks_.end() - static_cast<std::ptrdiff_t>(from_reserve), chunks_.end());
+    chunks_.resize(chunks_.size() - from_reserve);
+    last_take_ = Clock::now();
+    grow_target_locked(n);
+    const std::size_t ready = chunks_.size() + premapped();
+    refill = ready < target_ || chunks_.size() < unmapped_target_locked();
+    size_.store(chunks_.size(), std::memory_order_relaxed);
+  }
+  if (got.size() < n) {
+    // The reserve is empty: pin what is missing inline, all in one go; the thread pins the reserve
+    // back up (the caller waits only for its own memory).
+    const std::size_t short_by = n - got.size();
+    std::vector<Handle> pinned;
+    const CUresult r = pin(short_by, &pinned);
+    if (r != CUDA_SUCCESS) {
+      std::lock_guard lock(mu_);
+      chunks_.insert(chunks_.end(), got.begin(), got.end());
+      size_.store(chunks_.size(), std::memory_order_relaxed);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    inline_.fetch_add(pinned.size(), std::memory_order_relaxed);
+    got.insert(got.end(), pinned.begin(), pinned.begin() + static_cast<std::ptrdiff_t>(short_by));
+    std::lock_guard lock(mu_);
+    chunks_.insert(chunks_.end(), pinned.begin() + static_cast<std::ptrdiff_t>(short_by), pinned.end());
+    size_.store(chunks_.size(), std::memory_order_relaxed);
+  }
+  for (Handle h : got) out->push_back(Chunk{h, Tier::Host});
+  if (refill) tier_.wake();
+  return CUDA_SUCCESS;
+}
+
+std::size_t HostReserve::take_ready(std::size_t n, std::vector<Chunk>* out) {
+  std::lock_guard lock(mu_);
+  const std::size_t k = std::min(n, chunks_.size());
+  for (std::size_t i = chunks_.size() - k; i < chunks_.size(); ++i) out->push_back(Chunk{chunks_[i], Tier::Host});
+  chunks_.resize(chunks_.size() - k);
+  size_.store(chunks_.size(), std::memory_order_relaxed);
+  return k;
+}
+
+void HostReserve::note_take(std::size_t n) {
+  bool refill = false;
+  {
+    std::lock_guard lock(mu_);
+    last_take_ = Clock::now();
+    grow_target_locked(n);
+    refill = chunks_.size() + premapped() < target_;
+  }
+  if (refill) tier_.wake();
+}
+
+void HostReserve::grow_target_locked(std::size_t n) {
+  // Room for two spills as large as this one while the thread pins more: the reserve covers bursts,
+  // not the whole spill, so what it keeps pinned beyond use stays bounded (and falls back to the
+  // base once spills stop).
+  if (base_ == 0) return;  // UVMPOOL_HOST_RESERVE=0: no pinning ahead, every spill pins inline
+  target_ = std::min(cap_, std::max({target_, base_, 2 * n}));
+}
+
+std::size_t HostReserve::unmapped_target_locked() const {
+  // A quarter stays unmapped: the allocation that straddles the device limit, and slabs, need loose
+  // chunks; the rest is premapped for allocations that lie wholly in host memory.
+  return target_ == 0 ? 0 : std::max(kBatch, target_ / 4);
+}
+
+std::size_t HostReserve::unmapped_target() const {
+  std::lock_guard lock(mu_);
+  return unmapped_target_locked();
+}
+
+std::size_t HostReserve::target() const {
+  std::lock_guard lock(mu_);
+  return target_;
+}
+
+bool HostReserve::idle() const {
+  std::lock_guard lock(mu_);
+  return target_ != 0 && Clock::now() - last_take_ > tier_.idle();
+}
+
+void HostReserve::give_back(std::span<const Chunk> chunks) {
+  std::lock_guard lock(mu_);
+  for (const Chunk& c : chunks) chunks_.push_back(c.handle);
+  size_.store(chunks_.size(), std::memory_order_relaxed);
+}
+
+CUresult HostReserve::fill(std::size_t chunks) {
+  std::size_t have = 0;
+  {
+    std::lock_guard lock(mu_);
+    have = chunks_.size();
+    if (target_ < chunks) target_ = std::min(std::max(chunks, base_), std::max(cap_, chunks));
+    last_take_ = Clock::now();
+  }
+  if (have >= chunks) return CUDA_SUCCESS;
+  std::vector<Handle> pinned;
+  if (const CUresult r = pin(chunks - have, &pinned); r != CUDA_SUCCESS) return r;
+  std::lock_guard lock(mu_);
+  chunks_.insert(chunks_.end(), pinned.begin(), pinned.end());
+  size_.store(chunks_.size(), std::memory_order_relaxed);
+  return CUDA_SUCCESS;
+}
+
+void HostReserve::arm() {
+  {
+    std::lock_guard lock(mu_);
+    if (target_ != 0 || base_ == 0) return;
+    target_ = base_;
+    last_take_ = Clock::now();
+  }
+  tier_.wake();
+}
+
+void HostReserve::drain() {
+  std::vector<Handle> all;
+  {
+    std::lock_guard lock(mu_);
+    all.swap(chunks_);
+    size_.store(0, std::memory_order_relaxed);
+  }
+  unpin(all);
+}
+
+bool HostReserve::upkeep() {
+  std::size_t to_pin = 0;
+  std::vector<Handle> to_release;
+  {
+    std::lock_guard lock(mu_);
+    if (target_ == 0 || abandoned_) return false;
+    const bool idle = Clock::now() - last_take_ > tier_.idle();
+    if (idle) target_ = base_;
+    const std::size_t ready = chunks_.size() + premapped();
+    const std::size_t unmapped_target = unmapped_target_locked();
+    if (ready < target_ || chunks_.size() < unmapped_target) {
+      to_pin = std::min(kBatch, std::max(target_ - std::min(ready, target_), unmapped_target - std::min(chunks_.size(), unmapped_target)));
+    } else if (idle && ready > target_ && chunks_.size() > unmapped_target) {
+      const std::size_t n = std::min({kBatch, ready - target_, chunks_.size() - unmapped_target});
+      to_release.assign(chunks_.end() - static_cast<std::ptrdiff_t>(n), chunks_.end());
+      chunks_.resize(chunks_.size() - n);
+      size_.store(chunks_.size(), std::memory_order_relaxed);
+    }
+  }
+  if (!to_release.empty()) {
+    unpin(to_release);
+    return true;
+  }
+  if (to_pin == 0) return false;
+  std::vector<Handle> pinned;
+  if (pin(to_pin, &pinned) != CUDA_SUCCESS) {
+    // The host limit (or the system) says no: stop aiming higher than what the reserve now holds.
+    std::lock_guard lock(mu_);
+    target_ = std::max<std::size_t>(chunks_.size(), 1);
+    return false;
+  }
+  std::lock_guard lock(mu_);
+  chunks_.insert(chunks_.end(), pinned.begin(), pinned.end());
+  size_.store(chunks_.size(), std::memory_order_relaxed);
+  return true;
+}
+
+}  // namespace uvmpool::pool

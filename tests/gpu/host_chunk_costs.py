@@ -1,0 +1,62 @@
+"""Measures what spilling costs on this GPU with host-located VMM chunks (CU_MEM_LOCATION_TYPE_HOST_NUMA
+at the device's node, else HOST): pinning (cuMemCreate) per chunk, cuMemMap per chunk, and one
+cuMemSetAccess over N mapped chunks, with device access only and with device + host access; also the
+same for N = 1 (the cost a single-chunk spill pays).
+usage: python3 host_chunk_costs.py [chunks ...]   (default 1 8 64 512, 2 MiB chunks)"""
+import ctypes, sys, time
+
+cu = ctypes.CDLL("libcuda.so.1")
+def ok(r, what):
+    if r != 0: sys.exit(f"{what} failed: {r}")
+
+class Location(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+class Prop(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int), ("location", Location),
+                ("win32HandleMetaData", ctypes.c_void_p), ("allocFlags", ctypes.c_ubyte * 8)]
+class Access(ctypes.Structure):
+    _fields_ = [("location", Location), ("flags", ctypes.c_int)]
+
+ok(cu.cuInit(0), "cuInit")
+ctx = ctypes.c_void_p()
+ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0), "retain")
+ok(cu.cuCtxSetCurrent(ctx), "set current")
+numa = ctypes.c_int(-1)
+cu.cuDeviceGetAttribute(ctypes.byref(numa), 134, 0)  # HOST_NUMA_ID
+loc = Location(type=3, id=numa.value) if numa.value >= 0 else Location(type=2, id=0)
+prop = Prop(type=1, location=loc)
+size = 2 << 20
+counts = [int(a) for a in sys.argv[1:]] or [1, 8, 64, 512]
+dev_only = (Access * 1)(Access(location=Location(type=1, id=0), flags=3))
+dev_host = (Access * 2)(Access(location=Location(type=1, id=0), flags=3), Access(location=Location(type=2, id=0), flags=3))
+print(f"host location type {loc.type} id {loc.id}")
+print("| chunks | cuMemCreate per chunk | cuMemMap per chunk | setaccess dev per chunk | setaccess dev+host per chunk | unmap per chunk |")
+print("| --- | --- | --- | --- | --- | --- |")
+for n in counts:
+    handles = []
+    t0 = time.perf_counter()
+    for _ in range(n):
+        h = ctypes.c_ulonglong()
+        ok(cu.cuMemCreate(ctypes.byref(h), ctypes.c_size_t(size), ctypes.byref(prop), ctypes.c_ulonglong(0)), "create")
+        handles.append(h)
+    t1 = time.perf_counter()
+    row = [(t1 - t0) / n * 1e6]
+    for access, count in ((dev_only, 1), (dev_host, 2)):
+        va = ctypes.c_ulonglong()
+        ok(cu.cuMemAddressReserve(ctypes.byref(va), ctypes.c_size_t(n * size), ctypes.c_size_t(size), ctypes.c_ulonglong(0), ctypes.c_ulonglong(0)), "reserve")
+        a = time.perf_counter()
+        for i, h in enumerate(handles):
+            ok(cu.cuMemMap(ctypes.c_ulonglong(va.value + i * size), ctypes.c_size_t(size), ctypes.c_size_t(0), h, ctypes.c_ulonglong(0)), "map")
+        b = time.perf_counter()
+        ok(cu.cuMemSetAccess(va, ctypes.c_size_t(n * size), access, ctypes.c_size_t(count)), "access")
+        c = time.perf_counter()
+        for i in range(n):
+            cu.cuMemUnmap(ctypes.c_ulonglong(va.value + i * size), ctypes.c_size_t(size))
+        d = time.perf_counter()
+        cu.cuMemAddressFree(va, ctypes.c_size_t(n * size))
+        if count == 1: row.append((b - a) / n * 1e6)
+        row.append((c - b) / n * 1e6)
+        if count == 2: row.append((d - c) / n * 1e6)
+    print(f"| {n} | {row[0]:.0f} us | {row[1]:.1f} us | {row[2]:.1f} us | {row[3]:.1f} us | {row[4]:.1f} us |", flush=True)
+    for h in handles:
+        cu.cuMemRelease(h)
