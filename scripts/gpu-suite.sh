@@ -3,8 +3,10 @@
 #   bash scripts/gpu-suite.sh [BUILD_DIR]      (default .carry/build, made by scripts/gpu-pack.sh)
 # It runs the GPU test binaries against the real driver, builds and runs the nvcc/cuBLAS programs,
 # runs PyTorch (three allocators), CuPy and JAX under uvmpool preloaded and as the drop-in driver,
-# runs the benchmarks (tests/benchmarks/), and prints one summary table last. Logs go to
-# /tmp/uvmpool-gpu (and, packed, to $OUT when set).
+# runs the overcommit programs (the demo, tests/gpu/overcommit.cu and tests/gpu/train_overcommit.py,
+# needing 2-3x the device limit they are given), runs the benchmarks (tests/benchmarks/), and prints
+# one summary table last. Logs go to /tmp/uvmpool-gpu (and, packed, to $OUT when set). Each step has
+# a timeout; the whole suite is meant to take about 6 minutes on an H200.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=$(readlink -f "${1:-.carry/build}")
@@ -56,7 +58,6 @@ for route in preload dropin; do
   run_case client_linked "$route" "$build/bin/client_linked" --expect-uvmpool
   flags=(--expect-uvmpool --check-routes); [ "$route" = dropin ] && flags+=(--dropin)
   run_case client_runtime_like "$route" "$build/bin/client_runtime_like" "${flags[@]}"
-  run_case uvmpool-demo "$route" "$build/bin/uvmpool-demo" 4096
 done
 
 # 3. nvcc programs (static and shared cudart) and cuBLAS, built here with the GPU machine's nvcc.
@@ -66,6 +67,8 @@ nvcc -O2 -arch=native "${inc[@]}" tests/gpu/cudart_program.cu -o "$work/cudart_s
 nvcc -O2 -arch=native -cudart shared "${inc[@]}" tests/gpu/cudart_program.cu -o "$work/cudart_shared" -ldl &&
 nvcc -O2 -arch=native "${inc[@]}" tests/gpu/cublas_matmul.cu -o "$work/cublas_matmul" -lcublas -ldl ||
   row "nvcc programs" "FAILED" "build failed"
+nvcc -O2 -arch=native "${inc[@]}" tests/gpu/overcommit.cu -o "$work/overcommit" -ldl ||
+  row "overcommit.cu" "FAILED" "build failed"
 for route in preload dropin; do
   [ -x "$work/cudart_static" ] && run_case nvcc-static-cudart "$route" "$work/cudart_static" static-cudart
   [ -x "$work/cudart_shared" ] && run_case nvcc-shared-cudart "$route" "$work/cudart_shared" shared-cudart
@@ -80,7 +83,43 @@ for mode in torch-default torch-expandable torch-async cupy jax; do
   done
 done
 
-# 5. Benchmarks, against the real driver: one row each with its key figures (targets in the text;
+# 5. Overcommit: programs that need 2-3x the device limit they are given (the rest spills to pinned
+# host memory). One row each with its key figures: the tier split, bandwidth, step times.
+echo "== overcommit (UVMPOOL_DEVICE_LIMIT=4G)"
+overcommit_case() {  # name route key seconds command... (the row: the last line starting with key, and
+                    # the first line matching the regex $also when set)
+  local name=$1 route=$2 key=$3 seconds=$4; shift 4
+  local log="$logs/$name.$route.log" status line
+  if [ "$route" = preload ]; then
+    env LD_PRELOAD="$build/lib/libuvmpool.so" timeout "$seconds" "$@" >"$log" 2>&1; status=$?
+  elif [ "$route" = dropin ]; then
+    env LD_LIBRARY_PATH="$build/dropin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout "$seconds" "$@" >"$log" 2>&1; status=$?
+  else
+    timeout "$seconds" "$@" >"$log" 2>&1; status=$?
+  fi
+  line=$(grep -E "^$key" "$log" | tail -n 1)
+  [ -n "${also:-}" ] && [ -n "$line" ] && line+=" / $(grep -m1 -E "$also" "$log" | cut -c1-140)"
+  tail -n 12 "$log"
+  if [ $status -eq 0 ] && [ -n "$line" ]; then
+    row "$name ($route)" "ok" "${line#"$key"}"
+  else
+    row "$name ($route)" "FAILED" "exit $status: ${line:-$(tail -n 1 "$log" | cut -c1-160)}"
+  fi
+  echo "-- $name ($route): exit $status"
+}
+# The demo: no argument = 3x the limit (12 GiB), kernels writing and checking every word.
+for route in preload dropin; do
+  also='^[0-9]+ buffers, ' overcommit_case uvmpool-demo "$route" "tier split while live: " 120 \
+    env UVMPOOL_DEVICE_LIMIT=4G "$build/bin/uvmpool-demo"
+done
+[ -x "$work/overcommit" ] &&
+  overcommit_case overcommit-12g preload "UVMPOOL_OVERCOMMIT " 120 env UVMPOOL_DEVICE_LIMIT=4G "$work/overcommit" 12288
+# PyTorch training: reference, then uvmpool at need/2.5, then uvmpool + expandable segments; the
+# losses must be identical. It sets LD_PRELOAD for its own children.
+overcommit_case train-overcommit compare "UVMPOOL_TRAIN_OVERCOMMIT " 420 \
+  python3 tests/gpu/train_overcommit.py --compare --lib "$build/lib/libuvmpool.so" --timeout 130
+
+# 6. Benchmarks, against the real driver: one row each with its key figures (targets in the text;
 # docs/benchmarks.md). Figures, not pass/fail: "ran" only says the program finished.
 echo "== benchmarks"
 bench() {  # name args...
@@ -95,6 +134,7 @@ bench uvmpool-bench-alloc
 bench uvmpool-bench-stitch
 bench uvmpool-bench-bandwidth
 bench uvmpool-bench-fragmentation --scale=4
+bench uvmpool-bench-spill
 
 echo
 echo "== summary ($(head -n1 "$logs/gpu.txt"))"

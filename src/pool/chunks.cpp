@@ -1,6 +1,7 @@
 // A device pool's physical chunks, address space and budget: set-up, growth, release, figures.
 #include <algorithm>
 #include <bit>
+#include <chrono>
 
 #include "config/log.h"
 #include "pool/device_pool.h"
@@ -125,6 +126,19 @@ std::uint64_t DevicePool::others_bytes() {
 std::size_t DevicePool::growable_chunks() {
   const std::uint64_t held = chunks_held_.load(std::memory_order_relaxed) * chunk_;
   if (held >= budget_) return 0;
+  // While spilling, the device was full a moment ago: trust that for a few milliseconds rather than
+  // ask the driver on every allocation (its calls queue behind the reserve thread's pinning).
+  const auto now = std::chrono::steady_clock::now();
+  if (host_ && full_until_ > now && held >= full_at_held_) return 0;
+  const std::size_t n = read_growable_chunks(held);
+  if (host_ && n == 0) {
+    full_until_ = now + std::chrono::milliseconds(20);
+    full_at_held_ = held;
+  }
+  return n;
+}
+
+std::size_t DevicePool::read_growable_chunks(std::uint64_t held) {
   std::uint64_t room = budget_ - held;
   std::size_t free_b = 0, total_b = 0;
   CUdevice current = -1;
@@ -182,6 +196,8 @@ CUresult DevicePool::take_chunks(std::size_t n, std::vector<Chunk>* out) {
   if (on_device < n && evict_spilled(true) != 0) on_device = take_device_chunks(n, false);
   std::vector<Chunk> host;
   if (on_device < n) {
+    // Loose chunks first; premapped runs are taken apart before anything is pinned.
+    if (host_->size() < n - on_device) unmap_host_runs(n - on_device);
     CUresult r = host_->take(n - on_device, &host);
     if (r != CUDA_SUCCESS && evict_spilled(false) != 0) r = host_->take(n - on_device, &host);
     if (r != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -232,7 +248,11 @@ void DevicePool::release_idle(bool keep_chunks) {
 
 CUresult DevicePool::fill_host_reserve(std::size_t bytes) {
   if (!host_) return CUDA_ERROR_NOT_SUPPORTED;
-  return host_->fill((bytes + chunk_ - 1) / chunk_);
+  if (const CUresult r = host_->fill((bytes + chunk_ - 1) / chunk_); r != CUDA_SUCCESS) return r;
+  // As the thread would: premap all but the reserve's unmapped share.
+  while (host_->size() > host_->unmapped_target() && premap(std::min<std::size_t>(32, host_->size() - host_->unmapped_target()))) {
+  }
+  return CUDA_SUCCESS;
 }
 
 void DevicePool::abandon() {
@@ -265,7 +285,14 @@ CUresult DevicePool::admit_external(std::size_t bytes, Tier* tier) {
     *tier = Tier::Device;
     return CUDA_SUCCESS;
   }
-  if (host_ && host_tier_->charge(bytes)) {
+  bool charged = host_ && host_tier_->charge(bytes);
+  if (host_ && !charged) {
+    // The pool's own idle host memory makes way for the program's handle.
+    evict_spilled(false);
+    host_->drain();
+    charged = host_tier_->charge(bytes);
+  }
+  if (charged) {
     external_host_.fetch_add(bytes, std::memory_order_relaxed);
     spilled_.fetch_add(1, std::memory_order_relaxed);
     *tier = Tier::Host;
@@ -331,6 +358,7 @@ DeviceStats DevicePool::stats() const {
     s.host_chunks_held = host_->held();
     s.host_chunks_reserve = host_->size();
     s.host_chunks_premapped = host_->premapped();
+    s.host_chunks_cached = host_cached_.load(std::memory_order_relaxed);
     s.host_chunks_mapped = host_mapped_.load(std::memory_order_relaxed);
     s.peak_host_held_bytes = host_->peak_held() * chunk_;
     s.host_chunks_pinned_inline = host_->pinned_inline();

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -166,6 +167,9 @@ class DevicePool {
   std::size_t take_device_chunks(std::size_t n, bool all_or_nothing);  // into free_chunks_; how many are there
   CUresult grow(std::size_t n);
   std::size_t growable_chunks();  // how many chunks the budget lets the pool add now
+  std::size_t read_growable_chunks(std::uint64_t held);  // the same, from the driver's figures
+  std::chrono::steady_clock::time_point full_until_{};   // the device was full (mu_)
+  std::uint64_t full_at_held_ = 0;
   bool budget_allows(std::size_t n) { return growable_chunks() >= n; }
   void release_free_chunks(std::size_t keep);
   std::uint64_t others_bytes();
@@ -239,6 +243,9 @@ class DevicePool {
   bool upkeep_host();                          // the reserve thread's work for this device
   bool premap(std::size_t chunks);
   bool trim_premapped(std::size_t chunks);
+  // Takes premapped runs apart (smallest first) until the reserve holds `chunks` loose ones:
+  // unmapping costs less than pinning more (mu_ held).
+  void unmap_host_runs(std::size_t chunks);
 
   struct SlabClass {
     std::mutex mu;
@@ -272,6 +279,7 @@ class DevicePool {
   HostTier* host_tier_ = nullptr;
   std::unique_ptr<HostReserve> host_;  // nullptr: no spilling on this device
   std::atomic<std::uint64_t> host_mapped_{0};      // host chunks in mappings (live or cached)
+  std::atomic<std::uint64_t> host_cached_{0};      // host chunks in cached part-host mappings
   std::atomic<std::uint64_t> live_host_bytes_{0};
   std::atomic<std::uint64_t> spilled_{0};
   std::atomic<std::uint64_t> external_device_{0};  // the program's own device cuMemCreate bytes

@@ -41,6 +41,21 @@ Block* DevicePool::take_host_run(std::size_t granules) {
   return b;
 }
 
+void DevicePool::unmap_host_runs(std::size_t n) {
+  while (host_->size() < n) {
+    Block* b = nullptr;
+    {
+      std::lock_guard lock(spilled_mu_);
+      if (host_bin_.empty()) return;
+      auto it = host_bin_.begin();
+      b = it->second;
+      host_bin_.erase(it);
+    }
+    host_->premapped(-static_cast<std::ptrdiff_t>(b->granules));
+    destroy_block(b);
+  }
+}
+
 bool DevicePool::premap(std::size_t n) {
   std::vector<Chunk> chunks;
   n = host_->take_ready(n, &chunks);

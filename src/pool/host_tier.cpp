@@ -173,7 +173,7 @@ void HostReserve::grow_target_locked(std::size_t n) {
 std::size_t HostReserve::unmapped_target_locked() const {
   // A quarter stays unmapped: the allocation that straddles the device limit, and slabs, need loose
   // chunks; the rest is premapped for allocations that lie wholly in host memory.
-  return target_ == 0 ? 0 : std::max(kBatch, target_ / 4);
+  return std::min(target_, std::max(target_ / 4, std::min(kBatch, target_)));
 }
 
 std::size_t HostReserve::unmapped_target() const {

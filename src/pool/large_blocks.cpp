@@ -83,6 +83,7 @@ void DevicePool::cache_block(Block* b) {
       host_->premapped(static_cast<std::ptrdiff_t>(b->granules));
     } else {
       spilled_bin_.emplace(b->granules, b);
+      host_cached_.fetch_add(b->host_chunks, std::memory_order_relaxed);
     }
     return;
   }
@@ -133,6 +134,7 @@ Block* DevicePool::take_cached_spilled(std::size_t granules) {
     spilled_bin_.erase(it);
   }
   chunks_cached_.fetch_sub(b->granules - b->host_chunks, std::memory_order_relaxed);
+  host_cached_.fetch_sub(b->host_chunks, std::memory_order_relaxed);
   return b;
 }
 
@@ -140,7 +142,10 @@ std::size_t DevicePool::evict_spilled(bool only_with_device_chunks) {
   std::vector<Block*> victims;
   {
     std::lock_guard lock(spilled_mu_);
-    for (const auto& [granules, b] : spilled_bin_) victims.push_back(b);
+    for (const auto& [granules, b] : spilled_bin_) {
+      victims.push_back(b);
+      host_cached_.fetch_sub(b->host_chunks, std::memory_order_relaxed);
+    }
     spilled_bin_.clear();
     if (!only_with_device_chunks) {
       for (const auto& [granules, b] : host_bin_) {
@@ -162,11 +167,13 @@ std::size_t DevicePool::evict_spilled(bool only_with_device_chunks) {
 CUresult DevicePool::build_block(std::size_t granules, Block** out) {
   std::lock_guard lock(mu_);
   if (host_) {
-    const std::size_t on_device = take_device_chunks(granules, false);
-    // The device cannot hold it all: a cached spilled mapping of this size, or (when none of it fits
-    // on the device) a premapped host run, serves with no driver call. Still marked Cached: the
-    // caller counts a cache hit.
+    std::size_t on_device = take_device_chunks(granules, false);
+    // The device cannot hold it all: a cached spilled mapping of this size serves with no driver
+    // call; failing that, the device chunks of other cached spilled mappings come first; and when
+    // none of it fits on the device, a premapped host run. Still marked Cached: the caller counts a
+    // cache hit.
     Block* b = on_device < granules ? take_cached_spilled(granules) : nullptr;
+    if (b == nullptr && on_device < granules && evict_spilled(true) != 0) on_device = take_device_chunks(granules, false);
     if (b == nullptr && on_device == 0) b = take_host_run(granules);
     if (b != nullptr) {
       *out = b;

@@ -239,12 +239,12 @@ CUresult Pool::memory_info(std::size_t* free_bytes, std::size_t* total_bytes) {
   std::size_t free_b = 0, total_b = 0;
   if (const CUresult r = p->memory_info(&free_b, &total_b); r != CUDA_SUCCESS) return r;
   if (config_.report_host && host_) {
-    // Pinned memory waiting in reserves is as good as free: it is there for the next spill.
+    // Pinned memory waiting in reserves, premapped or in cached mappings is as good as free.
     std::uint64_t reserved = 0;
     for (int i = 0; i < kMaxDevices; ++i) {
       if (DevicePool* q = devices_->pools[i].load(std::memory_order_acquire)) {
         const DeviceStats s = q->stats();
-        reserved += (s.host_chunks_reserve + s.host_chunks_premapped) * s.chunk_size;
+        reserved += (s.host_chunks_reserve + s.host_chunks_premapped + s.host_chunks_cached) * s.chunk_size;
       }
     }
     const std::uint64_t in_use = host_->charged() > reserved ? host_->charged() - reserved : 0;
@@ -267,14 +267,28 @@ CUresult Pool::create_external(Handle* handle, std::size_t size, const CUmemAllo
   if (p == nullptr) return driver_.cuMemCreate(handle, size, prop, flags);
   Tier tier = Tier::Device;
   if (const CUresult r = p->admit_external(size, &tier); r != CUDA_SUCCESS) return r;
-  CUmemAllocationProp actual = *prop;
-  if (tier == Tier::Host) {
+  CUresult r = CUDA_SUCCESS;
+  if (tier == Tier::Device) {
+    r = driver_.cuMemCreate(handle, size, prop, flags);
+  } else {
     // Pinned host memory at the device's NUMA node instead; the program maps it and gives the
-    // device access exactly as it would device memory. Compression exists only on the device.
+    // device access exactly as it would device memory. What only device memory has goes: first
+    // compression, then the RDMA and usage flags, last the requested handle types (so such a handle
+    // cannot be exported: the price of overcommitting a program that asked for IPC).
+    CUmemAllocationProp actual = *prop;
     actual.location = p->host_location();
     actual.allocFlags.compressionType = 0;
+    r = driver_.cuMemCreate(handle, size, &actual, flags);
+    if (r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_NOT_SUPPORTED) {
+      actual.allocFlags = {};
+      r = driver_.cuMemCreate(handle, size, &actual, flags);
+    }
+    if (r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_NOT_SUPPORTED) {
+      actual.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+      r = driver_.cuMemCreate(handle, size, &actual, flags);
+      if (r == CUDA_SUCCESS) log::info("cuMemCreate in host memory without the requested handle types {:#x}", static_cast<unsigned>(prop->requestedHandleTypes));
+    }
   }
-  CUresult r = driver_.cuMemCreate(handle, size, &actual, flags);
   if (r != CUDA_SUCCESS) {
     p->external_released(size, tier);
     // The program asked for device memory: failing to pin instead is, to it, an out-of-memory.

@@ -71,6 +71,7 @@ struct DeviceStats {
   std::uint64_t host_chunks_reserve = 0;   // of those, pinned but not mapped: ready for the next spill
   std::uint64_t host_chunks_mapped = 0;    // of those, mapped: in live or cached allocations, or premapped
   std::uint64_t host_chunks_premapped = 0; // of the mapped, in host-only runs ready for the next spill
+  std::uint64_t host_chunks_cached = 0;    // of the mapped, in freed part-host mappings kept for reuse
   std::uint64_t live_host_bytes = 0;       // bytes of live allocations that lie in host chunks
   std::uint64_t peak_host_held_bytes = 0;
   std::uint64_t spilled_allocations = 0;   // allocations given host chunks (wholly or in part)

@@ -235,7 +235,7 @@ int main(int argc, char** argv) {
   std::size_t allocated = 0;
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t i = 0; allocated < total; ++i) {
-    std::size_t bytes = std::min(sizes[i % std::size(sizes)], (total - allocated + 255) / 256 * 256);
+    const std::size_t bytes = std::min(sizes[i % std::size(sizes)], (total - allocated + 255) / 256 * 256);
     CUdeviceptr d = 0;
     if (const CUresult r = cuMemAlloc(&d, bytes); r != CUDA_SUCCESS) {
       ok(r, "cuMemAlloc");
@@ -243,11 +243,13 @@ int main(int argc, char** argv) {
                   bytes, allocated / kMiB, buffers.size(), static_cast<double>(allocated) / limit, of_what);
       if (!uvmpool.loaded())
         std::printf("Without uvmpool the device's memory is the limit: pass a smaller TOTAL_MIB, or preload uvmpool.\n");
+      else if (const uvmpool_stats s = uvmpool.stats(); r == CUDA_ERROR_OUT_OF_MEMORY && s.pool_live_host_bytes != 0)
+        std::printf("uvmpool %s spilled %.0f MiB to pinned host memory, then ran out of that too: UVMPOOL_HOST_LIMIT "
+                    "(now %.0f MiB pinned) or the machine's memory is reached.\n",
+                    uvmpool.version(), s.pool_live_host_bytes / kMiB, s.pool_host_held_bytes / kMiB);
       else if (r == CUDA_ERROR_OUT_OF_MEMORY)
         std::printf("uvmpool %s did not spill past the device limit: this build has no spill yet, UVMPOOL_SPILL=0, "
-                    "or UVMPOOL_HOST_LIMIT (pinned host memory) is reached (%llu allocations refused, %.0f MiB "
-                    "of pinned host memory held).\n",
-                    uvmpool.version(), uvmpool.stats().pool_out_of_memory, uvmpool.stats().pool_host_held_bytes / kMiB);
+                    "or no pinned host memory could be had (UVMPOOL_HOST_LIMIT).\n", uvmpool.version());
       for (const Buffer& b : buffers) cuMemFree(b.ptr);
       return 1;
     }
@@ -280,7 +282,7 @@ int main(int argc, char** argv) {
   // Verify: the kernels' count of wrong words, and a few words of each buffer read back here (so the
   // kernels are checked against this file's pattern()); without kernels, every word read back here.
   const uvmpool_stats live = uvmpool.stats();
-  std::vector<std::uint32_t> host(std::min<std::size_t>(biggest, 64 << 20) / 4);
+  std::vector<std::uint32_t> host(gpu ? 0 : std::min<std::size_t>(biggest, 64 << 20) / 4);
   unsigned long long wrong = 0;
   if (gpu && !ok(cuMemcpyDtoH(&wrong, bad, 8), "cuMemcpyDtoH")) return 1;
   for (const Buffer& b : buffers) {

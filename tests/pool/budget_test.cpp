@@ -211,20 +211,30 @@ TEST_F(Budget, NativeAllocationsAtTheDevicesCapacityLeaveThePoolOnlyTheRest) {
   EXPECT_CU(drv().cuMemFree_v2(native));
 }
 
-TEST_F(Budget, AdmitExternalAcceptsWhatFitsAndRefusesWhatDoesNot) {
+// The program's own cuMemCreate of device memory (spill off: test_config): what fits is created on
+// the device, what does not is refused without touching the pool's live memory.
+TEST_F(Budget, CreateExternalAcceptsWhatFitsAndRefusesWhatDoesNot) {
   auto pool = make_pool(limited_config(64 * kMiB));
   CUdeviceptr keep = must_allocate(*pool, 40 * kMiB);
   const std::size_t left = room(64 * kMiB) - 40 * kMiB;
-  EXPECT_CU(pool->admit_external(0, left));
+  const CUmemAllocationProp prop = device_prop(0);
   const std::uint64_t oom = pool->stats(0).out_of_memory;
-  EXPECT_CU_EQ(CUDA_ERROR_OUT_OF_MEMORY, pool->admit_external(0, left + gran));
-  EXPECT_CU_EQ(CUDA_ERROR_OUT_OF_MEMORY, pool->admit_external(0, 128 * kMiB));
+  CUmemGenericAllocationHandle h = 0;
+  EXPECT_CU_EQ(CUDA_ERROR_OUT_OF_MEMORY, pool->create_external(&h, left + gran, &prop, 0));
+  EXPECT_CU_EQ(CUDA_ERROR_OUT_OF_MEMORY, pool->create_external(&h, 128 * kMiB, &prop, 0));
   EXPECT_GE(pool->stats(0).out_of_memory, oom + 1);
-  EXPECT_TRUE(pool->find(keep).has_value()) << "a refused admission must not touch live memory";
+  EXPECT_EQ(driver_free(), free_at_start - 40 * kMiB) << "a refused creation must not reach the driver";
+  ASSERT_CU(pool->create_external(&h, left, &prop, 0));
+  EXPECT_EQ(driver_free(), free_at_start - 40 * kMiB - left) << "the handle is device memory";
+  EXPECT_FALSE(pool->requested_properties(h).has_value()) << "placed where it was asked: nothing to remember";
+  EXPECT_EQ(info_free(*pool), 0u);
+  EXPECT_TRUE(pool->find(keep).has_value()) << "a refused creation must not touch live memory";
+  release_external(*pool, h);
+  EXPECT_EQ(info_free(*pool), left);
   must_free(*pool, keep);
 }
 
-TEST_F(Budget, AdmitExternalReleasesIdleMemoryToMakeRoom) {
+TEST_F(Budget, CreateExternalReleasesIdleMemoryToMakeRoom) {
   auto pool = make_pool(limited_config(64 * kMiB));
   std::vector<CUdeviceptr> got = fill_up(*pool, 8 * kMiB);
   ASSERT_EQ(got.size(), 7u);
@@ -232,19 +242,19 @@ TEST_F(Budget, AdmitExternalReleasesIdleMemoryToMakeRoom) {
   got.pop_back();
   free_all(*pool, got);  // 48 MiB cached
   const std::size_t driver_before = driver_free();
-  EXPECT_CU(pool->admit_external(0, 48 * kMiB));
-  EXPECT_GE(driver_free(), driver_before + 48 * kMiB) << "idle chunks were not given back to the driver";
-  // The program's own cuMemCreate now fits, and counts against the budget from then on.
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
+  const CUmemAllocationProp prop = device_prop(0);
   CUmemGenericAllocationHandle h = 0;
-  ASSERT_CU(drv().cuMemCreate(&h, 48 * kMiB, &prop, 0));
+  ASSERT_CU(pool->create_external(&h, 48 * kMiB, &prop, 0));
+  // Idle chunks went back to the driver, which gave the memory to the program's handle: at most the
+  // 3 chunks the budget had spare besides `keep`'s 4 may still be held.
+  EXPECT_LE(pool->stats(0).chunks_held, 7u);
+  EXPECT_EQ(driver_free() + (pool->stats(0).chunks_held - 4) * gran, driver_before)
+      << "48 MiB cached went back and 48 MiB were created";
+  // The handle counts against the budget from then on.
   EXPECT_LE(info_free(*pool), 8 * kMiB);
   CUdeviceptr p = 0;
   EXPECT_CU_EQ(CUDA_ERROR_OUT_OF_MEMORY, pool->allocate(&p, 16 * kMiB));
-  EXPECT_CU(drv().cuMemRelease(h));
+  release_external(*pool, h);
   EXPECT_CU(pool->allocate(&p, 16 * kMiB));
   if (p != 0) must_free(*pool, p);
   must_free(*pool, keep);

@@ -122,13 +122,19 @@ TEST_F(MultiDevice, EachDeviceHasItsOwnBudgetAndMemoryInfo) {
   }
 }
 
-TEST_F(MultiDevice, AdmitExternalChargesTheNamedDevice) {
+// The device named in the properties is charged, whatever context is current.
+TEST_F(MultiDevice, CreateExternalChargesTheNamedDevice) {
   auto pool = make_pool(limited_config(64 * kMiB));
   use(1);
   CUdeviceptr p = must_allocate(*pool, 48 * kMiB);
   use(0);
-  EXPECT_CU(pool->admit_external(0, 48 * kMiB)) << " (device 0 is empty)";
-  EXPECT_CU_EQ(CUDA_ERROR_OUT_OF_MEMORY, pool->admit_external(1, 32 * kMiB)) << " (device 1 holds 48 MiB)";
+  const CUmemAllocationProp on0 = device_prop(0), on1 = device_prop(1);
+  CUmemGenericAllocationHandle h = 0;
+  EXPECT_CU(pool->create_external(&h, 48 * kMiB, &on0, 0)) << " (device 0 is empty)";
+  CUmemGenericAllocationHandle refused = 0;
+  EXPECT_CU_EQ(CUDA_ERROR_OUT_OF_MEMORY, pool->create_external(&refused, 32 * kMiB, &on1, 0))
+      << " (device 1 holds 48 MiB)";
+  if (h != 0) release_external(*pool, h);
   must_free(*pool, p);
 }
 

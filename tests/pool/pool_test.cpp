@@ -148,6 +148,7 @@ unsigned long long wait_calls() {
 PoolConfig test_config() {
   PoolConfig c;
   c.headroom = 0;
+  c.spill = false;  // the tests written before spill expect OUT_OF_MEMORY at the budget
   return c;
 }
 
@@ -155,6 +156,27 @@ PoolConfig limited_config(std::size_t limit_bytes) {
   PoolConfig c = test_config();
   c.device_limit = uvmpool::config::Size{limit_bytes, 0, false};
   return c;
+}
+
+PoolConfig spill_config(std::size_t limit_bytes, std::size_t host_limit_bytes, std::size_t host_reserve_bytes) {
+  PoolConfig c = limited_config(limit_bytes);
+  c.spill = true;
+  c.host_limit = uvmpool::config::Size{host_limit_bytes, 0, false};
+  c.host_reserve = host_reserve_bytes;
+  return c;
+}
+
+CUmemAllocationProp device_prop(int device) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  return prop;
+}
+
+void release_external(Pool& pool, CUmemGenericAllocationHandle handle) {
+  EXPECT_CU(drv().cuMemRelease(handle));
+  pool.released_external(handle);
 }
 
 void fill(CUdeviceptr p, std::size_t bytes, std::uint64_t seed) {

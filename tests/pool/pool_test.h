@@ -56,10 +56,20 @@ unsigned long long vmm_build_calls();
 // Sum of the call counts of the functions that wait for a stream's or an event's work.
 unsigned long long wait_calls();
 
-// The pool config the tests start from: no headroom (the simulated devices are small), the rest
-// as the header's defaults.
+// The pool config the tests start from: no headroom (the simulated devices are small) and no
+// spill (so a full budget is OUT_OF_MEMORY), the rest as the header's defaults.
 PoolConfig test_config();
 PoolConfig limited_config(std::size_t limit_bytes);
+// limited_config with spill on: at most `host_limit_bytes` of pinned host memory (a byte figure, not
+// a share of the machine, so tests do not depend on the host), a reserve of `host_reserve_bytes`.
+PoolConfig spill_config(std::size_t limit_bytes, std::size_t host_limit_bytes = 128 * kMiB,
+                        std::size_t host_reserve_bytes = 8 * kMiB);
+
+// What a program passes to cuMemCreate for `device`'s memory (pinned, no handle types).
+CUmemAllocationProp device_prop(int device);
+// Releases a handle Pool::create_external made, as the cuMemRelease hook does: the driver first,
+// then the pool.
+void release_external(Pool& pool, CUmemGenericAllocationHandle handle);
 
 // Pattern of an allocation: 64-bit words derived from `seed` and the offset, so two allocations with
 // different seeds never look alike, and a shifted copy does not match either.
