@@ -36,7 +36,8 @@ typedef struct uvmpool_stats {
   unsigned long long pool_live_host_bytes;      /* of pool_live_bytes, the bytes that lie in host memory */
   unsigned long long pool_host_held_bytes;      /* pinned host memory the pool holds (mapped or reserve) */
   unsigned long long pool_peak_host_held_bytes; /* most held at once (per device, summed) */
-  unsigned long long pool_spilled_allocations;  /* allocations placed wholly or partly in host memory */
+  unsigned long long pool_spilled_allocations;  /* allocations placed wholly or partly in host memory,
+                                                   and the program's own cuMemCreate made there */
   unsigned long long pool_out_of_memory;        /* allocations refused: device and host exhausted */
 } uvmpool_stats;
 

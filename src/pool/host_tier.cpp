@@ -262,7 +262,7 @@ bool HostReserve::upkeep() {
   if (pin(to_pin, &pinned) != CUDA_SUCCESS) {
     // The host limit (or the system) says no: stop aiming higher than what the reserve now holds.
     std::lock_guard lock(mu_);
-    target_ = std::max<std::size_t>(chunks_.size(), 1);
+    target_ = std::max<std::size_t>(chunks_.size() + premapped(), 1);
     return false;
   }
   std::lock_guard lock(mu_);

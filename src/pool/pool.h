@@ -74,7 +74,8 @@ struct DeviceStats {
   std::uint64_t host_chunks_cached = 0;    // of the mapped, in freed part-host mappings kept for reuse
   std::uint64_t live_host_bytes = 0;       // bytes of live allocations that lie in host chunks
   std::uint64_t peak_host_held_bytes = 0;
-  std::uint64_t spilled_allocations = 0;   // allocations given host chunks (wholly or in part)
+  std::uint64_t spilled_allocations = 0;   // allocations given host chunks (wholly or in part), and
+                                           // the program's own cuMemCreate handles made in host memory
   std::uint64_t host_chunks_pinned_inline = 0;  // pinned on the allocation path (the reserve was empty)
   std::uint64_t external_host_bytes = 0;   // the program's own device cuMemCreate served by host memory
   std::uint64_t host_limit = 0;            // UVMPOOL_HOST_LIMIT in bytes (process-wide)

@@ -4,8 +4,10 @@
 // every word is also compared on the GPU. Prints one line for scripts/gpu-suite.sh:
 //   UVMPOOL_OVERCOMMIT total_mib=... limit_mib=... device_mib=... host_mib=... write_gbs=... OK|FAIL
 // Run: LD_PRELOAD=libuvmpool.so UVMPOOL_DEVICE_LIMIT=4G ./overcommit [TOTAL_MIB]
-// Buffers are classed by where they lie (cuPointerGetAttribute MEMORY_TYPE every 2 MiB: device, host,
-// or mixed) so that the kernels' bandwidth is reported per tier as well.
+// Buffers are classed by where they lie (every 2 MiB, the location of the physical handle mapped
+// there, from cuMemRetainAllocationHandle + cuMemGetAllocationPropertiesFromHandle: device, host, or
+// mixed) so that the kernels' bandwidth is reported per tier as well. (cuPointerGetAttribute cannot
+// tell: uvmpool answers MEMORY_TYPE = device for the whole allocation, as the program expects.)
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -94,11 +96,29 @@ int main(int argc, char** argv) {
   CHECK(cudaFree(nullptr));  // makes the context
   size_t free_bytes = 0, limit = 0;
   CHECK(cudaMemGetInfo(&free_bytes, &limit));
-  using PointerGetAttribute = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
-  PointerGetAttribute get_attribute = nullptr;
+  using Retain = CUresult (*)(CUmemGenericAllocationHandle*, void*);
+  using Properties = CUresult (*)(CUmemAllocationProp*, CUmemGenericAllocationHandle);
+  using Release = CUresult (*)(CUmemGenericAllocationHandle);
+  Retain retain = nullptr;
+  Properties properties = nullptr;
+  Release release = nullptr;
   cudaDriverEntryPointQueryResult found;
-  CHECK(cudaGetDriverEntryPointByVersion("cuPointerGetAttribute", reinterpret_cast<void**>(&get_attribute), 12000,
+  CHECK(cudaGetDriverEntryPointByVersion("cuMemRetainAllocationHandle", reinterpret_cast<void**>(&retain), 12000,
                                          cudaEnableDefault, &found));
+  CHECK(cudaGetDriverEntryPointByVersion("cuMemGetAllocationPropertiesFromHandle", reinterpret_cast<void**>(&properties),
+                                         12000, cudaEnableDefault, &found));
+  CHECK(cudaGetDriverEntryPointByVersion("cuMemRelease", reinterpret_cast<void**>(&release), 12000, cudaEnableDefault,
+                                         &found));
+  // Where the memory at p lies: 0 device, 1 host, -1 unknown (not VMM memory: no uvmpool).
+  const auto location_of = [&](CUdeviceptr p) {
+    CUmemGenericAllocationHandle h = 0;
+    if (retain(&h, reinterpret_cast<void*>(p)) != CUDA_SUCCESS) return -1;
+    CUmemAllocationProp prop{};
+    const CUresult r = properties(&prop, h);
+    release(h);
+    if (r != CUDA_SUCCESS) return -1;
+    return prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE ? 0 : 1;
+  };
 
   // Two counters per buffer, allocated first (so they lie on the device).
   const size_t sizes[] = {256,     4096,      1000 * 256, 512,       65536,              3 << 20, 768,      12288,
@@ -137,13 +157,13 @@ int main(int argc, char** argv) {
     for (size_t off = 0; off < b.bytes; off += 2 << 20) probes.push_back(off);
     probes.push_back(b.bytes - 1);
     for (const size_t off : probes) {
-      unsigned type = 0;
-      if (get_attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, d + off) != CUDA_SUCCESS) {
+      const int where = location_of(d + off);
+      if (where < 0) {
         on_device = on_host = true;  // unknown: counted as mixed
         break;
       }
-      (type == CU_MEMORYTYPE_HOST ? on_host : on_device) = true;
-      if (type == CU_MEMORYTYPE_HOST && off % (2 << 20) == 0) host_bytes_by_attribute += std::min<size_t>(2 << 20, b.bytes - off);
+      (where == 1 ? on_host : on_device) = true;
+      if (where == 1 && off % (2 << 20) == 0) host_bytes_by_attribute += std::min<size_t>(2 << 20, b.bytes - off);
     }
     b.tier = on_device && on_host ? 2 : on_host ? 1 : 0;
     tier_bytes[b.tier] += b.bytes;
