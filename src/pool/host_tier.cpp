@@ -124,18 +124,23 @@ CUresult HostReserve::take(std::size_t n, std::vector<Chunk>* out) {
     // back up (the caller waits only for its own memory).
     const std::size_t short_by = n - got.size();
     std::vector<Handle> pinned;
-    const CUresult r = pin(short_by, &pinned);
-    if (r != CUDA_SUCCESS) {
+    if (pin(short_by, &pinned) == CUDA_SUCCESS) {
+      inline_.fetch_add(pinned.size(), std::memory_order_relaxed);
+      got.insert(got.end(), pinned.begin(), pinned.end());
+    } else {
+      // At the host limit: the thread may just have pinned what is missing (it was counted against
+      // the limit while in flight), so look once more before giving up.
       std::lock_guard lock(mu_);
-      chunks_.insert(chunks_.end(), got.begin(), got.end());
+      if (chunks_.size() + got.size() < n) {
+        chunks_.insert(chunks_.end(), got.begin(), got.end());
+        size_.store(chunks_.size(), std::memory_order_relaxed);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+      }
+      const std::size_t more = n - got.size();
+      got.insert(got.end(), chunks_.end() - static_cast<std::ptrdiff_t>(more), chunks_.end());
+      chunks_.resize(chunks_.size() - more);
       size_.store(chunks_.size(), std::memory_order_relaxed);
-      return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    inline_.fetch_add(pinned.size(), std::memory_order_relaxed);
-    got.insert(got.end(), pinned.begin(), pinned.begin() + static_cast<std::ptrdiff_t>(short_by));
-    std::lock_guard lock(mu_);
-    chunks_.insert(chunks_.end(), pinned.begin() + static_cast<std::ptrdiff_t>(short_by), pinned.end());
-    size_.store(chunks_.size(), std::memory_order_relaxed);
   }
   for (Handle h : got) out->push_back(Chunk{h, Tier::Host});
   if (refill) tier_.wake();
