@@ -5,22 +5,9 @@ same for N = 1 (the cost a single-chunk spill pays).
 usage: python3 host_chunk_costs.py [chunks ...]   (default 1 8 64 512, 2 MiB chunks)"""
 import ctypes, sys, time
 
-cu = ctypes.CDLL("libcuda.so.1")
-def ok(r, what):
-    if r != 0: sys.exit(f"{what} failed: {r}")
+from cuda_vmm import Access, Location, Prop, cu, init_device0, ok
 
-class Location(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
-class Prop(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int), ("location", Location),
-                ("win32HandleMetaData", ctypes.c_void_p), ("allocFlags", ctypes.c_ubyte * 8)]
-class Access(ctypes.Structure):
-    _fields_ = [("location", Location), ("flags", ctypes.c_int)]
-
-ok(cu.cuInit(0), "cuInit")
-ctx = ctypes.c_void_p()
-ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0), "retain")
-ok(cu.cuCtxSetCurrent(ctx), "set current")
+init_device0()
 numa = ctypes.c_int(-1)
 cu.cuDeviceGetAttribute(ctypes.byref(numa), 134, 0)  # HOST_NUMA_ID
 loc = Location(type=3, id=numa.value) if numa.value >= 0 else Location(type=2, id=0)

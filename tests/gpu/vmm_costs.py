@@ -4,22 +4,9 @@ over one chunk of a freshly mapped range, for chunk sizes given in MiB.
 usage: python3 vmm_costs.py [total_MiB] [chunk_MiB ...]"""
 import ctypes, sys, time
 
-cu = ctypes.CDLL("libcuda.so.1")
-def ok(r, what):
-    if r != 0: sys.exit(f"{what} failed: {r}")
+from cuda_vmm import Access, Location, Prop, cu, init_device0, ok
 
-class Location(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
-class Prop(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int), ("location", Location),
-                ("win32HandleMetaData", ctypes.c_void_p), ("allocFlags", ctypes.c_ubyte * 8)]
-class Access(ctypes.Structure):
-    _fields_ = [("location", Location), ("flags", ctypes.c_int)]
-
-ok(cu.cuInit(0), "cuInit")
-ctx = ctypes.c_void_p()
-ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0), "retain")
-ok(cu.cuCtxSetCurrent(ctx), "set current")
+init_device0()
 total = int(sys.argv[1]) if len(sys.argv) > 1 else 1024
 sizes = [int(a) for a in sys.argv[2:]] or [2, 8, 32]
 prop = Prop(type=1, location=Location(type=1, id=0))  # pinned, device 0
