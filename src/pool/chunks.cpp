@@ -249,9 +249,7 @@ void DevicePool::release_idle(bool keep_chunks) {
 CUresult DevicePool::fill_host_reserve(std::size_t bytes) {
   if (!host_) return CUDA_ERROR_NOT_SUPPORTED;
   if (const CUresult r = host_->fill((bytes + chunk_ - 1) / chunk_); r != CUDA_SUCCESS) return r;
-  // As the thread would: premap all but the reserve's unmapped share.
-  while (host_->size() > host_->unmapped_target() && premap(std::min<std::size_t>(32, host_->size() - host_->unmapped_target()))) {
-  }
+  premap_reserve();  // as the thread would
   return CUDA_SUCCESS;
 }
 

@@ -170,7 +170,6 @@ class DevicePool {
   std::size_t read_growable_chunks(std::uint64_t held);  // the same, from the driver's figures
   std::chrono::steady_clock::time_point full_until_{};   // the device was full (mu_)
   std::uint64_t full_at_held_ = 0;
-  bool budget_allows(std::size_t n) { return growable_chunks() >= n; }
   void release_free_chunks(std::size_t keep);
   std::uint64_t others_bytes();
 
@@ -242,6 +241,7 @@ class DevicePool {
   Block* take_host_run(std::size_t granules);  // the smallest covering run, split (mu_ held)
   bool upkeep_host();                          // the reserve thread's work for this device
   bool premap(std::size_t chunks);
+  void premap_reserve();  // premaps all but the reserve's unmapped share, now (fill_host_reserve)
   bool trim_premapped(std::size_t chunks);
   // Takes premapped runs apart (smallest first) until the reserve holds `chunks` loose ones:
   // unmapping costs less than pinning more (mu_ held).

@@ -85,6 +85,12 @@ bool DevicePool::premap(std::size_t n) {
   return true;
 }
 
+void DevicePool::premap_reserve() {
+  while (host_->size() > host_->unmapped_target() &&
+         premap(std::min(kRunChunks, host_->size() - host_->unmapped_target()))) {
+  }
+}
+
 bool DevicePool::trim_premapped(std::size_t n) {
   // Idle: the largest runs go first (fewest descriptors to visit); their chunks go back to the
   // reserve, which gives what is above its share back to the system.
