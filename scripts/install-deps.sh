@@ -3,7 +3,7 @@
 # CUDA headers come from the toolkit at /usr/local/cuda; the driver itself is never needed to build.
 set -euo pipefail
 packages=(cmake make g++ python3 binutils libspdlog-dev libfmt-dev nlohmann-json3-dev
-          libgtest-dev libgmock-dev libbenchmark-dev)
+          libgtest-dev libgmock-dev libbenchmark-dev python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
