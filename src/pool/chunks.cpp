@@ -21,7 +21,8 @@ std::size_t StreamKeyHash::operator()(const StreamKey& k) const {
 
 DevicePool::DevicePool(const driver::Table& driver, int device, const PoolConfig& config, AddressMap& map,
                        HostTier* host)
-    : d_(driver), device_(device), config_(config), map_(map), vmm_(driver, device), host_tier_(host) {}
+    : d_(driver), device_(device), config_(config), map_(map), vmm_(driver, device), counters_(config.counters),
+      host_tier_(host) {}
 
 DevicePool::~DevicePool() {
   if (abandoned_) return;
@@ -105,6 +106,7 @@ CUresult DevicePool::take_range(std::size_t bytes, CUdeviceptr* va) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   reservations_.push_back({base, size});
+  address_space_.fetch_add(size, std::memory_order_relaxed);
   ranges_.add(base, size);
   auto got = ranges_.take(bytes);
   *va = *got;
@@ -341,12 +343,40 @@ DeviceStats DevicePool::stats() const {
   s.chunks_held = chunks_held_.load(std::memory_order_relaxed);
   s.chunks_free = chunks_free_.load(std::memory_order_relaxed);
   s.chunks_cached = chunks_cached_.load(std::memory_order_relaxed);
+  s.held_bytes = s.chunks_held * chunk_;
+  s.address_space_bytes = address_space_.load(std::memory_order_relaxed);
   s.live_bytes = live_bytes_.load(std::memory_order_relaxed);
-  s.live_allocations = live_allocations_.load(std::memory_order_relaxed);
+  // Allocations and frees are counted where each path counts them cheapest: the bins and slab
+  // classes under their own locks, the rest in the pool-wide counters.
+  auto load = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  s.cache_hits = load(cache_hits_);
+  s.frees = load(frees_) + load(big_returned_);
+  for (int i = 0; i < kSizeBuckets; ++i) {
+    s.allocations_by_size[i] = load(allocations_[i]) + load(big_taken_[i]);
+    s.cache_hits += load(big_taken_[i]);
+  }
+  if (bins_) {
+    for (std::size_t g = 1; g < kDirectBins; ++g) {
+      const std::uint64_t taken = load(bins_[g].taken);
+      s.allocations_by_size[size_bucket(g * chunk_)] += taken;
+      s.cache_hits += taken;
+      s.frees += load(bins_[g].returned);
+    }
+  }
+  if (classes_) {
+    for (int c = 0; c < kSmallClasses; ++c) {
+      s.allocations_by_size[size_bucket(class_size(c))] += load(classes_[c].allocations);
+      s.frees += load(classes_[c].frees);
+    }
+  }
+  for (const std::uint64_t n : s.allocations_by_size) s.allocations += n;
+  // Read apart, a free may be counted before its allocation's bucket: never show fewer than none.
+  s.live_allocations = s.allocations > s.frees ? s.allocations - s.frees : 0;
   s.peak_held_bytes = peak_held_.load(std::memory_order_relaxed);
   s.peak_live_bytes = peak_live_.load(std::memory_order_relaxed);
+  s.peak_live_device_bytes = peak_live_device_.load(std::memory_order_relaxed);
+  s.peak_live_host_bytes = peak_live_host_.load(std::memory_order_relaxed);
   s.stitched_maps = stitched_maps_.load(std::memory_order_relaxed);
-  s.cache_hits = cache_hits_.load(std::memory_order_relaxed);
   s.mappings_broken = broken_.load(std::memory_order_relaxed);
   s.chunks_created = created_.load(std::memory_order_relaxed);
   s.chunks_released = released_.load(std::memory_order_relaxed);
@@ -354,6 +384,7 @@ DeviceStats DevicePool::stats() const {
   s.out_of_memory = oom_.load(std::memory_order_relaxed);
   if (host_) {
     s.host_chunks_held = host_->held();
+    s.host_held_bytes = s.host_chunks_held * chunk_;
     s.host_chunks_reserve = host_->size();
     s.host_chunks_premapped = host_->premapped();
     s.host_chunks_cached = host_cached_.load(std::memory_order_relaxed);
@@ -364,6 +395,7 @@ DeviceStats DevicePool::stats() const {
   }
   s.live_host_bytes = live_host_bytes_.load(std::memory_order_relaxed);
   s.spilled_allocations = spilled_.load(std::memory_order_relaxed);
+  s.external_device_bytes = external_device_.load(std::memory_order_relaxed);
   s.external_host_bytes = external_host_.load(std::memory_order_relaxed);
   return s;
 }

@@ -2,6 +2,7 @@
 // allocation.
 #include "config/log.h"
 #include "pool/device_pool.h"
+#include "trace/trace.h"
 
 namespace uvmpool::pool {
 namespace {
@@ -19,6 +20,7 @@ CUresult DevicePool::allocate(CUdeviceptr* out, std::size_t bytes, CUcontext con
                                            : allocate_large(out, bytes, context);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     oom_.fetch_add(1, std::memory_order_relaxed);
+    trace::record(trace::Kind::Oom, device_, 0, bytes);
     const DeviceStats s = stats();
     const std::uint64_t live_device = s.live_bytes - s.live_host_bytes;
     if (host_) {
@@ -62,7 +64,7 @@ CUresult DevicePool::deallocate_async(Entry entry, CUdeviceptr p, const StreamKe
       log::error("free of {:#x}: already freed (double free); ignored", p);
       return CUDA_ERROR_INVALID_VALUE;
     }
-    unpublish(b);
+    unpublish(b, false);
     item.block = b;
   }
   if (capturing) {

@@ -133,8 +133,9 @@ class DevicePool {
   // large_blocks.cpp
   CUresult allocate_large(CUdeviceptr* out, std::size_t bytes, CUcontext context);
   CUresult free_large(Block* b, CUdeviceptr p);
-  void cache_block(Block* b);
-  void unpublish(Block* b);  // the figures of a live allocation that is freed
+  // Into its bin. `count_free`: a cuMemFree, counted under the bin lock when the bin counts it.
+  void cache_block(Block* b, bool count_free = false);
+  void unpublish(Block* b, bool counted);  // the figures of a live allocation that is freed
   Block* take_cached(std::size_t granules);
   Block* take_cached_spilled(std::size_t granules);
   CUresult build_block(std::size_t granules, Block** out);
@@ -145,7 +146,21 @@ class DevicePool {
   // Takes apart cached mappings with host chunks (only those that also hold device chunks, or all);
   // returns how many chunks they held.
   std::size_t evict_spilled(bool only_with_device_chunks);
-  void publish(Block* b, std::size_t bytes, CUcontext context, CUdeviceptr* out);
+  // `counted`: the caller already counted the allocation (and cache hit) under a bin or class lock.
+  void publish(Block* b, std::size_t bytes, CUcontext context, CUdeviceptr* out, bool counted);
+  // The figures of every allocation made / freed (host_bytes: the part in host chunks). Live bytes
+  // are always kept (the budget reads them); the rest only with PoolConfig::counters. The fast paths
+  // count allocations and frees under the bin or class lock they hold anyway (`counted`), so the
+  // statistics add no atomic read-modify-write there; other paths count here.
+  void note_allocated(CUdeviceptr p, std::size_t bytes, std::uint64_t host_bytes, bool counted);
+  void note_freed(CUdeviceptr p, std::size_t bytes, std::uint64_t host_bytes, bool counted);
+  void count_cache_hit() {
+    if (counters_) cache_hits_.fetch_add(1, std::memory_order_relaxed);
+  }
+  // A statistics counter bumped under the lock that guards it: a plain load and store.
+  void bump(std::atomic<std::uint64_t>& n) {
+    if (counters_) n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
 
   // slabs.cpp
   CUresult allocate_small(CUdeviceptr* out, std::size_t bytes, CUcontext context);
@@ -204,6 +219,7 @@ class DevicePool {
   AddressMap& map_;
   Vmm vmm_;
   bool abandoned_ = false;
+  const bool counters_;
 
   std::size_t chunk_ = 0;
   unsigned chunk_shift_ = 0;
@@ -226,10 +242,16 @@ class DevicePool {
     Block* head = nullptr;  // most recently freed first
     Block* tail = nullptr;
     std::size_t count = 0;
+    // Statistics, counted under mu (no atomic read-modify-write on the fast path): mappings taken
+    // from this bin (allocations that were cache hits) and freed into it by cuMemFree.
+    std::atomic<std::uint64_t> taken{0};
+    std::atomic<std::uint64_t> returned{0};
   };
   std::unique_ptr<Bin[]> bins_;
   std::mutex big_mu_;
   std::multimap<std::size_t, Block*> big_bin_;
+  std::atomic<std::uint64_t> big_taken_[kSizeBuckets] = {};  // as Bin::taken, under big_mu_
+  std::atomic<std::uint64_t> big_returned_{0};
   // Cached mappings holding host chunks: reused only when the device has no room for a new mapping,
   // so a freed spilled allocation never keeps a later one off free device memory.
   std::mutex spilled_mu_;
@@ -251,6 +273,8 @@ class DevicePool {
     std::mutex mu;
     Slab* head = nullptr;  // slabs with a free slot
     std::size_t empty = 0;  // of those, slabs with no slot in use
+    std::atomic<std::uint64_t> allocations{0};  // statistics, counted under mu
+    std::atomic<std::uint64_t> frees{0};
   };
   std::unique_ptr<SlabClass[]> classes_;
   bool slot_freed(SlabClass& c, Slab* s);  // class lock held; true: destroy the slab
@@ -263,14 +287,19 @@ class DevicePool {
 
   // Figures (relaxed atomics: read for stats and the budget, never for decisions that need them exact).
   std::atomic<std::uint64_t> chunks_held_{0};
+  std::atomic<std::uint64_t> address_space_{0};  // bytes of virtual address space reserved
   std::atomic<std::uint64_t> chunks_cached_{0};
   std::atomic<std::uint64_t> live_bytes_{0};
-  std::atomic<std::uint64_t> live_allocations_{0};
   std::atomic<std::uint64_t> peak_held_{0};
-  std::atomic<std::uint64_t> peak_live_{0};
   std::atomic<std::uint64_t> chunks_free_{0};
   std::atomic<std::uint64_t> stitched_maps_{0};
+  // Statistics only (PoolConfig::counters): no decision reads them.
   std::atomic<std::uint64_t> cache_hits_{0};
+  std::atomic<std::uint64_t> allocations_[kSizeBuckets] = {};  // by size_bucket of the bytes asked for
+  std::atomic<std::uint64_t> frees_{0};
+  std::atomic<std::uint64_t> peak_live_{0};
+  std::atomic<std::uint64_t> peak_live_device_{0};
+  std::atomic<std::uint64_t> peak_live_host_{0};
   std::atomic<std::uint64_t> broken_{0};
   std::atomic<std::uint64_t> created_{0};
   std::atomic<std::uint64_t> released_{0};

@@ -2,6 +2,7 @@
 // mappings that makes a steady alloc/free pattern free of driver calls.
 #include "config/log.h"
 #include "pool/device_pool.h"
+#include "trace/trace.h"
 
 namespace uvmpool::pool {
 
@@ -11,43 +12,67 @@ std::uint64_t host_bytes_of(const Block* b, std::size_t bytes, std::size_t chunk
   return bytes > on_device ? bytes - on_device : 0;
 }
 
-void DevicePool::publish(Block* b, std::size_t bytes, CUcontext context, CUdeviceptr* out) {
+void DevicePool::publish(Block* b, std::size_t bytes, CUcontext context, CUdeviceptr* out, bool counted) {
   b->size.store(bytes, std::memory_order_relaxed);
   b->context.store(context, std::memory_order_relaxed);
   b->buffer_id.store(next_buffer_id(), std::memory_order_relaxed);
   b->state.store(kLive, std::memory_order_release);
-  live_allocations_.fetch_add(1, std::memory_order_relaxed);
-  if (b->host_chunks != 0) {
-    live_host_bytes_.fetch_add(host_bytes_of(b, bytes, chunk_), std::memory_order_relaxed);
+  note_allocated(b->base, bytes, b->host_chunks != 0 ? host_bytes_of(b, bytes, chunk_) : 0, counted);
+  *out = b->base;
+}
+
+namespace {
+void raise(std::atomic<std::uint64_t>& peak, std::uint64_t value) {
+  std::uint64_t seen = peak.load(std::memory_order_relaxed);
+  while (value > seen && !peak.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
+}  // namespace
+
+void DevicePool::note_allocated(CUdeviceptr p, std::size_t bytes, std::uint64_t host_bytes, bool counted) {
+  trace::record(trace::Kind::Alloc, device_, p, bytes, host_bytes);
+  const std::uint64_t live = live_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  std::uint64_t live_host = 0;
+  if (host_bytes != 0) {
+    live_host = live_host_bytes_.fetch_add(host_bytes, std::memory_order_relaxed) + host_bytes;
     spilled_.fetch_add(1, std::memory_order_relaxed);
   }
-  const std::uint64_t live = live_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  std::uint64_t peak = peak_live_.load(std::memory_order_relaxed);
-  while (live > peak && !peak_live_.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+  if (!counters_) return;
+  if (!counted) allocations_[size_bucket(bytes)].fetch_add(1, std::memory_order_relaxed);
+  raise(peak_live_, live);
+  if (host_bytes != 0) {
+    raise(peak_live_host_, live_host);
+  } else {
+    live_host = live_host_bytes_.load(std::memory_order_relaxed);
   }
-  *out = b->base;
+  raise(peak_live_device_, live > live_host ? live - live_host : 0);
+}
+
+void DevicePool::note_freed(CUdeviceptr p, std::size_t bytes, std::uint64_t host_bytes, bool counted) {
+  trace::record(trace::Kind::Free, device_, p, bytes, host_bytes);
+  live_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+  if (host_bytes != 0) live_host_bytes_.fetch_sub(host_bytes, std::memory_order_relaxed);
+  if (counters_ && !counted) frees_.fetch_add(1, std::memory_order_relaxed);
 }
 
 CUresult DevicePool::allocate_large(CUdeviceptr* out, std::size_t bytes, CUcontext context) {
   const std::size_t granules = (bytes + chunk_ - 1) >> chunk_shift_;
-  if (Block* b = take_cached(granules)) {
-    cache_hits_.fetch_add(1, std::memory_order_relaxed);
-    publish(b, bytes, context, out);
+  if (Block* b = take_cached(granules)) {  // counted as a cache hit by its bin
+    publish(b, bytes, context, out, true);
     return CUDA_SUCCESS;
   }
   // Memory freed on streams whose work has finished becomes cached mappings first: maybe one fits.
   if (pending_count_.load(std::memory_order_relaxed) != 0 && collect_pending(false)) {
     if (Block* b = take_cached(granules)) {
-      cache_hits_.fetch_add(1, std::memory_order_relaxed);
-      publish(b, bytes, context, out);
+      publish(b, bytes, context, out, true);
       return CUDA_SUCCESS;
     }
   }
   Block* b = nullptr;
   const CUresult r = with_pressure_relief([&] { return build_block(granules, &b); });
   if (r != CUDA_SUCCESS) return r;
-  if (b->state.load(std::memory_order_relaxed) == kCached) cache_hits_.fetch_add(1, std::memory_order_relaxed);
-  publish(b, bytes, context, out);
+  if (b->state.load(std::memory_order_relaxed) == kCached) count_cache_hit();
+  publish(b, bytes, context, out, false);
   return CUDA_SUCCESS;
 }
 
@@ -61,19 +86,17 @@ CUresult DevicePool::free_large(Block* b, CUdeviceptr p) {
     log::error("free of {:#x}: already freed (double free); ignored", p);
     return CUDA_ERROR_INVALID_VALUE;
   }
-  unpublish(b);
-  cache_block(b);
+  unpublish(b, /*counted=*/b->host_chunks == 0);  // a device-only mapping's bin counts the free
+  cache_block(b, true);
   return CUDA_SUCCESS;
 }
 
-void DevicePool::unpublish(Block* b) {
+void DevicePool::unpublish(Block* b, bool counted) {
   const std::size_t bytes = b->size.load(std::memory_order_relaxed);
-  live_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
-  live_allocations_.fetch_sub(1, std::memory_order_relaxed);
-  if (b->host_chunks != 0) live_host_bytes_.fetch_sub(host_bytes_of(b, bytes, chunk_), std::memory_order_relaxed);
+  note_freed(b->base, bytes, b->host_chunks != 0 ? host_bytes_of(b, bytes, chunk_) : 0, counted);
 }
 
-void DevicePool::cache_block(Block* b) {
+void DevicePool::cache_block(Block* b, bool count_free) {
   b->state.store(kCached, std::memory_order_release);
   chunks_cached_.fetch_add(b->granules - b->host_chunks, std::memory_order_relaxed);
   if (b->host_chunks != 0) {
@@ -96,10 +119,12 @@ void DevicePool::cache_block(Block* b) {
     bin.head = b;
     if (bin.tail == nullptr) bin.tail = b;
     ++bin.count;
+    if (count_free) bump(bin.returned);
     return;
   }
   std::lock_guard lock(big_mu_);
   big_bin_.emplace(b->granules, b);
+  if (count_free) bump(big_returned_);
 }
 
 Block* DevicePool::take_cached(std::size_t granules) {
@@ -113,12 +138,14 @@ Block* DevicePool::take_cached(std::size_t granules) {
     if (bin.head != nullptr) bin.head->prev = nullptr;
     if (bin.tail == b) bin.tail = nullptr;
     --bin.count;
+    bump(bin.taken);
   } else {
     std::lock_guard lock(big_mu_);
     auto it = big_bin_.find(granules);
     if (it == big_bin_.end()) return nullptr;
     b = it->second;
     big_bin_.erase(it);
+    bump(big_taken_[size_bucket(granules * chunk_)]);
   }
   chunks_cached_.fetch_sub(b->granules, std::memory_order_relaxed);
   return b;
@@ -180,6 +207,7 @@ CUresult DevicePool::build_block(std::size_t granules, Block** out) {
       return CUDA_SUCCESS;
     }
   }
+  const std::uint64_t started = trace::recording() ? trace::now() : 0;
   std::vector<Chunk> chunks;
   if (const CUresult r = take_chunks(granules, &chunks); r != CUDA_SUCCESS) return r;
   const auto give_chunks_back = [&] { return_chunks(chunks); };
@@ -196,6 +224,7 @@ CUresult DevicePool::build_block(std::size_t granules, Block** out) {
   }
   *out = make_block(va, std::move(chunks));  // published as Live by the caller
   stitched_maps_.fetch_add(1, std::memory_order_relaxed);
+  trace::record(trace::Kind::Map, device_, va, bytes, (*out)->host_chunks * chunk_, started);
   return CUDA_SUCCESS;
 }
 

@@ -21,6 +21,7 @@
 
 #include "config/options.h"
 #include "driver/driver_api.h"
+#include "pool/size_classes.h"
 
 namespace uvmpool::pool {
 
@@ -34,6 +35,8 @@ struct PoolConfig {
   std::uint64_t host_reserve = 512ull << 20;   // pinned ahead of need, per device, once spilling is near
   bool report_host = false;                    // cuMemGetInfo counts host capacity in
   std::uint32_t host_idle_ms = 5000;           // no spill for this long: the reserve shrinks to its base
+  bool counters = true;                        // the statistics-only counters (allocations by size, peaks,
+                                               // cache hits); off only to measure what they cost
 
   // From UVMPOOL_DEVICE_LIMIT, _DEVICE_HEADROOM, _CHUNK_SIZE, _SPILL, _HOST_LIMIT, _HOST_RESERVE,
   // _REPORT_HOST.
@@ -55,10 +58,17 @@ struct DeviceStats {
   std::uint64_t chunks_held = 0;       // physical chunks the pool owns (mapped or not)
   std::uint64_t chunks_free = 0;       // held, not mapped anywhere
   std::uint64_t chunks_cached = 0;     // mapped in freed (cached) large allocations or empty slabs
-  std::uint64_t live_bytes = 0;        // sum of the sizes asked for by live allocations
+  std::uint64_t held_bytes = 0;        // chunks_held * chunk_size
+  std::uint64_t address_space_bytes = 0;  // virtual address space reserved
+  std::uint64_t live_bytes = 0;        // sum of the sizes asked for by live allocations (both tiers)
   std::uint64_t live_allocations = 0;
+  std::uint64_t allocations = 0;       // served since the start (the sum of allocations_by_size)
+  std::uint64_t frees = 0;
+  std::uint64_t allocations_by_size[kSizeBuckets] = {};  // by the bytes asked for: kSizeBucketNames
   std::uint64_t peak_held_bytes = 0;   // most chunks_held * chunk_size ever
-  std::uint64_t peak_live_bytes = 0;
+  std::uint64_t peak_live_bytes = 0;   // most live bytes at once, both tiers
+  std::uint64_t peak_live_device_bytes = 0;  // ... of them in device memory
+  std::uint64_t peak_live_host_bytes = 0;    // ... in host memory
   std::uint64_t stitched_maps = 0;     // new mappings built (driver calls made)
   std::uint64_t cache_hits = 0;        // large allocations served by a cached mapping
   std::uint64_t mappings_broken = 0;   // cached mappings taken apart for their chunks
@@ -67,6 +77,7 @@ struct DeviceStats {
   std::uint64_t budget = 0;            // the device limit in bytes (0 before first use)
   std::uint64_t out_of_memory = 0;     // allocations refused
   // The host tier (spill).
+  std::uint64_t host_held_bytes = 0;       // host_chunks_held * chunk_size
   std::uint64_t host_chunks_held = 0;      // pinned host chunks the pool owns: mapped or in the reserve
   std::uint64_t host_chunks_reserve = 0;   // of those, pinned but not mapped: ready for the next spill
   std::uint64_t host_chunks_mapped = 0;    // of those, mapped: in live or cached allocations, or premapped
@@ -77,6 +88,7 @@ struct DeviceStats {
   std::uint64_t spilled_allocations = 0;   // allocations given host chunks (wholly or in part), and
                                            // the program's own cuMemCreate handles made in host memory
   std::uint64_t host_chunks_pinned_inline = 0;  // pinned on the allocation path (the reserve was empty)
+  std::uint64_t external_device_bytes = 0; // the program's own device cuMemCreate, in device memory
   std::uint64_t external_host_bytes = 0;   // the program's own device cuMemCreate served by host memory
   std::uint64_t host_limit = 0;            // UVMPOOL_HOST_LIMIT in bytes (process-wide)
 };

@@ -35,6 +35,22 @@ constexpr std::size_t class_size(int cls) {
 
 constexpr int kSmallClasses = small_class(kSmallLimit) + 1;
 
+// Size buckets of the statistics' "allocations by size" (requested bytes, upper bounds inclusive):
+// 4K, 64K, 1M (the slabs), 2M (one chunk), then every factor of 4 up to 2G, and above.
+constexpr int kSizeBuckets = 10;
+constexpr const char* kSizeBucketNames[kSizeBuckets] = {"4K", "64K", "1M", "2M", "8M", "32M", "128M", "512M", "2G", "inf"};
+constexpr int size_bucket(std::size_t bytes) {
+  const int p = bytes <= 1 ? 0 : static_cast<int>(std::bit_width(bytes - 1));  // 2^(p-1) < bytes <= 2^p
+  if (p <= 12) return 0;
+  if (p <= 16) return 1;
+  if (p <= 20) return 2;
+  if (p == 21) return 3;
+  return p >= 32 ? 9 : 4 + (p - 22) / 2;
+}
+static_assert(size_bucket(4096) == 0 && size_bucket(4097) == 1 && size_bucket(1 << 20) == 2);
+static_assert(size_bucket(2 << 20) == 3 && size_bucket((2 << 20) + 1) == 4 && size_bucket(8 << 20) == 4);
+static_assert(size_bucket((512ull << 20) + 1) == 8 && size_bucket(2ull << 30) == 8 && size_bucket((2ull << 30) + 1) == 9);
+
 static_assert(class_size(small_class(1)) == 256);
 static_assert(class_size(small_class(4097)) == 4608);
 static_assert(class_size(small_class(kSmallLimit)) == kSmallLimit);

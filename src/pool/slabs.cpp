@@ -46,6 +46,7 @@ std::uint32_t take_slot(Slab* s) {
 CUresult DevicePool::allocate_small(CUdeviceptr* out, std::size_t bytes, CUcontext context) {
   const int cls = small_class(bytes);
   SlabClass& c = classes_[cls];
+  std::uint64_t host_bytes = 0;
   for (;;) {
     {
       std::lock_guard lock(c.mu);
@@ -58,10 +59,8 @@ CUresult DevicePool::allocate_small(CUdeviceptr* out, std::size_t bytes, CUconte
         if (s->used == s->slots) unlink(c.head, s);
         s->info[slot] = SlotInfo{next_buffer_id(), context, static_cast<std::uint32_t>(bytes), false};
         *out = s->base + static_cast<CUdeviceptr>(slot) * s->slot_size;
-        if (s->chunk.tier == Tier::Host) {
-          live_host_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-          spilled_.fetch_add(1, std::memory_order_relaxed);
-        }
+        host_bytes = s->chunk.tier == Tier::Host ? bytes : 0;
+        bump(c.allocations);
         break;
       }
     }
@@ -73,11 +72,7 @@ CUresult DevicePool::allocate_small(CUdeviceptr* out, std::size_t bytes, CUconte
     ++c.empty;
     count_cached(s, +1);
   }
-  live_allocations_.fetch_add(1, std::memory_order_relaxed);
-  const std::uint64_t live = live_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  std::uint64_t peak = peak_live_.load(std::memory_order_relaxed);
-  while (live > peak && !peak_live_.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
-  }
+  note_allocated(*out, bytes, host_bytes, true);
   return CUDA_SUCCESS;
 }
 
@@ -104,6 +99,7 @@ CUresult DevicePool::free_small(Slab* s, CUdeviceptr p, bool pending) {
       return CUDA_ERROR_INVALID_VALUE;
     }
     size = s->info[slot].size;
+    bump(c.frees);
     if (pending) {
       s->info[slot].pending = true;  // stays taken until the stream's work is done
     } else {
@@ -113,9 +109,7 @@ CUresult DevicePool::free_small(Slab* s, CUdeviceptr p, bool pending) {
       destroy = slot_freed(c, s);
     }
   }
-  live_bytes_.fetch_sub(size, std::memory_order_relaxed);
-  if (s->chunk.tier == Tier::Host) live_host_bytes_.fetch_sub(size, std::memory_order_relaxed);
-  live_allocations_.fetch_sub(1, std::memory_order_relaxed);
+  note_freed(p, size, s->chunk.tier == Tier::Host ? size : 0, true);
   if (destroy) {
     std::lock_guard lock(mu_);
     destroy_slab(s);

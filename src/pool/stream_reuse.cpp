@@ -67,25 +67,18 @@ bool DevicePool::reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUc
     pending_count_.fetch_sub(1, std::memory_order_relaxed);
   }
   if (item.block != nullptr) {
-    cache_hits_.fetch_add(1, std::memory_order_relaxed);
-    publish(item.block, bytes, context, out);
+    count_cache_hit();
+    publish(item.block, bytes, context, out, false);
     return true;
   }
   Slab* s = item.slab;
   {
     std::lock_guard lock(classes_[s->cls].mu);
     s->info[item.slot] = SlotInfo{next_buffer_id(), context, static_cast<std::uint32_t>(bytes), false};
+    bump(classes_[s->cls].allocations);
   }
   *out = s->base + static_cast<CUdeviceptr>(item.slot) * s->slot_size;
-  live_allocations_.fetch_add(1, std::memory_order_relaxed);
-  const std::uint64_t live = live_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  std::uint64_t peak = peak_live_.load(std::memory_order_relaxed);
-  while (live > peak && !peak_live_.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
-  }
-  if (s->chunk.tier == Tier::Host) {
-    live_host_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-    spilled_.fetch_add(1, std::memory_order_relaxed);
-  }
+  note_allocated(*out, bytes, s->chunk.tier == Tier::Host ? bytes : 0, true);
   return true;
 }
 

@@ -4,6 +4,8 @@
 // OUT_OF_MEMORY until a free makes room. Tests that check exact host figures stop the reserve thread
 // (Pool::stop_background): it pins and premaps host chunks on its own schedule; placement does not
 // depend on it.
+#include <algorithm>
+
 #include "spill_test.h"
 
 namespace pooltest {
@@ -257,6 +259,30 @@ TEST_F(Spill, SpillOffIsOutOfMemoryAtTheDeviceLimit) {
   EXPECT_EQ(s.spilled_allocations, 0u);
   EXPECT_TRUE(host_memory_whole()) << "spill is off: nothing may be pinned";
   must_free(*pool, full);
+}
+
+// The statistics per tier: what lies where, as the driver's own handles say, and the peaks of each.
+TEST_F(Spill, TierFiguresMatchWhereTheChunksLie) {
+  auto pool = make_pool(spill_config(64 * kMiB));
+  pool->stop_background();
+  const std::size_t bytes = 100 * kMiB;
+  CUdeviceptr p = must_allocate(*pool, bytes);
+  const std::string where = tiers(p, bytes, gran);
+  const std::size_t on_device = static_cast<std::size_t>(std::count(where.begin(), where.end(), 'D')) * gran;
+  ASSERT_GT(on_device, 0u);
+  ASSERT_LT(on_device, bytes);
+  DeviceStats s = pool->stats(0);
+  EXPECT_EQ(s.live_host_bytes, bytes - on_device);
+  EXPECT_EQ(s.peak_live_host_bytes, bytes - on_device);
+  EXPECT_EQ(s.peak_live_device_bytes, on_device);
+  EXPECT_EQ(s.peak_live_bytes, bytes);
+  EXPECT_EQ(s.spilled_allocations, 1u);
+  EXPECT_EQ(s.host_held_bytes, s.host_chunks_held * gran);
+  EXPECT_GE(s.host_held_bytes, bytes - on_device);
+  must_free(*pool, p);
+  s = pool->stats(0);
+  EXPECT_EQ(s.live_host_bytes, 0u);
+  EXPECT_EQ(s.peak_live_host_bytes, bytes - on_device) << "peaks stay";
 }
 
 }  // namespace
