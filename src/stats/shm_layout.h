@@ -1,0 +1,71 @@
+// The shared-memory segment through which a process publishes its live statistics (read by
+// uvmpool-stat). One segment per process: /dev/shm/uvmpool-<uid>-<pid>, mode 0600 (the same user,
+// or root, can read it), counters only, never memory contents. The writer holds a shared flock on
+// the file while it lives (a reader in another pid namespace cannot check the pid). At most
+// kMaxDevices devices are published: the first ones the pool served.
+//
+// Layout (all little-endian, as written by the host):
+//   SegmentHeader at offset 0
+//   descriptors at descriptors_offset: text, one line per metric, process metrics first, then device
+//     metrics: "<scope>\t<name>\t<label>\t<kind>\t<unit>\t<help>\n" with scope "process" or "device",
+//     kind "counter"/"gauge", unit "count"/"bytes"/"chunks" (see report.h). Written once, before
+//     `magic` is set; never changed afterwards.
+//   values at values_offset: u64 words, process_metric_count of them, then max_devices slots of
+//     (1 + device_metric_count) words each: the slot's device ordinal (kNoDevice when unused), then
+//     its values in descriptor order.
+// The values are guarded by a seqlock: the writer makes `sequence` odd, writes, makes it even; a
+// reader copies everything between two equal even reads of `sequence` (and retries otherwise).
+// Readers must check magic, layout_version and every offset against segment_bytes before trusting
+// anything. A layout change that old readers could misread bumps kLayoutVersion; new metrics do not
+// (they are new descriptor lines).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+
+namespace uvmpool::stats::shm {
+
+inline constexpr char kMagic[8] = {'U', 'V', 'M', 'P', 'S', 'T', 'A', 'T'};
+inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr const char* kNamePrefix = "uvmpool-";  // then "<uid>-<pid>"
+inline constexpr const char* kShmDirectory = "/dev/shm";
+inline constexpr std::uint64_t kNoDevice = ~std::uint64_t{0};
+inline constexpr std::uint32_t kMaxDevices = 16;
+
+enum class State : std::uint32_t { Starting = 0, Running = 1, Exited = 2 };
+
+struct SegmentHeader {
+  char magic[8];                    // kMagic once the segment is complete
+  std::uint32_t layout_version;     // kLayoutVersion
+  std::uint32_t header_bytes;       // sizeof(SegmentHeader)
+  std::uint64_t segment_bytes;      // size of the whole segment
+  std::int64_t pid;
+  std::uint64_t start_ticks;        // /proc/<pid>/stat field 22 (start time in clock ticks since
+                                    // boot): tells a live process from a later one with the same pid
+  double start_unix_s;              // when the process started publishing
+  char version[16];                 // uvmpool's version, NUL-terminated
+  char command[256];                // command line, arguments separated by spaces, NUL-terminated
+  std::uint32_t process_metric_count;
+  std::uint32_t device_metric_count;
+  std::uint32_t max_devices;
+  std::uint32_t interval_ms;        // how often the values are refreshed
+  std::uint32_t descriptors_offset;
+  std::uint32_t descriptors_bytes;
+  std::uint32_t values_offset;
+  std::uint32_t reserved0;
+  std::atomic<std::uint64_t> sequence;         // the seqlock
+  std::atomic<std::uint64_t> updated_unix_ns;  // when the values were last written
+  std::atomic<std::uint32_t> state;            // State
+  std::uint32_t reserved1;
+};
+
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "the segment's atomics must work across processes");
+
+// "uvmpool-<uid>-<pid>" (the name under /dev/shm), uid being the effective one (the file's owner).
+inline void segment_name(char* out, std::size_t n, unsigned uid, long pid) {
+  std::snprintf(out, n, "%s%u-%ld", kNamePrefix, uid, pid);
+}
+
+}  // namespace uvmpool::stats::shm
