@@ -7,7 +7,7 @@
 #include "config/options.h"
 #include "driver/dl.h"
 #include "hooks/hooks.h"
-#include "stats/counters.h"
+#include "stats/exit_report.h"
 
 // Defined only in the drop-in libcuda.so.1 (dropin.cpp): fills its forwarding slots.
 extern "C" __attribute__((weak, visibility("hidden"))) void uvmpool_dropin_init();
@@ -24,14 +24,11 @@ __attribute__((constructor)) void uvmpool_load() {
   if (uvmpool_dropin_init != nullptr) uvmpool_dropin_init();
 }
 
-// Runs once exit has begun: prints the summary from counters only. No driver call and no logger
-// from here on (the program's own static destructors may still call hooks; those keep working).
+// Runs once exit has begun: the exit report, from counters only. No driver call and no logger from
+// here on (the program's own static destructors may still call hooks; those keep working).
 __attribute__((destructor)) void uvmpool_unload() {
   using namespace uvmpool;
-  if (config::options().stats) {
-    std::fflush(stdout);  // the program's own output first: stdio flushes only after destructors
-    stats::print_summary(stderr);
-  }
+  stats::write_exit_report();
   log::shutdown();
 }
 

@@ -2,6 +2,8 @@
  *   typedef const char* (*version_fn)(void);
  *   version_fn v = (version_fn)dlsym(RTLD_DEFAULT, "uvmpool_version");
  *   if (v) printf("uvmpool %s\n", v());
+ * (docs/observability.md has a C and a Python example.) Structs begin with struct_size, which the
+ * caller sets: a program built against an older, smaller struct keeps working with a newer uvmpool.
  */
 #ifndef UVMPOOL_UVMPOOL_H
 #define UVMPOOL_UVMPOOL_H
@@ -43,6 +45,41 @@ typedef struct uvmpool_stats {
 
 /* Fills *out (up to out->struct_size bytes). Returns 0, or -1 if out is NULL or too small. */
 UVMPOOL_API int uvmpool_get_stats(uvmpool_stats* out);
+
+/* Since 0.4: one device's figures, per tier. */
+typedef struct uvmpool_device_stats {
+  unsigned long long struct_size;          /* set by the caller to sizeof(uvmpool_device_stats) */
+  long long device;                        /* the ordinal asked for */
+  /* Device memory. */
+  unsigned long long live_bytes;           /* bytes of live pool allocations that lie in device memory */
+  unsigned long long peak_live_bytes;      /* most of them at once */
+  unsigned long long held_bytes;           /* device memory the pool holds (in use or idle) */
+  unsigned long long peak_held_bytes;
+  unsigned long long budget;               /* UVMPOOL_DEVICE_LIMIT in bytes */
+  /* Pinned host memory (spill). */
+  unsigned long long host_live_bytes;      /* bytes of live pool allocations that lie in host memory */
+  unsigned long long host_peak_live_bytes;
+  unsigned long long host_held_bytes;      /* pinned host memory the pool holds (mapped or in the reserve) */
+  unsigned long long host_peak_held_bytes;
+  unsigned long long host_limit;           /* UVMPOOL_HOST_LIMIT in bytes (process-wide) */
+  /* What the pool did on this device. */
+  unsigned long long allocations;          /* served since the start */
+  unsigned long long frees;
+  unsigned long long live_allocations;
+  unsigned long long stitched_maps;        /* new mappings built */
+  unsigned long long cache_hits;           /* large allocations served by a freed mapping */
+  unsigned long long spilled_allocations;  /* placed wholly or partly in host memory */
+  unsigned long long out_of_memory;        /* refused: device and host exhausted */
+} uvmpool_device_stats;
+
+/* Fills *out (up to out->struct_size bytes) for `device`. Returns 0; 1 when the pool has not served
+ * that device (out is then zeroed but for struct_size and device); -1 if out is NULL or too small. */
+UVMPOOL_API int uvmpool_get_device_stats(int device, uvmpool_device_stats* out);
+
+/* Every figure uvmpool keeps, as the JSON of UVMPOOL_STATS_FILE (docs/observability.md). Writes at
+ * most `size` bytes into buf, NUL included (nothing when buf is NULL or size is 0), and returns the
+ * length of the whole text without its NUL: call once with size 0 to learn how much to allocate. */
+UVMPOOL_API unsigned long long uvmpool_stats_json(char* buf, unsigned long long size);
 
 /* Calls that reached uvmpool's hook of one driver function: a versioned symbol ("cuMemAlloc_v2")
  * counts that variant, a base name ("cuMemAllocAsync") all of its variants. 0 if not hooked. */

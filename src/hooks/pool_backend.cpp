@@ -7,6 +7,8 @@
 #include "hooks/backend.h"
 #include "pool/pool.h"
 #include "stats/counters.h"
+#include "stats/publisher.h"
+#include "trace/trace.h"
 
 namespace uvmpool::hooks {
 namespace {
@@ -43,7 +45,7 @@ class PoolBackend final : public Backend {
 
   CUresult alloc(CUdeviceptr* dptr, std::size_t bytes) override {
     const CUresult r = pool_.allocate(dptr, bytes);
-    return r == CUDA_ERROR_NOT_SUPPORTED ? by_driver(driver_.alloc(dptr, bytes)) : by_pool(r);
+    return r == CUDA_ERROR_NOT_SUPPORTED ? by_driver(driver_.alloc(dptr, bytes), dptr, bytes) : by_pool(r);
   }
   CUresult alloc_pitch(CUdeviceptr* dptr, std::size_t* pitch, std::size_t width, std::size_t height,
                        unsigned element_bytes) override {
@@ -53,13 +55,13 @@ class PoolBackend final : public Backend {
     const std::size_t row = (width + kPitchAlignment - 1) / kPitchAlignment * kPitchAlignment;
     if (row < width || height > SIZE_MAX / row) return CUDA_ERROR_INVALID_VALUE;
     const CUresult r = pool_.allocate(dptr, row * height);
-    if (r == CUDA_ERROR_NOT_SUPPORTED) return by_driver(driver_.alloc_pitch(dptr, pitch, width, height, element_bytes));
+    if (r == CUDA_ERROR_NOT_SUPPORTED) return by_driver(driver_.alloc_pitch(dptr, pitch, width, height, element_bytes), dptr, width * height);
     if (r == CUDA_SUCCESS) *pitch = row;
     return by_pool(r);
   }
   CUresult free(CUdeviceptr ptr) override {
     CUresult r = CUDA_SUCCESS;
-    return pool_.deallocate(ptr, &r) == pool::Ownership::Ours ? r : driver_.free(ptr);
+    return pool_.deallocate(ptr, &r) == pool::Ownership::Ours ? r : freed_by_driver(driver_.free(ptr), ptr);
   }
   CUresult get_info(std::size_t* free_bytes, std::size_t* total_bytes) override {
     return pool_.memory_info(free_bytes, total_bytes);
@@ -98,17 +100,17 @@ class PoolBackend final : public Backend {
     // NOT_SUPPORTED also covers a capturing stream: the driver makes a graph allocation node, whose
     // address the graph owns.
     const CUresult r = pool_.allocate_async(dptr, bytes, stream);
-    return r == CUDA_ERROR_NOT_SUPPORTED ? by_driver(driver_.alloc_async(dptr, bytes, stream)) : by_pool(r);
+    return r == CUDA_ERROR_NOT_SUPPORTED ? by_driver(driver_.alloc_async(dptr, bytes, stream), dptr, bytes) : by_pool(r);
   }
   CUresult alloc_from_pool_async(CUdeviceptr* dptr, std::size_t bytes, CUmemoryPool mem_pool,
                                  CUstream stream) override {
     // An explicit CUmemoryPool has attributes (IPC, access, release threshold) the program set on
     // purpose: the driver keeps serving it, and its memory counts against the budget as others' do.
-    return by_driver(driver_.alloc_from_pool_async(dptr, bytes, mem_pool, stream));
+    return by_driver(driver_.alloc_from_pool_async(dptr, bytes, mem_pool, stream), dptr, bytes);
   }
   CUresult free_async(CUdeviceptr ptr, CUstream stream) override {
     CUresult r = CUDA_SUCCESS;
-    return pool_.deallocate_async(ptr, stream, &r) == pool::Ownership::Ours ? r : driver_.free_async(ptr, stream);
+    return pool_.deallocate_async(ptr, stream, &r) == pool::Ownership::Ours ? r : freed_by_driver(driver_.free_async(ptr, stream), ptr);
   }
   CUresult create(CUmemGenericAllocationHandle* handle, std::size_t size, const CUmemAllocationProp* prop,
                   unsigned long long flags) override {
@@ -126,8 +128,15 @@ class PoolBackend final : public Backend {
     if (r == CUDA_SUCCESS) stats::count_served(true);
     return r;
   }
-  static CUresult by_driver(CUresult r) {
-    if (r == CUDA_SUCCESS) stats::count_served(false);
+  static CUresult by_driver(CUresult r, const CUdeviceptr* p, std::size_t bytes) {
+    if (r == CUDA_SUCCESS) {
+      stats::count_served(false);
+      trace::record(trace::Kind::DriverAlloc, -1, *p, bytes);
+    }
+    return r;
+  }
+  static CUresult freed_by_driver(CUresult r, CUdeviceptr p) {
+    if (r == CUDA_SUCCESS) trace::record(trace::Kind::DriverFree, -1, p, 0);
     return r;
   }
 
@@ -140,10 +149,12 @@ class PoolBackend final : public Backend {
 Backend& backend() {
   // The one place that chooses what serves device memory.
   static Backend* chosen = [] () -> Backend* {
-    if (!config::options().pool) return &driver_backend();
-    pool::Pool* pool = pool::Pool::process();
-    if (pool == nullptr) return &driver_backend();
-    return new PoolBackend(*pool);  // never destroyed: frees may come during exit
+    Backend* b = &driver_backend();
+    if (config::options().pool) {
+      if (pool::Pool* pool = pool::Pool::process()) b = new PoolBackend(*pool);  // never destroyed: frees may come during exit
+    }
+    stats::start_process_observers();  // live statistics and the trace, now that there is something to see
+    return b;
   }();
   return *chosen;
 }

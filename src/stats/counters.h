@@ -1,10 +1,9 @@
-// What uvmpool has intercepted: relaxed atomic counters, bumped on the hook path, read by the exit
-// summary and the public API. The full statistics layer grows from here.
+// What uvmpool has intercepted: relaxed atomic counters, bumped on the hook path, read by
+// collect.h (the exit report, live statistics) and the public API.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
-#include <cstdio>
 
 #include "driver/driver_api.h"
 
@@ -41,8 +40,5 @@ inline void count_free() { counters().frees.fetch_add(1, std::memory_order_relax
 
 // Calls of one hooked symbol, or of every variant of a base name.
 std::uint64_t hook_calls(const char* function);
-
-// The summary printed at exit with UVMPOOL_STATS=1. Touches no driver and no logger.
-void print_summary(std::FILE* out);
 
 }  // namespace uvmpool::stats

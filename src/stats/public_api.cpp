@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "pool/pool.h"
+#include "stats/collect.h"
 #include "stats/counters.h"
+#include "stats/format.h"
 
 #ifndef UVMPOOL_VERSION_STRING
 #define UVMPOOL_VERSION_STRING "0.0.0"
@@ -47,6 +50,49 @@ int uvmpool_get_stats(uvmpool_stats* out) {
   std::memcpy(out, &s, n);
   out->struct_size = n;
   return 0;
+}
+
+int uvmpool_get_device_stats(int device, uvmpool_device_stats* out) {
+  if (out == nullptr || out->struct_size < 2 * sizeof(unsigned long long)) return -1;
+  uvmpool_device_stats s{};
+  s.struct_size = sizeof(s);
+  s.device = device;
+  const uvmpool::pool::Pool* pool = uvmpool::pool::Pool::existing();
+  const uvmpool::pool::DeviceStats ds = pool != nullptr ? pool->stats(device) : uvmpool::pool::DeviceStats{};
+  const int result = ds.chunk_size == 0 ? 1 : 0;
+  if (result == 0) {
+    s.live_bytes = ds.live_bytes - std::min(ds.live_bytes, ds.live_host_bytes);
+    s.peak_live_bytes = ds.peak_live_device_bytes;
+    s.held_bytes = ds.held_bytes;
+    s.peak_held_bytes = ds.peak_held_bytes;
+    s.budget = ds.budget;
+    s.host_live_bytes = ds.live_host_bytes;
+    s.host_peak_live_bytes = ds.peak_live_host_bytes;
+    s.host_held_bytes = ds.host_held_bytes;
+    s.host_peak_held_bytes = ds.peak_host_held_bytes;
+    s.host_limit = ds.host_limit;
+    s.allocations = ds.allocations;
+    s.frees = ds.frees;
+    s.live_allocations = ds.live_allocations;
+    s.stitched_maps = ds.stitched_maps;
+    s.cache_hits = ds.cache_hits;
+    s.spilled_allocations = ds.spilled_allocations;
+    s.out_of_memory = ds.out_of_memory;
+  }
+  const auto n = std::min<unsigned long long>(out->struct_size, sizeof(s));
+  std::memcpy(out, &s, n);
+  out->struct_size = n;
+  return result;
+}
+
+unsigned long long uvmpool_stats_json(char* buf, unsigned long long size) {
+  const std::string json = uvmpool::stats::to_json(uvmpool::stats::collect_process());
+  if (buf != nullptr && size != 0) {
+    const std::size_t n = std::min<std::size_t>(json.size(), size - 1);
+    std::memcpy(buf, json.data(), n);
+    buf[n] = '\0';
+  }
+  return json.size();
 }
 
 unsigned long long uvmpool_hook_calls(const char* function) { return uvmpool::stats::hook_calls(function); }

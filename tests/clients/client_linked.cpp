@@ -5,15 +5,10 @@
 
 #include <vector>
 
-#include "client_common.h"
+#include "linked_client.h"
 
 int main(int argc, char** argv) {
-  CU(cuInit(0));
-  CUdevice dev;
-  CUcontext ctx;
-  CU(cuDeviceGet(&dev, 0));
-  CU(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CU(cuCtxSetCurrent(ctx));
+  use_primary_context();
 
   size_t free_before = 0, total = 0;
   CU(cuMemGetInfo(&free_before, &total));

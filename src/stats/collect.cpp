@@ -1,0 +1,182 @@
+#include "stats/collect.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+#include "stats/counters.h"
+#include "trace/trace.h"
+
+#ifndef UVMPOOL_VERSION_STRING
+#define UVMPOOL_VERSION_STRING "0.0.0"
+#endif
+
+namespace uvmpool::stats {
+namespace {
+
+using DS = pool::DeviceStats;
+constexpr Kind C = Kind::Counter;
+constexpr Kind G = Kind::Gauge;
+constexpr Unit N = Unit::Count;
+constexpr Unit B = Unit::Bytes;
+constexpr Unit K = Unit::Chunks;
+
+struct DeviceField {
+  const char* name;
+  Kind kind;
+  Unit unit;
+  std::uint64_t DS::*field;
+  const char* help;
+};
+
+// Every DeviceStats figure, by tier: the device tier, then the host tier (spill), then what the pool did.
+constexpr DeviceField kDeviceFields[] = {
+    {"budget", G, B, &DS::budget, "UVMPOOL_DEVICE_LIMIT in bytes"},
+    {"chunk_size", G, B, &DS::chunk_size, "Size of one physical chunk"},
+    {"address_space_bytes", G, B, &DS::address_space_bytes, "Virtual address space the pool reserved"},
+    {"live_bytes", G, B, &DS::live_bytes, "Bytes of live allocations, as asked for, in both tiers"},
+    {"peak_live_bytes", G, B, &DS::peak_live_bytes, "Most live bytes at once, both tiers"},
+    {"peak_live_device_bytes", G, B, &DS::peak_live_device_bytes, "Most live bytes at once in device memory"},
+    {"held_bytes", G, B, &DS::held_bytes, "Device memory the pool holds (chunks, in use or idle)"},
+    {"peak_held_bytes", G, B, &DS::peak_held_bytes, "Most device memory held at once"},
+    {"chunks_held", G, K, &DS::chunks_held, "Device chunks the pool holds"},
+    {"chunks_free", G, K, &DS::chunks_free, "Device chunks held and mapped nowhere"},
+    {"chunks_cached", G, K, &DS::chunks_cached, "Device chunks in freed mappings and empty slabs kept for reuse"},
+    {"external_device_bytes", G, B, &DS::external_device_bytes, "The program's own cuMemCreate in device memory"},
+    {"live_host_bytes", G, B, &DS::live_host_bytes, "Bytes of live allocations that lie in pinned host memory (spilled)"},
+    {"peak_live_host_bytes", G, B, &DS::peak_live_host_bytes, "Most live bytes at once in host memory"},
+    {"host_held_bytes", G, B, &DS::host_held_bytes, "Pinned host memory the pool holds (mapped or in the reserve)"},
+    {"peak_host_held_bytes", G, B, &DS::peak_host_held_bytes, "Most pinned host memory held at once"},
+    {"host_chunks_held", G, K, &DS::host_chunks_held, "Host chunks the pool holds"},
+    {"host_chunks_mapped", G, K, &DS::host_chunks_mapped, "Host chunks mapped (live, cached or premapped)"},
+    {"host_chunks_reserve", G, K, &DS::host_chunks_reserve, "Host chunks pinned and unmapped, ready for the next spill"},
+    {"host_chunks_premapped", G, K, &DS::host_chunks_premapped, "Host chunks mapped ahead of need, ready for the next spill"},
+    {"host_chunks_cached", G, K, &DS::host_chunks_cached, "Host chunks in freed part-host mappings kept for reuse"},
+    {"host_chunks_pinned_inline", C, K, &DS::host_chunks_pinned_inline, "Host chunks pinned on the allocation path (the reserve was empty)"},
+    {"host_limit", G, B, &DS::host_limit, "UVMPOOL_HOST_LIMIT in bytes (process-wide)"},
+    {"external_host_bytes", G, B, &DS::external_host_bytes, "The program's own device cuMemCreate served by host memory"},
+    {"allocations", C, N, &DS::allocations, "Allocations the pool served"},
+    {"frees", C, N, &DS::frees, "Pool allocations freed"},
+    {"live_allocations", G, N, &DS::live_allocations, "Pool allocations live now"},
+    {"stitched_maps", C, N, &DS::stitched_maps, "New mappings built (driver calls made)"},
+    {"cache_hits", C, N, &DS::cache_hits, "Large allocations served by a freed mapping, with no driver call"},
+    {"mappings_broken", C, N, &DS::mappings_broken, "Freed mappings taken apart for their chunks"},
+    {"chunks_created", C, K, &DS::chunks_created, "Device chunks created (cuMemCreate)"},
+    {"chunks_released", C, K, &DS::chunks_released, "Device chunks given back to the driver (cuMemRelease)"},
+    {"spilled_allocations", C, N, &DS::spilled_allocations, "Allocations placed wholly or partly in host memory"},
+    {"out_of_memory", C, N, &DS::out_of_memory, "Allocations refused: device and host exhausted (CUDA_ERROR_OUT_OF_MEMORY)"},
+};
+
+std::vector<MetricInfo> make_device_infos() {
+  std::vector<MetricInfo> infos;
+  for (const DeviceField& f : kDeviceFields) infos.push_back({f.name, "", f.kind, f.unit, f.help});
+  for (int i = 0; i < pool::kSizeBuckets; ++i) {
+    infos.push_back({"allocations_by_size", std::string("size_max=") + pool::kSizeBucketNames[i], C, N,
+                     "Allocations the pool served, by the bytes asked for (upper bound of the bucket)"});
+  }
+  return infos;
+}
+
+// Process-wide figures: what reached the hooks, before any pool.
+struct ProcessField {
+  const char* name;
+  const char* help;
+  const std::atomic<std::uint64_t> Counters::*field;
+};
+constexpr ProcessField kProcessFields[] = {
+    // Named apart from the device figures "allocations" and "frees", so Prometheus families never mix scopes.
+    {"intercepted_allocations", "Device allocations that reached uvmpool", &Counters::allocations},
+    {"intercepted_frees", "Frees that reached uvmpool", &Counters::frees},
+    {"intercepted_bytes", "Sum of the sizes of those allocations", &Counters::bytes_allocated},
+    {"pool_allocations", "Allocations the pool served", &Counters::pool_allocations},
+    {"driver_allocations", "Allocations passed through to the driver (explicit memory pools, graph capture, no VMM, UVMPOOL_POOL=0)",
+     &Counters::driver_allocations},
+};
+
+std::vector<MetricInfo> make_process_infos() {
+  std::vector<MetricInfo> infos;
+  for (const ProcessField& f : kProcessFields) {
+    infos.push_back({f.name, "", C, f.field == &Counters::bytes_allocated ? B : N, f.help});
+  }
+  infos.push_back({"resolved_via_dlsym", "", C, N, "Hooks handed out by the dlsym override"});
+  infos.push_back({"resolved_via_getproc", "", C, N, "Hooks handed out by cuGetProcAddress"});
+  infos.push_back({"calls_via_export", "", C, N, "Calls to uvmpool's exported cu* symbols"});
+  infos.push_back({"trace_events", "", C, N, "Events written to the UVMPOOL_TRACE file"});
+  infos.push_back({"trace_dropped", "", C, N, "Trace events lost (a ring was full, or the file reached UVMPOOL_TRACE_MAX)"});
+  for (std::size_t i = 0; i < driver::kFunctionCount; ++i) {
+    if (driver::kFunctions[i].kind == driver::Kind::Hook) {
+      infos.push_back({"hook_calls", std::string("function=") + driver::kFunctions[i].symbol, C, N,
+                       "Calls that reached uvmpool's hook of one driver function"});
+    }
+  }
+  return infos;
+}
+
+std::string command_line() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!text.empty() && text.back() == '\0') text.pop_back();
+  for (char& c : text) {
+    if (c == '\0') c = ' ';
+  }
+  return text;
+}
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+const std::vector<MetricInfo>& device_metric_infos() {
+  static const std::vector<MetricInfo>* infos = new std::vector<MetricInfo>(make_device_infos());
+  return *infos;
+}
+
+std::vector<std::uint64_t> device_values(const pool::DeviceStats& s) {
+  std::vector<std::uint64_t> values;
+  values.reserve(device_metric_infos().size());
+  for (const DeviceField& f : kDeviceFields) values.push_back(s.*f.field);
+  for (int i = 0; i < pool::kSizeBuckets; ++i) values.push_back(s.allocations_by_size[i]);
+  return values;
+}
+
+Report collect(const pool::Pool* pool) {
+  // Made once: every Report of the process has the same metrics (the segment's layout relies on it).
+  static const std::vector<MetricInfo>* process_infos = new std::vector<MetricInfo>(make_process_infos());
+  static const std::string* command = new std::string(command_line());
+  static const double start = unix_now();
+  Report r;
+  r.pid = getpid();
+  r.command = *command;
+  r.version = UVMPOOL_VERSION_STRING;
+  r.start_unix_s = start;
+  r.updated_unix_s = unix_now();
+  r.process_metrics = *process_infos;
+  r.device_metrics = device_metric_infos();
+
+  const Counters& c = counters();
+  for (const ProcessField& f : kProcessFields) r.process_values.push_back((c.*f.field).load(std::memory_order_relaxed));
+  for (int i = 0; i < static_cast<int>(Route::kCount); ++i) r.process_values.push_back(c.routes[i].load(std::memory_order_relaxed));
+  const trace::Status t = trace::status();
+  r.process_values.push_back(t.events);
+  r.process_values.push_back(t.dropped);
+  for (std::size_t i = 0; i < driver::kFunctionCount; ++i) {
+    if (driver::kFunctions[i].kind == driver::Kind::Hook) r.process_values.push_back(c.hook_calls[i].load(std::memory_order_relaxed));
+  }
+
+  if (pool != nullptr) {
+    for (int d = 0; d < pool->device_count(); ++d) {
+      const pool::DeviceStats s = pool->stats(d);
+      if (s.chunk_size == 0) continue;  // never used (or no VMM): nothing to show
+      r.devices.push_back({d, device_values(s)});
+    }
+  }
+  return r;
+}
+
+Report collect_process() { return collect(pool::Pool::existing()); }
+
+}  // namespace uvmpool::stats

@@ -1,0 +1,66 @@
+// The process's observers: the live-statistics publisher and the trace, started when the program
+// first reaches the pool, stopped at exit, forgotten in a forked child.
+#include <pthread.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include "config/log.h"
+#include "config/options.h"
+#include "pool/pool.h"
+#include "stats/collect.h"
+#include "stats/publisher.h"
+#include "trace/trace.h"
+
+namespace uvmpool::stats {
+namespace {
+
+Publisher* g_publisher = nullptr;  // never destroyed: stopped at exit, leaked after fork
+
+// The trace's counter tracks: every device pool's live and held bytes per tier (atomics only).
+std::size_t sample_memory(trace::Sample* out, std::size_t max) {
+  const pool::Pool* p = pool::Pool::existing();
+  if (p == nullptr) return 0;
+  std::size_t n = 0;
+  for (int d = 0; d < p->device_count() && n < max; ++d) {
+    const pool::DeviceStats s = p->stats(d);
+    if (s.chunk_size == 0) continue;
+    out[n++] = trace::Sample{d, s.live_bytes - std::min(s.live_bytes, s.live_host_bytes), s.live_host_bytes,
+                             s.held_bytes, s.host_held_bytes};
+  }
+  return n;
+}
+
+void stop_at_exit() {
+  // Before the exit report (a library destructor) and before the pool stops its own thread: the
+  // last figures are published, the segment removed, the trace closed as valid JSON.
+  if (g_publisher != nullptr) g_publisher->stop(false);
+  trace::stop();
+}
+
+void forget_in_child() {
+  if (g_publisher != nullptr) {
+    g_publisher->abandon();
+    g_publisher = nullptr;  // leaked on purpose
+  }
+  trace::abandon_after_fork();
+}
+
+}  // namespace
+
+void start_process_observers() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const config::Options& o = config::options();
+    if (!o.trace.empty()) trace::start(o.trace, o.trace_max.bytes, sample_memory);
+    if (o.stats_shm) {
+      g_publisher = Publisher::start(collect_process, static_cast<std::uint32_t>(o.stats_interval)).release();
+    }
+    std::atexit(stop_at_exit);
+    pthread_atfork(nullptr, nullptr, forget_in_child);
+  });
+}
+
+std::string process_segment_path() { return g_publisher != nullptr ? g_publisher->path() : std::string(); }
+
+}  // namespace uvmpool::stats

@@ -1,0 +1,209 @@
+#include "stats/publisher.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "config/log.h"
+#include "config/options.h"
+#include "pool/pool.h"
+#include "stats/collect.h"
+#include "stats/shm_reader.h"
+#include "trace/trace.h"
+
+namespace uvmpool::stats {
+namespace {
+
+constexpr std::size_t align64(std::size_t n) { return (n + 63) & ~std::size_t{63}; }
+
+void copy_text(char* out, std::size_t n, const std::string& text) {
+  const std::size_t len = std::min(n - 1, text.size());
+  std::memcpy(out, text.data(), len);
+  out[len] = '\0';
+}
+
+void describe(std::string& out, const char* scope, const MetricInfo& m) {
+  // Tabs and newlines separate fields and lines: keep them out of the text.
+  auto clean = [](std::string s) {
+    std::replace(s.begin(), s.end(), '\t', ' ');
+    std::replace(s.begin(), s.end(), '\n', ' ');
+    return s;
+  };
+  out += scope;
+  out += '\t' + clean(m.name) + '\t' + clean(m.label) + '\t' + kind_name(m.kind) + '\t' + unit_name(m.unit) + '\t' +
+         clean(m.help) + '\n';
+}
+
+// Creates the file only if it does not exist: never opens a file someone else put there.
+int create_exclusive(const std::string& path) {
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0 && errno == EEXIST) {
+    // Left by an earlier process of the same user with the same pid (killed before it could remove
+    // it): ours to replace. Another user's file cannot be removed (sticky /dev/shm) and stays.
+    struct stat st {};
+    if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && unlink(path.c_str()) == 0) {
+      fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    } else {
+      errno = EEXIST;
+    }
+  }
+  return fd;
+}
+
+}  // namespace
+
+std::unique_ptr<Segment> Segment::create(const Report& first, std::uint32_t interval_ms, std::string* error,
+                                         const std::string& dir) {
+  char name[64];
+  shm::segment_name(name, sizeof(name), geteuid(), static_cast<long>(getpid()));
+  std::string descriptors;
+  for (const MetricInfo& m : first.process_metrics) describe(descriptors, "process", m);
+  for (const MetricInfo& m : first.device_metrics) describe(descriptors, "device", m);
+  const std::size_t descriptors_offset = align64(sizeof(shm::SegmentHeader));
+  const std::size_t values_offset = align64(descriptors_offset + descriptors.size());
+  const std::size_t words = first.process_metrics.size() + shm::kMaxDevices * (1 + first.device_metrics.size());
+  const std::size_t bytes = values_offset + words * sizeof(std::uint64_t);
+
+  std::unique_ptr<Segment> s(new Segment);
+  s->path_ = dir + "/" + name;
+  const int fd = create_exclusive(s->path_);
+  if (fd < 0) {
+    *error = s->path_ + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  fchmod(fd, 0600);  // whatever the umask: the owner writes, nobody else reads
+  void* base = ftruncate(fd, static_cast<off_t>(bytes)) == 0
+                   ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                   : MAP_FAILED;
+  const int saved = errno;
+  if (base == MAP_FAILED) {
+    close(fd);
+    *error = s->path_ + ": " + std::strerror(saved);
+    ::unlink(s->path_.c_str());
+    return nullptr;
+  }
+  // Held while the process lives (the kernel drops it when it dies): readers in another pid
+  // namespace (docker --ipc=host) cannot check the pid, but can see the lock.
+  flock(fd, LOCK_SH);
+  s->fd_ = fd;
+  s->base_ = base;
+  s->bytes_ = bytes;
+  s->process_count_ = first.process_metrics.size();
+  s->device_count_ = first.device_metrics.size();
+
+  auto* h = new (base) shm::SegmentHeader{};  // the file is zero-filled: magic stays unset for now
+  h->layout_version = shm::kLayoutVersion;
+  h->header_bytes = sizeof(shm::SegmentHeader);
+  h->segment_bytes = bytes;
+  h->pid = first.pid;
+  process_start_ticks(getpid(), &h->start_ticks);  // tells this process from a later one with its pid
+  h->start_unix_s = first.start_unix_s;
+  copy_text(h->version, sizeof(h->version), first.version);
+  copy_text(h->command, sizeof(h->command), first.command);
+  h->process_metric_count = static_cast<std::uint32_t>(first.process_metrics.size());
+  h->device_metric_count = static_cast<std::uint32_t>(first.device_metrics.size());
+  h->max_devices = shm::kMaxDevices;
+  h->interval_ms = interval_ms;
+  h->descriptors_offset = static_cast<std::uint32_t>(descriptors_offset);
+  h->descriptors_bytes = static_cast<std::uint32_t>(descriptors.size());
+  h->values_offset = static_cast<std::uint32_t>(values_offset);
+  std::memcpy(static_cast<char*>(base) + descriptors_offset, descriptors.data(), descriptors.size());
+  s->write(first);
+  h->state.store(static_cast<std::uint32_t>(shm::State::Running), std::memory_order_relaxed);
+  // Readers trust nothing before the magic: it goes last.
+  std::atomic_thread_fence(std::memory_order_release);
+  std::memcpy(h->magic, shm::kMagic, sizeof(h->magic));
+  return s;
+}
+
+Segment::~Segment() {
+  if (base_ != nullptr) munmap(base_, bytes_);
+  if (fd_ >= 0) close(fd_);
+}
+
+void Segment::write(const Report& r) {
+  auto* h = static_cast<shm::SegmentHeader*>(base_);
+  auto* values = reinterpret_cast<std::uint64_t*>(static_cast<char*>(base_) + h->values_offset);
+  auto put = [&](std::size_t i, std::uint64_t v) { std::atomic_ref<std::uint64_t>(values[i]).store(v, std::memory_order_relaxed); };
+  const std::uint64_t seq = h->sequence.load(std::memory_order_relaxed);
+  h->sequence.store(seq + 1, std::memory_order_relaxed);  // odd: being written
+  std::atomic_thread_fence(std::memory_order_release);
+  for (std::size_t i = 0; i < process_count_; ++i) put(i, i < r.process_values.size() ? r.process_values[i] : 0);
+  for (std::size_t slot = 0; slot < shm::kMaxDevices; ++slot) {
+    const std::size_t at = process_count_ + slot * (1 + device_count_);
+    const DeviceValues* d = slot < r.devices.size() ? &r.devices[slot] : nullptr;
+    put(at, d != nullptr ? static_cast<std::uint64_t>(d->device) : shm::kNoDevice);
+    for (std::size_t i = 0; i < device_count_; ++i) put(at + 1 + i, d != nullptr && i < d->values.size() ? d->values[i] : 0);
+  }
+  h->updated_unix_ns.store(static_cast<std::uint64_t>(r.updated_unix_s * 1e9), std::memory_order_relaxed);
+  h->sequence.store(seq + 2, std::memory_order_release);
+}
+
+void Segment::set_state(shm::State state) {
+  static_cast<shm::SegmentHeader*>(base_)->state.store(static_cast<std::uint32_t>(state), std::memory_order_release);
+}
+
+void Segment::unlink() { ::unlink(path_.c_str()); }
+
+std::unique_ptr<Publisher> Publisher::start(std::function<Report()> collect, std::uint32_t interval_ms,
+                                            const std::string& dir) {
+  std::string error;
+  auto segment = Segment::create(collect(), interval_ms, &error, dir);
+  if (!segment) {
+    log::warn("live statistics are off: cannot create the shared-memory segment {} (UVMPOOL_STATS_SHM=0 silences this)", error);
+    return nullptr;
+  }
+  std::unique_ptr<Publisher> p(new Publisher);
+  p->collect_ = std::move(collect);
+  p->segment_ = std::move(segment);
+  p->interval_ms_ = interval_ms;
+  p->thread_ = std::thread([raw = p.get()] { raw->run(); });
+  return p;
+}
+
+Publisher::~Publisher() {
+  if (!stopped_) stop(false);
+}
+
+void Publisher::run() {
+  pthread_setname_np(pthread_self(), "uvmpool-stats");
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    wake_.wait_for(lock, std::chrono::milliseconds(interval_ms_));
+    if (stopping_) break;
+    lock.unlock();
+    segment_->write(collect_());
+    lock.lock();
+  }
+}
+
+void Publisher::stop(bool keep) {
+  if (stopped_) return;
+  stopped_ = true;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  segment_->write(collect_());
+  segment_->set_state(shm::State::Exited);
+  if (!keep) segment_->unlink();
+}
+
+void Publisher::abandon() {
+  // The thread does not exist in the child and the segment is the parent's: touch neither. The
+  // caller leaks this object (a joinable std::thread must not be destroyed).
+  stopped_ = true;
+  (void)segment_.release();
+}
+
+}  // namespace uvmpool::stats

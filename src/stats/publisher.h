@@ -1,0 +1,81 @@
+// Live statistics: a process's Report, refreshed every UVMPOOL_STATS_INTERVAL in its shared-memory
+// segment (shm_layout.h) for uvmpool-stat. One thread per process wakes to copy the figures; the
+// allocation path never touches the segment.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "stats/report.h"
+#include "stats/shm_layout.h"
+
+namespace uvmpool::stats {
+
+// One segment, written only by its owner.
+class Segment {
+ public:
+  // Creates <dir>/uvmpool-<uid>-<pid> (mode 0600) laid out for `first`'s metrics and fills it with
+  // `first`'s values. A segment left by an earlier process with the same pid is replaced. nullptr
+  // and *error on failure (no /dev/shm, out of space).
+  static std::unique_ptr<Segment> create(const Report& first, std::uint32_t interval_ms, std::string* error,
+                                         const std::string& dir = shm::kShmDirectory);
+  ~Segment();  // unmaps and unlocks; the file stays until unlink()
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  // Writes r's values (same metrics as the first Report) under the seqlock.
+  void write(const Report& r);
+  void set_state(shm::State state);
+  void unlink();  // removes the file (the mapping stays valid)
+  const std::string& path() const { return path_; }
+
+ private:
+  Segment() = default;
+  std::string path_;
+  void* base_ = nullptr;
+  int fd_ = -1;  // kept open for its lock
+  std::size_t bytes_ = 0;
+  std::size_t process_count_ = 0;
+  std::size_t device_count_ = 0;  // metrics per device
+};
+
+// The thread that keeps a segment current.
+class Publisher {
+ public:
+  // Creates the segment from collect() and starts refreshing it. nullptr (and a log line) on failure.
+  static std::unique_ptr<Publisher> start(std::function<Report()> collect, std::uint32_t interval_ms,
+                                          const std::string& dir = shm::kShmDirectory);
+  ~Publisher();  // stop(false) unless already stopped
+  // Joins the thread; writes the final figures; marks the segment exited, then removes it unless `keep`.
+  void stop(bool keep = false);
+  // In a forked child: forgets the parent's thread and segment without touching either; the caller
+  // must then leak the Publisher.
+  void abandon();
+  const std::string& path() const { return segment_->path(); }
+
+ private:
+  Publisher() = default;
+  void run();
+  std::function<Report()> collect_;
+  std::unique_ptr<Segment> segment_;
+  std::uint32_t interval_ms_ = 250;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  bool stopped_ = false;
+  std::thread thread_;
+};
+
+// The process's publisher and trace, started once the program first reaches the pool (hooks call
+// it): live statistics unless UVMPOOL_STATS_SHM=0, the trace when UVMPOOL_TRACE is set. Stops both
+// at exit (before the exit report) and forgets them in a forked child.
+void start_process_observers();
+// The segment path of the process's publisher, "" when none (tests).
+std::string process_segment_path();
+
+}  // namespace uvmpool::stats
