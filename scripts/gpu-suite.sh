@@ -119,6 +119,12 @@ done
 overcommit_case train-overcommit compare "UVMPOOL_TRAIN_OVERCOMMIT " 420 \
   python3 tests/gpu/train_overcommit.py --compare --lib "$build/lib/libuvmpool.so" --timeout 130
 
+# 5b. Observability on PyTorch: a trace, the exit report and uvmpool-stat reading the running job.
+# The trace and what uvmpool-stat printed go to $OUT/observe (scripts/uvmpool-timeline.py renders it).
+observe_dir="${OUT:-$logs}/observe"
+overcommit_case observe-torch plain "UVMPOOL_OBSERVE " 240 \
+  python3 tests/gpu/observe_torch.py --lib "$build/lib/libuvmpool.so" --stat "$build/bin/uvmpool-stat" --out "$observe_dir"
+
 # 6. Benchmarks, against the real driver: one row each with its key figures (targets in the text;
 # docs/benchmarks.md). Figures, not pass/fail: "ran" only says the program finished.
 echo "== benchmarks"
@@ -126,9 +132,14 @@ bench() {  # name args...
   local name=$1 log="$logs/$1.log" status line; shift
   if [ ! -x "$build/bin/$name" ]; then row "$name" "MISSING" "not in $build/bin"; return; fi
   timeout 300 "$build/bin/$name" "$@" >"$log" 2>&1; status=$?
-  line=$(grep -m1 '^UVMPOOL_BENCH ' "$log" | cut -d: -f2- | cut -c2-)
   sed -n '/^== /,$p' "$log"
-  row "$name" "$([ $status -eq 0 ] && echo ran || echo "FAILED")" "${line:-exit $status: $(tail -n 1 "$log" | cut -c1-100)}"
+  if [ $status -ne 0 ] || ! grep -q '^UVMPOOL_BENCH ' "$log"; then
+    row "$name" "FAILED" "exit $status: $(tail -n 1 "$log" | cut -c1-100)"
+    return
+  fi
+  while read -r line; do  # one row per figure line ("UVMPOOL_BENCH <what>: <text>")
+    row "$name (${line%%:*})" "ran" "${line#*: }"
+  done < <(grep '^UVMPOOL_BENCH ' "$log" | sed 's/^UVMPOOL_BENCH //')
 }
 bench uvmpool-bench-alloc
 bench uvmpool-bench-stitch

@@ -4,11 +4,22 @@
 // one stream). Target: the pool's synchronous pair at least 30x faster than the driver's at every
 // size. "Steady state": one untimed pair first, so the pool serves from a slab slot or a cached
 // mapping, as it does for a training loop after its first step.
+//
+// Then what observability costs on that same pair: a pool with the statistics-only counters off and
+// nothing published ("bare") against the default (counters on, live statistics published by their
+// thread every UVMPOOL_STATS_INTERVAL), and that against the same with UVMPOOL_TRACE recording.
+// Targets: statistics at most 2%, tracing at most 10%.
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "bench_common.h"
 #include "pool/pool.h"
+#include "stats/collect.h"
+#include "stats/publisher.h"
+#include "trace/trace.h"
 
 using namespace uvmpool;
 using namespace uvmpool::bench;
@@ -17,18 +28,44 @@ namespace {
 
 constexpr double kTargetSpeedup = 30;
 
-pool::Pool* g_pool = nullptr;
-CUstream g_stream = nullptr;
+constexpr double kStatsBudget = 0.02;
+constexpr double kTraceBudget = 0.10;
 
-void pool_pair(benchmark::State& state, std::size_t bytes) {
+pool::Pool* g_pool = nullptr;
+pool::Pool* g_bare = nullptr;  // PoolConfig::counters off, nothing published
+CUstream g_stream = nullptr;
+std::string g_trace_path;
+
+void pair_on(benchmark::State& state, pool::Pool* pool, std::size_t bytes) {
   CUdeviceptr p = 0;
   CUresult result = CUDA_SUCCESS;
-  if (g_pool->allocate(&p, bytes) != CUDA_SUCCESS) return state.SkipWithError("Pool::allocate failed");
-  g_pool->deallocate(p, &result);
+  if (pool->allocate(&p, bytes) != CUDA_SUCCESS) return state.SkipWithError("Pool::allocate failed");
+  pool->deallocate(p, &result);
   for (auto _ : state) {
-    if (g_pool->allocate(&p, bytes) != CUDA_SUCCESS) return state.SkipWithError("Pool::allocate failed");
-    g_pool->deallocate(p, &result);
+    if (pool->allocate(&p, bytes) != CUDA_SUCCESS) return state.SkipWithError("Pool::allocate failed");
+    pool->deallocate(p, &result);
   }
+}
+
+void pool_pair(benchmark::State& state, std::size_t bytes) { pair_on(state, g_pool, bytes); }
+void bare_pair(benchmark::State& state, std::size_t bytes) { pair_on(state, g_bare, bytes); }
+
+std::size_t sample_bench_pool(uvmpool::trace::Sample* out, std::size_t max) {
+  if (max == 0) return 0;
+  const pool::DeviceStats s = g_pool->stats(0);
+  out[0] = {0, s.live_bytes - s.live_host_bytes, s.live_host_bytes, s.held_bytes, s.host_held_bytes};
+  return 1;
+}
+
+// The trace records only while this benchmark runs (it is process-wide): started before the timed
+// loop, stopped after it, so the other benchmarks run untraced.
+void traced_pair(benchmark::State& state, std::size_t bytes) {
+  if (!uvmpool::trace::start(g_trace_path, 256ull << 20, sample_bench_pool)) return state.SkipWithError("trace::start failed");
+  pair_on(state, g_pool, bytes);
+  uvmpool::trace::stop();
+  const auto status = uvmpool::trace::status();
+  state.counters["events"] = static_cast<double>(status.events);
+  state.counters["dropped"] = static_cast<double>(status.dropped);
 }
 
 void native_pair(benchmark::State& state, std::size_t bytes) {
@@ -77,6 +114,10 @@ int main(int argc, char** argv) {
   options.add("sizes", "256,4K,64K,1M,2M,64M,1G", "allocation sizes, comma-separated");
   options.add("min-time", "0.2", "seconds each benchmark runs at least");
   options.add("device", "0", "device ordinal");
+  options.add("overhead-sizes", "256,64K,2M,64M", "sizes at which observability's cost is measured");
+  options.add("repetitions", "5", "repetitions of each observability benchmark (the median counts)");
+  options.add("stats-interval", "250", "milliseconds between two updates of the published statistics");
+  options.add("trace-file", "", "where the traced runs write (default: a file in the temporary directory, removed after)");
   options.parse(&argc, argv);
   const auto sizes = options.sizes("sizes");
   const double min_time = options.real("min-time");
@@ -85,6 +126,19 @@ int main(int argc, char** argv) {
   print_header("uvmpool-bench-alloc", device);
   pool::Pool pool(drv(), pool::PoolConfig{});
   g_pool = &pool;
+  pool::PoolConfig bare_config;
+  bare_config.counters = false;
+  pool::Pool bare(drv(), bare_config);
+  g_bare = &bare;
+  const auto overhead_sizes = options.sizes("overhead-sizes");
+  const int repetitions = static_cast<int>(options.integer("repetitions"));
+  g_trace_path = options.text("trace-file");
+  if (g_trace_path.empty()) {
+    g_trace_path = (std::filesystem::temp_directory_path() / ("uvmpool-bench-alloc-" + std::to_string(getpid()) + ".json")).string();
+  }
+  // The default pool publishes its figures as a process using uvmpool would.
+  auto publisher = stats::Publisher::start([&pool] { return stats::collect(&pool); },
+                                           static_cast<std::uint32_t>(options.integer("stats-interval")));
   check(drv().cuStreamCreate(&g_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
 
   // Names are "<kind>/<bytes>"; native and pool alternate per size so drift hits both alike.
@@ -95,6 +149,15 @@ int main(int argc, char** argv) {
   for (std::uint64_t bytes : sizes) {
     benchmark::RegisterBenchmark(key("native_async", bytes).c_str(), native_async_pair, bytes)->MinTime(min_time);
     benchmark::RegisterBenchmark(key("pool_async", bytes).c_str(), pool_async_pair, bytes)->MinTime(min_time);
+  }
+  for (std::uint64_t bytes : overhead_sizes) {
+    // A few percent is the figure: medians of several repetitions, so one noisy run does not decide it.
+    using Fn = void (*)(benchmark::State&, std::size_t);
+    const std::pair<const char*, Fn> variants[] = {{"bare", bare_pair}, {"stats", pool_pair}, {"traced", traced_pair}};
+    for (const auto& [kind, fn] : variants) {
+      benchmark::RegisterBenchmark(key(kind, bytes).c_str(), fn, bytes)->MinTime(min_time)->Repetitions(repetitions)
+          ->ReportAggregatesOnly(true);
+    }
   }
   const pool::DeviceStats before = pool.stats(device.device);
   Recorder recorder;
@@ -128,6 +191,39 @@ int main(int argc, char** argv) {
                " chunks created, " + std::to_string(after.cache_hits - before.cache_hits) + " cache hits");
   if (device.simulated) figures.note("simulated driver: these ratios say nothing about a GPU");
   figures.print();
+
+  // What observability costs on the same pair: counters + live statistics against none, and the
+  // trace against that.
+  Figures costs("observability on the pool's alloc+free pair (extra time per pair)");
+  double worst_stats = -1, worst_trace = -1;
+  for (std::uint64_t bytes : overhead_sizes) {
+    const double bare_s = recorder.seconds(key("bare", bytes));
+    const double stats_s = recorder.seconds(key("stats", bytes));
+    const double traced_s = recorder.seconds(key("traced", bytes));
+    if (bare_s <= 0 || stats_s <= 0 || traced_s <= 0) {
+      costs.row("pair " + format_size(bytes), "not run");
+      continue;
+    }
+    const double stats_cost = stats_s / bare_s - 1, trace_cost = traced_s / stats_s - 1;
+    costs.row("statistics, " + format_size(bytes) + " (bare " + format_seconds(bare_s) + ", with " + format_seconds(stats_s) + ")",
+              fixed(100 * stats_cost, 1) + "%", "<= 2%");
+    costs.row("trace, " + format_size(bytes) + " (" + format_seconds(traced_s) + ")", fixed(100 * trace_cost, 1) + "%", "<= 10%");
+    worst_stats = std::max(worst_stats, stats_cost);
+    worst_trace = std::max(worst_trace, trace_cost);
+  }
+  const auto trace_status = uvmpool::trace::status();
+  costs.note("trace of the last traced run: " + std::to_string(trace_status.events) + " events written, " +
+             std::to_string(trace_status.dropped) + " dropped (a full ring or the file's bound), " +
+             std::to_string(trace_status.bytes >> 20) + " MiB");
+  costs.note("statistics published every " + options.text("stats-interval") + " ms by their thread during the whole run");
+  costs.print();
+  if (publisher) publisher->stop();
+  std::filesystem::remove(g_trace_path);
+  if (worst_stats > -1)
+    summary_line("observability", "statistics worst +" + fixed(100 * worst_stats, 1) + "% (target <= 2%)" +
+                                      (worst_stats <= kStatsBudget ? "" : " ABOVE TARGET") + ", trace worst +" +
+                                      fixed(100 * worst_trace, 1) + "% (target <= 10%)" +
+                                      (worst_trace <= kTraceBudget ? "" : " ABOVE TARGET"));
   if (worst >= 0)
     summary_line("alloc", "worst speedup " + fixed(worst, 1) + "x at " + worst_size + " (target >= 30x)" +
                               (worst >= kTargetSpeedup ? "" : " BELOW TARGET") + "; async worst " +
