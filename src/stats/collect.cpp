@@ -128,6 +128,10 @@ double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// When the library was loaded (static initialization): the report's start, whether or not live
+// statistics were published (the first collect may come only at exit).
+const double g_loaded_unix_s = unix_now();
+
 }  // namespace
 
 const std::vector<MetricInfo>& device_metric_infos() {
@@ -147,12 +151,11 @@ Report collect(const pool::Pool* pool) {
   // Made once: every Report of the process has the same metrics (the segment's layout relies on it).
   static const std::vector<MetricInfo>* process_infos = new std::vector<MetricInfo>(make_process_infos());
   static const std::string* command = new std::string(command_line());
-  static const double start = unix_now();
   Report r;
   r.pid = getpid();
   r.command = *command;
   r.version = UVMPOOL_VERSION_STRING;
-  r.start_unix_s = start;
+  r.start_unix_s = g_loaded_unix_s;
   r.updated_unix_s = unix_now();
   r.process_metrics = *process_infos;
   r.device_metrics = device_metric_infos();

@@ -30,7 +30,7 @@ struct Report {
   std::int64_t pid = 0;
   std::string command;         // the program's command line
   std::string version;         // uvmpool's version
-  double start_unix_s = 0;     // when the process started using uvmpool (seconds since 1970)
+  double start_unix_s = 0;     // when uvmpool was loaded into the process (seconds since 1970)
   double updated_unix_s = 0;   // when these figures were taken
   bool exited = false;         // the final figures of a process that has ended
   std::vector<MetricInfo> process_metrics;
