@@ -18,19 +18,6 @@ const OptionInfo kOptionTable[] = {UVMPOOL_OPTIONS(UVMPOOL_ROW)};
 #undef UVMPOOL_ROW
 const std::size_t kOptionCount = sizeof(kOptionTable) / sizeof(kOptionTable[0]);
 
-std::string expand_pid(const std::string& path) {
-  std::string out;
-  for (std::size_t i = 0; i < path.size(); ++i) {
-    if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'p') {
-      out += std::to_string(getpid());
-      ++i;
-    } else {
-      out += path[i];
-    }
-  }
-  return out;
-}
-
 std::string_view accepted_form(Type type) {
   switch (type) {
     case Type::Bool: return "1, 0, true, false, yes, no, on or off";

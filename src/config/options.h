@@ -63,9 +63,6 @@ ParseResult parse(const Environment& env);
 // The process environment as an Environment.
 Environment process_environment();
 
-// A file name option with "%p" replaced by the process id (one file per process of a job).
-std::string expand_pid(const std::string& path);
-
 // The options of this process, parsed once (thread-safe) from the environment. A malformed value
 // prints its error line to stderr and ends the process with status 2: running on with a setting
 // the user did not mean is worse than stopping. Prints no warnings (see report_warnings).

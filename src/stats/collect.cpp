@@ -4,8 +4,8 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 
+#include "config/process_info.h"
 #include "stats/counters.h"
 #include "trace/trace.h"
 
@@ -114,16 +114,6 @@ std::vector<MetricInfo> make_process_infos() {
   return infos;
 }
 
-std::string command_line() {
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  while (!text.empty() && text.back() == '\0') text.pop_back();
-  for (char& c : text) {
-    if (c == '\0') c = ' ';
-  }
-  return text;
-}
-
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -150,7 +140,7 @@ std::vector<std::uint64_t> device_values(const pool::DeviceStats& s) {
 Report collect(const pool::Pool* pool) {
   // Made once: every Report of the process has the same metrics (the segment's layout relies on it).
   static const std::vector<MetricInfo>* process_infos = new std::vector<MetricInfo>(make_process_infos());
-  static const std::string* command = new std::string(command_line());
+  static const std::string* command = new std::string(config::command_line());
   Report r;
   r.pid = getpid();
   r.command = *command;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "config/options.h"
+#include "config/process_info.h"
 #include "stats/collect.h"
 #include "stats/format.h"
 

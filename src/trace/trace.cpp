@@ -1,9 +1,8 @@
 // start(), stop(), status() and the fork child's abandon_after_fork(): the life of a session.
 #include "trace/trace.h"
 
-#include "config/options.h"
+#include "config/process_info.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -25,22 +24,6 @@ std::mutex g_control;              // start, stop, status
 Session* g_session = nullptr;      // the running session
 Status* g_last = nullptr;          // the figures of the last session, once stopped
 std::uint32_t g_sessions = 0;      // ids, so the writer knows which rings it has named
-
-// The command line, arguments separated by spaces (at most 4 KiB of it).
-std::string read_cmdline() {
-  std::string text;
-  const int fd = ::open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "?";
-  char buf[4096];
-  const ssize_t n = ::read(fd, buf, sizeof buf);
-  ::close(fd);
-  if (n <= 0) return "?";
-  text.assign(buf, static_cast<std::size_t>(n));
-  while (!text.empty() && text.back() == '\0') text.pop_back();
-  for (char& c : text)
-    if (c == '\0') c = ' ';
-  return text;
-}
 
 // Forgets a ring's leftovers from an earlier session (events recorded while none ran).
 void reset_ring(detail::Ring& r, const void* session) {
@@ -75,7 +58,7 @@ bool start(const std::string& path, std::uint64_t max_bytes, Sampler sampler) {
   s->cal.begin();
   s->start_tick = clock::ticks();
   s->lost_seen = detail::lost_outside_rings();
-  detail::write_process_name(*s, read_cmdline());
+  detail::write_process_name(*s, config::command_line());
   detail::registry_begin_session(reset_ring, s.get());
 
   // The writer takes no signals: the program's handlers run on its own threads.
