@@ -207,6 +207,14 @@ class DevicePool {
   bool collect_pending(bool wait);
   void release_pending(const PendingItem& item);
   CUevent take_event();
+  // cuMemFree promises the program that the device is done with the memory (NVIDIA's waits for it);
+  // the pool's free does not wait, which is safe while the memory stays mapped: later work on the
+  // same stream runs after the work that used it. Unmapping it is not: work queued before the free
+  // may still read it, and cuMemUnmap does not wait. So a free notes that it happened (note_sync_free)
+  // and destroy_block / shrink_block / destroy_slab first wait for the device (fence_unmap): the wait
+  // cuMemFree skipped, paid only when freed memory is unmapped, once per batch of frees.
+  void note_sync_free(CUcontext context);
+  void fence_unmap();
 
   // Recovery on the slow path: frees memory other streams are done with, then waits for them.
   CUresult with_pressure_relief(const std::function<CUresult()>& attempt);
@@ -226,6 +234,9 @@ class DevicePool {
   std::size_t small_max_ = 0;
   std::uint64_t total_ = 0;
   std::uint64_t budget_ = 0;
+
+  std::atomic<bool> unfenced_{false};             // a cuMemFree since the last fence_unmap
+  std::atomic<CUcontext> unfenced_context_{nullptr};  // the context that freed (its work to wait for)
 
   // The slow path.
   mutable std::mutex mu_;

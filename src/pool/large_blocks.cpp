@@ -86,6 +86,7 @@ CUresult DevicePool::free_large(Block* b, CUdeviceptr p) {
     log::error("free of {:#x}: already freed (double free); ignored", p);
     return CUDA_ERROR_INVALID_VALUE;
   }
+  note_sync_free(b->context.load(std::memory_order_relaxed));
   unpublish(b, /*counted=*/b->host_chunks == 0);  // a device-only mapping's bin counts the free
   cache_block(b, true);
   return CUDA_SUCCESS;
@@ -250,6 +251,7 @@ Block* DevicePool::make_block(CUdeviceptr va, std::vector<Chunk>&& chunks) {
 }
 
 void DevicePool::destroy_block(Block* b) {
+  fence_unmap();
   const std::size_t bytes = b->granules * chunk_;
   map_.set(b->base, bytes, 0);
   vmm_.unmap(b->base, b->granules, chunk_);
@@ -265,6 +267,7 @@ void DevicePool::destroy_block(Block* b) {
 }
 
 std::size_t DevicePool::shrink_block(Block* b, std::size_t n) {
+  fence_unmap();
   const std::size_t keep = b->granules - n;
   const CUdeviceptr tail = b->base + keep * chunk_;
   map_.set(tail, n * chunk_, 0);

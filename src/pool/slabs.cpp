@@ -103,6 +103,7 @@ CUresult DevicePool::free_small(Slab* s, CUdeviceptr p, bool pending) {
     if (pending) {
       s->info[slot].pending = true;  // stays taken until the stream's work is done
     } else {
+      note_sync_free(s->info[slot].context);
       s->info[slot] = SlotInfo{};
       s->live[slot / 64] &= ~(std::uint64_t{1} << (slot % 64));
       --s->used;
@@ -190,6 +191,7 @@ CUresult DevicePool::new_slab(int cls, Slab** out) {
 }
 
 void DevicePool::destroy_slab(Slab* s) {
+  fence_unmap();
   map_.set(s->base, chunk_, 0);
   vmm_.unmap(s->base, 1, chunk_);
   ranges_.give_back(s->base, chunk_);

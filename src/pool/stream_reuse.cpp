@@ -31,6 +31,19 @@ class ScopedContext {
 
 }  // namespace
 
+void DevicePool::note_sync_free(CUcontext context) {
+  unfenced_context_.store(context, std::memory_order_relaxed);
+  unfenced_.store(true, std::memory_order_release);
+}
+
+void DevicePool::fence_unmap() {
+  if (!unfenced_.load(std::memory_order_acquire) || !unfenced_.exchange(false, std::memory_order_acq_rel)) return;
+  if (process_exiting()) return;  // the driver may be going away; nothing runs after exit anyway
+  ScopedContext in(d_, unfenced_context_.load(std::memory_order_relaxed));
+  if (const CUresult r = d_.cuCtxSynchronize(); r != CUDA_SUCCESS)
+    log::debug("device {}: waiting for the device before unmapping freed memory: error {}", device_, static_cast<int>(r));
+}
+
 CUevent DevicePool::take_event() {
   if (!spare_events_.empty()) {
     CUevent e = spare_events_.back();

@@ -188,5 +188,45 @@ TEST_F(StreamOrder, SmallSlotsFreedOnAHeldStreamAreNotHandedToAnotherStream) {
   for (const Block& x : taken) free_on(*pool, x.p, b);
 }
 
+// cuMemFree (Pool::deallocate) does not wait for the device, so freed memory may still be read by
+// work queued before the free. It may stay mapped and be reused in stream order, but before the pool
+// unmaps it (an emptied slab given back, a cached mapping taken apart) it must wait for that work:
+// seen on an H200 as CUBLAS_STATUS_EXECUTION_FAILED with PYTORCH_NO_CUDA_MEMORY_CACHING=1.
+TEST_F(StreamOrder, MemoryFreedWithWorkInFlightIsNotUnmappedBeforeTheWorkEnds) {
+  auto unmaps = [&] { return sim().call_count("cuMemUnmap"); };
+  for (const std::size_t bytes : {std::size_t{512} << 10, 3 * gran + 1}) {
+    SCOPED_TRACE(std::to_string(bytes) + " bytes");
+    auto pool = make_pool();
+    // Two slabs' worth of 512 KiB slots (freeing them all empties two: the second is given back),
+    // or one large mapping (release_idle takes it apart).
+    const int n = bytes < gran ? static_cast<int>(2 * gran / bytes) : 1;
+    std::vector<CUdeviceptr> live;
+    for (int i = 0; i < n; ++i) live.push_back(alloc_on(*pool, bytes, a));
+    hold_stream(a, true);  // a kernel still running over that memory
+    const unsigned long long waits = wait_calls(), unmapped = unmaps();
+    for (CUdeviceptr p : live) must_free(*pool, p);
+    if (bytes >= gran) {
+      EXPECT_EQ(unmaps(), unmapped) << "a freed mapping stays cached (mapped)";
+      pool->release_idle();
+    }
+    ASSERT_GT(unmaps(), unmapped) << "the test meant to make the pool unmap freed memory";
+    EXPECT_GT(wait_calls(), waits) << "freed memory was unmapped while work queued before the free may use it";
+    hold_stream(a, false);
+  }
+}
+
+TEST_F(StreamOrder, FreesWithoutAnUnmapDoNotWait) {
+  auto pool = make_pool();
+  CUdeviceptr p = alloc_on(*pool, 3 * gran + 1, a);
+  hold_stream(a, true);
+  const unsigned long long waits = wait_calls();
+  must_free(*pool, p);
+  CUdeviceptr q = alloc_on(*pool, 3 * gran + 1, a);  // the cached mapping, reused in stream order
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(wait_calls(), waits) << "a free and a reuse of a mapping that stays mapped need no wait";
+  hold_stream(a, false);
+  must_free(*pool, q);
+}
+
 }  // namespace
 }  // namespace pooltest
