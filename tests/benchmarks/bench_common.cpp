@@ -8,6 +8,8 @@
 
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include "driver/real_driver.h"
 
 namespace uvmpool::bench {
@@ -84,6 +86,7 @@ std::uint64_t Options::size(const std::string& name) const { return parse_size(t
 std::vector<std::uint64_t> Options::sizes(const std::string& name) const {
   std::vector<std::uint64_t> out;
   const std::string& value = text(name);
+  if (value.empty()) return out;  // "--name=": none
   for (std::size_t start = 0; start <= value.size();) {
     const std::size_t comma = std::min(value.find(',', start), value.size());
     out.push_back(parse_size(value.substr(start, comma - start)));
@@ -232,6 +235,16 @@ void Figures::print() const {
 
 void summary_line(const std::string& name, const std::string& text) {
   std::printf("UVMPOOL_BENCH %s: %s\n", name.c_str(), text.c_str());
+  std::fflush(stdout);
+}
+
+void score_line(const Score& s) {
+  nlohmann::json j = {{"row", s.row},           {"what", s.what},     {"uvmpool", s.uvmpool},
+                      {"baseline", s.baseline}, {"ratio", nullptr},   {"ratio_is", s.ratio_is},
+                      {"target", s.target},     {"met", nullptr},     {"ceiling", s.ceiling}};
+  if (s.ratio >= 0) j["ratio"] = s.ratio;
+  if (s.met >= 0) j["met"] = s.met == 1;
+  std::printf("UVMPOOL_SCORE %s\n", j.dump().c_str());
   std::fflush(stdout);
 }
 

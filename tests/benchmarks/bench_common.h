@@ -93,4 +93,15 @@ class Figures {
 // The one line scripts/gpu-suite.sh puts in its summary: "UVMPOOL_BENCH <name>: <text>".
 void summary_line(const std::string& name, const std::string& text);
 
+// One row of the scoreboard (scripts/scoreboard.sh): "UVMPOOL_SCORE {json}", the same fields as
+// tests/gpu/scoreboard_common.py's score(). ratio < 0: not measured; met: 1 yes, 0 no, -1 no target.
+struct Score {
+  std::string row, what, uvmpool, baseline;
+  double ratio = -1;
+  std::string ratio_is, target;
+  int met = -1;
+  std::string ceiling;
+};
+void score_line(const Score& score);
+
 }  // namespace uvmpool::bench
