@@ -32,6 +32,9 @@ class ScopedContext {
 }  // namespace
 
 void DevicePool::note_sync_free(CUcontext context) {
+  // On every free: a shared load, and stores only when the flag turns on (once per fence), so that
+  // threads freeing at once do not bounce this cache line between them.
+  if (unfenced_.load(std::memory_order_relaxed)) return;
   unfenced_context_.store(context, std::memory_order_relaxed);
   unfenced_.store(true, std::memory_order_release);
 }
