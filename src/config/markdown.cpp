@@ -26,6 +26,8 @@ std::string_view type_name(Type type) {
     case Type::Path: return "path";
     case Type::String: return "text";
     case Type::LogLevel: return "log level";
+    case Type::Rate: return "GB/s";
+    case Type::Nanos: return "nanoseconds";
   }
   return "";
 }

@@ -27,6 +27,8 @@ std::string_view accepted_form(Type type) {
     case Type::Path: return "a file path";
     case Type::String: return "any text";
     case Type::LogLevel: return "trace, debug, info, warn, error or off";
+    case Type::Rate: return "a rate in GB/s greater than 0, such as 55.5";
+    case Type::Nanos: return "a whole number of nanoseconds, 0 or more, such as 2500";
   }
   return "";
 }
@@ -75,6 +77,21 @@ bool read(const OptionInfo& row, std::string_view text, LogLevel& out) {
   auto value = parse_log_level(text);
   if (value) out = *value;
   return value.has_value();
+}
+
+bool read(const OptionInfo& row, std::string_view text, Rate& out) {
+  if (trim(text).empty()) return true;
+  auto value = parse_rate(text);
+  if (value) out = *value;
+  return value.has_value();
+}
+
+bool read(const OptionInfo& row, std::string_view text, Nanos& out) {
+  if (trim(text).empty()) return true;
+  auto value = parse_int(text);
+  if (!value || *value < 0) return false;
+  out.ns = static_cast<std::uint64_t>(*value);
+  return true;
 }
 
 // The value of the first variable of that name, as getenv would find it.

@@ -28,6 +28,12 @@ using Bool = bool;
 using Int = std::int64_t;
 using SizeOrPercent = Size;
 using Path = std::string;
+// A rate in GB/s (10^9 bytes per second): a positive decimal number.
+using Rate = double;
+// A duration in nanoseconds: a whole number, 0 or more.
+struct Nanos {
+  std::uint64_t ns = 0;
+};
 using String = std::string;
 
 // One field per row of the table, named by its `field` column, holding the parsed value.
@@ -37,7 +43,7 @@ struct Options {
 #undef UVMPOOL_X
 };
 
-enum class Type { Bool, Int, Size, SizeOrPercent, Path, String, LogLevel };
+enum class Type { Bool, Int, Size, SizeOrPercent, Path, String, LogLevel, Rate, Nanos };
 
 struct OptionInfo {
   const char* name;

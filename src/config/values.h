@@ -25,6 +25,9 @@ std::optional<std::int64_t> parse_int(std::string_view text);
 // With allow_percent, also "NN%" or "NN.N%" with 0 < NN <= 100.
 std::optional<Size> parse_size(std::string_view text, bool allow_percent);
 
+// A finite decimal number greater than 0 ("55.5", "4494", "1e3"); nothing else on the line.
+std::optional<double> parse_rate(std::string_view text);
+
 // trace, debug, info, warn (or warning), error, off; any case.
 std::optional<LogLevel> parse_log_level(std::string_view text);
 

@@ -120,6 +120,20 @@ TEST(ParseErrors, SimDevicesMustBeFrom1To16) {
   EXPECT_THAT(parse_one("UVMPOOL_SIM_DEVICES", "16").errors, IsEmpty());
 }
 
+TEST(ParseErrors, SimulatedRatesArePositiveAndDurationsWholeAndNotNegative) {
+  const ParseResult ok = parse({{"UVMPOOL_SIM_COPY_GBPS", "12.5"}, {"UVMPOOL_SIM_LAUNCH_NS", "0"}});
+  EXPECT_TRUE(ok.errors.empty());
+  EXPECT_EQ(ok.options.sim_copy_gbps, 12.5);
+  EXPECT_EQ(ok.options.sim_launch_ns.ns, 0u);
+  const ParseResult bad = parse({{"UVMPOOL_SIM_COPY_GBPS", "0"}, {"UVMPOOL_SIM_LAUNCH_NS", "-5"},
+                                 {"UVMPOOL_SIM_KERNEL_NS", "2.5"}, {"UVMPOOL_SIM_HANG_TIMEOUT_MS", "700000"}});
+  ASSERT_EQ(bad.errors.size(), 4u);
+  EXPECT_THAT(bad.errors[0], HasSubstr("UVMPOOL_SIM_COPY_GBPS='0'"));
+  EXPECT_THAT(bad.errors[0], HasSubstr("GB/s"));
+  EXPECT_EQ(bad.options.sim_copy_gbps, 55.5);  // the default stays
+  EXPECT_EQ(bad.options.sim_launch_ns.ns, 2500u);
+}
+
 TEST(ParseErrors, GranularityMustBeAPowerOfTwoOfAtLeast4096) {
   for (auto bad : {"2048", "0", "3M", "6K", "1.5M"}) {
     ParseResult r = parse_one("UVMPOOL_SIM_GRANULARITY", bad);
@@ -177,7 +191,7 @@ TEST(Table, HasOneRowPerOptionWithDefaultsThatParse) {
 }
 
 TEST(AcceptedForm, IsGivenForEveryType) {
-  for (Type t : {Type::Bool, Type::Int, Type::Size, Type::SizeOrPercent, Type::Path, Type::String, Type::LogLevel}) {
+  for (Type t : {Type::Bool, Type::Int, Type::Size, Type::SizeOrPercent, Type::Path, Type::String, Type::LogLevel, Type::Rate, Type::Nanos}) {
     EXPECT_FALSE(accepted_form(t).empty());
   }
   EXPECT_THAT(std::string(accepted_form(Type::SizeOrPercent)), HasSubstr("%"));

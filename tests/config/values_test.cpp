@@ -152,3 +152,19 @@ TEST(EditDistance, CountsInsertionsDeletionsSubstitutionsAndNeighbourSwapsIgnori
 
 }  // namespace
 }  // namespace uvmpool::config
+
+namespace uvmpool::config {
+namespace {
+
+TEST(Rate, AcceptsPositiveDecimals) {
+  EXPECT_EQ(parse_rate("55.5"), 55.5);
+  EXPECT_EQ(parse_rate(" 4494 "), 4494.0);
+  EXPECT_EQ(parse_rate("1e3"), 1000.0);
+}
+
+TEST(Rate, RefusesZeroNegativeInfiniteAndGarbage) {
+  for (const char* text : {"0", "-1", "inf", "nan", "", "55.5GB", "fast"}) EXPECT_FALSE(parse_rate(text)) << text;
+}
+
+}  // namespace
+}  // namespace uvmpool::config
