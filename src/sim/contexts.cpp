@@ -11,6 +11,7 @@
 #include "sim/address_space.h"
 #include "sim/devices.h"
 #include "sim/entry_points.h"
+#include "sim/timeline.h"
 #include "sim/settings.h"
 #include "sim/streams_events.h"
 
@@ -58,7 +59,7 @@ Context* primary_of(Registry& r, int device) {
 // Frees what was made in the context. Called once it is inactive, without the registry mutex.
 void release_resources(Context* context) {
   release_context_memory(context);
-  release_context_streams_events(context);
+  timeline::release_context(context);
 }
 
 // Scheduling flags are exclusive; the rest must be known context flags.
@@ -95,7 +96,10 @@ CUresult impl::cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice_v1 dev) {
     std::lock_guard lock(r.mutex);
     context = primary_of(r, dev);
     started = r.state[context].primary_refs++ == 0;
-    if (started) context->active.store(true, std::memory_order_release);
+    if (started) {
+      context->sticky.store(CUDA_SUCCESS, std::memory_order_relaxed);  // a new primary context
+      context->active.store(true, std::memory_order_release);
+    }
   }
   if (started) context_started(context);  // the first retain creates the primary context
   *pctx = to_handle(context);
@@ -242,8 +246,7 @@ CUresult impl::cuCtxGetDevice(CUdevice_v1* device) {
 CUresult impl::cuCtxSynchronize() {
   Context* context = nullptr;
   if (CUresult status = current_context(&context); status != CUDA_SUCCESS) return status;
-  finish_context_work(context);
-  return CUDA_SUCCESS;
+  return timeline::synchronize_context(context);
 }
 
 }  // namespace uvmpool::sim

@@ -14,6 +14,9 @@ struct Context {
   // A created context until cuCtxDestroy; a primary context while retained. Memory, streams and
   // events made in a context are freed when it stops being active.
   std::atomic<bool> active{false};
+  // CUDA_SUCCESS, or the error a fault left (CUDA_ERROR_ILLEGAL_ADDRESS): sticky, as on a GPU, so
+  // nearly every later call made in this context returns it, until the context is destroyed or reset.
+  std::atomic<CUresult> sticky{CUDA_SUCCESS};
 };
 
 inline CUcontext to_handle(Context* context) { return reinterpret_cast<CUcontext>(context); }

@@ -1,15 +1,20 @@
-// Copies and memsets, executed at submission (also the Async forms, on any stream). The device side
-// must lie in mapped memory accessible from the device, otherwise the call returns
-// CUDA_ERROR_INVALID_VALUE instead of faulting; a range may span adjacent mappings, as VMM allows.
-// A pointer outside the device address space is host memory (UVA): allowed where the API takes host
-// memory (cuMemcpy's unified pointers, the host side of HtoD/DtoH), refused as a device pointer.
+// Copies and memsets are work on a stream (timeline.h): they execute at submission unless their stream
+// waits for something, take virtual time by the bytes they move per path, and the synchronous forms
+// wait for them on the default stream. The device side must lie in mapped memory accessible from the
+// device, otherwise the call returns CUDA_ERROR_INVALID_VALUE instead of faulting; a range may span
+// adjacent mappings, as VMM allows. A pointer outside the device address space is host memory (UVA):
+// allowed where the API takes host memory (cuMemcpy's unified pointers, the host side of HtoD/DtoH),
+// refused as a device pointer.
 #include <cstring>
 #include <mutex>
+#include <string>
 
 #include "sim/address_space.h"
 #include "sim/contexts.h"
+#include "sim/device_memory.h"
 #include "sim/entry_points.h"
 #include "sim/streams_events.h"
+#include "sim/timeline.h"
 
 namespace uvmpool::sim {
 namespace {
@@ -23,133 +28,183 @@ CUresult check_range(AddressSpace& space, std::uintptr_t p, std::size_t n, bool 
   return side == Side::Device ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
-// The context the work runs in: the stream's, or the current one for synchronous calls.
-CUresult work_context(const CUstream* stream) {
+// How a copy or memset is submitted: on a stream (the Async forms), or on the default stream with the
+// host waiting for it. `per_thread` for the _ptds and _ptsz forms.
+struct Submission {
+  const CUstream* stream;  // nullptr: synchronous
+  bool per_thread;
+};
+
+CUresult work_context(Submission how) {
   Context* context = nullptr;
-  return stream != nullptr ? stream_context(*stream, &context) : current_context(&context);
+  return how.stream != nullptr ? timeline::stream_context(*how.stream, how.per_thread, &context)
+                               : current_context(&context);
 }
 
-CUresult copy(std::uintptr_t dst, Side dst_side, std::uintptr_t src, Side src_side, std::size_t n,
-              const CUstream* stream) {
-  if (CUresult status = work_context(stream); status != CUDA_SUCCESS) return status;
+CUresult run(Submission how, WorkSpec work) {
+  return how.stream != nullptr ? timeline::submit(*how.stream, how.per_thread, std::move(work))
+                               : timeline::submit_and_wait(how.per_thread, std::move(work));
+}
+
+CUresult copy(std::uintptr_t dst, Side dst_side, std::uintptr_t src, Side src_side, std::size_t n, Submission how,
+              const char* call) {
+  if (CUresult status = work_context(how); status != CUDA_SUCCESS) return status;
   if (n == 0) return CUDA_SUCCESS;
-  AddressSpace& space = AddressSpace::get();
-  std::shared_lock lock(space.mutex);
-  if (CUresult status = check_range(space, dst, n, true, dst_side); status != CUDA_SUCCESS) return status;
-  if (CUresult status = check_range(space, src, n, false, src_side); status != CUDA_SUCCESS) return status;
-  std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
-  return CUDA_SUCCESS;
+  {
+    AddressSpace& space = AddressSpace::get();
+    std::shared_lock lock(space.mutex);
+    if (CUresult status = check_range(space, dst, n, true, dst_side); status != CUDA_SUCCESS) return status;
+    if (CUresult status = check_range(space, src, n, false, src_side); status != CUDA_SUCCESS) return status;
+  }
+  WorkSpec work;
+  work.kind = WorkKind::Copy;
+  work.what = call;
+  // Checked again when it executes: the memory may have gone while it waited in its stream.
+  work.effect = [=](int, Touches& touches) {
+    AddressSpace& space = AddressSpace::get();
+    if (check_range(space, dst, n, true, dst_side) != CUDA_SUCCESS ||
+        check_range(space, src, n, false, src_side) != CUDA_SUCCESS)
+      return CUDA_ERROR_ILLEGAL_ADDRESS;
+    classify_copy(space, dst, src, n, touches);
+    std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
+    return CUDA_SUCCESS;
+  };
+  return run(how, std::move(work));
 }
 
 template <typename T>
-CUresult fill(CUdeviceptr dst, T value, std::size_t count, const CUstream* stream) {
-  if (CUresult status = work_context(stream); status != CUDA_SUCCESS) return status;
+CUresult fill(CUdeviceptr dst, T value, std::size_t count, Submission how, const char* call) {
+  if (CUresult status = work_context(how); status != CUDA_SUCCESS) return status;
   if (dst % sizeof(T) != 0) return CUDA_ERROR_INVALID_VALUE;  // D16/D32 need element alignment
   if (count == 0) return CUDA_SUCCESS;
   if (count > SIZE_MAX / sizeof(T)) return CUDA_ERROR_INVALID_VALUE;
-  AddressSpace& space = AddressSpace::get();
-  std::shared_lock lock(space.mutex);
-  if (CUresult status = check_range(space, dst, count * sizeof(T), true, Side::Device); status != CUDA_SUCCESS)
-    return status;
-  T* out = reinterpret_cast<T*>(dst);
-  if constexpr (sizeof(T) == 1) {
-    std::memset(out, value, count);
-  } else {
-    for (std::size_t i = 0; i < count; ++i) out[i] = value;
+  {
+    AddressSpace& space = AddressSpace::get();
+    std::shared_lock lock(space.mutex);
+    if (CUresult status = check_range(space, dst, count * sizeof(T), true, Side::Device); status != CUDA_SUCCESS)
+      return status;
   }
-  return CUDA_SUCCESS;
+  WorkSpec work;
+  work.kind = WorkKind::Memset;
+  work.what = call;
+  work.effect = [=](int device, Touches& touches) {
+    AddressSpace& space = AddressSpace::get();
+    if (check_range(space, dst, count * sizeof(T), true, Side::Device) != CUDA_SUCCESS)
+      return CUDA_ERROR_ILLEGAL_ADDRESS;
+    // A memset is device work: the bytes count per tier, whichever device's memory they are.
+    DeviceMemory memory(space, device, touches);
+    T* out = memory.write<T>(dst, count);
+    if (out == nullptr) {
+      // Memory the device cannot reach (another device's cuMemAlloc): as the copy engine would, write
+      // it anyway, counted as device bytes.
+      touches.device_write += count * sizeof(T);
+      touches.add_range(dst, dst + count * sizeof(T));
+      out = reinterpret_cast<T*>(dst);
+    }
+    if constexpr (sizeof(T) == 1) {
+      std::memset(out, value, count);
+    } else {
+      for (std::size_t i = 0; i < count; ++i) out[i] = value;
+    }
+    return CUDA_SUCCESS;
+  };
+  return run(how, std::move(work));
 }
 
 std::uintptr_t host(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 
 constexpr Side kDev = Side::Device;
 constexpr Side kAny = Side::HostOrDevice;
+constexpr Submission kSync{nullptr, false};
+constexpr Submission kSyncPerThread{nullptr, true};
+Submission on(const CUstream& s) { return {&s, false}; }
+Submission on_per_thread(const CUstream& s) { return {&s, true}; }
 
 }  // namespace
 
 CUresult impl::cuMemcpy(CUdeviceptr_v2 dst, CUdeviceptr_v2 src, size_t n) {
-  return copy(dst, kAny, src, kAny, n, nullptr);
+  return copy(dst, kAny, src, kAny, n, kSync, "cuMemcpy");
 }
 CUresult impl::cuMemcpy_ptds(CUdeviceptr_v2 dst, CUdeviceptr_v2 src, size_t n) {
-  return copy(dst, kAny, src, kAny, n, nullptr);
+  return copy(dst, kAny, src, kAny, n, kSyncPerThread, "cuMemcpy_ptds");
 }
 CUresult impl::cuMemcpyHtoD_v2(CUdeviceptr_v2 dst, const void* src, size_t n) {
-  return copy(dst, kDev, host(src), kAny, n, nullptr);
+  return copy(dst, kDev, host(src), kAny, n, kSync, "cuMemcpyHtoD_v2");
 }
 CUresult impl::cuMemcpyHtoD_v2_ptds(CUdeviceptr_v2 dst, const void* src, size_t n) {
-  return copy(dst, kDev, host(src), kAny, n, nullptr);
+  return copy(dst, kDev, host(src), kAny, n, kSyncPerThread, "cuMemcpyHtoD_v2_ptds");
 }
 CUresult impl::cuMemcpyDtoH_v2(void* dst, CUdeviceptr_v2 src, size_t n) {
-  return copy(host(dst), kAny, src, kDev, n, nullptr);
+  return copy(host(dst), kAny, src, kDev, n, kSync, "cuMemcpyDtoH_v2");
 }
 CUresult impl::cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr_v2 src, size_t n) {
-  return copy(host(dst), kAny, src, kDev, n, nullptr);
+  return copy(host(dst), kAny, src, kDev, n, kSyncPerThread, "cuMemcpyDtoH_v2_ptds");
 }
 CUresult impl::cuMemcpyDtoD_v2(CUdeviceptr_v2 dst, CUdeviceptr_v2 src, size_t n) {
-  return copy(dst, kDev, src, kDev, n, nullptr);
+  return copy(dst, kDev, src, kDev, n, kSync, "cuMemcpyDtoD_v2");
 }
 CUresult impl::cuMemcpyDtoD_v2_ptds(CUdeviceptr_v2 dst, CUdeviceptr_v2 src, size_t n) {
-  return copy(dst, kDev, src, kDev, n, nullptr);
+  return copy(dst, kDev, src, kDev, n, kSyncPerThread, "cuMemcpyDtoD_v2_ptds");
 }
 CUresult impl::cuMemcpyAsync(CUdeviceptr_v2 dst, CUdeviceptr_v2 src, size_t n, CUstream s) {
-  return copy(dst, kAny, src, kAny, n, &s);
+  return copy(dst, kAny, src, kAny, n, on(s), "cuMemcpyAsync");
 }
 CUresult impl::cuMemcpyAsync_ptsz(CUdeviceptr_v2 dst, CUdeviceptr_v2 src, size_t n, CUstream s) {
-  return copy(dst, kAny, src, kAny, n, &s);
+  return copy(dst, kAny, src, kAny, n, on_per_thread(s), "cuMemcpyAsync_ptsz");
 }
 CUresult impl::cuMemcpyHtoDAsync_v2(CUdeviceptr_v2 dst, const void* src, size_t n, CUstream s) {
-  return copy(dst, kDev, host(src), kAny, n, &s);
+  return copy(dst, kDev, host(src), kAny, n, on(s), "cuMemcpyHtoDAsync_v2");
 }
 CUresult impl::cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr_v2 dst, const void* src, size_t n, CUstream s) {
-  return copy(dst, kDev, host(src), kAny, n, &s);
+  return copy(dst, kDev, host(src), kAny, n, on_per_thread(s), "cuMemcpyHtoDAsync_v2_ptsz");
 }
 CUresult impl::cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr_v2 src, size_t n, CUstream s) {
-  return copy(host(dst), kAny, src, kDev, n, &s);
+  return copy(host(dst), kAny, src, kDev, n, on(s), "cuMemcpyDtoHAsync_v2");
 }
 CUresult impl::cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr_v2 src, size_t n, CUstream s) {
-  return copy(host(dst), kAny, src, kDev, n, &s);
+  return copy(host(dst), kAny, src, kDev, n, on_per_thread(s), "cuMemcpyDtoHAsync_v2_ptsz");
 }
 CUresult impl::cuMemcpyDtoDAsync_v2(CUdeviceptr_v2 dst, CUdeviceptr_v2 src, size_t n, CUstream s) {
-  return copy(dst, kDev, src, kDev, n, &s);
+  return copy(dst, kDev, src, kDev, n, on(s), "cuMemcpyDtoDAsync_v2");
 }
 CUresult impl::cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr_v2 dst, CUdeviceptr_v2 src, size_t n, CUstream s) {
-  return copy(dst, kDev, src, kDev, n, &s);
+  return copy(dst, kDev, src, kDev, n, on_per_thread(s), "cuMemcpyDtoDAsync_v2_ptsz");
 }
 CUresult impl::cuMemsetD8_v2(CUdeviceptr_v2 dst, unsigned char v, size_t n) {
-  return fill(dst, v, n, nullptr);
+  return fill(dst, v, n, kSync, "cuMemsetD8_v2");
 }
 CUresult impl::cuMemsetD8_v2_ptds(CUdeviceptr_v2 dst, unsigned char v, size_t n) {
-  return fill(dst, v, n, nullptr);
+  return fill(dst, v, n, kSyncPerThread, "cuMemsetD8_v2_ptds");
 }
 CUresult impl::cuMemsetD16_v2(CUdeviceptr_v2 dst, unsigned short v, size_t n) {
-  return fill(dst, v, n, nullptr);
+  return fill(dst, v, n, kSync, "cuMemsetD16_v2");
 }
 CUresult impl::cuMemsetD16_v2_ptds(CUdeviceptr_v2 dst, unsigned short v, size_t n) {
-  return fill(dst, v, n, nullptr);
+  return fill(dst, v, n, kSyncPerThread, "cuMemsetD16_v2_ptds");
 }
 CUresult impl::cuMemsetD32_v2(CUdeviceptr_v2 dst, unsigned int v, size_t n) {
-  return fill(dst, v, n, nullptr);
+  return fill(dst, v, n, kSync, "cuMemsetD32_v2");
 }
 CUresult impl::cuMemsetD32_v2_ptds(CUdeviceptr_v2 dst, unsigned int v, size_t n) {
-  return fill(dst, v, n, nullptr);
+  return fill(dst, v, n, kSyncPerThread, "cuMemsetD32_v2_ptds");
 }
 CUresult impl::cuMemsetD8Async(CUdeviceptr_v2 dst, unsigned char v, size_t n, CUstream s) {
-  return fill(dst, v, n, &s);
+  return fill(dst, v, n, on(s), "cuMemsetD8Async");
 }
 CUresult impl::cuMemsetD8Async_ptsz(CUdeviceptr_v2 dst, unsigned char v, size_t n, CUstream s) {
-  return fill(dst, v, n, &s);
+  return fill(dst, v, n, on_per_thread(s), "cuMemsetD8Async_ptsz");
 }
 CUresult impl::cuMemsetD16Async(CUdeviceptr_v2 dst, unsigned short v, size_t n, CUstream s) {
-  return fill(dst, v, n, &s);
+  return fill(dst, v, n, on(s), "cuMemsetD16Async");
 }
 CUresult impl::cuMemsetD16Async_ptsz(CUdeviceptr_v2 dst, unsigned short v, size_t n, CUstream s) {
-  return fill(dst, v, n, &s);
+  return fill(dst, v, n, on_per_thread(s), "cuMemsetD16Async_ptsz");
 }
 CUresult impl::cuMemsetD32Async(CUdeviceptr_v2 dst, unsigned int v, size_t n, CUstream s) {
-  return fill(dst, v, n, &s);
+  return fill(dst, v, n, on(s), "cuMemsetD32Async");
 }
 CUresult impl::cuMemsetD32Async_ptsz(CUdeviceptr_v2 dst, unsigned int v, size_t n, CUstream s) {
-  return fill(dst, v, n, &s);
+  return fill(dst, v, n, on_per_thread(s), "cuMemsetD32Async_ptsz");
 }
 
 }  // namespace uvmpool::sim

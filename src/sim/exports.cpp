@@ -1,10 +1,15 @@
 // The exported driver symbols, generated from the one list: each counts the call, applies an injected
-// failure, refuses to run before cuInit where the real driver does, then calls its implementation.
+// failure, refuses to run before cuInit where the real driver does, charges the call's cost to the
+// calling thread's clock, runs queued work that can now go, answers a context's sticky error, then
+// calls its implementation.
 #include <new>
 
+#include "sim/clock.h"
+#include "sim/contexts.h"
 #include "sim/devices.h"
 #include "sim/entry_points.h"
 #include "sim/fault_injection.h"
+#include "sim/timeline.h"
 
 namespace uvmpool::sim {
 namespace {
@@ -27,10 +32,65 @@ constexpr bool works_before_init(Fn fn) {
   }
 }
 
+// The calls that still work in a context a fault has made unusable: those that inspect, switch or
+// tear down contexts, and those that need none.
+constexpr bool works_after_fault(Fn fn) {
+  if (works_before_init(fn)) return true;
+  switch (fn) {
+    case Fn::cuDeviceGet:
+    case Fn::cuDeviceGetCount:
+    case Fn::cuDeviceGetName:
+    case Fn::cuDeviceGetUuid:
+    case Fn::cuDeviceGetUuid_v2:
+    case Fn::cuDeviceTotalMem_v2:
+    case Fn::cuDeviceGetAttribute:
+    case Fn::cuDevicePrimaryCtxRetain:
+    case Fn::cuDevicePrimaryCtxRelease_v2:
+    case Fn::cuDevicePrimaryCtxReset_v2:
+    case Fn::cuDevicePrimaryCtxSetFlags_v2:
+    case Fn::cuDevicePrimaryCtxGetState:
+    case Fn::cuCtxCreate_v2:
+    case Fn::cuCtxCreate_v4:
+    case Fn::cuCtxDestroy_v2:
+    case Fn::cuCtxGetCurrent:
+    case Fn::cuCtxSetCurrent:
+    case Fn::cuCtxPushCurrent_v2:
+    case Fn::cuCtxPopCurrent_v2:
+    case Fn::cuCtxGetDevice:
+    // Virtual memory management needs no context (NCCL calls it without one).
+    case Fn::cuMemAddressReserve:
+    case Fn::cuMemAddressFree:
+    case Fn::cuMemCreate:
+    case Fn::cuMemRelease:
+    case Fn::cuMemMap:
+    case Fn::cuMemUnmap:
+    case Fn::cuMemSetAccess:
+    case Fn::cuMemGetAccess:
+    case Fn::cuMemGetAllocationGranularity:
+    case Fn::cuMemRetainAllocationHandle:
+    case Fn::cuMemGetAllocationPropertiesFromHandle:
+      return true;
+    default:
+      return false;
+  }
+}
+
+CUresult sticky_error(Fn fn) {
+  if (works_after_fault(fn)) return CUDA_SUCCESS;
+  Context* context = nullptr;
+  if (current_context(&context) != CUDA_SUCCESS) return CUDA_SUCCESS;
+  return context->sticky.load(std::memory_order_acquire);
+}
+
 template <typename Call>
 CUresult dispatch(Fn fn, Call&& call) noexcept {
   if (CUresult injected = on_call(fn); injected != CUDA_SUCCESS) return injected;
   if (!works_before_init(fn) && !initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (initialized()) {
+    clock::charge(clock::base_cost(fn));
+    timeline::pump();
+    if (CUresult sticky = sticky_error(fn); sticky != CUDA_SUCCESS) return sticky;
+  }
   // No C++ exception may cross the C ABI.
   try {
     return call();

@@ -3,10 +3,12 @@
 #include <mutex>
 
 #include "sim/address_space.h"
+#include "sim/clock.h"
 #include "sim/contexts.h"
 #include "sim/entry_points.h"
 #include "sim/settings.h"
 #include "sim/streams_events.h"
+#include "sim/timeline.h"
 
 namespace uvmpool::sim {
 namespace {
@@ -34,11 +36,37 @@ CUresult alloc_device(CUdeviceptr_v2* dptr, size_t bytesize, Context* context) {
   return allocate(context, MemoryKind::Device, bytesize, dptr);
 }
 
+// cuMemAlloc's modeled cost: small allocations come out of the driver's own 2 MiB pages.
+void charge_alloc(std::size_t bytes) {
+  constexpr std::uint64_t kSmallAllocNs = 2100;  // H200, 4 KiB
+  const Costs& c = clock::costs();
+  clock::charge(bytes < kLargePage ? kSmallAllocNs : c.alloc_ns + clock::per_gib_ns(bytes, c.alloc_ns_per_gib));
+}
+
+// Frees the mapping of `kind` at `base`. Like the real driver, cuMemFree and cuMemFreeHost first wait
+// for the device's work, so they never free memory under it; that wait is modeled on the clock.
+CUresult free_synchronously(Context* context, std::uintptr_t base, MemoryKind kind) {
+  clock::wait_until(timeline::device_busy_until(context->device));
+  AddressSpace& space = AddressSpace::get();
+  std::unique_lock lock(space.mutex);
+  const Mapping* m = space.find_mapping(base);
+  const std::size_t size = m != nullptr && m->base == base ? m->size : 0;
+  // Interior pointers, VMM ranges and host memory are all "not an allocation" of that kind.
+  const CUresult status = space.free_mapped(base, kind);
+  if (status == CUDA_SUCCESS) {
+    const Costs& c = clock::costs();
+    clock::charge(kind == MemoryKind::Device ? c.free_ns + clock::per_gib_ns(size, c.free_ns_per_gib)
+                                             : clock::per_gib_ns(size, c.free_host_ns_per_gib));
+  }
+  return status;
+}
+
+// The stream-ordered free needs no wait: the simulator executes work at submission, so the memory is
+// no longer used by the stream's earlier work when it goes.
 CUresult free_device(CUdeviceptr_v2 dptr) {
   if (dptr == 0) return CUDA_SUCCESS;
   AddressSpace& space = AddressSpace::get();
   std::unique_lock lock(space.mutex);
-  // Interior pointers, VMM ranges and host memory are all "not an allocation of cuMemAlloc".
   return space.free_mapped(dptr, MemoryKind::Device);
 }
 
@@ -66,6 +94,7 @@ CUresult alloc_host(void** pp, size_t bytesize) {
   CUdeviceptr base = 0;
   if (CUresult status = allocate(context, MemoryKind::PinnedHost, bytesize, &base); status != CUDA_SUCCESS)
     return status;
+  clock::charge(clock::per_gib_ns(bytesize, clock::costs().host_alloc_ns_per_gib));
   *pp = reinterpret_cast<void*>(base);
   return CUDA_SUCCESS;
 }
@@ -75,7 +104,9 @@ CUresult alloc_host(void** pp, size_t bytesize) {
 CUresult impl::cuMemAlloc_v2(CUdeviceptr_v2* dptr, size_t bytesize) {
   Context* context = nullptr;
   if (CUresult status = current_context(&context); status != CUDA_SUCCESS) return status;
-  return alloc_device(dptr, bytesize, context);
+  const CUresult status = alloc_device(dptr, bytesize, context);
+  if (status == CUDA_SUCCESS) charge_alloc(bytesize);
+  return status;
 }
 
 // The pitch is the width rounded up to 512 bytes, the real driver's pitch alignment on recent GPUs.
@@ -98,7 +129,8 @@ CUresult impl::cuMemAllocPitch_v2(CUdeviceptr_v2* dptr, size_t* pPitch, size_t W
 CUresult impl::cuMemFree_v2(CUdeviceptr_v2 dptr) {
   Context* context = nullptr;
   if (CUresult status = current_context(&context); status != CUDA_SUCCESS) return status;
-  return free_device(dptr);
+  if (dptr == 0) return CUDA_SUCCESS;
+  return free_synchronously(context, dptr, MemoryKind::Device);
 }
 
 CUresult impl::cuMemGetInfo_v2(size_t* free, size_t* total) {
@@ -139,9 +171,7 @@ CUresult impl::cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
 CUresult impl::cuMemFreeHost(void* p) {
   Context* context = nullptr;
   if (CUresult status = current_context(&context); status != CUDA_SUCCESS) return status;
-  AddressSpace& space = AddressSpace::get();
-  std::unique_lock lock(space.mutex);
-  return space.free_mapped(reinterpret_cast<std::uintptr_t>(p), MemoryKind::PinnedHost);
+  return free_synchronously(context, reinterpret_cast<std::uintptr_t>(p), MemoryKind::PinnedHost);
 }
 
 CUresult impl::cuMemHostGetDevicePointer_v2(CUdeviceptr_v2* pdptr, void* p, unsigned int Flags) {

@@ -3,8 +3,10 @@
 #include <mutex>
 
 #include "sim/address_space.h"
+#include "sim/clock.h"
 #include "sim/devices.h"
 #include "sim/entry_points.h"
+#include "sim/race_detector.h"
 #include "sim/settings.h"
 
 namespace uvmpool::sim {
@@ -78,6 +80,9 @@ int protection(const std::vector<Access>& access) {
 
 bool granular(std::uint64_t value) { return value % granularity() == 0; }
 
+// The modeled host cost of a VMM call on memory of one tier (vmm calls charge all of their own cost).
+std::uint64_t by_tier(bool host, std::uint64_t device_ns, std::uint64_t host_ns) { return host ? host_ns : device_ns; }
+
 }  // namespace
 
 CUresult impl::cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp_v1* prop,
@@ -121,6 +126,7 @@ CUresult impl::cuMemAddressFree(CUdeviceptr_v2 ptr, size_t size) {
   auto first_mapping = space.mappings.lower_bound(reservation.base);
   if (first_mapping != space.mappings.end() && first_mapping->first < reservation.base + reservation.size)
     return CUDA_ERROR_INVALID_VALUE;
+  detector::check("cuMemAddressFree", reservation.base, reservation.base + reservation.size);
   space.reservations.erase(it);
   space.give_back_range(reservation.base, reservation.size);
   return CUDA_SUCCESS;
@@ -139,6 +145,9 @@ CUresult impl::cuMemCreate(CUmemGenericAllocationHandle_v1* handle, size_t size,
   physical->prop = *prop;
   physical->handle_refs = 1;
   *handle = physical->id;
+  const Costs& c = clock::costs();
+  clock::charge(pool < 0 ? clock::per_gib_ns(size, c.create_host_ns_per_gib)
+                         : c.create_device_ns + clock::per_gib_ns(size, c.create_device_ns_per_gib));
   return CUDA_SUCCESS;
 }
 
@@ -148,8 +157,13 @@ CUresult impl::cuMemRelease(CUmemGenericAllocationHandle_v1 handle) {
   std::unique_lock lock(space.mutex);
   Physical* physical = find_handle(space, handle);
   if (physical == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const bool host = physical->device < 0;
+  if (physical->mappings != 0 && detector::any_records())
+    for (const auto& [base, m] : space.mappings)
+      if (m.physical == handle) detector::check("cuMemRelease of a handle mapped at", m.base, m.base + m.size);
   --physical->handle_refs;
   space.drop_if_unused(handle);
+  clock::charge(by_tier(host, clock::costs().release_device_ns, clock::costs().release_host_ns));
   return CUDA_SUCCESS;
 }
 
@@ -173,7 +187,9 @@ CUresult impl::cuMemMap(CUdeviceptr_v2 ptr, size_t size, size_t offset, CUmemGen
   auto next = space.mappings.lower_bound(ptr);
   if (space.find_mapping(ptr) != nullptr || (next != space.mappings.end() && next->first < ptr + size))
     return CUDA_ERROR_INVALID_VALUE;
+  detector::check("cuMemMap", ptr, ptr + size);
   if (!space.map_physical(ptr, *physical, size, PROT_NONE)) return CUDA_ERROR_OUT_OF_MEMORY;
+  clock::charge(by_tier(physical->device < 0, clock::costs().map_device_ns, clock::costs().map_host_ns));
   ++physical->mappings;
   Mapping& m = space.mappings[ptr];
   m.base = ptr;
@@ -203,8 +219,10 @@ CUresult impl::cuMemUnmap(CUdeviceptr_v2 ptr, size_t size) {
     if (it->first + it->second.size > ptr + size) return CUDA_ERROR_INVALID_VALUE;  // cuts the last one
     inside.push_back(it->first);
   }
+  if (!inside.empty()) detector::check("cuMemUnmap", ptr, ptr + size);
   for (std::uintptr_t base : inside) {
     const Mapping gone = space.mappings.at(base);
+    clock::charge(by_tier(gone.device < 0, clock::costs().unmap_device_ns, clock::costs().unmap_host_ns));
     space.mappings.erase(base);
     space.unmap_range(gone.base, gone.size);
     if (Physical* physical = space.find_physical(gone.physical)) {
@@ -236,7 +254,16 @@ CUresult impl::cuMemSetAccess(CUdeviceptr_v2 ptr, size_t size, const CUmemAccess
     for (std::size_t i = 0; i < count; ++i)
       if (desc[i].location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA && m->device >= 0) return CUDA_ERROR_INVALID_VALUE;
   }
+  // Taking a device's access away (or down to read-only) under work that uses the range is a race.
+  for (std::size_t i = 0; i < count; ++i)
+    if (desc[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE && desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
+      detector::check("cuMemSetAccess taking device access away from", ptr, ptr + size);
+      break;
+    }
+  const Costs& c = clock::costs();
+  clock::charge(clock::per_gib_ns(size, c.set_access_ns_per_gib));
   for (Mapping* m : covered) {
+    clock::charge(by_tier(m->device < 0, c.set_access_device_ns, c.set_access_host_ns));
     for (std::size_t i = 0; i < count; ++i) {
       std::erase_if(m->access, [&](const Access& a) { return same_location(a.location, desc[i].location); });
       if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE) m->access.push_back({desc[i].location, desc[i].flags});

@@ -60,7 +60,10 @@ TEST(Exports, OnlyDriverSymbolsAndTheControlApiAreExported) {
   ASSERT_FALSE(names.empty());
   std::set<std::string> expected = {"uvmpool_sim_fail",           "uvmpool_sim_call_count",
                                     "uvmpool_sim_reset_counts",   "uvmpool_sim_clear_failures",
-                                    "uvmpool_sim_hold_stream",    "uvmpool_sim_set_capture_status"};
+                                    "uvmpool_sim_hold_stream",    "uvmpool_sim_set_capture_status",
+                                    "uvmpool_sim_now_ns",         "uvmpool_sim_advance_host_ns",
+                                    "uvmpool_sim_violations",     "uvmpool_sim_link_bytes",
+                                    "uvmpool_sim_work_count",     "uvmpool_sim_reset_clock"};
   for (const auto& f : kFunctions) expected.insert(f.symbol);
   EXPECT_EQ(names, expected);
 }

@@ -19,6 +19,10 @@ constexpr std::size_t kMiB = std::size_t{1} << 20;
 constexpr std::size_t kDeviceMemory = 256 * kMiB;
 constexpr std::size_t kHostMemory = 64 * kMiB;
 constexpr std::size_t kGranularity = 2 * kMiB;
+// The cost model sim_test_main.cpp pins (rates in GB/s, which are bytes per ns; times in ns).
+constexpr double kHbmRead = 1000, kHbmWrite = 500, kHostRead = 50, kHostWrite = 25, kCopy = 40, kPageable = 10;
+constexpr std::uint64_t kLaunchNs = 2000, kKernelNs = 3000, kCopyNs = 1000, kCallNs = 100, kHostFuncNs = 5000,
+                        kWaitValueNs = 700;
 
 inline std::string cu_name(CUresult r) {
   const char* name = nullptr;
@@ -55,6 +59,25 @@ inline CUresult make_vmm(std::size_t bytes, const CUmemAllocationProp& prop, CUd
   return r;
 }
 
+// Launches `f` on `stream` with one block and the given arguments (kernelParams form).
+template <typename... Args>
+CUresult launch(CUfunction f, CUstream stream, Args... args) {
+  void* params[] = {static_cast<void*>(&args)..., nullptr};
+  return cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr);
+}
+
+// Bytes at `gbps` GB/s, in ns, rounded as the simulator rounds.
+inline std::uint64_t at(std::uint64_t bytes, double gbps) {
+  return static_cast<std::uint64_t>(static_cast<double>(bytes) / gbps + 0.5);
+}
+
+// The virtual time between two completed events, in ns.
+inline std::uint64_t elapsed_ns(CUevent a, CUevent b) {
+  float ms = -1;
+  EXPECT_EQ(cuEventElapsedTime(&ms, a, b), CUDA_SUCCESS);
+  return static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6 + 0.5);
+}
+
 // cuMemGetInfo_v2's free bytes of the current context's device.
 inline std::size_t free_bytes() {
   std::size_t free = 0, total = 0;
@@ -69,6 +92,14 @@ class SimTest : public ::testing::Test {
   void SetUp() override;
   void TearDown() override;
   CUcontext ctx = nullptr;
+};
+
+// A kernel of the simulator's catalog (sim_control.h), from a module loaded per test.
+class KernelTest : public SimTest {
+ protected:
+  void SetUp() override;
+  CUfunction kernel(const char* name);
+  CUmodule module = nullptr;
 };
 
 }  // namespace simtest

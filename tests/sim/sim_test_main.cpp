@@ -18,6 +18,17 @@ void SimTest::TearDown() {
   cuDevicePrimaryCtxRelease(0);
 }
 
+void KernelTest::SetUp() {
+  SimTest::SetUp();
+  ASSERT_CU(cuModuleLoadData(&module, UVMPOOL_SIM_MODULE_IMAGE));
+}
+
+CUfunction KernelTest::kernel(const char* name) {
+  CUfunction f = nullptr;
+  EXPECT_CU(cuModuleGetFunction(&f, module, name));
+  return f;
+}
+
 }  // namespace simtest
 
 int main(int argc, char** argv) {
@@ -26,6 +37,20 @@ int main(int argc, char** argv) {
   setenv("UVMPOOL_SIM_HOST_MEMORY", "64M", 1);
   setenv("UVMPOOL_SIM_GRANULARITY", "2M", 1);
   unsetenv("UVMPOOL_SIM_FAIL");
+  // Round cost constants, so that tests of the clock can state exact times (sim_test.h names them).
+  setenv("UVMPOOL_SIM_HBM_READ_GBPS", "1000", 1);
+  setenv("UVMPOOL_SIM_HBM_WRITE_GBPS", "500", 1);
+  setenv("UVMPOOL_SIM_HOST_READ_GBPS", "50", 1);
+  setenv("UVMPOOL_SIM_HOST_WRITE_GBPS", "25", 1);
+  setenv("UVMPOOL_SIM_COPY_GBPS", "40", 1);
+  setenv("UVMPOOL_SIM_PAGEABLE_GBPS", "10", 1);
+  setenv("UVMPOOL_SIM_LAUNCH_NS", "2000", 1);
+  setenv("UVMPOOL_SIM_KERNEL_NS", "3000", 1);
+  setenv("UVMPOOL_SIM_COPY_NS", "1000", 1);
+  setenv("UVMPOOL_SIM_CALL_NS", "100", 1);
+  setenv("UVMPOOL_SIM_HOST_FUNC_NS", "5000", 1);
+  setenv("UVMPOOL_SIM_WAIT_VALUE_NS", "700", 1);
+  setenv("UVMPOOL_SIM_HANG_TIMEOUT_MS", "2000", 1);
   ::testing::InitGoogleTest(&argc, argv);
   // Death tests re-run their test in a fresh process, which also gives them a fresh driver.
   GTEST_FLAG_SET(death_test_style, "threadsafe");

@@ -1,0 +1,105 @@
+// The device side of the virtual clock: streams, events, each device's copy engines and PCIe link, and
+// the work submitted to them (kernels, copies, memsets, host functions, value waits and writes, event
+// records and waits).
+//
+// A piece of work executes (its effect on memory happens) when it reaches the front of its stream and
+// nothing it waits for is missing: at submission, almost always. What can be missing is a value that
+// nobody has written yet (cuStreamWaitValue32/64), an event recorded behind such a wait, or a host
+// function still running; such work stays queued, in stream order, until a later driver call from any
+// thread finds it runnable (pump()). Independently of when it executes, each piece gets a virtual
+// interval: it starts when its stream, its dependencies and its resources are free, and lasts what the
+// cost model says of the bytes it really touched, per tier. Synchronizing calls move the calling
+// thread's host clock (clock.h) to the end of what they waited for.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "driver/driver_api.h"
+#include "sim/contexts.h"
+
+namespace uvmpool::sim {
+
+// What a piece of work touched while it executed: bytes per tier and path, and the address ranges.
+struct Touches {
+  std::uint64_t device_read = 0, device_write = 0;  // kernels and memsets: HBM
+  std::uint64_t host_read = 0, host_write = 0;      // kernels and memsets: pinned host memory in place
+  // Copies, by path: pinned (or host-located VMM) host memory and device memory over the copy engine,
+  // pageable host memory, device to device, host to host.
+  std::uint64_t to_device_pinned = 0, to_device_pageable = 0;
+  std::uint64_t to_host_pinned = 0, to_host_pageable = 0;
+  std::uint64_t device_to_device = 0, host_to_host = 0;
+  // [first, last) address ranges of device-visible memory touched, merged where they meet.
+  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> ranges;
+  bool wrote = false;
+
+  void add_range(std::uintptr_t first, std::uintptr_t last);
+};
+
+enum class WorkKind { Kernel, Memset, Copy, HostFunc, WaitValue, WriteValue };
+
+// One piece of work as submitted. `effect` runs with the address space locked (shared): it does what
+// the work does to memory, fills `touches`, and answers CUDA_SUCCESS, or CUDA_ERROR_ILLEGAL_ADDRESS
+// when it met memory its device cannot reach (the context then fails, sticky).
+struct WorkSpec {
+  WorkKind kind = WorkKind::Kernel;
+  std::string what;  // for the race detector's reports: "kernel uvmpool_fill_u32", "cuMemcpyAsync"
+  std::function<CUresult(int device, Touches& touches)> effect;   // Kernel, Memset, Copy, WriteValue
+  // WaitValue: whether the value is there; reads `address` (the caller holds the address space's lock).
+  std::function<bool()> satisfied;
+  std::function<std::uint64_t()> current;  // WaitValue: the value at `address` now
+  std::uintptr_t address = 0;              // WaitValue, WriteValue: the value's address
+  std::uint64_t value = 0;                 // WriteValue: the value written
+  CUhostFn host_fn = nullptr;              // HostFunc
+  void* host_data = nullptr;
+};
+
+namespace timeline {
+
+// Submits work on `stream` (a created stream, 0, CU_STREAM_LEGACY or CU_STREAM_PER_THREAD; 0 means the
+// per-thread stream when `per_thread`, as for the _ptsz and _ptds variants). CUDA_ERROR_INVALID_HANDLE
+// for an unknown stream, the context's errors for a default stream without a current context.
+CUresult submit(CUstream stream, bool per_thread, WorkSpec work);
+// Submits on the default stream and waits until the work ends (the synchronous copies and memsets).
+CUresult submit_and_wait(bool per_thread, WorkSpec work);
+
+// Runs queued work whose waits are now satisfied. Cheap when nothing is queued; every driver call
+// makes it (exports.cpp), since a host thread's plain store is how a waited-for value is usually set.
+void pump();
+
+// The latest end of work executed so far on `device` (cuMemFree waits for it, as the real driver does).
+std::uint64_t device_busy_until(int device);
+
+// The context work on `stream` runs in (see submit()).
+CUresult stream_context(CUstream stream, bool per_thread, Context** out);
+
+// Streams and events, as the entry points of streams_events.cpp expose them.
+CUresult create_stream(CUstream* out, unsigned flags, int priority);
+CUresult destroy_stream(CUstream stream);
+CUresult query_stream(CUstream stream, bool per_thread);
+CUresult synchronize_stream(CUstream stream, bool per_thread);
+CUresult wait_event(CUstream stream, bool per_thread, CUevent event);
+CUresult capture_status(CUstream stream, bool per_thread, CUstreamCaptureStatus* out);
+CUresult create_event(CUevent* out, unsigned flags);
+CUresult destroy_event(CUevent event);
+CUresult record_event(CUevent event, CUstream stream, bool per_thread);
+CUresult query_event(CUevent event);
+CUresult synchronize_event(CUevent event);
+CUresult elapsed_time(float* ms, CUevent start, CUevent end);
+void hold_stream(CUstream stream, bool held);
+void set_capture_status(CUstream stream, CUstreamCaptureStatus status);
+
+// The control API's figures (sim_control.h).
+unsigned long long link_bytes(int device, int direction);
+unsigned long long work_count();
+void reset_clock();
+
+// cuCtxSynchronize's wait for `context`'s streams; cuCtxDestroy and primary-context release call
+// release_context when a context stops being active (its streams and events go, their work finishes).
+CUresult synchronize_context(const Context* context);
+void release_context(const Context* context);
+
+}  // namespace timeline
+}  // namespace uvmpool::sim
