@@ -194,9 +194,33 @@ void print_header(const char* benchmark, const Device& device) {
   std::fflush(stdout);
 }
 
-Recorder::Recorder() : ConsoleReporter(isatty(STDOUT_FILENO) ? OO_ColorTabular : OO_Tabular) {}
+double modeled_now() {
+  using NowNs = std::uint64_t (*)();
+  static const auto now_ns = reinterpret_cast<NowNs>(driver::real_symbol("uvmpool_sim_now_ns"));
+  return now_ns != nullptr ? static_cast<double>(now_ns()) * 1e-9 : -1.0;
+}
+
+Recorder::Recorder()
+    : ConsoleReporter(isatty(STDOUT_FILENO) ? OO_ColorTabular : OO_Tabular), modeled_mark_(modeled_now()) {}
 
 void Recorder::ReportRuns(const std::vector<Run>& runs) {
+  ConsoleReporter::ReportRuns(runs);
+  if (modeled_mark_ >= 0) {
+    const double now = modeled_now();
+    std::int64_t iterations = 0;
+    double wall = 0;
+    for (const Run& run : runs)
+      if (run.run_type == Run::RT_Iteration && !run.error_occurred) {
+        iterations += run.iterations;
+        wall += run.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(run.time_unit) * run.iterations;
+      }
+    if (iterations > 0 && !runs.empty())
+      std::printf("  modeled on the simulated clock: %s per iteration of %s (%s of wall time here)\n",
+                  format_seconds((now - modeled_mark_) / static_cast<double>(iterations)).c_str(),
+                  runs.front().run_name.function_name.c_str(),
+                  format_seconds(wall / static_cast<double>(iterations)).c_str());
+    modeled_mark_ = now;
+  }
   for (const Run& run : runs) {
     if (run.error_occurred) continue;
     const double seconds = run.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(run.time_unit);
@@ -205,7 +229,7 @@ void Recorder::ReportRuns(const std::vector<Run>& runs) {
     if (run.run_type == Run::RT_Iteration) iteration_[name] = seconds;
     else if (run.aggregate_name == "median") median_[name] = seconds;
   }
-  ConsoleReporter::ReportRuns(runs);
+  std::fflush(stdout);
 }
 
 double Recorder::seconds(const std::string& name) const {

@@ -63,8 +63,14 @@ Device open_device(int ordinal = 0);
 // One line saying what ran where, printed before the benchmarks.
 void print_header(const char* benchmark, const Device& device);
 
+// The calling thread's virtual clock on the simulated driver (uvmpool_sim_now_ns), in seconds: what the
+// simulator's cost model says the driver calls and GPU work waited for so far would have taken on an
+// H200 (docs/simulator.md). Negative on a real driver.
+double modeled_now();
+
 // Console output as usual; each benchmark's time per iteration (seconds) is kept by name. With
-// repetitions, the median aggregate is kept.
+// repetitions, the median aggregate is kept. On the simulated driver, each benchmark's modeled time
+// (the virtual clock's advance while it ran, setup included) is printed under its wall time.
 class Recorder : public benchmark::ConsoleReporter {
  public:
   Recorder();  // colors only on a terminal (logs and the GPU suite's summary stay plain)
@@ -74,6 +80,7 @@ class Recorder : public benchmark::ConsoleReporter {
 
  private:
   std::map<std::string, double> iteration_, median_;
+  double modeled_mark_;  // modeled_now() at the end of the last report
 };
 
 // The figures table: one row per figure, with its target ("" for a figure without one).
