@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Copies what the GPU suite needs from a build made here into .carry/build (stripped, a few MiB), to
-# be carried to a GPU machine: bin/, lib/, dropin/ and the GPU test sources. The benchmarks in bin/
+# be carried to a GPU machine: bin/, lib/, dropin/, sim/ (the simulated driver, which
+# uvmpool-sim-calibrate runs on beside the GPU) and the GPU test sources. The benchmarks in bin/
 # need Google Benchmark's shared library, which the GPU machine lacks: it goes into lib/, where their
 # RUNPATH ($ORIGIN/../lib) finds it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 rm -rf .carry/build && mkdir -p .carry/build
-cp -a "$build/bin" "$build/lib" "$build/dropin" .carry/build/
+cp -a "$build/bin" "$build/lib" "$build/dropin" "$build/sim" .carry/build/
 benches=(.carry/build/bin/uvmpool-bench-*)
 if [ -e "${benches[0]}" ]; then
   # The library the build linked them with, by its soname (libbenchmark.so.1debian on Debian).

@@ -4,9 +4,10 @@
 # It runs the GPU test binaries against the real driver, builds and runs the nvcc/cuBLAS programs,
 # runs PyTorch (three allocators), CuPy and JAX under uvmpool preloaded and as the drop-in driver,
 # runs the overcommit programs (the demo, tests/gpu/overcommit.cu and tests/gpu/train_overcommit.py,
-# needing 2-3x the device limit they are given), runs the benchmarks (tests/benchmarks/), and prints
-# one summary table last. Logs go to /tmp/uvmpool-gpu (and, packed, to $OUT when set). Each step has
-# a timeout; the whole suite is meant to take about 6 minutes on an H200.
+# needing 2-3x the device limit they are given), runs the benchmarks (tests/benchmarks/), compares the
+# simulated driver's clock with the GPU, and prints one summary table last. Logs go to /tmp/uvmpool-gpu
+# (and, packed, to $OUT when set). Each step has a timeout; the whole suite is meant to take about 6
+# minutes on an H200.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=$(readlink -f "${1:-.carry/build}")
@@ -146,6 +147,27 @@ bench uvmpool-bench-stitch
 bench uvmpool-bench-bandwidth
 bench uvmpool-bench-fragmentation --scale=4
 bench uvmpool-bench-spill
+
+# 7. The simulated driver's clock against the GPU: one fixed mix on both (the simulator from the
+# build's sim/, chosen by UVMPOOL_DRIVER_PATH), modeled beside measured; rows off by more than 25% are
+# marked in $logs/sim-calibration.md. Figures, not pass/fail.
+echo "== simulator calibration"
+cal="$build/bin/uvmpool-sim-calibrate"
+if [ -x "$cal" ] && [ -f "$build/sim/libcuda.so.1" ]; then
+  timeout 120 "$cal" >"$logs/sim-calibration.gpu.log" 2>&1 &&
+    UVMPOOL_DRIVER_PATH="$build/sim/libcuda.so.1" timeout 300 "$cal" >"$logs/sim-calibration.sim.log" 2>&1 &&
+    python3 scripts/sim-calibration-compare.py "$logs/sim-calibration.sim.log" "$logs/sim-calibration.gpu.log" \
+      >"$logs/sim-calibration.md"; status=$?
+  cat "$logs/sim-calibration.md" 2>/dev/null
+  line=$(grep -m1 '^UVMPOOL_CALIBRATION ' "$logs/sim-calibration.md" 2>/dev/null)
+  if [ $status -eq 0 ] && [ -n "$line" ]; then
+    row "uvmpool-sim-calibrate" "ran" "${line#UVMPOOL_CALIBRATION } (sim-calibration.md)"
+  else
+    row "uvmpool-sim-calibrate" "FAILED" "exit $status: $(tail -q -n 1 "$logs"/sim-calibration.*.log | cut -c1-100)"
+  fi
+else
+  row "uvmpool-sim-calibrate" "MISSING" "no bin/uvmpool-sim-calibrate or sim/libcuda.so.1 in $build"
+fi
 
 echo
 echo "== summary ($(head -n1 "$logs/gpu.txt"))"
