@@ -17,7 +17,7 @@
 // memory of that device, pinned host memory, or a VMM mapping with device access); otherwise the kernel
 // does nothing more and its context fails with CUDA_ERROR_ILLEGAL_ADDRESS, sticky as on a GPU.
 // Parameter layouts (offset:size in bytes, as cuFuncGetParamInfo answers them, and as nvcc lays them
-// out for the same CUDA signatures; the PTX of tests/gpu/kernels/catalog.cu has the same names):
+// out for the same CUDA signatures; tests/benchmarks/kernels/catalog.cu, committed as PTX, has the same kernels for a GPU):
 //   uvmpool_fill_u32(uint32_t* dst, uint64_t count, uint32_t value)                 0:8 8:8 16:4
 //       dst[i] = value for i < count.
 //   uvmpool_copy(void* dst, const void* src, uint64_t bytes)                          0:8 8:8 16:8
