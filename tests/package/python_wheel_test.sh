@@ -24,8 +24,10 @@ python3 -m venv "$tmp/venv"
 LD_LIBRARY_PATH=$sim "$tmp/venv/bin/python" "$here/python_checks.py" "$client" "$tmp/venv/lib"
 
 # From the source tree: pure Python, finding uvmpool through its tools on PATH (here the build's bin/).
+# A copy, with the CMakeLists.txt its version comes from: pip builds in the tree it is given.
+mkdir -p "$tmp/tree/src" && cp "$root/CMakeLists.txt" "$tmp/tree/" && cp -r "$root/src/python" "$tmp/tree/src/"
 python=$(command -v /usr/bin/python3 || command -v python3)  # with Debian's setuptools and wheel (wheel.sh)
-"$python" -m pip install --quiet --no-build-isolation --no-deps --target "$tmp/src-install" "$root/src/python" \
+"$python" -m pip install --quiet --no-build-isolation --no-deps --target "$tmp/src-install" "$tmp/tree/src/python" \
   >"$tmp/pip.log" 2>&1 || { cat "$tmp/pip.log"; exit 1; }
 found=$(cd "$tmp" && PYTHONPATH=$tmp/src-install PATH=$build/bin:$PATH python3 -m uvmpool path)
 [ "$(realpath "$found")" = "$(realpath "$build/lib/libuvmpool.so")" ] || { echo "source install found $found"; exit 1; }
