@@ -3,7 +3,13 @@
 # CUDA headers come from the toolkit at /usr/local/cuda; the driver itself is never needed to build.
 set -euo pipefail
 packages=(cmake make g++ python3 binutils libspdlog-dev libfmt-dev nlohmann-json3-dev
-          libgtest-dev libgmock-dev libbenchmark-dev python3-matplotlib)
+          libgtest-dev libgmock-dev libbenchmark-dev python3-matplotlib
+          # uvmpool-stat --serve (cpp-httplib, found with pkg-config); its tests (curl, promtool)
+          libcpp-httplib-dev pkgconf curl prometheus
+          # the Python package: wheel built offline from Debian's setuptools, tested in a venv
+          python3-venv python3-pip python3-setuptools python3-wheel
+          # docs/deploy checks: manifests and dashboard
+          yamllint python3-yaml)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -17,6 +17,8 @@ std::string cell(std::string_view text) {
   return out;
 }
 
+}  // namespace
+
 std::string_view type_name(Type type) {
   switch (type) {
     case Type::Bool: return "boolean";
@@ -31,8 +33,6 @@ std::string_view type_name(Type type) {
   }
   return "";
 }
-
-}  // namespace
 
 std::string markdown_table() {
   std::string out = "| Variable | Type | Default | Description |\n|---|---|---|---|\n";

@@ -81,6 +81,9 @@ void report_warnings();
 // The accepted form of a type, as used in error messages and docs ("a size such as 512M or 4G").
 std::string_view accepted_form(Type type);
 
+// The type's name in the docs' table: "boolean", "size or percentage", ...
+std::string_view type_name(Type type);
+
 // The table as the Markdown that docs/configuration.md embeds between its marker comments.
 std::string markdown_table();
 

@@ -1,5 +1,7 @@
 // uvmpool-options: prints the settings table as Markdown, or checks/updates the copy that
 // docs/configuration.md embeds between its marker comments, so the docs cannot drift from options.def.
+// For other languages (the Python package), it also prints the table as JSON and validates settings
+// with the library's own parser, so nothing outside C++ repeats the table or its rules.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -8,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "config/limits.h"
 #include "config/options.h"
 
 namespace {
@@ -93,6 +98,38 @@ int check_or_update(const char* path, bool update) {
   return 1;
 }
 
+int print_json() {
+  nlohmann::json table = nlohmann::json::array();
+  for (std::size_t i = 0; i < uvmpool::config::kOptionCount; ++i) {
+    const uvmpool::config::OptionInfo& o = uvmpool::config::kOptionTable[i];
+    table.push_back({{"name", o.name}, {"type", std::string(uvmpool::config::type_name(o.type))}, {"default", o.default_value}, {"help", o.help},
+                     {"accepted", std::string(uvmpool::config::expected_form(o))}});
+  }
+  std::cout << table.dump(1) << "\n";
+  return 0;
+}
+
+// NAME=VALUE arguments through the library's parser: {"errors": [...], "unknown": [...]} with the
+// library's own lines; status 0 only when every setting is known and valid.
+int validate(int argc, char** argv) {
+  uvmpool::config::Environment env;
+  nlohmann::json result = {{"errors", nlohmann::json::array()}, {"unknown", nlohmann::json::array()}};
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const std::size_t eq = arg.find('=');
+    if (eq == std::string::npos || !arg.starts_with("UVMPOOL_")) {
+      result["errors"].push_back("'" + arg + "' is not UVMPOOL_NAME=VALUE");
+      continue;
+    }
+    env.emplace_back(arg.substr(0, eq), arg.substr(eq + 1));
+  }
+  const uvmpool::config::ParseResult parsed = uvmpool::config::parse(env);
+  for (const std::string& e : parsed.errors) result["errors"].push_back(e);
+  for (const std::string& w : parsed.warnings) result["unknown"].push_back(w);
+  std::cout << result.dump() << "\n";
+  return result["errors"].empty() && result["unknown"].empty() ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,8 +139,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc == 3 && (command == "--check" || command == "--update")) return check_or_update(argv[2], command == "--update");
+  if (argc == 2 && command == "--json") return print_json();
+  if (command == "--validate") return validate(argc, argv);
   std::cerr << "usage: uvmpool-options                 print the settings table as Markdown\n"
                "       uvmpool-options --check FILE    fail if FILE's table (between the markers) differs\n"
-               "       uvmpool-options --update FILE   rewrite FILE's table from the settings\n";
+               "       uvmpool-options --update FILE   rewrite FILE's table from the settings\n"
+               "       uvmpool-options --json          print the settings table as JSON\n"
+               "       uvmpool-options --validate UVMPOOL_NAME=VALUE...\n"
+               "                                       check settings as the library would; JSON of the errors\n"
+               "                                       and unknown names, status 1 when there are any\n";
   return command == "--help" ? 0 : 2;
 }

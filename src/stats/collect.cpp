@@ -2,11 +2,13 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 
 #include "config/process_info.h"
 #include "stats/counters.h"
+#include "stats/process_labels.h"
 #include "trace/trace.h"
 
 #ifndef UVMPOOL_VERSION_STRING
@@ -122,6 +124,9 @@ double unix_now() {
 // statistics were published (the first collect may come only at exit).
 const double g_loaded_unix_s = unix_now();
 
+// Set once (set_device_uuids) and never freed: collect may run on any thread, at exit included.
+std::atomic<const std::vector<std::string>*> g_device_uuids{nullptr};
+
 }  // namespace
 
 const std::vector<MetricInfo>& device_metric_infos() {
@@ -137,10 +142,15 @@ std::vector<std::uint64_t> device_values(const pool::DeviceStats& s) {
   return values;
 }
 
+void set_device_uuids(std::vector<std::string> uuids) {
+  g_device_uuids.store(new std::vector<std::string>(std::move(uuids)), std::memory_order_release);
+}
+
 Report collect(const pool::Pool* pool) {
   // Made once: every Report of the process has the same metrics (the segment's layout relies on it).
   static const std::vector<MetricInfo>* process_infos = new std::vector<MetricInfo>(make_process_infos());
   static const std::string* command = new std::string(config::command_line());
+  static const auto* labels = new std::vector<std::pair<std::string, std::string>>(kubernetes_labels());
   Report r;
   r.pid = getpid();
   r.command = *command;
@@ -149,6 +159,8 @@ Report collect(const pool::Pool* pool) {
   r.updated_unix_s = unix_now();
   r.process_metrics = *process_infos;
   r.device_metrics = device_metric_infos();
+  r.labels = *labels;
+  if (const std::vector<std::string>* uuids = g_device_uuids.load(std::memory_order_acquire)) r.device_uuids = *uuids;
 
   const Counters& c = counters();
   for (const ProcessField& f : kProcessFields) r.process_values.push_back((c.*f.field).load(std::memory_order_relaxed));

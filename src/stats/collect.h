@@ -13,6 +13,10 @@ Report collect(const pool::Pool* pool);
 // The same for the process's pool, if it was made.
 Report collect_process();
 
+// The UUID of every device, by ordinal, for the reports that follow. Read from the driver once, by
+// the caller (collect itself makes no driver call); set before the publisher starts.
+void set_device_uuids(std::vector<std::string> uuids);
+
 // The metric list of a DeviceStats, in Report::device_metrics order, and its values.
 const std::vector<MetricInfo>& device_metric_infos();
 std::vector<std::uint64_t> device_values(const pool::DeviceStats& s);

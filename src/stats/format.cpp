@@ -282,6 +282,11 @@ nlohmann::json to_json_value(const Report& report) {
   j["updated_unix_s"] = report.updated_unix_s;
   j["uptime_s"] = std::round(uptime_s(report) * 1000) / 1000;  // ms: no 12.299999952316284
   j["exited"] = report.exited;
+  if (!report.labels.empty()) {
+    nlohmann::json labels = nlohmann::json::object();
+    for (const auto& [key, value] : report.labels) labels[key] = value;
+    j["labels"] = std::move(labels);
+  }
   nlohmann::json units = nlohmann::json::object();
   nlohmann::json process_object = nlohmann::json::object();
   for (std::size_t m = 0; m < report.process_metrics.size() && m < report.process_values.size(); ++m) {
@@ -293,6 +298,7 @@ nlohmann::json to_json_value(const Report& report) {
   for (const DeviceValues& dv : report.devices) {
     nlohmann::json d = nlohmann::json::object();
     d["device"] = dv.device;
+    if (!report.device_uuid(dv.device).empty()) d["uuid"] = report.device_uuid(dv.device);
     for (std::size_t m = 0; m < report.device_metrics.size() && m < dv.values.size(); ++m) {
       if (report.device_metrics[m].name != "device") put(d, report.device_metrics[m], dv.values[m]);
     }
@@ -347,9 +353,11 @@ class Exposition {
  public:
   // One sample; `labels` is already rendered ("pid=\"1\",..."). A metric name met again with another
   // kind (a different writer version) cannot share the family's TYPE and is left out.
-  void add(const std::string& metric, Kind kind, const std::string& help, const std::string& labels,
+  void add(const std::string& metric, Kind kind, Unit unit, const std::string& help, const std::string& labels,
            const std::string& value) {
+    // Prometheus's conventions: the base unit in the name, then _total for a counter.
     std::string name = "uvmpool_" + sanitize(metric, true);
+    if (unit == Unit::Bytes && !name.ends_with("_bytes")) name += "_bytes";
     if (kind == Kind::Counter && !name.ends_with("_total")) name += "_total";
     auto [it, inserted] = families_.try_emplace(name, Family{help, kind, {}});
     if (inserted) order_.push_back(name);
@@ -379,8 +387,20 @@ std::string label(const std::string& key, const std::string& value) { return key
 std::string own_label(const std::string& metric_label) {
   if (metric_label.empty()) return "";
   std::string key = sanitize(label_key(metric_label).empty() ? "label" : label_key(metric_label), false);
-  if (key == "pid" || key == "program" || key == "device" || key.starts_with("__")) key = "metric_" + key;
+  if (key == "pid" || key == "program" || key == "device" || key == "uuid" || key == "pod" || key == "namespace" ||
+      key == "container" || key.starts_with("__")) {
+    key = "metric_" + key;
+  }
   return "," + label(key, label_value(metric_label));
+}
+
+// pid, program, then where the process runs (pod, namespace, container) when known.
+std::string process_labels(const Report& r) {
+  std::string labels = label("pid", std::to_string(r.pid)) + "," + label("program", program_name(r.command));
+  for (const auto& [key, value] : r.labels) {
+    if (key == "pod" || key == "namespace" || key == "container") labels += "," + label(key, value);
+  }
+  return labels;
 }
 
 }  // namespace
@@ -388,26 +408,27 @@ std::string own_label(const std::string& metric_label) {
 std::string to_prometheus(const std::vector<Report>& reports) {
   Exposition e;
   for (const Report& r : reports) {
-    const std::string base = label("pid", std::to_string(r.pid)) + "," + label("program", program_name(r.command));
-    e.add("up", Kind::Gauge, "1 while the process publishes its statistics, 0 once it has exited.", base,
+    const std::string base = process_labels(r);
+    e.add("up", Kind::Gauge, Unit::Count, "1 while the process publishes its statistics, 0 once it has exited.", base,
           r.exited ? "0" : "1");
-    e.add("start_time_seconds", Kind::Gauge, "When the process started using uvmpool, in seconds since 1970.", base,
-          format("%.3f", r.start_unix_s));
+    e.add("start_time_seconds", Kind::Gauge, Unit::Count,
+          "When the process started using uvmpool, in seconds since 1970.", base, format("%.3f", r.start_unix_s));
   }
   for (const Report& r : reports) {
-    const std::string base = label("pid", std::to_string(r.pid)) + "," + label("program", program_name(r.command));
+    const std::string base = process_labels(r);
     for (std::size_t m = 0; m < r.process_metrics.size() && m < r.process_values.size(); ++m) {
       const MetricInfo& info = r.process_metrics[m];
-      e.add(info.name, info.kind, info.help, base + own_label(info.label), count(r.process_values[m]));
+      e.add(info.name, info.kind, info.unit, info.help, base + own_label(info.label), count(r.process_values[m]));
     }
   }
   for (const Report& r : reports) {
-    const std::string base = label("pid", std::to_string(r.pid)) + "," + label("program", program_name(r.command));
+    const std::string base = process_labels(r);
     for (const DeviceValues& dv : r.devices) {
-      const std::string labels = base + "," + label("device", std::to_string(dv.device));
+      std::string labels = base + "," + label("device", std::to_string(dv.device));
+      if (!r.device_uuid(dv.device).empty()) labels += "," + label("uuid", r.device_uuid(dv.device));
       for (std::size_t m = 0; m < r.device_metrics.size() && m < dv.values.size(); ++m) {
         const MetricInfo& info = r.device_metrics[m];
-        e.add(info.name, info.kind, info.help, labels + own_label(info.label), count(dv.values[m]));
+        e.add(info.name, info.kind, info.unit, info.help, labels + own_label(info.label), count(dv.values[m]));
       }
     }
   }

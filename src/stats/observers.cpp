@@ -7,8 +7,10 @@
 
 #include "config/log.h"
 #include "config/options.h"
+#include "driver/real_driver.h"
 #include "pool/pool.h"
 #include "stats/collect.h"
+#include "stats/process_labels.h"
 #include "stats/publisher.h"
 #include "trace/trace.h"
 
@@ -29,6 +31,26 @@ std::size_t sample_memory(trace::Sample* out, std::size_t max) {
                              s.held_bytes, s.host_held_bytes};
   }
   return n;
+}
+
+// Every device's UUID, asked of the driver once (the program has initialized it by the time it
+// reaches the pool); "" where the driver does not say.
+std::vector<std::string> read_device_uuids() {
+  std::vector<std::string> uuids;
+  const driver::RealDriver* d = driver::real();
+  int count = 0;
+  if (d == nullptr || d->table.cuDeviceGetCount == nullptr || d->table.cuDeviceGetCount(&count) != CUDA_SUCCESS) {
+    return uuids;
+  }
+  for (int i = 0; i < count; ++i) {
+    CUdevice device = 0;
+    CUuuid uuid{};
+    const bool known = d->table.cuDeviceGet != nullptr && d->table.cuDeviceGetUuid_v2 != nullptr &&
+                       d->table.cuDeviceGet(&device, i) == CUDA_SUCCESS &&
+                       d->table.cuDeviceGetUuid_v2(&uuid, device) == CUDA_SUCCESS;
+    uuids.push_back(known ? format_device_uuid(reinterpret_cast<const unsigned char(&)[16]>(uuid.bytes)) : "");
+  }
+  return uuids;
 }
 
 void stop_at_exit() {
@@ -53,6 +75,7 @@ void start_process_observers() {
   std::call_once(once, [] {
     const config::Options& o = config::options();
     if (!o.trace.empty()) trace::start(o.trace, o.trace_max.bytes, sample_memory);
+    set_device_uuids(read_device_uuids());  // for the segment and the exit report alike
     if (o.stats_shm) {
       g_publisher = Publisher::start(collect_process, static_cast<std::uint32_t>(o.stats_interval)).release();
     }

@@ -30,16 +30,27 @@ void copy_text(char* out, std::size_t n, const std::string& text) {
   out[len] = '\0';
 }
 
+// Tabs and newlines separate fields and lines: keep them out of the text.
+std::string clean(std::string s) {
+  std::replace(s.begin(), s.end(), '\t', ' ');
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  return s;
+}
+
 void describe(std::string& out, const char* scope, const MetricInfo& m) {
-  // Tabs and newlines separate fields and lines: keep them out of the text.
-  auto clean = [](std::string s) {
-    std::replace(s.begin(), s.end(), '\t', ' ');
-    std::replace(s.begin(), s.end(), '\n', ' ');
-    return s;
-  };
   out += scope;
   out += '\t' + clean(m.name) + '\t' + clean(m.label) + '\t' + kind_name(m.kind) + '\t' + unit_name(m.unit) + '\t' +
          clean(m.help) + '\n';
+}
+
+// The labels section (shm_layout.h): facts that label the figures, written once.
+std::string label_lines(const Report& r) {
+  std::string out;
+  for (const auto& [key, value] : r.labels) out += "label\t" + clean(key) + '\t' + clean(value) + '\n';
+  for (std::size_t d = 0; d < r.device_uuids.size(); ++d) {
+    if (!r.device_uuids[d].empty()) out += "uuid\t" + std::to_string(d) + '\t' + clean(r.device_uuids[d]) + '\n';
+  }
+  return out;
 }
 
 // Creates the file only if it does not exist: never opens a file someone else put there.
@@ -70,7 +81,10 @@ std::unique_ptr<Segment> Segment::create(const Report& first, std::uint32_t inte
   const std::size_t descriptors_offset = align64(sizeof(shm::SegmentHeader));
   const std::size_t values_offset = align64(descriptors_offset + descriptors.size());
   const std::size_t words = first.process_metrics.size() + shm::kMaxDevices * (1 + first.device_metrics.size());
-  const std::size_t bytes = values_offset + words * sizeof(std::uint64_t);
+  const std::string labels = label_lines(first);
+  const std::size_t labels_offset = labels.empty() ? 0 : align64(values_offset + words * sizeof(std::uint64_t));
+  const std::size_t bytes =
+      labels.empty() ? values_offset + words * sizeof(std::uint64_t) : labels_offset + labels.size();
 
   std::unique_ptr<Segment> s(new Segment);
   s->path_ = dir + "/" + name;
@@ -116,6 +130,9 @@ std::unique_ptr<Segment> Segment::create(const Report& first, std::uint32_t inte
   h->descriptors_bytes = static_cast<std::uint32_t>(descriptors.size());
   h->values_offset = static_cast<std::uint32_t>(values_offset);
   std::memcpy(static_cast<char*>(base) + descriptors_offset, descriptors.data(), descriptors.size());
+  h->labels_offset = static_cast<std::uint32_t>(labels_offset);
+  h->labels_bytes = static_cast<std::uint32_t>(labels.size());
+  std::memcpy(static_cast<char*>(base) + labels_offset, labels.data(), labels.size());
   s->write(first);
   h->state.store(static_cast<std::uint32_t>(shm::State::Running), std::memory_order_relaxed);
   // Readers trust nothing before the magic: it goes last.

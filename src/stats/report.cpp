@@ -29,6 +29,11 @@ const std::uint64_t* find_device_value(const Report& report, std::size_t device_
   return find(report.device_metrics, report.devices[device_index].values, name, label);
 }
 
+const std::string& Report::device_uuid(int ordinal) const {
+  static const std::string unknown;
+  return ordinal >= 0 && static_cast<std::size_t>(ordinal) < device_uuids.size() ? device_uuids[ordinal] : unknown;
+}
+
 std::uint64_t Report::process_value(const std::string& name, const std::string& label, std::uint64_t fallback) const {
   const std::uint64_t* v = find_process_value(*this, name, label);
   return v != nullptr ? *v : fallback;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace uvmpool::stats {
@@ -37,6 +38,15 @@ struct Report {
   std::vector<std::uint64_t> process_values;  // one per process_metrics
   std::vector<MetricInfo> device_metrics;
   std::vector<DeviceValues> devices;          // devices the pool has served, in ordinal order
+  // Facts that label every figure rather than being one (kept apart from the metrics so formats can
+  // put them on samples): where the process runs ("pod", "namespace", "container", from the
+  // Kubernetes downward API variables of process_labels.h), and each device's UUID by ordinal
+  // ("GPU-8c2d..." as nvidia-smi writes it; "" when not known).
+  std::vector<std::pair<std::string, std::string>> labels;
+  std::vector<std::string> device_uuids;
+
+  // The UUID of device `ordinal`, "" when not known.
+  const std::string& device_uuid(int ordinal) const;
 
   // The value of a metric by name (and label), or `fallback` when this report does not have it.
   std::uint64_t process_value(const std::string& name, const std::string& label = "", std::uint64_t fallback = 0) const;

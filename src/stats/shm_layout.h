@@ -13,6 +13,10 @@
 //   values at values_offset: u64 words, process_metric_count of them, then max_devices slots of
 //     (1 + device_metric_count) words each: the slot's device ordinal (kNoDevice when unused), then
 //     its values in descriptor order.
+//   labels at labels_offset (labels_bytes long; both 0 when there are none): text written once,
+//     before `magic`, one line per fact: "label\t<key>\t<value>\n" (the Kubernetes pod, namespace,
+//     container) or "uuid\t<ordinal>\t<uuid>\n". Added after layout version 1 without bumping it:
+//     older writers leave both fields 0, older readers never look at them.
 // The values are guarded by a seqlock: the writer makes `sequence` odd, writes, makes it even; a
 // reader copies everything between two equal even reads of `sequence` (and retries otherwise).
 // Readers must check magic, layout_version and every offset against segment_bytes before trusting
@@ -54,11 +58,11 @@ struct SegmentHeader {
   std::uint32_t descriptors_offset;
   std::uint32_t descriptors_bytes;
   std::uint32_t values_offset;
-  std::uint32_t reserved0;
+  std::uint32_t labels_offset;
   std::atomic<std::uint64_t> sequence;         // the seqlock
   std::atomic<std::uint64_t> updated_unix_ns;  // when the values were last written
   std::atomic<std::uint32_t> state;            // State
-  std::uint32_t reserved1;
+  std::uint32_t labels_bytes;
 };
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "the segment's atomics must work across processes");

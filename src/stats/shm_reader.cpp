@@ -121,6 +121,7 @@ struct Header {
   std::string version, command;
   std::uint32_t process_metrics = 0, device_metrics = 0, max_devices = 0, interval_ms = 0;
   std::uint32_t descriptors_offset = 0, descriptors_bytes = 0, values_offset = 0;
+  std::uint32_t labels_offset = 0, labels_bytes = 0;  // 0, 0: none (or a writer older than labels)
   std::uint64_t value_words() const {
     return process_metrics + std::uint64_t{max_devices} * (1 + std::uint64_t{device_metrics});
   }
@@ -158,6 +159,8 @@ bool read_header(const Mapped& m, Header* h, std::string* error) {
   h->descriptors_offset = s.descriptors_offset;
   h->descriptors_bytes = s.descriptors_bytes;
   h->values_offset = s.values_offset;
+  h->labels_offset = s.labels_offset;
+  h->labels_bytes = s.labels_bytes;
 
   auto fail = [&](const std::string& why) {
     *error = "corrupt segment: " + why;
@@ -177,6 +180,11 @@ bool read_header(const Mapped& m, Header* h, std::string* error) {
   if (d_begin < header_bytes || d_end > h->segment_bytes) return fail("descriptors outside the segment");
   if (v_begin < header_bytes || v_end > h->segment_bytes || v_begin % 8 != 0) return fail("values outside the segment");
   if (d_begin < v_end && v_begin < d_end) return fail("descriptors and values overlap");
+  const std::uint64_t l_begin = h->labels_offset, l_end = l_begin + h->labels_bytes;
+  if (h->labels_bytes != 0 && (l_begin < header_bytes || l_end > h->segment_bytes || (l_begin < v_end && v_begin < l_end) ||
+                               (l_begin < d_end && d_begin < l_end))) {
+    return fail("labels outside the segment or overlapping it");
+  }
   return true;
 }
 
@@ -229,6 +237,34 @@ bool parse_descriptors(const Header& h, const std::string& text, Report* out, st
     (is_process ? out->process_metrics : out->device_metrics).push_back(std::move(info));
   }
   return true;
+}
+
+// "label\t<key>\t<value>\n" and "uuid\t<ordinal>\t<uuid>\n" lines. Lines this reader does not know
+// (a newer writer's) or cannot use are skipped: labels are extras, never a reason to refuse figures.
+void parse_labels(const std::string& text, Report* out) {
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    const std::size_t tab1 = line.find('\t'), tab2 = tab1 == std::string::npos ? tab1 : line.find('\t', tab1 + 1);
+    if (tab2 == std::string::npos) continue;
+    const std::string kind = line.substr(0, tab1), key = line.substr(tab1 + 1, tab2 - tab1 - 1);
+    std::string value = line.substr(tab2 + 1);
+    for (char& c : value) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    }
+    if (kind == "label" && valid_name(key)) {
+      out->labels.emplace_back(key, std::move(value));
+    } else if (kind == "uuid" && !key.empty() && key.size() <= 4 &&
+               std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      const std::size_t ordinal = std::stoul(key);
+      if (ordinal >= kMaxSlots) continue;
+      if (out->device_uuids.size() <= ordinal) out->device_uuids.resize(ordinal + 1);
+      out->device_uuids[ordinal] = std::move(value);
+    }
+  }
 }
 
 // Copies the values between two equal even reads of the sequence.
@@ -387,6 +423,7 @@ bool read_segment(const std::string& path, Report* out, std::string* error) {
   r.start_unix_s = h.start_unix_s;
   const std::string descriptors(reinterpret_cast<const char*>(m.data()) + h.descriptors_offset, h.descriptors_bytes);
   if (!parse_descriptors(h, descriptors, &r, error)) return false;
+  parse_labels(std::string(reinterpret_cast<const char*>(m.data()) + h.labels_offset, h.labels_bytes), &r);
 
   std::vector<std::uint64_t> words;
   std::uint64_t updated_ns = 0;

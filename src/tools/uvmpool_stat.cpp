@@ -24,6 +24,7 @@
 
 #include "stats/format.h"
 #include "stats/shm_reader.h"
+#include "tools/metrics_server.h"
 
 #ifndef UVMPOOL_VERSION_STRING
 #define UVMPOOL_VERSION_STRING "0.0.0"
@@ -48,6 +49,8 @@ const char kHelp[] =
     "  --json             JSON: an object for a PID, an array for the list\n"
     "  --prometheus       Prometheus text format (0.0.4) for the PID, or every live process\n"
     "  --all-users        list every user's processes (their segments are readable by root only)\n"
+    "  --serve [ADDR:]PORT  serve Prometheus's /metrics over HTTP for every process of the user (every\n"
+    "                     user's when root) until Ctrl-C; ADDR defaults to 0.0.0.0, PORT 0 picks a free one\n"
     "  --keep-stale       keep and list the segments of ended processes\n"
     "  -h, --help         this text\n"
     "  --version          the version\n"
@@ -61,6 +64,7 @@ struct Options {
   long count = 0;  // 0: until stopped
   bool json = false, prometheus = false, all_users = false, keep_stale = false;
   std::string dir = uvmpool::stats::shm::kShmDirectory;
+  std::optional<uvmpool::tools::ServeOptions> serve;
 };
 
 [[noreturn]] void usage_error(const std::string& why) {
@@ -134,6 +138,11 @@ Options parse(int argc, char** argv) {
     } else if (name == "--keep-stale") {
       no_value();
       o.keep_stale = true;
+    } else if (name == "--serve") {
+      uvmpool::tools::ServeOptions serve;
+      std::string why;
+      if (!uvmpool::tools::parse_listen_address(value(), &serve, &why)) usage_error(why);
+      o.serve = serve;
     } else if (name == "--dir") {  // for tests: segments somewhere other than /dev/shm
       o.dir = value();
     } else if (!arg.empty() && arg[0] != '-') {
@@ -143,6 +152,13 @@ Options parse(int argc, char** argv) {
     }
   }
   if (o.json && o.prometheus) usage_error("--json and --prometheus exclude each other");
+  if (o.serve && (o.pid || o.watch || o.json || o.prometheus)) {
+    usage_error("--serve serves every process; it takes no PID, --watch, --json or --prometheus");
+  }
+  if (o.serve) {
+    o.serve->all_users = o.all_users || geteuid() == 0;
+    o.serve->dir = o.dir;
+  }
   return o;
 }
 
@@ -299,6 +315,7 @@ void sleep_interval(double seconds) {
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
+  if (o.serve) return uvmpool::tools::serve_metrics(*o.serve);
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, nullptr);

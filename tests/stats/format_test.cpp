@@ -232,6 +232,27 @@ TEST(Prometheus, ValidWithTheRightLabelsAndSuffixes) {
   EXPECT_EQ(seen["uvmpool_intercepted_allocations_total"], 2);  // process scope: one per process
 }
 
+TEST(Prometheus, PodLabelsUuidsAndByteUnits) {
+  Report r = sample_report();
+  r.labels = {{"pod", "trainer-0"}, {"namespace", "ml"}, {"container", "main"}, {"ignored", "x"}};
+  r.device_uuids = {"GPU-00000000-0000-0000-0000-000000000001"};
+  const std::string text = to_prometheus({r});
+  test::PromText parsed;
+  ASSERT_EQ(test::check_prometheus(text, &parsed), "") << text;
+  EXPECT_EQ(parsed.types["uvmpool_budget_bytes"], "gauge");  // bytes in the name, as Prometheus asks
+  EXPECT_EQ(parsed.types.count("uvmpool_budget"), 0u);
+  for (const test::PromSample& s : parsed.samples) {
+    EXPECT_EQ(s.labels.at("pod"), "trainer-0") << s.name;
+    EXPECT_EQ(s.labels.at("namespace"), "ml") << s.name;
+    EXPECT_EQ(s.labels.at("container"), "main") << s.name;
+    EXPECT_EQ(s.labels.count("ignored"), 0u) << s.name;
+    if (s.labels.count("device") != 0) EXPECT_EQ(s.labels.at("uuid"), r.device_uuids[0]) << s.name;
+  }
+  const nlohmann::json j = to_json_value(r);
+  EXPECT_EQ(j["labels"]["pod"], "trainer-0");
+  EXPECT_EQ(j["devices"][0]["uuid"], r.device_uuids[0]);
+}
+
 TEST(Prometheus, EscapesAndSanitizesWhatItCannotTrust) {
   Report r;
   r.pid = 5;

@@ -86,6 +86,27 @@ TEST(Publisher, SegmentReadsBackAsItsReport) {
   EXPECT_TRUE(list_segments(true, dir.path()).empty());
 }
 
+TEST(Publisher, LabelsAndUuidsTravelInTheSegment) {
+  test::TempDir dir;
+  Report r = two_devices();
+  r.labels = {{"pod", "trainer-0"}, {"namespace", "tab\tand\nnewline"}};
+  r.device_uuids = {"GPU-a", "", "", "GPU-d"};
+  std::string error;
+  std::unique_ptr<Segment> s = Segment::create(r, 100, &error, dir.path());
+  ASSERT_NE(s, nullptr) << error;
+  Report got;
+  ASSERT_TRUE(read_segment(s->path(), &got, &error)) << error;
+  expect_same(got, r);
+  const std::vector<std::pair<std::string, std::string>> want = {{"pod", "trainer-0"},
+                                                                 {"namespace", "tab and newline"}};
+  EXPECT_EQ(got.labels, want);
+  EXPECT_EQ(got.device_uuid(0), "GPU-a");
+  EXPECT_EQ(got.device_uuid(1), "");
+  EXPECT_EQ(got.device_uuid(3), "GPU-d");
+  EXPECT_EQ(got.device_uuid(7), "");
+  s->unlink();
+}
+
 TEST(Publisher, SameContentAsTheTestWriter) {
   test::TempDir ours, theirs;
   const Report r = two_devices();

@@ -258,6 +258,10 @@ TEST(Hostile, HeaderChecks) {
   EXPECT_NE(damaged([](H& h, std::string&) { h.process_metric_count += 1; }).find("values"), std::string::npos);
   EXPECT_NE(damaged([](H& h, std::string&) { h.values_offset = h.descriptors_offset; }).find("overlap"),
             std::string::npos);
+  EXPECT_NE(damaged([](H& h, std::string&) { h.labels_offset = h.values_offset, h.labels_bytes = 8; }).find("labels"),
+            std::string::npos);
+  EXPECT_NE(damaged([](H& h, std::string&) { h.labels_offset = 0xffffff00u, h.labels_bytes = 0xff; }).find("labels"),
+            std::string::npos);
   // Descriptors: a wrong scope, a name Prometheus could not carry, a slot with an absurd ordinal.
   EXPECT_NE(damaged([](H& h, std::string& b) { b[h.descriptors_offset] = 'X'; }).find("descriptor 0"),
             std::string::npos);
@@ -279,6 +283,27 @@ TEST(Hostile, HeaderChecks) {
   ASSERT_TRUE(read_segment(dir.file("segment"), &r, &error)) << error;
   EXPECT_EQ(r.command, std::string(sizeof h.command, 'c'));
   EXPECT_EQ(r.version[0], '?');
+}
+
+TEST(Hostile, LabelLinesThatCannotBeUsedAreSkipped) {
+  TempDir dir;
+  SegmentWriter w(report_of(getpid()), dir.path(), geteuid(), own_ticks());
+  std::string bytes = bytes_of(w);
+  const std::string text =
+      "label\tbad key\tv\nuuid\t99999\tx\nuuid\tabc\tx\ngarbage\nfuture\tk\tv\nlabel\tpod\tok\x01\nuuid\t2\tGPU-2";
+  const std::uint32_t at = static_cast<std::uint32_t>(bytes.size());
+  bytes += text;
+  auto& h = *reinterpret_cast<shm::SegmentHeader*>(bytes.data());
+  h.labels_offset = at;
+  h.labels_bytes = static_cast<std::uint32_t>(text.size());
+  h.segment_bytes = bytes.size();
+  test::write_file(dir.file("s"), bytes);
+  Report got;
+  std::string error;
+  ASSERT_TRUE(read_segment(dir.file("s"), &got, &error)) << error;
+  const std::vector<std::pair<std::string, std::string>> want = {{"pod", "ok?"}};
+  EXPECT_EQ(got.labels, want);
+  EXPECT_EQ(got.device_uuids, (std::vector<std::string>{"", "", "GPU-2"}));
 }
 
 TEST(Hostile, UnknownKindsAndUnitsReadAsGaugesAndCounts) {
