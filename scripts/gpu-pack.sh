@@ -16,6 +16,9 @@ if [ -e "${benches[0]}" ]; then
   [ -n "$lib" ] && [ -f "$lib" ] || { echo "gpu-pack: cannot find the benchmarks' libbenchmark" >&2; exit 1; }
   cp -L "$lib" .carry/build/lib/
 fi
+# uvmpool-stat serves HTTP with Debian's cpp-httplib, a shared library GPU hosts rarely have (or in
+# another version): it goes into lib/ with what it needs beyond the C runtime.
+for dep in $(ldd "$build/bin/uvmpool-stat" | awk '/libcpp-httplib|libbrotli/ { print $3 }'); do cp -L "$dep" .carry/build/lib/; done
 find .carry/build -type f -perm -u+x -exec strip --strip-debug {} + 2>/dev/null || true
 strip --strip-debug .carry/build/lib/libbenchmark* 2>/dev/null || true
 for b in "${benches[@]}"; do

@@ -105,15 +105,12 @@ std::uint64_t base_cost(Fn fn) {
     case Fn::cuStreamDestroy_v2:
     case Fn::cuStreamSynchronize:
     case Fn::cuStreamSynchronize_ptsz:
-    case Fn::cuStreamQuery:
-    case Fn::cuStreamQuery_ptsz:
     case Fn::cuStreamWaitEvent:
     case Fn::cuStreamWaitEvent_ptsz:
     case Fn::cuEventCreate:
     case Fn::cuEventDestroy_v2:
     case Fn::cuEventRecord:
     case Fn::cuEventRecord_ptsz:
-    case Fn::cuEventQuery:
     case Fn::cuEventSynchronize:
     case Fn::cuEventElapsedTime_v2:
     case Fn::cuCtxSynchronize:
@@ -168,6 +165,10 @@ std::uint64_t base_cost(Fn fn) {
     case Fn::cuLibraryUnload:
     case Fn::cuMemGetInfo_v2:
       return c.call_ns;
+    case Fn::cuStreamQuery:
+    case Fn::cuStreamQuery_ptsz:
+    case Fn::cuEventQuery:
+      return c.query_ns;
     default:
       return 0;
   }

@@ -34,13 +34,13 @@ Settings read_settings() {
   const config::Options& o = options;
   s.costs = Costs{o.sim_hbm_read_gbps, o.sim_hbm_write_gbps, o.sim_host_read_gbps, o.sim_host_write_gbps,
                   o.sim_copy_gbps, o.sim_pageable_gbps,
-                  o.sim_launch_ns.ns, o.sim_kernel_ns.ns, o.sim_copy_ns.ns, o.sim_call_ns.ns,
+                  o.sim_launch_ns.ns, o.sim_kernel_ns.ns, o.sim_copy_ns.ns, o.sim_call_ns.ns, o.sim_query_ns.ns,
                   o.sim_host_func_ns.ns, o.sim_wait_value_ns.ns,
                   o.sim_create_device_ns.ns, o.sim_create_device_ns_per_gib.ns, o.sim_create_host_ns_per_gib.ns,
                   o.sim_map_device_ns.ns, o.sim_map_host_ns.ns,
                   o.sim_set_access_device_ns.ns, o.sim_set_access_host_ns.ns, o.sim_set_access_ns_per_gib.ns,
                   o.sim_unmap_device_ns.ns, o.sim_unmap_host_ns.ns, o.sim_release_device_ns.ns,
-                  o.sim_release_host_ns.ns,
+                  o.sim_release_host_ns.ns, o.sim_release_ns_per_gib.ns,
                   o.sim_alloc_ns.ns, o.sim_alloc_ns_per_gib.ns, o.sim_free_ns.ns, o.sim_free_ns_per_gib.ns,
                   o.sim_host_alloc_ns_per_gib.ns, o.sim_free_host_ns_per_gib.ns,
                   static_cast<std::uint64_t>(o.sim_hang_timeout_ms)};

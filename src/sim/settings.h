@@ -11,11 +11,11 @@ namespace uvmpool::sim {
 // durations in ns). docs/simulator.md says where each default was measured.
 struct Costs {
   double hbm_read_gbps, hbm_write_gbps, host_read_gbps, host_write_gbps, copy_gbps, pageable_gbps;
-  std::uint64_t launch_ns, kernel_ns, copy_ns, call_ns, host_func_ns, wait_value_ns;
+  std::uint64_t launch_ns, kernel_ns, copy_ns, call_ns, query_ns, host_func_ns, wait_value_ns;
   std::uint64_t create_device_ns, create_device_ns_per_gib, create_host_ns_per_gib;
   std::uint64_t map_device_ns, map_host_ns;
   std::uint64_t set_access_device_ns, set_access_host_ns, set_access_ns_per_gib;
-  std::uint64_t unmap_device_ns, unmap_host_ns, release_device_ns, release_host_ns;
+  std::uint64_t unmap_device_ns, unmap_host_ns, release_device_ns, release_host_ns, release_ns_per_gib;
   std::uint64_t alloc_ns, alloc_ns_per_gib, free_ns, free_ns_per_gib;
   std::uint64_t host_alloc_ns_per_gib, free_host_ns_per_gib;
   std::uint64_t hang_timeout_ms;

@@ -158,12 +158,14 @@ CUresult impl::cuMemRelease(CUmemGenericAllocationHandle_v1 handle) {
   Physical* physical = find_handle(space, handle);
   if (physical == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const bool host = physical->device < 0;
+  const std::size_t size = physical->size;
   if (physical->mappings != 0 && detector::any_records())
     for (const auto& [base, m] : space.mappings)
       if (m.physical == handle) detector::check("cuMemRelease of a handle mapped at", m.base, m.base + m.size);
   --physical->handle_refs;
   space.drop_if_unused(handle);
-  clock::charge(by_tier(host, clock::costs().release_device_ns, clock::costs().release_host_ns));
+  clock::charge(by_tier(host, clock::costs().release_device_ns, clock::costs().release_host_ns) +
+                clock::per_gib_ns(size, clock::costs().release_ns_per_gib));
   return CUDA_SUCCESS;
 }
 
