@@ -63,6 +63,7 @@ TEST(Recorder, EveryKindBecomesItsEvent) {
   const json map = named(doc, "X", "mapping").front();
   EXPECT_EQ(map["args"]["bytes"], 6u << 20);
   EXPECT_EQ(map["args"]["host_bytes"], 2u << 20);
+  ASSERT_EQ(named(doc, "i", "unmap").size(), 1u);
   const json unmap = named(doc, "i", "unmap").front();
   EXPECT_EQ(unmap["s"], "t");
   EXPECT_EQ(unmap["cat"], "device0");
