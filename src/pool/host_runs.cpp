@@ -8,6 +8,7 @@
 
 #include "config/log.h"
 #include "pool/device_pool.h"
+#include "trace/trace.h"
 
 namespace uvmpool::pool {
 namespace {
@@ -71,6 +72,7 @@ bool DevicePool::premap(std::size_t n) {
   }
   // The driver calls run without the pool's lock: the range and the chunks are this thread's alone
   // until the run is published in the cache.
+  const std::uint64_t started = trace::recording() ? trace::now() : 0;
   const CUresult r = vmm_.map(va, chunks, chunk_);
   std::lock_guard lock(mu_);
   if (r != CUDA_SUCCESS) {
@@ -81,6 +83,7 @@ bool DevicePool::premap(std::size_t n) {
   }
   Block* b = make_block(va, std::move(chunks));
   stitched_maps_.fetch_add(1, std::memory_order_relaxed);
+  trace::record(trace::Kind::Map, device_, va, bytes, bytes, started);
   cache_block(b);
   return true;
 }

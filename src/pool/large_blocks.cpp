@@ -255,6 +255,7 @@ void DevicePool::destroy_block(Block* b) {
   const std::size_t bytes = b->granules * chunk_;
   map_.set(b->base, bytes, 0);
   vmm_.unmap(b->base, b->granules, chunk_);
+  trace::record(trace::Kind::Unmap, device_, b->base, bytes, b->host_chunks * chunk_);
   ranges_.give_back(b->base, bytes);
   return_chunks(b->chunks);
   host_mapped_.fetch_sub(b->host_chunks, std::memory_order_relaxed);
@@ -272,6 +273,11 @@ std::size_t DevicePool::shrink_block(Block* b, std::size_t n) {
   const CUdeviceptr tail = b->base + keep * chunk_;
   map_.set(tail, n * chunk_, 0);
   vmm_.unmap(tail, n, chunk_);
+  if (trace::recording()) {
+    std::size_t host = 0;
+    for (std::size_t i = keep; i < b->chunks.size(); ++i) host += b->chunks[i].tier == Tier::Host ? 1 : 0;
+    trace::record(trace::Kind::Unmap, device_, tail, n * chunk_, host * chunk_);
+  }
   ranges_.give_back(tail, n * chunk_);
   return_chunks(std::span<const Chunk>(b->chunks).subspan(keep));  // device chunks only: spilled blocks are never shrunk
   b->chunks.resize(keep);

@@ -5,6 +5,7 @@
 
 #include "config/log.h"
 #include "pool/device_pool.h"
+#include "trace/trace.h"
 
 namespace uvmpool::pool {
 namespace {
@@ -152,6 +153,7 @@ CUresult DevicePool::new_slab(int cls, Slab** out) {
   std::lock_guard lock(mu_);
   std::vector<Chunk> chunk;
   if (const CUresult r = take_chunks(1, &chunk); r != CUDA_SUCCESS) return r;
+  const std::uint64_t started = trace::recording() ? trace::now() : 0;
   CUdeviceptr va = 0;
   CUresult r = take_range(chunk_, &va);
   if (r == CUDA_SUCCESS) {
@@ -163,6 +165,7 @@ CUresult DevicePool::new_slab(int cls, Slab** out) {
     return r;
   }
   if (chunk[0].tier == Tier::Host) host_mapped_.fetch_add(1, std::memory_order_relaxed);
+  trace::record(trace::Kind::Map, device_, va, chunk_, chunk[0].tier == Tier::Host ? chunk_ : 0, started);
   Slab* s = nullptr;
   if (!spare_slabs_.empty()) {
     s = spare_slabs_.back();
@@ -194,6 +197,7 @@ void DevicePool::destroy_slab(Slab* s) {
   fence_unmap();
   map_.set(s->base, chunk_, 0);
   vmm_.unmap(s->base, 1, chunk_);
+  trace::record(trace::Kind::Unmap, device_, s->base, chunk_, s->chunk.tier == Tier::Host ? chunk_ : 0);
   ranges_.give_back(s->base, chunk_);
   return_chunks({&s->chunk, 1});
   if (s->chunk.tier == Tier::Host) host_mapped_.fetch_sub(1, std::memory_order_relaxed);

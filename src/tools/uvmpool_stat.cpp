@@ -3,6 +3,9 @@
 // Prometheus text, once or --watch'ed. Reads only: the one thing it writes is the removal of stale
 // segments that the user's own ended processes left behind.
 //
+// --snapshot runs the converter of src/python/uvmpool/_snapshot.py (installed as
+// share/uvmpool/snapshot.py beside bin/) with python3: a PyTorch memory snapshot from a trace.
+//
 // Arguments are parsed by hand: a dozen flags, one of which (--watch[=SECONDS]) takes its value only
 // after '=' so that `--watch 1234` watches pid 1234, and every usage error must exit with status 2.
 #include <signal.h>
@@ -52,6 +55,9 @@ const char kHelp[] =
     "  --serve [ADDR:]PORT  serve Prometheus's /metrics over HTTP for every process of the user (every\n"
     "                     user's when root) until Ctrl-C; ADDR defaults to 0.0.0.0, PORT 0 picks a free one\n"
     "  --keep-stale       keep and list the segments of ended processes\n"
+    "  --snapshot FILE (PID | TRACE)  write a PyTorch memory snapshot (open it at pytorch.org/memory_viz or\n"
+    "                     with torch.cuda._memory_viz) of the running process PID, which must have been\n"
+    "                     started with UVMPOOL_TRACE, or of a trace file; needs python3\n"
     "  -h, --help         this text\n"
     "  --version          the version\n"
     "\n"
@@ -65,6 +71,8 @@ struct Options {
   bool json = false, prometheus = false, all_users = false, keep_stale = false;
   std::string dir = uvmpool::stats::shm::kShmDirectory;
   std::optional<uvmpool::tools::ServeOptions> serve;
+  std::optional<std::string> snapshot_out;  // --snapshot FILE
+  std::string snapshot_source;              // its PID or trace file
 };
 
 [[noreturn]] void usage_error(const std::string& why) {
@@ -89,6 +97,7 @@ Options parse(int argc, char** argv) {
     if (o.pid && *o.pid != pid) usage_error("one PID at a time");
     o.pid = pid;
   };
+  std::vector<std::string> positional;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const std::size_t eq = arg.find('=');
@@ -143,14 +152,25 @@ Options parse(int argc, char** argv) {
       std::string why;
       if (!uvmpool::tools::parse_listen_address(value(), &serve, &why)) usage_error(why);
       o.serve = serve;
+    } else if (name == "--snapshot") {
+      o.snapshot_out = value();
+      if (o.snapshot_out->empty()) usage_error("--snapshot needs a file name");
     } else if (name == "--dir") {  // for tests: segments somewhere other than /dev/shm
       o.dir = value();
     } else if (!arg.empty() && arg[0] != '-') {
-      set_pid(arg);
+      positional.push_back(arg);
     } else {
       usage_error("unknown option '" + arg + "'");
     }
   }
+  if (o.snapshot_out) {  // its source: a PID, or a trace file
+    if (o.watch || o.json || o.prometheus || o.serve) usage_error("--snapshot takes no --watch, --json, --prometheus or --serve");
+    if (positional.size() > 1 || (positional.size() == 1 && o.pid)) usage_error("--snapshot takes one PID or trace file");
+    if (positional.empty() && !o.pid) usage_error("--snapshot needs the PID of a process or a trace file");
+    o.snapshot_source = o.pid ? std::to_string(*o.pid) : positional.front();
+    return o;
+  }
+  for (const std::string& p : positional) set_pid(p);
   if (o.json && o.prometheus) usage_error("--json and --prometheus exclude each other");
   if (o.serve && (o.pid || o.watch || o.json || o.prometheus)) {
     usage_error("--serve serves every process; it takes no PID, --watch, --json or --prometheus");
@@ -300,6 +320,31 @@ Snapshot one(const Options& o, bool first) {
   return out;
 }
 
+// --snapshot: runs the converter installed beside this program (share/uvmpool/snapshot.py, from
+// src/python/uvmpool/_snapshot.py) with python3; its status is ours (0 ok, 1 unreadable, 2 usage).
+int write_snapshot(const Options& o) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  std::string script;
+  if (n > 0) {
+    self[n] = '\0';
+    std::string dir(self);
+    dir.resize(dir.rfind('/'));
+    script = dir + "/../share/uvmpool/snapshot.py";
+  }
+  if (script.empty() || access(script.c_str(), R_OK) != 0) {
+    std::fprintf(stderr, "uvmpool-stat: cannot find %s (the snapshot converter is installed beside bin/)\n",
+                 script.empty() ? "share/uvmpool/snapshot.py" : script.c_str());
+    return kNoProcess;
+  }
+  std::vector<char*> args{const_cast<char*>("python3"), const_cast<char*>("-B"), script.data(),
+                          const_cast<char*>(o.snapshot_out->c_str()), const_cast<char*>(o.snapshot_source.c_str()),
+                          nullptr};
+  execvp("python3", args.data());
+  std::fprintf(stderr, "uvmpool-stat: --snapshot needs python3 on PATH (%s)\n", std::strerror(errno));
+  return kNoProcess;
+}
+
 // Sleeps in short steps so that Ctrl-C ends a long interval at once.
 void sleep_interval(double seconds) {
   using Clock = std::chrono::steady_clock;
@@ -316,6 +361,7 @@ void sleep_interval(double seconds) {
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   if (o.serve) return uvmpool::tools::serve_metrics(*o.serve);
+  if (o.snapshot_out) return write_snapshot(o);
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, nullptr);

@@ -15,10 +15,13 @@ namespace uvmpool::trace {
 enum class Kind : std::uint8_t {
   Alloc,        // pool allocation: address, bytes asked for, host_bytes of them in host memory (spilled)
   Free,         // pool free: address, bytes
-  Map,          // a new stitched mapping built: address, bytes mapped, host_bytes; start = when building began
+  Map,          // chunks mapped into a range (a stitched mapping, a slab's chunk, a premapped host run):
+                // address, bytes mapped, host_bytes of them host chunks (the range's tail); start = when building began
   Oom,          // an allocation refused (device and host exhausted): bytes
   DriverAlloc,  // an allocation handed to the driver (explicit memory pool, graph capture, no VMM): address, bytes
   DriverFree,   // its free: address
+  Unmap,        // chunks unmapped from a range (a mapping taken apart or shrunk, a slab or a host run given
+                // back): address, bytes, host_bytes of them host chunks
 };
 
 // Memory figures of one device, sampled by the writer thread for the counter tracks.

@@ -43,6 +43,7 @@ const char* event_name(Kind kind) {
     case Kind::DriverFree: return "driver allocation";
     case Kind::Map: return "mapping";
     case Kind::Oom: return "out of memory";
+    case Kind::Unmap: return "unmap";
   }
   return "?";
 }
@@ -70,7 +71,7 @@ void put_sizes(EventText& t, const Event& e) {
 void format_event(Session& s, std::string_view who, const Event& e) {
   // Past the bound (or a failed write) nothing more is written: only count. An unknown kind (a
   // newer call site than this writer) has nothing to show.
-  if (s.out.truncated() || s.out.failed() || e.kind > static_cast<std::uint8_t>(Kind::DriverFree)) {
+  if (s.out.truncated() || s.out.failed() || e.kind > static_cast<std::uint8_t>(Kind::Unmap)) {
     ++s.dropped_total;
     return;
   }
@@ -107,6 +108,11 @@ void format_event(Session& s, std::string_view who, const Event& e) {
       case Kind::Map:
         put_head(t, "X", device, name, who, e.start_ns);
         t.put(",\"dur\":").us(e.ns - e.start_ns);
+        put_sizes(t, e);
+        break;
+      case Kind::Unmap:  // a thread-scoped instant
+        put_head(t, "i", device, name, who, e.ns);
+        t.put(",\"s\":\"t\"");
         put_sizes(t, e);
         break;
       case Kind::Oom:

@@ -33,8 +33,9 @@ TEST(Recorder, EveryKindBecomesItsEvent) {
   record(Kind::Oom, 1, 0, 1ull << 40);
   record(Kind::DriverAlloc, 0, 0x5000, 512);
   record(Kind::DriverFree, -1, 0x5000, 0);  // the free does not know the device; the writer does
+  record(Kind::Unmap, 0, 0x7f1000000000ull + (2u << 20), 4u << 20, 2u << 20);
   stop();
-  const std::uint64_t recorded = 2 * allocs + 4;
+  const std::uint64_t recorded = 2 * allocs + 5;
 
   const json doc = parse_trace(path);
   check_well_formed(doc);
@@ -42,7 +43,7 @@ TEST(Recorder, EveryKindBecomesItsEvent) {
   EXPECT_EQ(named(doc, "e", "allocation").size(), 50u);
   EXPECT_EQ(named(doc, "i", "spill").size(), 10u);
   EXPECT_EQ(named(doc, "X", "mapping").size(), 1u);
-  EXPECT_EQ(with_ph(doc, "i").size(), 11u);  // spills and the refusal; nothing dropped, no closing note
+  EXPECT_EQ(with_ph(doc, "i").size(), 12u);  // spills, the refusal, the unmap; nothing dropped, no closing note
   ASSERT_EQ(named(doc, "b", "driver allocation").size(), 1u);
   ASSERT_EQ(named(doc, "e", "driver allocation").size(), 1u);
 
@@ -62,6 +63,13 @@ TEST(Recorder, EveryKindBecomesItsEvent) {
   const json map = named(doc, "X", "mapping").front();
   EXPECT_EQ(map["args"]["bytes"], 6u << 20);
   EXPECT_EQ(map["args"]["host_bytes"], 2u << 20);
+  ASSERT_EQ(named(doc, "i", "unmap").size(), 1u);
+  const json unmap = named(doc, "i", "unmap").front();
+  EXPECT_EQ(unmap["s"], "t");
+  EXPECT_EQ(unmap["cat"], "device0");
+  EXPECT_EQ(unmap["args"]["address"], "0x7f1000200000");
+  EXPECT_EQ(unmap["args"]["bytes"], 4u << 20);
+  EXPECT_EQ(unmap["args"]["host_bytes"], 2u << 20);
   const json oom = named(doc, "i", "out of memory").front();
   EXPECT_EQ(oom["s"], "p");
   EXPECT_EQ(oom["cat"], "device1");

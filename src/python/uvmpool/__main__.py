@@ -1,6 +1,7 @@
 """python -m uvmpool run [flags] -- command [args...]   (the uvmpool-run of the wheel)
 python -m uvmpool stat [uvmpool-stat's arguments]      (the bundled uvmpool-stat)
 python -m uvmpool path [--dropin]                      (where libuvmpool.so is)
+python -m uvmpool snapshot OUT (TRACE.json | PID)      (a PyTorch memory snapshot of a uvmpool trace)
 
 run's flags are uvmpool-run's, each a setting of docs/configuration.md; they are checked before the
 command starts, so a bad one stops here with status 2."""
@@ -67,6 +68,9 @@ def main(argv=None):
         return run_main(args[1:])
     if args[:1] == ["stat"]:
         return stat_main(args[1:])
+    if args[:1] == ["snapshot"]:
+        from ._snapshot import main as snapshot_main
+        return snapshot_main(args[1:])
     if args[:1] == ["path"]:
         print(library_path(dropin="--dropin" in args[1:]))
         return 0
