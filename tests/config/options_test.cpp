@@ -131,7 +131,7 @@ TEST(ParseErrors, SimulatedRatesArePositiveAndDurationsWholeAndNotNegative) {
   EXPECT_THAT(bad.errors[0], HasSubstr("UVMPOOL_SIM_COPY_GBPS='0'"));
   EXPECT_THAT(bad.errors[0], HasSubstr("GB/s"));
   EXPECT_EQ(bad.options.sim_copy_gbps, 55.5);  // the default stays
-  EXPECT_EQ(bad.options.sim_launch_ns.ns, 2500u);
+  EXPECT_EQ(bad.options.sim_launch_ns.ns, 4000u);
 }
 
 TEST(ParseErrors, GranularityMustBeAPowerOfTwoOfAtLeast4096) {

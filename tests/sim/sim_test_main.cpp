@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   setenv("UVMPOOL_SIM_KERNEL_NS", "3000", 1);
   setenv("UVMPOOL_SIM_COPY_NS", "1000", 1);
   setenv("UVMPOOL_SIM_CALL_NS", "100", 1);
+  setenv("UVMPOOL_SIM_QUERY_NS", "100", 1);
   setenv("UVMPOOL_SIM_HOST_FUNC_NS", "5000", 1);
   setenv("UVMPOOL_SIM_WAIT_VALUE_NS", "700", 1);
   setenv("UVMPOOL_SIM_HANG_TIMEOUT_MS", "2000", 1);
