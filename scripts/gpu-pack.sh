@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Copies what the GPU suite needs from a build made here into .carry/build (stripped, a few MiB), to
-# be carried to a GPU machine: bin/, lib/, dropin/, sim/ (the simulated driver, which
+# be carried to a GPU machine: bin/, lib/, dropin/, share/ (the snapshot converter), sim/ (the simulated driver, which
 # uvmpool-sim-calibrate runs on beside the GPU) and the GPU test sources. The benchmarks in bin/
 # need Google Benchmark's shared library, which the GPU machine lacks: it goes into lib/, where their
 # RUNPATH ($ORIGIN/../lib) finds it.
@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 rm -rf .carry/build && mkdir -p .carry/build
-cp -a "$build/bin" "$build/lib" "$build/dropin" "$build/sim" .carry/build/
+cp -a "$build/bin" "$build/lib" "$build/dropin" "$build/sim" "$build/share" .carry/build/
 benches=(.carry/build/bin/uvmpool-bench-*)
 if [ -e "${benches[0]}" ]; then
   # The library the build linked them with, by its soname (libbenchmark.so.1debian on Debian).

@@ -66,7 +66,7 @@ def check_snapshot(path, expect_live=None):
     proto = raw[1] if raw[:1] == b"\x80" else 0
     check(2 <= proto <= 4, f"{path}: pickle protocol {proto}, the viewer reads 2 to 4")
     snap = pickle.loads(raw)
-    check(isinstance(snap, dict) and {"segments", "device_traces", "allocator_settings"} <= set(snap),
+    check(isinstance(snap, dict) and {"segments", "device_traces", "allocator_settings", "external_annotations"} <= set(snap),
           f"{path}: top-level keys {sorted(snap) if isinstance(snap, dict) else type(snap)}")
     traces, u = snap["device_traces"], snap["uvmpool"]
     check(isinstance(traces, list) and all(isinstance(t, list) for t in traces), "device_traces: a list of lists")
@@ -118,7 +118,9 @@ def check_snapshot(path, expect_live=None):
             where = f"device {dev} entry {i} {e}"
             act = e.get("action")
             check(act in ACTIONS, where)
-            check({"action", "size", "stream", "time_us", "frames"} <= set(e), f"{where}: keys")
+            # torch 2.11's own entries also carry compile_context and user_metadata (seen on the H200).
+            check({"action", "size", "stream", "time_us", "frames", "compile_context", "user_metadata"} <= set(e),
+                  f"{where}: keys")
             check_frames(e["frames"], where)
             if act == "oom":
                 check("device_free" in e, where)

@@ -226,8 +226,10 @@ class _Replay:
         return f
 
     def _entry(self, pdev, action, addr, size, ev, frames):
+        # compile_context and user_metadata: keys torch 2.11's own entries carry (empty: uvmpool knows neither).
         self.traces[pdev].append({"action": action, "addr": addr, "size": size, "stream": 0,
-                                  "time_us": int(ev.time), "frames": frames})
+                                  "time_us": int(ev.time), "frames": frames, "compile_context": "",
+                                  "user_metadata": ""})
 
     def _live_overlaps(self, a, b):
         i = bisect.bisect_left(self.live_starts, a)
@@ -287,7 +289,8 @@ class _Replay:
         elif ev.kind == "oom":
             # PyTorch's refusal names what CUDA had free; uvmpool refuses when device and host are both full.
             self.traces[ev.device].append({"action": "oom", "device_free": 0, "size": ev.size, "stream": 0,
-                                           "time_us": int(ev.time), "frames": self._frames(ev.tid, "refused")})
+                                           "time_us": int(ev.time), "frames": self._frames(ev.tid, "refused"),
+                                           "compile_context": "", "user_metadata": ""})
 
     def run(self):
         """Merges the threads' queues by time; an event waits until it is possible (see the top)."""
@@ -389,6 +392,7 @@ def from_trace(path):
         "segments": r.segments(),
         "device_traces": r.traces,
         "allocator_settings": {"expandable_segments": True},
+        "external_annotations": [],  # torch 2.11's snapshot has it (annotations from record_annotation)
         "uvmpool": {
             "source": path, "pid": src.pid, "command": src.command, "host_device": host,
             "devices": sorted(src.devices), "trace_complete": complete,
