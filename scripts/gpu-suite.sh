@@ -125,6 +125,10 @@ overcommit_case train-overcommit compare "UVMPOOL_TRAIN_OVERCOMMIT " 420 \
 observe_dir="${OUT:-$logs}/observe"
 overcommit_case observe-torch plain "UVMPOOL_OBSERVE " 240 \
   python3 tests/gpu/observe_torch.py --lib "$build/lib/libuvmpool.so" --stat "$build/bin/uvmpool-stat" --out "$observe_dir"
+# 5c. That job's trace as a PyTorch memory snapshot, opened with torch's own viewer functions.
+overcommit_case snapshot-viz torch "UVMPOOL_SNAPSHOT_VIZ " 120 \
+  sh -c "'$build/bin/uvmpool-stat' --snapshot '$observe_dir/snapshot-torch.pickle' '$observe_dir/trace-torch.json' &&
+         python3 tests/gpu/snapshot_viz.py '$observe_dir/snapshot-torch.pickle' '$observe_dir/viz'"
 
 # 6. Benchmarks, against the real driver: one row each with its key figures (targets in the text;
 # docs/benchmarks.md). Figures, not pass/fail: "ran" only says the program finished.
