@@ -367,15 +367,14 @@ CUresult impl::cuKernelGetFunction(CUfunction* pFunc, CUkernel kernel) {
   return CUDA_SUCCESS;
 }
 
-// Like the real driver, cuFuncGetParamInfo also takes a CUkernel cast to a CUfunction.
+// A CUkernel cast to a CUfunction is CUDA_ERROR_INVALID_HANDLE here (measured on an H200, driver 580:
+// only cuKernelGetParamInfo answers for a CUkernel), though launches accept one.
 CUresult impl::cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t* paramOffset, size_t* paramSize) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  if (auto f = r.functions.find(func); f != r.functions.end())
-    return param_info(f->second->kernel, paramIndex, paramOffset, paramSize);
-  if (auto k = r.kernels.find(func); k != r.kernels.end())
-    return param_info(k->second->kernel, paramIndex, paramOffset, paramSize);
-  return CUDA_ERROR_INVALID_HANDLE;
+  auto f = r.functions.find(func);
+  if (f == r.functions.end()) return CUDA_ERROR_INVALID_HANDLE;
+  return param_info(f->second->kernel, paramIndex, paramOffset, paramSize);
 }
 
 CUresult impl::cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t* paramOffset, size_t* paramSize) {
