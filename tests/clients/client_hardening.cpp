@@ -1,0 +1,126 @@
+// A program linked with -lcuda that does what probing found uvmpool could not survive (issue 17).
+// Each mode prints what the driver (through uvmpool) answered and exits 0, or exits non-zero / dies
+// when uvmpool crashed, hung or let an exception through:
+//   huge   cuMemAlloc of 2^62 bytes: must answer an error (OUT_OF_MEMORY), never abort.
+//   fork   the parent allocates and forks; the child calls cuInit, takes a context, allocates and
+//          frees an inherited pointer. Whatever each call answers is fine; the child must not die.
+//   init   cuInit only, printing its answer (for settings that leave no driver to reach).
+//   race US  a thread makes the first allocation while main returns (exit) about US microseconds
+//          after it started: exit races uvmpool starting its trace and statistics segment.
+#include <cuda.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "linked_client.h"
+
+namespace {
+
+int huge() {
+  use_primary_context();
+  CUdeviceptr p = 0;
+  const CUresult r = cuMemAlloc(&p, std::size_t{1} << 62);
+  std::printf("huge: cuMemAlloc(2^62) returned %d\n", int(r));
+  CLIENT_CHECK(r != CUDA_SUCCESS, "a 2^62-byte allocation succeeded");
+  // The process goes on working.
+  CU(cuMemAlloc(&p, 1 << 20));
+  CU(cuMemFree(p));
+  return 0;
+}
+
+int fork_child() {
+  use_primary_context();
+  CUdeviceptr small = 0, large = 0;
+  CU(cuMemAlloc(&small, 4096));
+  CU(cuMemAlloc(&large, 8 << 20));
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  CLIENT_CHECK(pid >= 0, "fork failed");
+  if (pid == 0) {
+    // The child: every answer is acceptable; only dying is not.
+    std::printf("child: cuInit %d\n", int(cuInit(0)));
+    CUdevice dev = 0;
+    CUcontext ctx = nullptr;
+    std::printf("child: cuDeviceGet %d\n", int(cuDeviceGet(&dev, 0)));
+    std::printf("child: cuDevicePrimaryCtxRetain %d\n", int(cuDevicePrimaryCtxRetain(&ctx, dev)));
+    std::printf("child: cuCtxSetCurrent %d\n", int(cuCtxSetCurrent(ctx)));
+    CUdeviceptr p = 0;
+    const CUresult a = cuMemAlloc(&p, 8 << 20);
+    std::printf("child: cuMemAlloc %d\n", int(a));
+    CUdeviceptr q = 0;
+    const CUresult b = cuMemAlloc(&q, 256);
+    std::printf("child: cuMemAlloc(small) %d\n", int(b));
+    size_t free_b = 0, total = 0;
+    std::printf("child: cuMemGetInfo %d\n", int(cuMemGetInfo(&free_b, &total)));
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    std::printf("child: cuMemGetAddressRange(inherited) %d\n", int(cuMemGetAddressRange(&base, &size, large)));
+    std::printf("child: cuMemFree(inherited large) %d\n", int(cuMemFree(large)));
+    std::printf("child: cuMemFree(inherited small) %d\n", int(cuMemFree(small)));
+    std::printf("child: cuMemFreeAsync(inherited) %d\n", int(cuMemFreeAsync(small, nullptr)));
+    if (a == CUDA_SUCCESS) std::printf("child: cuMemFree(own) %d\n", int(cuMemFree(p)));
+    if (b == CUDA_SUCCESS) std::printf("child: cuMemFree(own small) %d\n", int(cuMemFree(q)));
+    std::printf("child: done\n");
+    std::fflush(stdout);
+    _exit(0);
+  }
+  int status = 0;
+  CLIENT_CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
+  CLIENT_CHECK(!WIFSIGNALED(status), "the child died of signal %d", WTERMSIG(status));
+  CLIENT_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child exited with %d", WEXITSTATUS(status));
+  // The parent's pool is untouched by the child.
+  CU(cuMemFree(large));
+  CU(cuMemFree(small));
+  std::printf("fork: ok\n");
+  return 0;
+}
+
+int init_only() {
+  const CUresult r = cuInit(0);
+  std::printf("init: cuInit returned %d\n", int(r));
+  CUdeviceptr p = 0;
+  std::printf("init: cuMemAlloc returned %d\n", int(cuMemAlloc(&p, 1 << 20)));
+  int count = -1;
+  std::printf("init: cuDeviceGetCount returned %d\n", int(cuDeviceGetCount(&count)));
+  return 0;
+}
+
+int race(int delay_us) {
+  CU(cuInit(0));
+  std::printf("pid %d\n", int(getpid()));
+  std::fflush(stdout);
+  static std::atomic<bool> going{false};
+  std::thread([] {
+    CUdevice dev;
+    CUcontext ctx;
+    cuDeviceGet(&dev, 0);
+    cuDevicePrimaryCtxRetain(&ctx, dev);
+    cuCtxSetCurrent(ctx);
+    going.store(true);
+    CUdeviceptr p = 0;
+    for (;;) {  // until exit ends the process
+      if (cuMemAlloc(&p, 1 << 20) == CUDA_SUCCESS) cuMemFree(p);
+    }
+  }).detach();
+  while (!going.load()) {
+  }
+  std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+  std::exit(0);  // with the allocating thread still running
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "";
+  if (std::strcmp(mode, "huge") == 0) return huge();
+  if (std::strcmp(mode, "fork") == 0) return fork_child();
+  if (std::strcmp(mode, "init") == 0) return init_only();
+  if (std::strcmp(mode, "race") == 0) return race(argc > 2 ? std::atoi(argv[2]) : 0);
+  std::fprintf(stderr, "usage: client_hardening huge|fork|init|race US\n");
+  return 2;
+}
