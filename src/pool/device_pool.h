@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "config/size_math.h"
 #include "pool/address_map.h"
 #include "pool/host_tier.h"
 #include "pool/pool.h"

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <mutex>
@@ -78,7 +79,12 @@ struct Pool::Devices {
 Pool::Pool(const driver::Table& driver, PoolConfig config)
     : driver_(driver), config_(config), devices_(std::make_unique<Devices>()) {
   if (config_.spill) {
-    host_ = std::make_unique<HostTier>(config_.host_limit.resolve(physical_memory()),
+    // A limit in bytes is clamped to the memory the machine has: more can never be pinned, and a
+    // figure near 2^64 would only make the arithmetic of every check harder.
+    const std::uint64_t physical = physical_memory();
+    std::uint64_t limit = config_.host_limit.resolve(physical);
+    if (physical != 0) limit = std::min(limit, physical);
+    host_ = std::make_unique<HostTier>(limit,
                                        std::chrono::milliseconds(config_.host_idle_ms));
   }
 }

@@ -61,7 +61,7 @@ CUevent DevicePool::take_event() {
 bool DevicePool::reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUcontext context, CUdeviceptr* out) {
   if (pending_count_.load(std::memory_order_relaxed) == 0) return false;
   const bool small = bytes <= small_max_;
-  const std::size_t granules = (bytes + chunk_ - 1) >> chunk_shift_;
+  const std::size_t granules = div_ceil(bytes, chunk_);
   const int cls = small ? small_class(bytes) : -1;
   PendingItem item;
   {
