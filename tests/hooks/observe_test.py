@@ -27,8 +27,12 @@ def stat(tool, *args):
 
 
 def main():
-    preload, sim_dir, client, tool = sys.argv[1:5]
-    tmp = tempfile.mkdtemp(prefix="uvmpool-observe-")
+    # Removed however the test ends (fail() raises SystemExit through the with).
+    with tempfile.TemporaryDirectory(prefix="uvmpool-observe-") as tmp:
+        observe(tmp, *sys.argv[1:5])
+
+
+def observe(tmp, preload, sim_dir, client, tool):
     env = dict(os.environ, LD_PRELOAD=preload, LD_LIBRARY_PATH=sim_dir, UVMPOOL_DEVICE_LIMIT="256M",
                UVMPOOL_SIM_DEVICE_MEMORY="1G", UVMPOOL_STATS="1", UVMPOOL_STATS_INTERVAL="10",
                UVMPOOL_STATS_FILE=os.path.join(tmp, "stats-%p.json"))
