@@ -44,7 +44,7 @@ def observe(tmp, preload, sim_dir, client, tool):
         if not m:
             fail(f"the client did not get ready: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}")
         pid, live, count = (int(x) for x in m.groups())
-        segment = f"/dev/shm/uvmpool-{os.getuid()}-{pid}"
+        segment = f"/dev/shm/uvmpool-{os.getuid()}/uvmpool-{os.getuid()}-{pid}"
         if not os.path.exists(segment):
             fail(f"no segment {segment}")
         if os.stat(segment).st_mode & 0o777 != 0o600:
