@@ -75,8 +75,13 @@ class Publisher {
 
 // The process's publisher and trace, started once the program first reaches the pool (hooks call
 // it): live statistics unless UVMPOOL_STATS_SHM=0, the trace when UVMPOOL_TRACE is set. Stops both
-// at exit (before the exit report) and forgets them in a forked child.
+// at exit (before the exit report) and forgets them in a forked child. Starting and stopping exclude
+// each other: an exit racing the first allocation on another thread either finds them started and
+// stops them (complete trace, segment removed) or keeps them from starting at all.
 void start_process_observers();
+// Registers the exit and fork handlers; called by the library constructor, before the program can
+// start a thread (start_process_observers calls it too, for programs that link uvmpool's parts).
+void prepare_process_observers();
 // The segment path of the process's publisher, "" when none (tests).
 std::string process_segment_path();
 
