@@ -121,6 +121,12 @@ class PoolBackend final : public Backend {
     // Device memory counts against the budget; past it (spill on) the handle is made in host memory.
     return pool_.create_external(handle, size, prop, flags);
   }
+  CUresult stream_destroy(CUstream stream) override {
+    // Before the handle goes (the driver may give it to the next stream created): memory freed on
+    // it and not yet reused gets its event now, on the stream that used it.
+    pool_.stream_destroying(stream);
+    return driver_.stream_destroy(stream);
+  }
   CUresult release(CUmemGenericAllocationHandle handle) override {
     const CUresult r = driver_.release(handle);
     if (r == CUDA_SUCCESS) pool_.released_external(handle);

@@ -226,6 +226,14 @@ Ownership Pool::deallocate_async(CUdeviceptr p, CUstream stream, CUresult* resul
   return Ownership::Ours;
 }
 
+void Pool::stream_destroying(CUstream stream) {
+  // The legacy and per-thread streams cannot be destroyed (the driver refuses them).
+  if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return;
+  for (auto& slot : devices_->pools) {
+    if (DevicePool* p = slot.load(std::memory_order_acquire)) p->seal_stream(stream);
+  }
+}
+
 std::optional<AllocationInfo> Pool::find(CUdeviceptr p) const {
   const Entry e = devices_->map.lookup(p);
   if (e == 0) return std::nullopt;

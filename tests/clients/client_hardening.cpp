@@ -5,9 +5,12 @@
 //   fork   the parent allocates and forks; the child calls cuInit, takes a context, allocates and
 //          frees an inherited pointer. Whatever each call answers is fine; the child must not die.
 //   init   cuInit only, printing its answer (for settings that leave no driver to reach).
+//   stream-destroy  memory freed with cuMemFreeAsync on a stream whose work is held (simulator), then
+//          the stream destroyed: uvmpool must record its event on the stream before it goes.
 //   race US  a thread makes the first allocation while main returns (exit) about US microseconds
 //          after it started: exit races uvmpool starting its trace and statistics segment.
 #include <cuda.h>
+#include <dlfcn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -90,6 +93,44 @@ int init_only() {
   return 0;
 }
 
+// The simulator's controls (src/sim/sim_control.h), found in the process's libcuda.so.1.
+template <typename F>
+F sim_control(const char* name) {
+  auto f = reinterpret_cast<F>(dlsym(RTLD_DEFAULT, name));
+  CLIENT_CHECK(f != nullptr, "no %s: run on the simulated driver", name);
+  return f;
+}
+
+int stream_destroy() {
+  use_primary_context();
+  auto hold = sim_control<void (*)(CUstream, int)>("uvmpool_sim_hold_stream");
+  auto calls = sim_control<unsigned long long (*)(const char*)>("uvmpool_sim_call_count");
+  auto violations = sim_control<unsigned long long (*)()>("uvmpool_sim_violations");
+  CUstream a = nullptr, b = nullptr;
+  CU(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+  CU(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+  const size_t bytes = 4 << 20;
+  CUdeviceptr p = 0;
+  CU(cuMemAllocAsync(&p, bytes, a));
+  hold(a, 1);
+  CU(cuMemsetD8Async(p, 1, bytes, a));  // in flight on a when a goes
+  CU(cuMemFreeAsync(p, a));
+  const unsigned long long records = calls("cuEventRecord");
+  hold(a, 0);
+  CU(cuStreamDestroy(a));
+  std::printf("stream-destroy: cuEventRecord calls during cuStreamDestroy: %llu\n", calls("cuEventRecord") - records);
+  CLIENT_CHECK(calls("cuEventRecord") == records + 1, "uvmpool recorded no event on the stream before it was destroyed");
+  CUdeviceptr q = 0;
+  CU(cuMemAllocAsync(&q, bytes, b));
+  CU(cuMemsetD8Async(q, 2, bytes, b));
+  CU(cuMemFreeAsync(q, b));
+  CU(cuStreamSynchronize(b));
+  CU(cuStreamDestroy(b));
+  CLIENT_CHECK(violations() == 0, "%llu race-detector violations", violations());
+  std::printf("stream-destroy: ok\n");
+  return 0;
+}
+
 int race(int delay_us) {
   CU(cuInit(0));
   std::printf("pid %d\n", int(getpid()));
@@ -120,7 +161,8 @@ int main(int argc, char** argv) {
   if (std::strcmp(mode, "huge") == 0) return huge();
   if (std::strcmp(mode, "fork") == 0) return fork_child();
   if (std::strcmp(mode, "init") == 0) return init_only();
+  if (std::strcmp(mode, "stream-destroy") == 0) return stream_destroy();
   if (std::strcmp(mode, "race") == 0) return race(argc > 2 ? std::atoi(argv[2]) : 0);
-  std::fprintf(stderr, "usage: client_hardening huge|fork|init|race US\n");
+  std::fprintf(stderr, "usage: client_hardening huge|fork|init|stream-destroy|race US\n");
   return 2;
 }
