@@ -2,6 +2,9 @@
 // Each mode prints what the driver (through uvmpool) answered and exits 0, or exits non-zero / dies
 // when uvmpool crashed, hung or let an exception through:
 //   huge   cuMemAlloc of 2^62 bytes: must answer an error (OUT_OF_MEMORY), never abort.
+//   throw  (with tests/clients/malloc_fail_shim.c preloaded) every malloc of this thread fails during
+//          the program's first cuMemAlloc, so uvmpool's pool throws std::bad_alloc inside the hook:
+//          the hook must answer OUT_OF_MEMORY, and the next allocation must work.
 //   fork   the parent allocates and forks; the child calls cuInit, takes a context, allocates and
 //          frees an inherited pointer. Whatever each call answers is fine; the child must not die.
 //   init   cuInit only, printing its answer (for settings that leave no driver to reach).
@@ -33,6 +36,22 @@ int huge() {
   // The process goes on working.
   CU(cuMemAlloc(&p, 1 << 20));
   CU(cuMemFree(p));
+  return 0;
+}
+
+int throw_in_hook() {
+  use_primary_context();
+  auto fail = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "shim_fail_malloc"));
+  CLIENT_CHECK(fail != nullptr, "preload tests/clients/malloc_fail_shim.c first");
+  CUdeviceptr p = 0;
+  fail(1);
+  const CUresult r = cuMemAlloc(&p, 1 << 20);  // the first: uvmpool makes its pool here
+  fail(0);
+  std::printf("throw: cuMemAlloc with malloc failing returned %d\n", int(r));
+  CLIENT_CHECK(r == CUDA_ERROR_OUT_OF_MEMORY, "expected CUDA_ERROR_OUT_OF_MEMORY");
+  CU(cuMemAlloc(&p, 1 << 20));
+  CU(cuMemFree(p));
+  std::printf("throw: ok\n");
   return 0;
 }
 
@@ -160,9 +179,10 @@ int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
   if (std::strcmp(mode, "huge") == 0) return huge();
   if (std::strcmp(mode, "fork") == 0) return fork_child();
+  if (std::strcmp(mode, "throw") == 0) return throw_in_hook();
   if (std::strcmp(mode, "init") == 0) return init_only();
   if (std::strcmp(mode, "stream-destroy") == 0) return stream_destroy();
   if (std::strcmp(mode, "race") == 0) return race(argc > 2 ? std::atoi(argv[2]) : 0);
-  std::fprintf(stderr, "usage: client_hardening huge|fork|init|stream-destroy|race US\n");
+  std::fprintf(stderr, "usage: client_hardening huge|throw|fork|init|stream-destroy|race US\n");
   return 2;
 }
