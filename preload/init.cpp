@@ -8,6 +8,7 @@
 #include "driver/dl.h"
 #include "hooks/hooks.h"
 #include "stats/exit_report.h"
+#include "stats/publisher.h"
 
 // Defined only in the drop-in libcuda.so.1 (dropin.cpp): fills its forwarding slots.
 extern "C" __attribute__((weak, visibility("hidden"))) void uvmpool_dropin_init();
@@ -22,6 +23,7 @@ __attribute__((constructor)) void uvmpool_load() {
   hooks::set_disabled(opts.disable);
   if (opts.disable) log::info("UVMPOOL_DISABLE is set: passing every call to the driver");
   if (uvmpool_dropin_init != nullptr) uvmpool_dropin_init();
+  stats::prepare_process_observers();  // exit handlers first, before the program can start threads
 }
 
 // Runs once exit has begun: the exit report, from counters only. No driver call and no logger from

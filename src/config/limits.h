@@ -2,11 +2,16 @@
 // the one place where they live. Both parsing and the documentation read them from here.
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 
 #include "config/options.h"
 
 namespace uvmpool::config {
+
+// The largest chunk (UVMPOOL_CHUNK_SIZE): past it a chunk is a fraction of a device, and every
+// allocation would be rounded up to it.
+inline constexpr std::uint64_t kMaxChunkSize = std::uint64_t{1} << 30;
 
 struct Limit {
   const char* name;      // the setting's variable

@@ -6,12 +6,16 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
 
-#include <spdlog/sinks/basic_file_sink.h>
+#include <unistd.h>
+
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
 #include "config/options.h"
+#include "config/output_file.h"
 
 namespace uvmpool::log {
 namespace {
@@ -19,6 +23,32 @@ namespace {
 std::atomic<const char*> g_component{"uvmpool"};
 std::atomic<bool> g_shut_down{false};
 std::atomic<spdlog::logger*> g_logger{nullptr};
+
+// UVMPOOL_LOG_FILE: appends each line to a descriptor open_output_file checked (never closed: the
+// logger lives until the process ends).
+class FdSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit FdSink(int fd) : fd_(fd) {}
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t line;
+    formatter_->format(msg, line);
+    const char* p = line.data();
+    std::size_t left = line.size();
+    while (left > 0) {
+      const ssize_t n = ::write(fd_, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;  // nowhere to report it: the log itself failed
+      p += n;
+      left -= static_cast<std::size_t>(n);
+    }
+  }
+  void flush_() override {}
+
+ private:
+  int fd_;
+};
 
 spdlog::level::level_enum to_spdlog(config::LogLevel level) {
   switch (level) {
@@ -39,18 +69,10 @@ spdlog::logger* make_logger() {
   spdlog::sink_ptr sink;
   std::string file_error;
   if (!opts.log_file.empty()) {
-    // Tried with fopen first because spdlog would create missing directories; a mistyped path
-    // should be reported, not silently made.
-    if (std::FILE* probe = std::fopen(opts.log_file.c_str(), "a")) {
-      std::fclose(probe);
-      try {
-        sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(opts.log_file, /*truncate=*/false);
-      } catch (const std::exception& e) {
-        file_error = e.what();
-      }
-    } else {
-      file_error = std::strerror(errno);
-    }
+    // Opened by uvmpool, not by spdlog: no symbolic links, no other user's file, new files 0600,
+    // and no missing directories made (a mistyped path is reported instead).
+    const int fd = config::open_output_file(opts.log_file, config::OutputMode::Append, file_error);
+    if (fd >= 0) sink = std::make_shared<FdSink>(fd);
   }
   if (!sink) sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
 

@@ -48,6 +48,22 @@ std::string library_path_choice() {
   return path;
 }
 
+// Entry points every CUDA driver has had since CUDA 4 and no other library exports: a file without
+// them (libz, libuvmpool.so, anything named by mistake) is not a driver, whatever its name.
+constexpr const char* kDriverEntryPoints[] = {"cuInit", "cuDriverGetVersion", "cuDeviceGet", "cuCtxGetCurrent"};
+
+// Why `handle` (opened from `path`) cannot serve as the real driver, or "" when it can.
+std::string not_a_driver(void* handle, const std::string& path) {
+  if (same_file(path, own_path())) return "is uvmpool itself, not the CUDA driver";
+  // Another uvmpool library (libuvmpool.so, a copy of the drop-in): its driver functions are hooks
+  // or forwarders that would come back here.
+  if (system_dlsym(handle, "uvmpool_version") != nullptr) return "is a uvmpool library, not the CUDA driver";
+  for (const char* name : kDriverEntryPoints) {
+    if (system_dlsym(handle, name) == nullptr) return std::string("lacks the driver entry point ") + name + ", so it is not the CUDA driver";
+  }
+  return {};
+}
+
 RealDriver* open_driver() {
   const auto& opts = config::options();
   const std::string path = locate_driver(opts.driver_path, own_path());
@@ -55,10 +71,21 @@ RealDriver* open_driver() {
     log::error("no CUDA driver found (set UVMPOOL_DRIVER_PATH to the real libcuda.so.1)");
     return nullptr;
   }
+  // The path names what it came from, so the one line says which setting to fix.
+  const std::string named = opts.driver_path.empty() ? path : "UVMPOOL_DRIVER_PATH=" + path;
+  if (same_file(path, own_path())) {  // checked before dlopen, which would hand back ourselves
+    log::error("{} is uvmpool itself, not the CUDA driver; every CUDA call answers CUDA_ERROR_NO_DEVICE", named);
+    return nullptr;
+  }
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* why = dlerror();
-    log::error("cannot open the CUDA driver {}: {}", path, why ? why : "unknown error");
+    log::error("cannot open the CUDA driver {}: {}", named, why ? why : "unknown error");
+    return nullptr;
+  }
+  if (const std::string why = not_a_driver(handle, path); !why.empty()) {
+    log::error("{} {}; every CUDA call answers CUDA_ERROR_NO_DEVICE", named, why);
+    dlclose(handle);
     return nullptr;
   }
   auto* driver = new RealDriver{handle, path, {}};

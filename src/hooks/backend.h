@@ -28,6 +28,8 @@ class Backend {
   virtual CUresult create(CUmemGenericAllocationHandle* handle, size_t size,
                           const CUmemAllocationProp* prop, unsigned long long flags) = 0;
   virtual CUresult release(CUmemGenericAllocationHandle handle) = 0;
+  // cuStreamDestroy: the pool first covers what was freed on the stream and not yet reused.
+  virtual CUresult stream_destroy(CUstream stream) = 0;
 };
 
 // The backend serving this process: the pool, or the driver under UVMPOOL_POOL=0 or without one.

@@ -45,6 +45,7 @@ class DriverBackend final : public Backend {
     UVMPOOL_CALL_REAL(cuMemCreate, handle, size, prop, flags);
   }
   CUresult release(CUmemGenericAllocationHandle handle) override { UVMPOOL_CALL_REAL(cuMemRelease, handle); }
+  CUresult stream_destroy(CUstream stream) override { UVMPOOL_CALL_REAL(cuStreamDestroy_v2, stream); }
 };
 
 }  // namespace

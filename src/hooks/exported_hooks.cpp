@@ -16,7 +16,7 @@ extern "C" {
       return d && d->table.symbol ? d->table.symbol args : CUDA_ERROR_NO_DEVICE;        \
     }                                                                                   \
     uvmpool::stats::count_route(uvmpool::stats::Route::exported);                       \
-    return uvmpool::hooks::impl::symbol args;                                           \
+    return uvmpool::hooks::guarded::symbol args;                                         \
   })
 UVMPOOL_DRIVER_FUNCTIONS(UVMPOOL_X)
 #undef UVMPOOL_X

@@ -7,7 +7,7 @@ namespace {
 
 driver::Table make_hook_table() {
   driver::Table t;
-#define UVMPOOL_X(base, symbol, version, flavor, kind, params, args) UVMPOOL_IF_##kind(t.symbol = &impl::symbol;)
+#define UVMPOOL_X(base, symbol, version, flavor, kind, params, args) UVMPOOL_IF_##kind(t.symbol = &guarded::symbol;)
   UVMPOOL_DRIVER_FUNCTIONS(UVMPOOL_X)
 #undef UVMPOOL_X
   return t;

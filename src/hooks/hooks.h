@@ -10,6 +10,8 @@
 
 namespace uvmpool::hooks {
 
+// The hand-written hooks (memory_hooks.cpp, getproc_hook.cpp). They may throw (std::bad_alloc):
+// nothing outside reaches them but through `guarded`.
 namespace impl {
 #define UVMPOOL_X(base, symbol, version, flavor, kind, params, args) \
   UVMPOOL_IF_##kind(CUresult CUDAAPI symbol params;)
@@ -17,7 +19,21 @@ UVMPOOL_DRIVER_FUNCTIONS(UVMPOOL_X)
 #undef UVMPOOL_X
 }  // namespace impl
 
-// The hooks in list order: a pointer for each Hook entry, nullptr for each Pass entry.
+// What every route hands out (guarded_hooks.cpp, generated from the list): each calls the impl
+// hook of its name, and no C++ exception crosses it. An exception becomes
+// CUDA_ERROR_OUT_OF_MEMORY (what a driver answers when it cannot get memory) and one log line.
+namespace guarded {
+#define UVMPOOL_X(base, symbol, version, flavor, kind, params, args) \
+  UVMPOOL_IF_##kind(CUresult CUDAAPI symbol params noexcept;)
+UVMPOOL_DRIVER_FUNCTIONS(UVMPOOL_X)
+#undef UVMPOOL_X
+}  // namespace guarded
+
+// Answers an exception caught at a boundary of uvmpool (a hook or a uvmpool_* function): logs it
+// once per process (if the logger can) and returns CUDA_ERROR_OUT_OF_MEMORY. Call only from a catch.
+CUresult answer_exception(const char* where) noexcept;
+
+// The hooks in list order (the guarded ones): a pointer for each Hook entry, nullptr for each Pass entry.
 const driver::Table& hook_table();
 
 // UVMPOOL_DISABLE: every route hands out the driver's own functions and the exported symbols

@@ -112,6 +112,11 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, 
   return counted_allocation(backend().create(handle, size, prop, flags), size);
 }
 
+CUresult CUDAAPI cuStreamDestroy_v2(CUstream stream) {
+  stats::count_hook(Fn::cuStreamDestroy_v2);
+  return backend().stream_destroy(stream);
+}
+
 CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
   stats::count_hook(Fn::cuMemRelease);
   return counted_free(backend().release(handle));

@@ -1,7 +1,11 @@
 // The backend that serves device memory from the pool, and passes the driver what is not the pool's:
 // pointers it did not allocate, explicit memory pools, allocations on a capturing stream (the graph
 // owns those), devices without VMM.
+#include <pthread.h>
+
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 
 #include "config/options.h"
 #include "hooks/backend.h"
@@ -117,6 +121,12 @@ class PoolBackend final : public Backend {
     // Device memory counts against the budget; past it (spill on) the handle is made in host memory.
     return pool_.create_external(handle, size, prop, flags);
   }
+  CUresult stream_destroy(CUstream stream) override {
+    // Before the handle goes (the driver may give it to the next stream created): memory freed on
+    // it and not yet reused gets its event now, on the stream that used it.
+    pool_.stream_destroying(stream);
+    return driver_.stream_destroy(stream);
+  }
   CUresult release(CUmemGenericAllocationHandle handle) override {
     const CUresult r = driver_.release(handle);
     if (r == CUDA_SUCCESS) pool_.released_external(handle);
@@ -146,17 +156,34 @@ class PoolBackend final : public Backend {
 
 }  // namespace
 
+namespace {
+
+std::atomic<Backend*> g_chosen{nullptr};
+std::mutex g_choose_mu;
+
+// After fork the pool the parent's backend serves from is abandoned (pool.cpp): the child chooses
+// again on its next call, over a fresh pool (the old backend is leaked, as the old pool is).
+void forget_backend_in_child() {
+  g_chosen.store(nullptr, std::memory_order_relaxed);
+  new (&g_choose_mu) std::mutex;
+}
+
+}  // namespace
+
 Backend& backend() {
   // The one place that chooses what serves device memory.
-  static Backend* chosen = [] () -> Backend* {
-    Backend* b = &driver_backend();
-    if (config::options().pool) {
-      if (pool::Pool* pool = pool::Pool::process()) b = new PoolBackend(*pool);  // never destroyed: frees may come during exit
-    }
-    stats::start_process_observers();  // live statistics and the trace, now that there is something to see
-    return b;
-  }();
-  return *chosen;
+  if (Backend* b = g_chosen.load(std::memory_order_acquire)) return *b;
+  std::lock_guard lock(g_choose_mu);
+  if (Backend* b = g_chosen.load(std::memory_order_relaxed)) return *b;
+  static std::once_flag registered;
+  std::call_once(registered, [] { pthread_atfork(nullptr, nullptr, forget_backend_in_child); });
+  Backend* b = &driver_backend();
+  if (config::options().pool) {
+    if (pool::Pool* pool = pool::Pool::process()) b = new PoolBackend(*pool);  // never destroyed: frees may come during exit
+  }
+  stats::start_process_observers();  // live statistics and the trace, now that there is something to see (once)
+  g_chosen.store(b, std::memory_order_release);
+  return *b;
 }
 
 }  // namespace uvmpool::hooks

@@ -3,6 +3,7 @@
 #include <bit>
 #include <chrono>
 
+#include "config/limits.h"
 #include "config/log.h"
 #include "pool/device_pool.h"
 
@@ -56,7 +57,9 @@ CUresult DevicePool::init() {
   }
   const std::size_t g = vmm_.granularity();
   if (g == 0 || !std::has_single_bit(g)) return CUDA_ERROR_NOT_SUPPORTED;
-  chunk_ = std::bit_ceil(std::max(config_.chunk_size, g));
+  // At most kMaxChunkSize (options reject more; a PoolConfig made by hand is clamped): bit_ceil of
+  // anything past 2^63 is undefined.
+  chunk_ = std::bit_ceil(std::max(std::min<std::size_t>(config_.chunk_size, config::kMaxChunkSize), g));
   std::size_t host_granularity = 0;
   if (host_tier_ != nullptr) {
     // Host chunks map where device chunks do, so one chunk size must suit both.
@@ -92,7 +95,7 @@ CUresult DevicePool::take_range(std::size_t bytes, CUdeviceptr* va) {
   }
   // A new region: room for several times the device's memory, so this happens once or twice. The
   // driver gives large reservations cheaply (16 TiB measured on H200); smaller ones if it refuses.
-  std::size_t size = std::max<std::size_t>(bytes, std::bit_ceil(std::max<std::uint64_t>(total_, chunk_)) * 4);
+  std::size_t size = std::max<std::size_t>(bytes, sat_mul(std::bit_ceil(std::max<std::uint64_t>(total_, chunk_)), 4));
   CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
   CUdeviceptr base = 0;
   for (; size >= bytes; size /= 2) {
@@ -250,7 +253,7 @@ void DevicePool::release_idle(bool keep_chunks) {
 
 CUresult DevicePool::fill_host_reserve(std::size_t bytes) {
   if (!host_) return CUDA_ERROR_NOT_SUPPORTED;
-  if (const CUresult r = host_->fill((bytes + chunk_ - 1) / chunk_); r != CUDA_SUCCESS) return r;
+  if (const CUresult r = host_->fill(div_ceil(bytes, chunk_)); r != CUDA_SUCCESS) return r;
   premap_reserve();  // as the thread would
   return CUDA_SUCCESS;
 }
@@ -262,7 +265,7 @@ void DevicePool::abandon() {
 
 CUresult DevicePool::admit_external(std::size_t bytes, Tier* tier) {
   std::lock_guard lock(mu_);
-  const std::uint64_t want = (bytes + chunk_ - 1) / chunk_ * chunk_;
+  const std::uint64_t want = sat_mul(div_ceil(bytes, chunk_), chunk_);
   const auto fits = [&] {
     // The budget alone, not the headroom: this is the program's own memory, as a cuMemAlloc would be.
     const std::uint64_t held = chunks_held_.load(std::memory_order_relaxed) * chunk_;

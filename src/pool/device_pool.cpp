@@ -1,6 +1,7 @@
 // A device pool's entry points: which allocator serves a request, frees, and the answers about an
 // allocation.
 #include "config/log.h"
+#include "config/size_math.h"
 #include "pool/device_pool.h"
 #include "trace/trace.h"
 
@@ -14,7 +15,7 @@ Slab* as_slab(Entry e) { return (e & kSlabTag) != 0 ? reinterpret_cast<Slab*>(e 
 
 CUresult DevicePool::allocate(CUdeviceptr* out, std::size_t bytes, CUcontext context) {
   // More than both tiers can never fit (and would overflow the chunk arithmetic below).
-  const std::uint64_t most = budget_ + (host_ ? host_tier_->limit() : 0);
+  const std::uint64_t most = sat_add(budget_, host_ ? host_tier_->limit() : 0);
   const CUresult r = bytes > most             ? CUDA_ERROR_OUT_OF_MEMORY
                      : bytes <= small_max_ ? allocate_small(out, bytes, context)
                                            : allocate_large(out, bytes, context);

@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "config/size_math.h"
 #include "pool/address_map.h"
 #include "pool/host_tier.h"
 #include "pool/pool.h"
@@ -115,6 +116,9 @@ class DevicePool {
   // `entry` is the address map's entry for p (a Block or Slab of this device).
   CUresult deallocate(Entry entry, CUdeviceptr p);
   CUresult deallocate_async(Entry entry, CUdeviceptr p, const StreamKey& stream, bool capturing);
+  // Before cuStreamDestroy: covers what the stream's frees left pending with an event recorded on
+  // it (or, failing that, waits for its context); once destroyed, its handle may name another stream.
+  void seal_stream(CUstream stream);
   std::optional<AllocationInfo> describe(Entry entry, CUdeviceptr p);
 
   CUresult memory_info(std::size_t* free_bytes, std::size_t* total_bytes);
@@ -215,6 +219,10 @@ class DevicePool {
   // cuMemFree skipped, paid only when freed memory is unmapped, once per batch of frees.
   void note_sync_free(CUcontext context);
   void fence_unmap();
+
+  // Moves one stream's open frees into a batch behind an event on it (async_mu_ held); what cannot
+  // get an event is waited for and added to `ready`.
+  void seal_locked(const StreamKey& key, StreamFrees& frees, std::vector<PendingItem>* ready);
 
   // Recovery on the slow path: frees memory other streams are done with, then waits for them.
   CUresult with_pressure_relief(const std::function<CUresult()>& attempt);

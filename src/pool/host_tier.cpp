@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "config/log.h"
+#include "config/size_math.h"
 #include "pool/device_pool.h"
 
 namespace uvmpool::pool {
@@ -13,7 +14,7 @@ namespace uvmpool::pool {
 bool HostTier::charge(std::uint64_t bytes) {
   std::uint64_t now = charged_.load(std::memory_order_relaxed);
   do {
-    if (now + bytes > limit_) return false;
+    if (!fits_within(now, bytes, limit_)) return false;
   } while (!charged_.compare_exchange_weak(now, now + bytes, std::memory_order_relaxed));
   return true;
 }
@@ -70,7 +71,7 @@ HostReserve::HostReserve(const Vmm& vmm, HostTier& tier, std::size_t chunk, std:
     : vmm_(vmm),
       tier_(tier),
       chunk_(chunk),
-      base_(static_cast<std::size_t>((base_bytes + chunk - 1) / chunk)),
+      base_(static_cast<std::size_t>(div_ceil(base_bytes, chunk))),
       cap_(std::max<std::size_t>(base_, (std::uint64_t{4} << 30) / chunk)) {}
 
 HostReserve::~HostReserve() {
@@ -82,7 +83,7 @@ HostReserve::~HostReserve() {
 
 CUresult HostReserve::pin(std::size_t n, std::vector<Handle>* out) {
   if (n == 0) return CUDA_SUCCESS;
-  const std::uint64_t bytes = static_cast<std::uint64_t>(n) * chunk_;
+  const std::uint64_t bytes = sat_mul(n, chunk_);  // past the limit whenever it would wrap
   if (!tier_.charge(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   std::vector<Handle> made(n);
   if (const CUresult r = vmm_.create_chunks(made, chunk_, Tier::Host); r != CUDA_SUCCESS) {

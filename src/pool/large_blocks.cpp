@@ -56,7 +56,7 @@ void DevicePool::note_freed(CUdeviceptr p, std::size_t bytes, std::uint64_t host
 }
 
 CUresult DevicePool::allocate_large(CUdeviceptr* out, std::size_t bytes, CUcontext context) {
-  const std::size_t granules = (bytes + chunk_ - 1) >> chunk_shift_;
+  const std::size_t granules = div_ceil(bytes, chunk_);
   if (Block* b = take_cached(granules)) {  // counted as a cache hit by its bin
     publish(b, bytes, context, out, true);
     return CUDA_SUCCESS;

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <mutex>
@@ -78,7 +79,12 @@ struct Pool::Devices {
 Pool::Pool(const driver::Table& driver, PoolConfig config)
     : driver_(driver), config_(config), devices_(std::make_unique<Devices>()) {
   if (config_.spill) {
-    host_ = std::make_unique<HostTier>(config_.host_limit.resolve(physical_memory()),
+    // A limit in bytes is clamped to the memory the machine has: more can never be pinned, and a
+    // figure near 2^64 would only make the arithmetic of every check harder.
+    const std::uint64_t physical = physical_memory();
+    std::uint64_t limit = config_.host_limit.resolve(physical);
+    if (physical != 0) limit = std::min(limit, physical);
+    host_ = std::make_unique<HostTier>(limit,
                                        std::chrono::milliseconds(config_.host_idle_ms));
   }
 }
@@ -218,6 +224,14 @@ Ownership Pool::deallocate_async(CUdeviceptr p, CUstream stream, CUresult* resul
   if (stream == CU_STREAM_PER_THREAD) key.thread = std::this_thread::get_id();
   *result = owner->deallocate_async(e, p, key, capturing(stream));
   return Ownership::Ours;
+}
+
+void Pool::stream_destroying(CUstream stream) {
+  // The legacy and per-thread streams cannot be destroyed (the driver refuses them).
+  if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return;
+  for (auto& slot : devices_->pools) {
+    if (DevicePool* p = slot.load(std::memory_order_acquire)) p->seal_stream(stream);
+  }
 }
 
 std::optional<AllocationInfo> Pool::find(CUdeviceptr p) const {

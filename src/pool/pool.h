@@ -126,6 +126,9 @@ class Pool {
   // (the caller passes the call to the driver): see `capturing`.
   CUresult allocate_async(CUdeviceptr* out, std::size_t bytes, CUstream stream);
   Ownership deallocate_async(CUdeviceptr p, CUstream stream, CUresult* result);
+  // Before cuStreamDestroy(stream): what was freed on it and waits for its work is covered by an
+  // event recorded on it now, while the handle still names that stream.
+  void stream_destroying(CUstream stream);
   // Whether `stream` is capturing a graph (then allocations on it take the driver's own path).
   bool capturing(CUstream stream);
 

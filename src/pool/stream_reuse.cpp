@@ -61,7 +61,7 @@ CUevent DevicePool::take_event() {
 bool DevicePool::reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUcontext context, CUdeviceptr* out) {
   if (pending_count_.load(std::memory_order_relaxed) == 0) return false;
   const bool small = bytes <= small_max_;
-  const std::size_t granules = (bytes + chunk_ - 1) >> chunk_shift_;
+  const std::size_t granules = div_ceil(bytes, chunk_);
   const int cls = small ? small_class(bytes) : -1;
   PendingItem item;
   {
@@ -125,21 +125,7 @@ bool DevicePool::collect_pending(bool wait) {
   {
     std::lock_guard lock(async_mu_);
     for (auto it = streams_.begin(); it != streams_.end();) {
-      auto& [key, frees] = *it;
-      if (!frees.open.empty()) {
-        ScopedContext in(d_, key.context);
-        CUevent e = take_event();
-        if (e != nullptr && d_.cuEventRecord(e, key.stream) == CUDA_SUCCESS) {
-          batches_.push_back(Batch{e, std::move(frees.open)});
-        } else {
-          // The stream is gone (destroyed) or events fail: its work may still run, so wait for the
-          // whole context before reusing what was freed on it.
-          if (e != nullptr) spare_events_.push_back(e);
-          d_.cuCtxSynchronize();
-          ready.insert(ready.end(), frees.open.begin(), frees.open.end());
-        }
-        frees.open.clear();
-      }
+      seal_locked(it->first, it->second, &ready);
       it = streams_.erase(it);  // streams come and go; keep no entry for an idle one
     }
     for (auto it = batches_.begin(); it != batches_.end();) {
@@ -157,6 +143,40 @@ bool DevicePool::collect_pending(bool wait) {
   }
   for (const PendingItem& item : ready) release_pending(item);
   return !ready.empty();
+}
+
+void DevicePool::seal_locked(const StreamKey& key, StreamFrees& frees, std::vector<PendingItem>* ready) {
+  if (frees.open.empty()) return;
+  ScopedContext in(d_, key.context);
+  CUevent e = take_event();
+  if (e != nullptr && d_.cuEventRecord(e, key.stream) == CUDA_SUCCESS) {
+    batches_.push_back(Batch{e, std::move(frees.open)});
+  } else {
+    // Events fail (or the stream is already gone): its work may still run, so wait for the whole
+    // context before reusing what was freed on it.
+    if (e != nullptr) spare_events_.push_back(e);
+    d_.cuCtxSynchronize();
+    ready->insert(ready->end(), frees.open.begin(), frees.open.end());
+  }
+  frees.open.clear();
+}
+
+void DevicePool::seal_stream(CUstream stream) {
+  if (pending_count_.load(std::memory_order_relaxed) == 0 || process_exiting()) return;
+  std::vector<PendingItem> ready;
+  {
+    std::lock_guard lock(async_mu_);
+    for (auto it = streams_.begin(); it != streams_.end();) {
+      if (it->first.stream != stream) {
+        ++it;
+        continue;
+      }
+      seal_locked(it->first, it->second, &ready);
+      it = streams_.erase(it);
+    }
+    pending_count_.fetch_sub(ready.size(), std::memory_order_relaxed);
+  }
+  for (const PendingItem& item : ready) release_pending(item);
 }
 
 void DevicePool::release_pending(const PendingItem& item) {

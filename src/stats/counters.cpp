@@ -1,12 +1,16 @@
 #include "stats/counters.h"
 
 #include <cstring>
+#include <new>
 
 namespace uvmpool::stats {
 
 Counters& counters() {
-  // Never destroyed: hooks may run during exit, after static destructors.
-  static Counters* c = new Counters;
+  // Never destroyed (hooks may run during exit, after static destructors) and never allocated: the
+  // exported symbols and the dlsym hook count before the exception boundary (guarded_hooks.cpp), so
+  // making the counters must not be able to throw.
+  alignas(Counters) static unsigned char storage[sizeof(Counters)];
+  static Counters* c = new (storage) Counters;
   return *c;
 }
 

@@ -2,11 +2,14 @@
 // Runs in a library destructor, once exit has begun: figures come from atomics only, no driver call.
 #include "stats/exit_report.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 
 #include "config/options.h"
+#include "config/output_file.h"
 #include "config/process_info.h"
 #include "stats/collect.h"
 #include "stats/format.h"
@@ -24,15 +27,25 @@ void write_exit_report() {
   }
   if (!o.stats_file.empty()) {
     const std::string path = config::expand_pid(o.stats_file);
-    std::FILE* f = std::fopen(path.c_str(), "w");
     const std::string json = to_json(r);
-    const bool ok = f != nullptr && std::fwrite(json.data(), 1, json.size(), f) == json.size();
-    const int saved = errno;
-    if (f != nullptr && std::fclose(f) != 0 && ok) {
-      std::fprintf(stderr, "[uvmpool] UVMPOOL_STATS_FILE: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
-    } else if (!ok) {
-      std::fprintf(stderr, "[uvmpool] UVMPOOL_STATS_FILE: cannot write %s: %s\n", path.c_str(), std::strerror(saved));
+    std::string error;
+    const int fd = config::open_output_file(path, config::OutputMode::Truncate, error);
+    bool ok = fd >= 0;
+    for (std::size_t at = 0; ok && at < json.size();) {
+      const ssize_t n = ::write(fd, json.data() + at, json.size() - at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        error = std::strerror(n < 0 ? errno : ENOSPC);
+        ok = false;
+      } else {
+        at += static_cast<std::size_t>(n);
+      }
     }
+    if (fd >= 0 && ::close(fd) != 0 && ok) {
+      error = std::strerror(errno);
+      ok = false;
+    }
+    if (!ok) std::fprintf(stderr, "[uvmpool] UVMPOOL_STATS_FILE: cannot write %s: %s\n", path.c_str(), error.c_str());
   }
 }
 

@@ -53,14 +53,24 @@ std::vector<std::string> read_device_uuids() {
   return uuids;
 }
 
+// Guards starting against stopping: held by the thread that starts the observers (first allocation)
+// and by exit, which then waits for a start in progress to finish before it stops what was started.
+std::mutex g_mu;
+bool g_started = false;
+bool g_exiting = false;
+
 void stop_at_exit() {
-  // Before the exit report (a library destructor) and before the pool stops its own thread: the
-  // last figures are published, the segment removed, the trace closed as valid JSON.
+  // Before the exit report (a library destructor): the last figures are published, the segment
+  // removed, the trace closed as valid JSON.
+  std::lock_guard lock(g_mu);
+  g_exiting = true;
   if (g_publisher != nullptr) g_publisher->stop(false);
   trace::stop();
 }
 
 void forget_in_child() {
+  new (&g_mu) std::mutex;  // another thread of the parent may have held it
+
   if (g_publisher != nullptr) {
     g_publisher->abandon();
     g_publisher = nullptr;  // leaked on purpose
@@ -70,18 +80,27 @@ void forget_in_child() {
 
 }  // namespace
 
-void start_process_observers() {
+void prepare_process_observers() {
   static std::once_flag once;
+  // Registered before anything is started, so that exit always finds its handler (it used to be
+  // registered after the start: an exit during the start left a 0-byte trace and a half-made segment).
   std::call_once(once, [] {
-    const config::Options& o = config::options();
-    if (!o.trace.empty()) trace::start(o.trace, o.trace_max.bytes, sample_memory);
-    set_device_uuids(read_device_uuids());  // for the segment and the exit report alike
-    if (o.stats_shm) {
-      g_publisher = Publisher::start(collect_process, static_cast<std::uint32_t>(o.stats_interval)).release();
-    }
     std::atexit(stop_at_exit);
     pthread_atfork(nullptr, nullptr, forget_in_child);
   });
+}
+
+void start_process_observers() {
+  prepare_process_observers();
+  std::lock_guard lock(g_mu);
+  if (g_started || g_exiting) return;  // once; and never once exit has begun
+  g_started = true;
+  const config::Options& o = config::options();
+  if (!o.trace.empty()) trace::start(o.trace, o.trace_max.bytes, sample_memory);
+  set_device_uuids(read_device_uuids());  // for the segment and the exit report alike
+  if (o.stats_shm) {
+    g_publisher = Publisher::start(collect_process, static_cast<std::uint32_t>(o.stats_interval)).release();
+  }
 }
 
 std::string process_segment_path() { return g_publisher != nullptr ? g_publisher->path() : std::string(); }

@@ -14,11 +14,18 @@
 #define UVMPOOL_VERSION_STRING "0.0.0"
 #endif
 
+// No C++ exception may cross the C API: each function catches at its boundary and answers its
+// error value (-1, or 0 for the counts), as for a bad argument.
+#define UVMPOOL_GUARD(failure) \
+  catch (...) {                \
+    return failure;            \
+  }
+
 extern "C" {
 
 const char* uvmpool_version(void) { return UVMPOOL_VERSION_STRING; }
 
-int uvmpool_get_stats(uvmpool_stats* out) {
+int uvmpool_get_stats(uvmpool_stats* out) try {
   if (out == nullptr || out->struct_size < sizeof(unsigned long long)) return -1;
   const auto& c = uvmpool::stats::counters();
   uvmpool_stats s{};
@@ -51,8 +58,9 @@ int uvmpool_get_stats(uvmpool_stats* out) {
   out->struct_size = n;
   return 0;
 }
+UVMPOOL_GUARD(-1)
 
-int uvmpool_get_device_stats(int device, uvmpool_device_stats* out) {
+int uvmpool_get_device_stats(int device, uvmpool_device_stats* out) try {
   if (out == nullptr || out->struct_size < 2 * sizeof(unsigned long long)) return -1;
   uvmpool_device_stats s{};
   s.struct_size = sizeof(s);
@@ -84,8 +92,9 @@ int uvmpool_get_device_stats(int device, uvmpool_device_stats* out) {
   out->struct_size = n;
   return result;
 }
+UVMPOOL_GUARD(-1)
 
-unsigned long long uvmpool_stats_json(char* buf, unsigned long long size) {
+unsigned long long uvmpool_stats_json(char* buf, unsigned long long size) try {
   const std::string json = uvmpool::stats::to_json(uvmpool::stats::collect_process());
   if (buf != nullptr && size != 0) {
     const std::size_t n = std::min<std::size_t>(json.size(), size - 1);
@@ -94,7 +103,11 @@ unsigned long long uvmpool_stats_json(char* buf, unsigned long long size) {
   }
   return json.size();
 }
+UVMPOOL_GUARD(0)
 
-unsigned long long uvmpool_hook_calls(const char* function) { return uvmpool::stats::hook_calls(function); }
+unsigned long long uvmpool_hook_calls(const char* function) try {
+  return uvmpool::stats::hook_calls(function);
+}
+UVMPOOL_GUARD(0)
 
 }  // extern "C"

@@ -58,7 +58,7 @@ int create_exclusive(const std::string& path) {
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0 && errno == EEXIST) {
     // Left by an earlier process of the same user with the same pid (killed before it could remove
-    // it): ours to replace. Another user's file cannot be removed (sticky /dev/shm) and stays.
+    // it): ours to replace (in our own directory nobody else can put a file).
     struct stat st {};
     if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && unlink(path.c_str()) == 0) {
       fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -69,10 +69,37 @@ int create_exclusive(const std::string& path) {
   return fd;
 }
 
+// The user's segment directory: made 0700 if missing; used only if it is a real directory (not a
+// link) that this user owns and nobody else can enter. Another user could make it first; then the
+// statistics are off (and say why), but nothing is ever written where that user could read or swap it.
+bool prepare_user_directory(const std::string& dir, std::string* error) {
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    *error = dir + ": " + std::strerror(errno);
+    return false;
+  }
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) != 0) {
+    *error = dir + ": " + std::strerror(errno);
+    return false;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    *error = dir + ": not a directory (refused)";
+  } else if (st.st_uid != geteuid()) {
+    *error = dir + ": belongs to uid " + std::to_string(st.st_uid) + " (refused)";
+  } else if ((st.st_mode & 077) != 0 && chmod(dir.c_str(), 0700) != 0) {
+    *error = dir + ": open to other users and cannot be made private (refused)";
+  } else {
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::unique_ptr<Segment> Segment::create(const Report& first, std::uint32_t interval_ms, std::string* error,
-                                         const std::string& dir) {
+                                         const std::string& given_dir) {
+  const std::string dir = given_dir.empty() ? shm::user_directory(geteuid()) : given_dir;
+  if (given_dir.empty() && !prepare_user_directory(dir, error)) return nullptr;
   char name[64];
   shm::segment_name(name, sizeof(name), geteuid(), static_cast<long>(getpid()));
   std::string descriptors;

@@ -20,10 +20,12 @@ namespace uvmpool::stats {
 class Segment {
  public:
   // Creates <dir>/uvmpool-<uid>-<pid> (mode 0600) laid out for `first`'s metrics and fills it with
-  // `first`'s values. A segment left by an earlier process with the same pid is replaced. nullptr
-  // and *error on failure (no /dev/shm, out of space).
+  // `first`'s values; `dir` "" is the user's own directory (shm::user_directory, made 0700 if
+  // missing, refused unless it is a directory of ours that only we can enter). A segment left by an
+  // earlier process with the same pid is replaced. nullptr and *error on failure (no /dev/shm, out
+  // of space, the directory taken by another user).
   static std::unique_ptr<Segment> create(const Report& first, std::uint32_t interval_ms, std::string* error,
-                                         const std::string& dir = shm::kShmDirectory);
+                                         const std::string& dir = "");
   ~Segment();  // unmaps and unlocks; the file stays until unlink()
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;
@@ -49,7 +51,7 @@ class Publisher {
  public:
   // Creates the segment from collect() and starts refreshing it. nullptr (and a log line) on failure.
   static std::unique_ptr<Publisher> start(std::function<Report()> collect, std::uint32_t interval_ms,
-                                          const std::string& dir = shm::kShmDirectory);
+                                          const std::string& dir = "");
   ~Publisher();  // stop(false) unless already stopped
   // Joins the thread; writes the final figures; marks the segment exited, then removes it unless `keep`.
   void stop(bool keep = false);
@@ -73,8 +75,13 @@ class Publisher {
 
 // The process's publisher and trace, started once the program first reaches the pool (hooks call
 // it): live statistics unless UVMPOOL_STATS_SHM=0, the trace when UVMPOOL_TRACE is set. Stops both
-// at exit (before the exit report) and forgets them in a forked child.
+// at exit (before the exit report) and forgets them in a forked child. Starting and stopping exclude
+// each other: an exit racing the first allocation on another thread either finds them started and
+// stops them (complete trace, segment removed) or keeps them from starting at all.
 void start_process_observers();
+// Registers the exit and fork handlers; called by the library constructor, before the program can
+// start a thread (start_process_observers calls it too, for programs that link uvmpool's parts).
+void prepare_process_observers();
 // The segment path of the process's publisher, "" when none (tests).
 std::string process_segment_path();
 

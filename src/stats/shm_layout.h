@@ -1,6 +1,7 @@
 // The shared-memory segment through which a process publishes its live statistics (read by
-// uvmpool-stat). One segment per process: /dev/shm/uvmpool-<uid>-<pid>, mode 0600 (the same user,
-// or root, can read it), counters only, never memory contents. The writer holds a shared flock on
+// uvmpool-stat). One segment per process: /dev/shm/uvmpool-<uid>/uvmpool-<uid>-<pid>, mode 0600, in
+// a directory of mode 0700 owned by the user (so the same user, or root, can read it, and no other
+// user can put a file under its name), counters only, never memory contents. The writer holds a shared flock on
 // the file while it lives (a reader in another pid namespace cannot check the pid). At most
 // kMaxDevices devices are published: the first ones the pool served.
 //
@@ -28,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 
 namespace uvmpool::stats::shm {
 
@@ -67,7 +69,13 @@ struct SegmentHeader {
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "the segment's atomics must work across processes");
 
-// "uvmpool-<uid>-<pid>" (the name under /dev/shm), uid being the effective one (the file's owner).
+// "/dev/shm/uvmpool-<uid>": the directory of one user's segments (readers check that it is a
+// directory of mode 0700 owned by that uid, and skip it otherwise).
+inline std::string user_directory(unsigned uid, const std::string& root = kShmDirectory) {
+  return root + "/" + kNamePrefix + std::to_string(uid);
+}
+
+// "uvmpool-<uid>-<pid>" (the name in the user's directory), uid being the effective one (the owner).
 inline void segment_name(char* out, std::size_t n, unsigned uid, long pid) {
   std::snprintf(out, n, "%s%u-%ld", kNamePrefix, uid, pid);
 }

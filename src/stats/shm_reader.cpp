@@ -1,19 +1,21 @@
 // The reader of published segments (shm_reader.h). The header is copied field by field once and only
 // that copy is trusted afterwards, so a writer changing the header while we read cannot move an offset
-// past a check; every region is checked against the size of the file that was mapped.
+// past a check; every region is checked against the size of the file that was read. Nothing is
+// mapped: the file is read with pread into our own memory (a segment that shrinks while mapped would
+// kill the reader with SIGBUS; a short pread is an error instead).
 #include "stats/shm_reader.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <chrono>
 #include <climits>
 #include <cstring>
@@ -42,25 +44,38 @@ std::string printable(const char* text, std::size_t capacity) {
   return out;
 }
 
-// An open, read-only mapping of a segment file.
+// An open segment file and a copy of its bytes as they were when opened (read with pread). The
+// seqlocked values are read again from the file (read_at) each time they are copied.
 class Mapped {
  public:
   ~Mapped() {
-    if (data_ != nullptr) munmap(const_cast<unsigned char*>(data_), size_);
     if (fd_ >= 0) close(fd_);
   }
   bool open(const std::string& path, std::string* error);
   int fd() const { return fd_; }
   unsigned owner() const { return owner_; }
   std::size_t size() const { return size_; }
-  const unsigned char* data() const { return data_; }
-  const shm::SegmentHeader& header() const { return *reinterpret_cast<const shm::SegmentHeader*>(data_); }
+  const unsigned char* data() const { return reinterpret_cast<const unsigned char*>(copy_.data()); }
+  const shm::SegmentHeader& header() const { return *reinterpret_cast<const shm::SegmentHeader*>(copy_.data()); }
+  // Reads `n` bytes at `offset` of the file now; false when the file is shorter (it shrank).
+  bool read_at(void* out, std::size_t n, std::uint64_t offset) const {
+    auto* p = static_cast<char*>(out);
+    while (n > 0) {
+      const ssize_t got = pread(fd_, p, n, static_cast<off_t>(offset));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return false;
+      p += got;
+      n -= static_cast<std::size_t>(got);
+      offset += static_cast<std::uint64_t>(got);
+    }
+    return true;
+  }
 
  private:
   int fd_ = -1;
   unsigned owner_ = 0;
   std::size_t size_ = 0;
-  const unsigned char* data_ = nullptr;
+  std::vector<std::uint64_t> copy_;  // 8-byte aligned, for the header's fields
 };
 
 bool Mapped::open(const std::string& path, std::string* error) {
@@ -102,13 +117,12 @@ bool Mapped::open(const std::string& path, std::string* error) {
     return false;
   }
   size_ = static_cast<std::size_t>(st.st_size);
-  void* p = mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd_, 0);
-  if (p == MAP_FAILED) {
-    *error = std::string("mmap: ") + std::strerror(errno);
+  copy_.assign((size_ + 7) / 8, 0);
+  if (!read_at(copy_.data(), size_, 0)) {
+    *error = "truncated while being read (the segment shrank)";
     size_ = 0;
     return false;
   }
-  data_ = static_cast<const unsigned char*>(p);
   return true;
 }
 
@@ -270,21 +284,24 @@ void parse_labels(const std::string& text, Report* out) {
 // Copies the values between two equal even reads of the sequence.
 bool copy_values(const Mapped& m, const Header& h, std::vector<std::uint64_t>* words, std::uint64_t* updated_ns,
                  std::uint32_t* state, std::string* error) {
-  const shm::SegmentHeader& s = m.header();
-  // Read-only memory read through atomic_ref: a plain load, never a write; the writer stores these words
-  // while we copy them, so the loads must be atomic for the retry to make the copy sound.
-  auto* base = reinterpret_cast<std::uint64_t*>(const_cast<unsigned char*>(m.data()) + h.values_offset);
+  // Read from the file each time (pread): the writer stores these words while we copy them; a copy
+  // between two equal even reads of the sequence is sound, a torn one is retried.
   words->resize(h.value_words());
+  constexpr std::uint64_t kSequence = offsetof(shm::SegmentHeader, sequence);
+  constexpr std::uint64_t kUpdated = offsetof(shm::SegmentHeader, updated_unix_ns);
+  constexpr std::uint64_t kState = offsetof(shm::SegmentHeader, state);
   for (int attempt = 0; attempt < kSeqlockTries; ++attempt) {
-    const std::uint64_t before = s.sequence.load(std::memory_order_acquire);
-    if (before % 2 == 0) {
-      for (std::size_t i = 0; i < words->size(); ++i) {
-        (*words)[i] = std::atomic_ref<std::uint64_t>(base[i]).load(std::memory_order_relaxed);
-      }
-      *updated_ns = s.updated_unix_ns.load(std::memory_order_relaxed);
-      *state = s.state.load(std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (s.sequence.load(std::memory_order_relaxed) == before) return true;
+    std::uint64_t before = 0, after = 0;
+    bool ok = m.read_at(&before, sizeof before, kSequence);
+    if (ok && before % 2 == 0) {
+      ok = m.read_at(words->data(), words->size() * sizeof(std::uint64_t), h.values_offset) &&
+           m.read_at(updated_ns, sizeof *updated_ns, kUpdated) && m.read_at(state, sizeof *state, kState) &&
+           m.read_at(&after, sizeof after, kSequence);
+      if (ok && after == before) return true;
+    }
+    if (!ok) {
+      *error = "truncated while being read (the segment shrank)";
+      return false;
     }
     std::this_thread::sleep_for(kSeqlockPause);
   }
@@ -301,6 +318,24 @@ bool within(std::uint64_t unix_ns, std::uint64_t window_ns) {
 
 bool header_of(const std::string& path, Mapped* m, Header* h, std::string* error) {
   return m->open(path, error) && read_header(*m, h, error);
+}
+
+// A segment named uvmpool-<uid>-<pid> must be owned by that uid and say that pid in its header:
+// another user's file under my name is never read as mine.
+bool identity_ok(const std::string& path, const Mapped& m, const Header& h, std::string* error) {
+  const std::string name = path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
+  unsigned uid = 0;
+  std::int64_t pid = 0;
+  if (!parse_segment_name(name, &uid, &pid)) return true;  // tests read files of other names
+  if (m.owner() != uid) {
+    *error = "refused: owned by uid " + std::to_string(m.owner()) + ", not uid " + std::to_string(uid) + " as its name says";
+    return false;
+  }
+  if (h.pid != pid) {
+    *error = "corrupt segment: the header names pid " + std::to_string(h.pid);
+    return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -363,9 +398,8 @@ SegmentInfo inspect_segment(const std::string& path) {
   if (lstat(path.c_str(), &st) == 0) info.owner_uid = st.st_uid;
   Mapped m;
   Header h;
-  const bool valid = header_of(path, &m, &h, &info.error);
-  if (valid && named && h.pid != info.pid) info.error = "corrupt segment: the header names pid " + std::to_string(h.pid);
-  if (!valid || (named && h.pid != info.pid)) {
+  const bool valid = header_of(path, &m, &h, &info.error) && identity_ok(path, m, h, &info.error);
+  if (!valid) {
     info.alive = named && process_alive(info.pid, 0);
     // Not ready yet, or damaged: a file made in the last seconds may be a writer still setting it up.
     info.fresh = st.st_mtime != 0 && within(static_cast<std::uint64_t>(st.st_mtime) * 1000000000, kNewFileNs);
@@ -392,8 +426,46 @@ SegmentInfo inspect_segment(const std::string& path) {
   return info;
 }
 
+std::vector<std::string> segment_directories(bool all_users, const std::string& root) {
+  std::vector<std::string> out;
+  DIR* dir = opendir(root.c_str());
+  if (dir == nullptr) return out;
+  const unsigned me = geteuid();
+  const std::string prefix = shm::kNamePrefix;
+  while (const dirent* entry = readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.empty() || digits.size() > 10 ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      continue;
+    }
+    const std::uint64_t uid = std::stoull(digits);
+    if (uid > UINT_MAX || (!all_users && uid != me)) continue;
+    struct stat st {};
+    const std::string path = root + "/" + name;
+    // Only a real directory of that user that nobody else can enter: anything else under the name
+    // was put there by someone else.
+    if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != uid || (st.st_mode & 077) != 0) continue;
+    out.push_back(path);
+  }
+  closedir(dir);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::vector<SegmentInfo> list_segments(bool all_users, const std::string& directory) {
   std::vector<SegmentInfo> out;
+  if (directory.empty()) {
+    for (const std::string& d : segment_directories(all_users)) {
+      std::vector<SegmentInfo> some = list_segments(all_users, d);
+      out.insert(out.end(), std::make_move_iterator(some.begin()), std::make_move_iterator(some.end()));
+    }
+    std::sort(out.begin(), out.end(), [](const SegmentInfo& a, const SegmentInfo& b) {
+      return a.pid != b.pid ? a.pid < b.pid : a.uid < b.uid;
+    });
+    return out;
+  }
   DIR* dir = opendir(directory.c_str());
   if (dir == nullptr) return out;
   const unsigned me = geteuid();
@@ -415,7 +487,7 @@ bool read_segment(const std::string& path, Report* out, std::string* error) {
   if (error == nullptr) error = &scratch;
   Mapped m;
   Header h;
-  if (!header_of(path, &m, &h, error)) return false;
+  if (!header_of(path, &m, &h, error) || !identity_ok(path, m, h, error)) return false;
   Report r;
   r.pid = h.pid;
   r.command = h.command;

@@ -34,14 +34,21 @@ struct SegmentInfo {
 };
 
 // Segments in `directory` named uvmpool-<uid>-<pid>, the current user's only unless `all_users`,
-// in pid order. Reads each one's header, not its values.
-std::vector<SegmentInfo> list_segments(bool all_users, const std::string& directory = shm::kShmDirectory);
+// in pid order. Reads each one's header, not its values. `directory` "": every checked user
+// directory (segment_directories) under /dev/shm. A segment whose owner is not the uid of its name,
+// or whose header names another pid, is listed unreadable, never read.
+std::vector<SegmentInfo> list_segments(bool all_users, const std::string& directory = "");
+
+// The user directories under `root` (/dev/shm/uvmpool-<uid>): the current user's only unless
+// `all_users`; each a real directory owned by the uid of its name with no access for others.
+std::vector<std::string> segment_directories(bool all_users, const std::string& root = shm::kShmDirectory);
 
 // The one segment of `path` (which need not follow the naming rule, for tests).
 SegmentInfo inspect_segment(const std::string& path);
 
 // Copies a segment into `out`: its descriptors, then its values under the seqlock (retried while the
-// writer is writing; "busy" after ~100 tries). Devices are the slots in use, in ordinal order.
+// writer is writing; "busy" after ~100 tries). Read with pread, never mapped: a segment that shrinks
+// meanwhile is an error ("truncated"), not a SIGBUS. Refused like list_segments' unreadable ones. Devices are the slots in use, in ordinal order.
 bool read_segment(const std::string& path, Report* out, std::string* error);
 
 // Unlinks a stale segment (its process has ended) that the current user owns, after looking at it once

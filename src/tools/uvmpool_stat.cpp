@@ -69,7 +69,7 @@ struct Options {
   double interval_s = 1.0;
   long count = 0;  // 0: until stopped
   bool json = false, prometheus = false, all_users = false, keep_stale = false;
-  std::string dir = uvmpool::stats::shm::kShmDirectory;
+  std::string dir;  // "": the users' directories under /dev/shm (shm::user_directory)
   std::optional<uvmpool::tools::ServeOptions> serve;
   std::optional<std::string> snapshot_out;  // --snapshot FILE
   std::string snapshot_source;              // its PID or trace file
@@ -251,7 +251,10 @@ Snapshot list(const Options& o) {
     }
     out.text = array.dump(2) + "\n";
   } else if (shown.empty()) {
-    out.text = "no process is using uvmpool (no " + o.dir + "/" + shm::kNamePrefix +
+    const std::string where = !o.dir.empty() ? o.dir
+                              : o.all_users  ? std::string(shm::kShmDirectory) + "/" + shm::kNamePrefix + "*"
+                                             : shm::user_directory(geteuid());
+    out.text = "no process is using uvmpool (no " + where + "/" + shm::kNamePrefix +
                (o.all_users ? std::string("*") : std::to_string(geteuid())) + "-* segments)\n";
   } else {
     out.text = fixed("PID", 8) + "  " + fixed("STATE", 10, true) + fixed("UPTIME", 11) + fixed("DEV LIVE", 11) +
@@ -278,7 +281,7 @@ Snapshot list(const Options& o) {
 std::optional<SegmentInfo> find_segment(const Options& o, long pid) {
   char name[64];
   shm::segment_name(name, sizeof name, geteuid(), pid);
-  const std::string own = o.dir + "/" + name;
+  const std::string own = (o.dir.empty() ? shm::user_directory(geteuid()) : o.dir) + "/" + name;
   if (access(own.c_str(), F_OK) == 0) return inspect_segment(own);
   std::optional<SegmentInfo> found;
   for (SegmentInfo& s : list_segments(true, o.dir)) {
@@ -295,11 +298,18 @@ Snapshot one(const Options& o, bool first) {
   std::string error;
   if (!s) {
     if (!first) return {"", kOk, true};
-    std::fprintf(stderr, "uvmpool-stat: no uvmpool process with pid %ld (no %s/%s*-%ld segment)\n", pid, o.dir.c_str(),
+    const std::string where = o.dir.empty() ? std::string(shm::kShmDirectory) + "/" + shm::kNamePrefix + "*" : o.dir;
+    std::fprintf(stderr, "uvmpool-stat: no uvmpool process with pid %ld (no %s/%s*-%ld segment)\n", pid, where.c_str(),
                  shm::kNamePrefix, pid);
     return {"", kNoProcess, true};
   }
-  if (!read_segment(s->path, &r, &error)) {
+  if (read_segment(s->path, &r, &error) && r.pid != pid) {
+    error = "refused: the segment's header names pid " + std::to_string(r.pid);  // never another process's figures
+    r = Report{};
+    std::fprintf(stderr, "uvmpool-stat: %s: %s\n", s->path.c_str(), error.c_str());
+    return {"", kNoProcess, true};
+  }
+  if (!error.empty()) {
     if (!first && s->stale()) return {"", kOk, true};  // torn down as it ended
     std::fprintf(stderr, "uvmpool-stat: %s: %s\n", s->path.c_str(), error.c_str());
     return {"", kNoProcess, true};

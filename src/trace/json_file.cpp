@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "config/log.h"
+#include "config/output_file.h"
 
 namespace uvmpool::trace::detail {
 namespace {
@@ -64,12 +65,9 @@ bool JsonFile::open(const std::string& path, std::uint64_t max_bytes, std::size_
     error = fmt::format("a bound of {} bytes leaves no room for any event", max_bytes);
     return false;
   }
-  // The user's own file: 0644 as the umask allows, like any file a program writes.
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
-    error = std::strerror(errno);
-    return false;
-  }
+  // No symbolic link, no other user's file; a new file is 0600 (config/output_file.h).
+  fd_ = config::open_output_file(path, config::OutputMode::Truncate, error);
+  if (fd_ < 0) return false;
   path_ = path;
   max_bytes_ = max_bytes;
   buf_.append(kOpen);

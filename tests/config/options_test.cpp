@@ -145,6 +145,20 @@ TEST(ParseErrors, GranularityMustBeAPowerOfTwoOfAtLeast4096) {
   EXPECT_EQ(parse_one("UVMPOOL_SIM_GRANULARITY", "1G").options.sim_granularity.bytes, GiB);
 }
 
+// Issue 17: 1T was accepted and then every allocation failed; past 2^63 it was undefined behaviour.
+TEST(ParseErrors, ChunkSizeIsZeroOrFrom4KTo1G) {
+  for (auto bad : {"1T", "2G", "1025M", "2048", "16777215T", "18446744073709551615"}) {
+    ParseResult r = parse_one("UVMPOOL_CHUNK_SIZE", bad);
+    ASSERT_EQ(r.errors.size(), 1u) << bad;
+    EXPECT_THAT(r.errors[0], HasSubstr("UVMPOOL_CHUNK_SIZE")) << bad;
+    EXPECT_THAT(r.errors[0], HasSubstr("from 4K to 1G")) << bad;
+    EXPECT_EQ(r.options.chunk_size.bytes, 0u) << bad;
+  }
+  EXPECT_EQ(parse_one("UVMPOOL_CHUNK_SIZE", "0").options.chunk_size.bytes, 0u);
+  EXPECT_EQ(parse_one("UVMPOOL_CHUNK_SIZE", "4K").options.chunk_size.bytes, 4096u);
+  EXPECT_EQ(parse_one("UVMPOOL_CHUNK_SIZE", "1G").options.chunk_size.bytes, GiB);
+}
+
 TEST(ParseErrors, DriverPathMustBeAbsoluteWhenSet) {
   ParseResult r = parse_one("UVMPOOL_DRIVER_PATH", "libcuda.so.1");
   EXPECT_THAT(r.errors, ElementsAre(HasSubstr("UVMPOOL_DRIVER_PATH='libcuda.so.1' is not valid: expected an absolute path")));

@@ -27,8 +27,12 @@ def stat(tool, *args):
 
 
 def main():
-    preload, sim_dir, client, tool = sys.argv[1:5]
-    tmp = tempfile.mkdtemp(prefix="uvmpool-observe-")
+    # Removed however the test ends (fail() raises SystemExit through the with).
+    with tempfile.TemporaryDirectory(prefix="uvmpool-observe-") as tmp:
+        observe(tmp, *sys.argv[1:5])
+
+
+def observe(tmp, preload, sim_dir, client, tool):
     env = dict(os.environ, LD_PRELOAD=preload, LD_LIBRARY_PATH=sim_dir, UVMPOOL_DEVICE_LIMIT="256M",
                UVMPOOL_SIM_DEVICE_MEMORY="1G", UVMPOOL_STATS="1", UVMPOOL_STATS_INTERVAL="10",
                UVMPOOL_STATS_FILE=os.path.join(tmp, "stats-%p.json"))
@@ -40,7 +44,7 @@ def main():
         if not m:
             fail(f"the client did not get ready: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}")
         pid, live, count = (int(x) for x in m.groups())
-        segment = f"/dev/shm/uvmpool-{os.getuid()}-{pid}"
+        segment = f"/dev/shm/uvmpool-{os.getuid()}/uvmpool-{os.getuid()}-{pid}"
         if not os.path.exists(segment):
             fail(f"no segment {segment}")
         if os.stat(segment).st_mode & 0o777 != 0o600:

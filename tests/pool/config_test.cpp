@@ -29,8 +29,33 @@ TEST(PoolConfigFromOptions, DeviceLimitInBytes) {
 TEST(PoolConfigFromOptions, DefaultsLetThePoolUseTheWholeDevice) {
   const PoolConfig c = config_of({});
   EXPECT_EQ(c.device_limit.resolve(std::uint64_t{80} << 30), std::uint64_t{80} << 30);
-  EXPECT_EQ(c.small_max, PoolConfig{}.small_max);
   EXPECT_EQ(c.chunk_size, 0u);
+}
+
+// PoolConfig{} (what tests and benchmarks build on) must hold the defaults of options.def, field by
+// field: each is compared with the value the option table's default parses to.
+TEST(PoolConfigDefaults, EveryFieldFromAnOptionHoldsThatOptionsDefault) {
+  const PoolConfig fresh;
+  const PoolConfig from_table = config_of({});
+  EXPECT_EQ(fresh.device_limit.is_percent, from_table.device_limit.is_percent);
+  EXPECT_DOUBLE_EQ(fresh.device_limit.percent, from_table.device_limit.percent);
+  EXPECT_EQ(fresh.device_limit.bytes, from_table.device_limit.bytes);
+  EXPECT_EQ(fresh.headroom, from_table.headroom);
+  EXPECT_EQ(fresh.chunk_size, from_table.chunk_size);
+  EXPECT_EQ(fresh.spill, from_table.spill);
+  EXPECT_EQ(fresh.host_limit.is_percent, from_table.host_limit.is_percent);
+  EXPECT_DOUBLE_EQ(fresh.host_limit.percent, from_table.host_limit.percent);
+  EXPECT_EQ(fresh.host_limit.bytes, from_table.host_limit.bytes);
+  EXPECT_EQ(fresh.host_reserve, from_table.host_reserve);
+  EXPECT_EQ(fresh.report_host, from_table.report_host);
+}
+
+// The fields no option sets keep the values docs/architecture.md gives.
+TEST(PoolConfigDefaults, FieldsWithoutAnOptionHoldTheDocumentedValues) {
+  const PoolConfig fresh;
+  EXPECT_EQ(fresh.small_max, std::size_t{1} << 20);  // "Small allocations (up to 1 MiB ...)"
+  EXPECT_EQ(fresh.host_idle_ms, 5000u);              // "once no spill has come for 5 s"
+  EXPECT_TRUE(fresh.counters);
 }
 
 }  // namespace

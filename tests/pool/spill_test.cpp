@@ -4,8 +4,12 @@
 // OUT_OF_MEMORY until a free makes room. Tests that check exact host figures stop the reserve thread
 // (Pool::stop_background): it pins and premaps host chunks on its own schedule; placement does not
 // depend on it.
-#include <algorithm>
+#include <unistd.h>
 
+#include <algorithm>
+#include <limits>
+
+#include "pool/host_tier.h"
 #include "spill_test.h"
 
 namespace pooltest {
@@ -283,6 +287,38 @@ TEST_F(Spill, TierFiguresMatchWhereTheChunksLie) {
   s = pool->stats(0);
   EXPECT_EQ(s.live_host_bytes, 0u);
   EXPECT_EQ(s.peak_live_host_bytes, bytes - on_device) << "peaks stay";
+}
+
+}  // namespace
+}  // namespace pooltest
+
+namespace pooltest {
+namespace {
+
+// Issue 17: UVMPOOL_HOST_LIMIT=18446744073709551615 wrapped budget + limit, so an allocation that
+// fits was refused; the limit is clamped to the machine's memory.
+TEST_F(Spill, AHostLimitOfTwoToThe64BytesDoesNotWrapTheBudget) {
+  auto pool = make_pool(spill_config(64 * kMiB, std::numeric_limits<std::size_t>::max()));
+  const CUdeviceptr p = must_allocate(*pool, 96 * kMiB);  // past the device limit: spills
+  EXPECT_NE(p, 0u);
+  const std::uint64_t physical =
+      static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(sysconf(_SC_PAGE_SIZE));
+  EXPECT_LE(pool->stats(0).host_limit, physical) << "clamped to the memory the machine has";
+  CUdeviceptr q = 0;
+  EXPECT_EQ(pool->allocate(&q, std::size_t{1} << 62), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(pool->allocate(&q, std::numeric_limits<std::size_t>::max()), CUDA_ERROR_OUT_OF_MEMORY);
+  if (p != 0) must_free(*pool, p);
+}
+
+// charge() compared now + bytes with the limit: a huge request wrapped past it and was counted.
+TEST(HostTierCharge, AChargeThatWouldWrapIsRefusedAndNotCounted) {
+  uvmpool::pool::HostTier tier(100, std::chrono::milliseconds(5000));
+  EXPECT_TRUE(tier.charge(60));
+  EXPECT_FALSE(tier.charge(std::numeric_limits<std::uint64_t>::max() - 10));
+  EXPECT_FALSE(tier.charge(41));
+  EXPECT_TRUE(tier.charge(40));
+  EXPECT_EQ(tier.charged(), 100u);
+  tier.uncharge(100);
 }
 
 }  // namespace

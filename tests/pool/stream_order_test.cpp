@@ -64,6 +64,40 @@ TEST_F(StreamOrder, FreedOnAHeldStreamIsReusedAtOnceOnThatStream) {
   }
 }
 
+// Issue 17 (item 11): memory freed on a stream that the program then destroys. The cuStreamDestroy
+// hook calls stream_destroying first, so the pending frees get their event on that stream while its
+// handle still names it (before, the event was recorded later on a handle the driver may have given
+// to a new stream, whose event could complete before the old stream's work).
+TEST_F(StreamOrder, DestroyingAStreamCoversItsPendingFreesWithAnEventOnIt) {
+  using Violations = unsigned long long (*)();
+  auto violations = reinterpret_cast<Violations>(uvmpool::driver::real_symbol("uvmpool_sim_violations"));
+  ASSERT_NE(violations, nullptr) << "the simulated driver has no uvmpool_sim_violations";
+  for (std::size_t bytes : {std::size_t{5000}, gran, 3 * gran + 1}) {
+    SCOPED_TRACE(std::to_string(bytes) + " bytes");
+    auto pool = make_pool();
+    CUstream c = nullptr;
+    ASSERT_CU(drv().cuStreamCreate(&c, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr p = alloc_on(*pool, bytes, c);
+    hold_stream(c, true);
+    ASSERT_CU(drv().cuMemsetD8Async(p, 7, bytes, c));  // work in flight on the freed memory
+    free_on(*pool, p, c);
+    const unsigned long long records = sim().call_count("cuEventRecord");
+    const unsigned long long waits = wait_calls();
+    pool->stream_destroying(c);
+    EXPECT_EQ(sim().call_count("cuEventRecord"), records + 1) << "no event recorded on the stream before it went";
+    EXPECT_EQ(wait_calls(), waits) << "an event is enough: no wait for the whole context";
+    // Another stream does not get the memory while the destroyed stream's work is held.
+    CUdeviceptr q = alloc_on(*pool, bytes, b);
+    EXPECT_TRUE(disjoint({{p, bytes}, {q, bytes}}) || wait_calls() > waits)
+        << "memory freed on a destroyed stream with work in flight was reused without waiting";
+    hold_stream(c, false);
+    ASSERT_CU(drv().cuStreamDestroy_v2(c));
+    ASSERT_CU(drv().cuCtxSynchronize());
+    free_on(*pool, q, b);
+    EXPECT_EQ(violations(), 0u);
+  }
+}
+
 TEST_F(StreamOrder, FreedOnAHeldStreamIsNotReusedOnAnotherStream) {
   for (std::size_t bytes : sizes()) {
     SCOPED_TRACE(std::to_string(bytes) + " bytes");

@@ -451,3 +451,87 @@ TEST(Seqlock, AWriterStuckMidUpdateGivesBusy) {
 
 }  // namespace
 }  // namespace uvmpool::stats
+
+namespace uvmpool::stats {
+namespace {
+
+// Issue 17: the reader mapped the file, so a segment that shrank after mmap killed it with SIGBUS
+// (105 runs in 300). Now it reads with pread: a shrinking segment is an error at worst.
+TEST(Hostile, ASegmentThatShrinksWhileBeingReadIsAnErrorNotASignal) {
+  TempDir dir;
+  SegmentWriter w(report_of(getpid()), dir.path(), geteuid(), own_ticks());
+  const std::string bytes = bytes_of(w);
+  std::atomic<bool> stop{false};
+  std::thread shrinker([&] {
+    const int fd = open(w.path().c_str(), O_RDWR);
+    while (!stop.load()) {
+      if (ftruncate(fd, 64) != 0) break;  // shorter than the header
+      if (pwrite(fd, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) break;
+    }
+    close(fd);
+  });
+  int read_ok = 0, refused = 0;
+  for (int i = 0; i < 3000; ++i) {
+    Report r;
+    std::string error;
+    (read_segment(w.path(), &r, &error) ? read_ok : refused) += 1;
+    inspect_segment(w.path());
+  }
+  stop.store(true);
+  shrinker.join();
+  EXPECT_EQ(read_ok + refused, 3000);
+}
+
+// Issue 17: a file named uvmpool-<my uid>-<pid> that another user owns was listed and exported as
+// mine. The owner must be the uid of the name (and the header's pid the name's pid).
+TEST(Hostile, AnotherUsersFileUnderMyNameIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to give a file to another user";
+  TempDir dir;
+  SegmentWriter w(report_of(getpid()), dir.path(), geteuid(), own_ticks());
+  ASSERT_EQ(chown(w.path().c_str(), 12345, 12345), 0);
+  const std::vector<SegmentInfo> own = list_segments(false, dir.path());
+  ASSERT_EQ(own.size(), 1u);
+  EXPECT_FALSE(own[0].readable);
+  EXPECT_NE(own[0].error.find("owned by uid 12345"), std::string::npos) << own[0].error;
+  Report r;
+  std::string error;
+  EXPECT_FALSE(read_segment(w.path(), &r, &error));
+  EXPECT_NE(error.find("owned by uid 12345"), std::string::npos) << error;
+}
+
+TEST(Hostile, ASegmentWhoseHeaderNamesAnotherPidIsRefused) {
+  TempDir dir;
+  SegmentWriter w(report_of(getppid()), dir.path(), geteuid(), 0);  // named after getppid()...
+  const std::string renamed = dir.file("uvmpool-" + std::to_string(geteuid()) + "-" + std::to_string(getpid()));
+  ASSERT_EQ(rename(w.path().c_str(), renamed.c_str()), 0);  // ...now under my pid
+  Report r;
+  std::string error;
+  EXPECT_FALSE(read_segment(renamed, &r, &error));
+  EXPECT_NE(error.find("names pid"), std::string::npos) << error;
+  rename(renamed.c_str(), w.path().c_str());
+}
+
+// Segments live in /dev/shm/uvmpool-<uid>/: only a real directory of that uid, closed to others,
+// is looked in (another user could make the name first; it is then skipped, never trusted).
+TEST(Directories, OnlyPrivateDirectoriesOfTheirOwnUserAreListed) {
+  TempDir root;
+  const unsigned me = geteuid();
+  const std::string mine = shm::user_directory(me, root.path());
+  ASSERT_EQ(mkdir(mine.c_str(), 0700), 0);
+  EXPECT_EQ(segment_directories(false, root.path()), std::vector<std::string>{mine});
+  chmod(mine.c_str(), 0755);
+  EXPECT_TRUE(segment_directories(false, root.path()).empty()) << "open to others: skipped";
+  chmod(mine.c_str(), 0700);
+  const std::string other = shm::user_directory(me + 1, root.path());
+  ASSERT_EQ(mkdir(other.c_str(), 0700), 0);
+  EXPECT_EQ(segment_directories(true, root.path()).size(), 1u) << "named for uid+1 but owned by me: skipped";
+  if (me == 0) {
+    ASSERT_EQ(chown(mine.c_str(), 12345, 12345), 0);
+    EXPECT_TRUE(segment_directories(false, root.path()).empty()) << "my name, another user's directory";
+  }
+  ASSERT_EQ(symlink(other.c_str(), (root.path() + "/uvmpool-99999").c_str()), 0);
+  EXPECT_TRUE(segment_directories(true, root.path()).size() <= 1u);
+}
+
+}  // namespace
+}  // namespace uvmpool::stats

@@ -1,10 +1,12 @@
 // The recorder on its own: what each kind of event becomes in the file, threads (including ones
 // that exit before stop), timestamps, counters, and the start/stop rules.
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 
 #include <atomic>
+#include <csignal>
 #include <set>
 #include <thread>
 
@@ -300,7 +302,7 @@ TEST(Recorder, PercentPBecomesTheProcessId) {
   stop();
   struct stat sb{};
   ASSERT_EQ(stat(expected.c_str(), &sb), 0);
-  EXPECT_EQ(sb.st_mode & 0777, 0644 & ~[] { mode_t m = umask(0); umask(m); return m; }());
+  EXPECT_EQ(sb.st_mode & 0777, 0600u) << "a new trace is the user's alone (config/output_file.h)";
   parse_trace(expected);
 }
 
@@ -346,7 +348,20 @@ TEST(Recorder, FullRingDropsAreCountedExactly) {
 // A device that refuses every write (/dev/full): one log line, recording stops, nothing crashes,
 // and every event is accounted as dropped.
 TEST(Recorder, WriteErrorStopsRecording) {
-  ASSERT_TRUE(start("/dev/full", 1u << 30, nullptr));
+  // A regular file that takes no byte (RLIMIT_FSIZE 0: every write fails with EFBIG). /dev/full
+  // served before, but output files must be regular files now (config/output_file.h).
+  const TempDir tmp;
+  std::signal(SIGXFSZ, SIG_IGN);
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  rlimit none = old;
+  none.rlim_cur = 0;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &none), 0);
+  struct Restore {
+    rlimit limit;
+    ~Restore() { setrlimit(RLIMIT_FSIZE, &limit); }
+  } restore{old};
+  ASSERT_TRUE(start(tmp.path + "/full.json", 1u << 30, nullptr));
   for (int i = 0; i < 100; ++i) record(Kind::Alloc, 0, 0x1000 + i, 1);
   for (int i = 0; i < 100 && recording(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_FALSE(recording()) << "the failed write did not stop recording";

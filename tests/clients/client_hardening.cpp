@@ -1,0 +1,188 @@
+// A program linked with -lcuda that does what probing found uvmpool could not survive (issue 17).
+// Each mode prints what the driver (through uvmpool) answered and exits 0, or exits non-zero / dies
+// when uvmpool crashed, hung or let an exception through:
+//   huge   cuMemAlloc of 2^62 bytes: must answer an error (OUT_OF_MEMORY), never abort.
+//   throw  (with tests/clients/malloc_fail_shim.c preloaded) every malloc of this thread fails during
+//          the program's first cuMemAlloc, so uvmpool's pool throws std::bad_alloc inside the hook:
+//          the hook must answer OUT_OF_MEMORY, and the next allocation must work.
+//   fork   the parent allocates and forks; the child calls cuInit, takes a context, allocates and
+//          frees an inherited pointer. Whatever each call answers is fine; the child must not die.
+//   init   cuInit only, printing its answer (for settings that leave no driver to reach).
+//   stream-destroy  memory freed with cuMemFreeAsync on a stream whose work is held (simulator), then
+//          the stream destroyed: uvmpool must record its event on the stream before it goes.
+//   race US  a thread makes the first allocation while main returns (exit) about US microseconds
+//          after it started: exit races uvmpool starting its trace and statistics segment.
+#include <cuda.h>
+#include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "linked_client.h"
+
+namespace {
+
+int huge() {
+  use_primary_context();
+  CUdeviceptr p = 0;
+  const CUresult r = cuMemAlloc(&p, std::size_t{1} << 62);
+  std::printf("huge: cuMemAlloc(2^62) returned %d\n", int(r));
+  CLIENT_CHECK(r != CUDA_SUCCESS, "a 2^62-byte allocation succeeded");
+  // The process goes on working.
+  CU(cuMemAlloc(&p, 1 << 20));
+  CU(cuMemFree(p));
+  return 0;
+}
+
+int throw_in_hook() {
+  use_primary_context();
+  auto fail = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "shim_fail_malloc"));
+  CLIENT_CHECK(fail != nullptr, "preload tests/clients/malloc_fail_shim.c first");
+  CUdeviceptr p = 0;
+  fail(1);
+  const CUresult r = cuMemAlloc(&p, 1 << 20);  // the first: uvmpool makes its pool here
+  fail(0);
+  std::printf("throw: cuMemAlloc with malloc failing returned %d\n", int(r));
+  CLIENT_CHECK(r == CUDA_ERROR_OUT_OF_MEMORY, "expected CUDA_ERROR_OUT_OF_MEMORY");
+  CU(cuMemAlloc(&p, 1 << 20));
+  CU(cuMemFree(p));
+  std::printf("throw: ok\n");
+  return 0;
+}
+
+int fork_child() {
+  use_primary_context();
+  CUdeviceptr small = 0, large = 0;
+  CU(cuMemAlloc(&small, 4096));
+  CU(cuMemAlloc(&large, 8 << 20));
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  CLIENT_CHECK(pid >= 0, "fork failed");
+  if (pid == 0) {
+    // The child: every answer is acceptable; only dying is not.
+    std::printf("child: cuInit %d\n", int(cuInit(0)));
+    CUdevice dev = 0;
+    CUcontext ctx = nullptr;
+    std::printf("child: cuDeviceGet %d\n", int(cuDeviceGet(&dev, 0)));
+    std::printf("child: cuDevicePrimaryCtxRetain %d\n", int(cuDevicePrimaryCtxRetain(&ctx, dev)));
+    std::printf("child: cuCtxSetCurrent %d\n", int(cuCtxSetCurrent(ctx)));
+    CUdeviceptr p = 0;
+    const CUresult a = cuMemAlloc(&p, 8 << 20);
+    std::printf("child: cuMemAlloc %d\n", int(a));
+    CUdeviceptr q = 0;
+    const CUresult b = cuMemAlloc(&q, 256);
+    std::printf("child: cuMemAlloc(small) %d\n", int(b));
+    size_t free_b = 0, total = 0;
+    std::printf("child: cuMemGetInfo %d\n", int(cuMemGetInfo(&free_b, &total)));
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    std::printf("child: cuMemGetAddressRange(inherited) %d\n", int(cuMemGetAddressRange(&base, &size, large)));
+    std::printf("child: cuMemFree(inherited large) %d\n", int(cuMemFree(large)));
+    std::printf("child: cuMemFree(inherited small) %d\n", int(cuMemFree(small)));
+    std::printf("child: cuMemFreeAsync(inherited) %d\n", int(cuMemFreeAsync(small, nullptr)));
+    if (a == CUDA_SUCCESS) std::printf("child: cuMemFree(own) %d\n", int(cuMemFree(p)));
+    if (b == CUDA_SUCCESS) std::printf("child: cuMemFree(own small) %d\n", int(cuMemFree(q)));
+    std::printf("child: done\n");
+    std::fflush(stdout);
+    _exit(0);
+  }
+  int status = 0;
+  CLIENT_CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
+  CLIENT_CHECK(!WIFSIGNALED(status), "the child died of signal %d", WTERMSIG(status));
+  CLIENT_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child exited with %d", WEXITSTATUS(status));
+  // The parent's pool is untouched by the child.
+  CU(cuMemFree(large));
+  CU(cuMemFree(small));
+  std::printf("fork: ok\n");
+  return 0;
+}
+
+int init_only() {
+  const CUresult r = cuInit(0);
+  std::printf("init: cuInit returned %d\n", int(r));
+  CUdeviceptr p = 0;
+  std::printf("init: cuMemAlloc returned %d\n", int(cuMemAlloc(&p, 1 << 20)));
+  int count = -1;
+  std::printf("init: cuDeviceGetCount returned %d\n", int(cuDeviceGetCount(&count)));
+  return 0;
+}
+
+// The simulator's controls (src/sim/sim_control.h), found in the process's libcuda.so.1.
+template <typename F>
+F sim_control(const char* name) {
+  auto f = reinterpret_cast<F>(dlsym(RTLD_DEFAULT, name));
+  CLIENT_CHECK(f != nullptr, "no %s: run on the simulated driver", name);
+  return f;
+}
+
+int stream_destroy() {
+  use_primary_context();
+  auto hold = sim_control<void (*)(CUstream, int)>("uvmpool_sim_hold_stream");
+  auto calls = sim_control<unsigned long long (*)(const char*)>("uvmpool_sim_call_count");
+  auto violations = sim_control<unsigned long long (*)()>("uvmpool_sim_violations");
+  CUstream a = nullptr, b = nullptr;
+  CU(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+  CU(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+  const size_t bytes = 4 << 20;
+  CUdeviceptr p = 0;
+  CU(cuMemAllocAsync(&p, bytes, a));
+  hold(a, 1);
+  CU(cuMemsetD8Async(p, 1, bytes, a));  // in flight on a when a goes
+  CU(cuMemFreeAsync(p, a));
+  const unsigned long long records = calls("cuEventRecord");
+  hold(a, 0);
+  CU(cuStreamDestroy(a));
+  std::printf("stream-destroy: cuEventRecord calls during cuStreamDestroy: %llu\n", calls("cuEventRecord") - records);
+  CLIENT_CHECK(calls("cuEventRecord") == records + 1, "uvmpool recorded no event on the stream before it was destroyed");
+  CUdeviceptr q = 0;
+  CU(cuMemAllocAsync(&q, bytes, b));
+  CU(cuMemsetD8Async(q, 2, bytes, b));
+  CU(cuMemFreeAsync(q, b));
+  CU(cuStreamSynchronize(b));
+  CU(cuStreamDestroy(b));
+  CLIENT_CHECK(violations() == 0, "%llu race-detector violations", violations());
+  std::printf("stream-destroy: ok\n");
+  return 0;
+}
+
+int race(int delay_us) {
+  CU(cuInit(0));
+  std::printf("pid %d\n", int(getpid()));
+  std::fflush(stdout);
+  static std::atomic<bool> going{false};
+  std::thread([] {
+    CUdevice dev;
+    CUcontext ctx;
+    cuDeviceGet(&dev, 0);
+    cuDevicePrimaryCtxRetain(&ctx, dev);
+    cuCtxSetCurrent(ctx);
+    going.store(true);
+    CUdeviceptr p = 0;
+    for (;;) {  // until exit ends the process
+      if (cuMemAlloc(&p, 1 << 20) == CUDA_SUCCESS) cuMemFree(p);
+    }
+  }).detach();
+  while (!going.load()) {
+  }
+  std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+  std::exit(0);  // with the allocating thread still running
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "";
+  if (std::strcmp(mode, "huge") == 0) return huge();
+  if (std::strcmp(mode, "fork") == 0) return fork_child();
+  if (std::strcmp(mode, "throw") == 0) return throw_in_hook();
+  if (std::strcmp(mode, "init") == 0) return init_only();
+  if (std::strcmp(mode, "stream-destroy") == 0) return stream_destroy();
+  if (std::strcmp(mode, "race") == 0) return race(argc > 2 ? std::atoi(argv[2]) : 0);
+  std::fprintf(stderr, "usage: client_hardening huge|throw|fork|init|stream-destroy|race US\n");
+  return 2;
+}
