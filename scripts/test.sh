@@ -4,6 +4,8 @@
 # (build-tsan/). Tests that cannot run instrumented carry the ctest label no_sanitize (or no_asan,
 # no_tsan) and are left out of the sanitized runs by label: tests/sanitizer/README.md says which and why.
 # UVMPOOL_TEST_SANITIZERS="address thread" is the default; set it empty for the normal run alone.
+# Then bounded fuzzing (scripts/fuzz.sh, FUZZ_SECONDS per target, 60 by default; UVMPOOL_TEST_FUZZ=0
+# skips it).
 # Every run is made even when one fails; the status is non-zero when any did.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +45,16 @@ for s in $sanitizers; do
     *) echo "unknown sanitizer '$s' in UVMPOOL_TEST_SANITIZERS" >&2; exit 2 ;;
   esac
 done
+if [ "${UVMPOOL_TEST_FUZZ:-1}" != 0 ]; then
+  start=$SECONDS
+  echo "== uvmpool fuzzing (build-fuzz) =="
+  if FUZZ_SECONDS=${FUZZ_SECONDS:-60} bash scripts/fuzz.sh; then
+    echo "== fuzzing: passed in $((SECONDS - start)) s =="
+  else
+    echo "== fuzzing: FAILED after $((SECONDS - start)) s =="
+    failed+=(fuzzing)
+  fi
+fi
 if [ ${#failed[@]} -gt 0 ]; then
   echo "uvmpool tests FAILED: ${failed[*]}"
   exit 1

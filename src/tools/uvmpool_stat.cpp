@@ -229,7 +229,7 @@ Snapshot list(const Options& o) {
       j["alive"] = !s.stale();
       array.push_back(std::move(j));
     }
-    out.text = array.dump(2) + "\n";
+    out.text = array.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   } else if (shown.empty()) {
     out.text = "no process is using uvmpool (no " + o.dir + "/" + shm::kNamePrefix +
                (o.all_users ? std::string("*") : std::to_string(geteuid())) + "-* segments)\n";
@@ -289,7 +289,7 @@ Snapshot one(const Options& o, bool first) {
   } else if (o.json) {
     nlohmann::json j = to_json_value(r);
     j["alive"] = !s->stale();
-    out.text = j.dump(2) + "\n";
+    out.text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   } else {
     out.text = format_table(r, false);
   }
