@@ -9,7 +9,9 @@ packages=(cmake make g++ python3 binutils libspdlog-dev libfmt-dev nlohmann-json
           # the Python package: wheel built offline from Debian's setuptools, tested in a venv
           python3-venv python3-pip python3-setuptools python3-wheel
           # docs/deploy checks: manifests and dashboard
-          yamllint python3-yaml)
+          yamllint python3-yaml
+          # bounded fuzzing (scripts/fuzz.sh): clang and its libFuzzer runtime
+          clang libclang-rt-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,6 +1,62 @@
 #!/usr/bin/env bash
-# Builds uvmpool and runs the whole test suite (simulated driver; GPU-only tests skip without a GPU).
+# Builds uvmpool and runs the whole test suite (simulated driver; GPU-only tests skip without a GPU)
+# three ways, each in its own build folder: normal (build/), ASan+UBSan (build-asan/) and TSan
+# (build-tsan/). Tests that cannot run instrumented carry the ctest label no_sanitize (or no_asan,
+# no_tsan) and are left out of the sanitized runs by label: tests/sanitizer/README.md says which and why.
+# UVMPOOL_TEST_SANITIZERS="address thread" is the default; set it empty for the normal run alone.
+# Then bounded fuzzing (scripts/fuzz.sh, FUZZ_SECONDS per target, 60 by default; UVMPOOL_TEST_FUZZ=0
+# skips it).
+# Every run is made even when one fails; the status is non-zero when any did.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
-ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j"$(nproc)" --timeout 300
+base=${BUILD_DIR:-build}
+sanitizers=${UVMPOOL_TEST_SANITIZERS-address thread}
+failed=()
+
+# Sanitizer reports fail the test that has them. Leak checking: see tests/sanitizer/lsan.supp.
+# verify_asan_link_order=0: hooks tests preload the (instrumented) libuvmpool.so ahead of the runtime.
+export ASAN_OPTIONS="detect_leaks=1:verify_asan_link_order=0:detect_odr_violation=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export LSAN_OPTIONS="suppressions=$PWD/tests/sanitizer/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/sanitizer/tsan.supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
+
+run() {  # run NAME BUILD_DIR CTEST_ARGS... -- CMAKE_ARGS...
+  local name=$1 dir=$2; shift 2
+  local ctest_args=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do ctest_args+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  local start=$SECONDS
+  echo "== uvmpool tests, $name ($dir) =="
+  if BUILD_DIR=$dir bash scripts/build.sh "$@" \
+     && ctest --test-dir "$dir" --output-on-failure -j"$(nproc)" --timeout 300 "${ctest_args[@]}"; then
+    echo "== $name: passed in $((SECONDS - start)) s =="
+  else
+    echo "== $name: FAILED after $((SECONDS - start)) s =="
+    failed+=("$name")
+  fi
+}
+
+run normal "$base" -- -DUVMPOOL_SANITIZE=
+for s in $sanitizers; do
+  case $s in
+    address) run "ASan+UBSan" "$base-asan" -LE 'no_sanitize|no_asan' -- -DUVMPOOL_SANITIZE=address ;;
+    thread) run TSan "$base-tsan" -LE 'no_sanitize|no_tsan' -- -DUVMPOOL_SANITIZE=thread ;;
+    undefined) run UBSan "$base-ubsan" -LE 'no_sanitize' -- -DUVMPOOL_SANITIZE=undefined ;;
+    *) echo "unknown sanitizer '$s' in UVMPOOL_TEST_SANITIZERS" >&2; exit 2 ;;
+  esac
+done
+if [ "${UVMPOOL_TEST_FUZZ:-1}" != 0 ]; then
+  start=$SECONDS
+  echo "== uvmpool fuzzing (build-fuzz) =="
+  if FUZZ_SECONDS=${FUZZ_SECONDS:-60} bash scripts/fuzz.sh; then
+    echo "== fuzzing: passed in $((SECONDS - start)) s =="
+  else
+    echo "== fuzzing: FAILED after $((SECONDS - start)) s =="
+    failed+=(fuzzing)
+  fi
+fi
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "uvmpool tests FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "uvmpool tests: all runs passed (normal${sanitizers:+, $sanitizers}) in $SECONDS s"

@@ -18,8 +18,25 @@ dlsym:
     test %rax, %rax
     je 2f
     jmp *%rax
-2:
-    jmp uvmpool_dlsym_unprepared      /* glibc's dlsym not yet known: only before our constructor */
+2:                                    /* glibc's dlsym not yet known: only before our constructor */
+    push %rdi
+    .cfi_adjust_cfa_offset 8
+    push %rsi
+    .cfi_adjust_cfa_offset 8
+    sub $8, %rsp                      /* 16-byte alignment for the call */
+    .cfi_adjust_cfa_offset 8
+    call uvmpool_dlsym_resolve        /* finds it with dlvsym, calls nothing else */
+    add $8, %rsp
+    .cfi_adjust_cfa_offset -8
+    pop %rsi
+    .cfi_adjust_cfa_offset -8
+    pop %rdi
+    .cfi_adjust_cfa_offset -8
+    test %rax, %rax
+    je 3f
+    jmp *%rax                         /* a jump still: RTLD_NEXT is answered for our caller */
+3:
+    ret                               /* no glibc dlsym: NULL */
     .cfi_endproc
     .size dlsym, .-dlsym
 

@@ -1,7 +1,8 @@
 // Route (a): the dlsym override. The CUDA runtime dlopens libcuda.so.1 and asks that handle for
 // cuGetProcAddress_v2 with dlsym; answering with uvmpool's cuGetProcAddress is what lets uvmpool see
 // PyTorch, CuPy and JAX at all. Runs inside the program's dlsym calls, so: no allocation, no logging,
-// no driver call here.
+// no driver call here. Built without sanitizer instrumentation (src/hooks/CMakeLists.txt): a
+// sanitizer runtime may call dlsym before it is initialized.
 #include <dlfcn.h>
 
 #include <cstring>
@@ -41,15 +42,20 @@ __attribute__((visibility("hidden"))) void* uvmpool_dlsym_in_handle(void* handle
   return hooks::hook_table().raw()[entry];
 }
 
-__attribute__((visibility("hidden"))) void* uvmpool_dlsym_unprepared(void* handle, const char* name) {
-  return uvmpool::driver::system_dlsym(handle, name);
+// Before our constructor has run (a sanitizer runtime, or another library's constructor, calling
+// dlsym(RTLD_NEXT, ...) first): finds glibc's dlsym for dlsym_entry.S, which then jumps to it. Calls
+// nothing another runtime may intercept (driver/dl.cpp), and this file builds uninstrumented.
+__attribute__((visibility("hidden"))) void* uvmpool_dlsym_resolve() {
+  void* fn = uvmpool::driver::glibc_dlsym_address();
+  __atomic_store_n(&uvmpool_glibc_dlsym, fn, __ATOMIC_RELEASE);
+  return fn;
 }
 
 }  // extern "C"
 
 namespace {
 void prepare_dlsym_override() {
-  uvmpool_glibc_dlsym = uvmpool::driver::glibc_dlsym_address();
+  (void)uvmpool_dlsym_resolve();
   (void)uvmpool::hooks::hook_table();  // built now, not inside a program's dlsym call
 }
 }  // namespace

@@ -1,6 +1,7 @@
 // Small allocations: slots of one size class cut from a slab (one chunk mapped on its own), so a
 // program with a million small tensors does not pay a chunk each. One empty slab per class is kept
 // for the next allocation; more are taken apart.
+#include <atomic>
 #include <bit>
 
 #include "config/log.h"
@@ -78,11 +79,20 @@ CUresult DevicePool::allocate_small(CUdeviceptr* out, std::size_t bytes, CUconte
 }
 
 CUresult DevicePool::free_small(Slab* s, CUdeviceptr p, bool pending) {
-  SlabClass& c = classes_[s->cls];
+  // The class is read before its lock is held, and new_slab rewrites it (under mu_ only) when it
+  // recycles a dead slab: a free racing that (a stale pointer) reads it atomically and again under
+  // the lock, and follows the slab to its new class.
+  int cls = std::atomic_ref(s->cls).load(std::memory_order_relaxed);
+  std::unique_lock class_lock(classes_[cls].mu);
+  for (int now; (now = std::atomic_ref(s->cls).load(std::memory_order_relaxed)) != cls; cls = now) {
+    class_lock.unlock();
+    class_lock = std::unique_lock(classes_[now].mu);
+  }
+  SlabClass& c = classes_[cls];
   std::size_t size = 0;
   bool destroy = false;
+  bool host = false;
   {
-    std::lock_guard lock(c.mu);
     const CUdeviceptr offset = p - s->base;
     const std::uint32_t slot = s->slot_size == 0 ? UINT32_MAX : static_cast<std::uint32_t>(offset / s->slot_size);
     if (s->state.load(std::memory_order_relaxed) != kLive || p < s->base || slot >= s->slots) {
@@ -100,6 +110,9 @@ CUresult DevicePool::free_small(Slab* s, CUdeviceptr p, bool pending) {
       return CUDA_ERROR_INVALID_VALUE;
     }
     size = s->info[slot].size;
+    // Read under the lock: once it is dropped, the slab may be emptied, destroyed and recycled by
+    // new_slab, which rewrites its chunk.
+    host = s->chunk.tier == Tier::Host;
     bump(c.frees);
     if (pending) {
       s->info[slot].pending = true;  // stays taken until the stream's work is done
@@ -110,8 +123,9 @@ CUresult DevicePool::free_small(Slab* s, CUdeviceptr p, bool pending) {
       --s->used;
       destroy = slot_freed(c, s);
     }
+    class_lock.unlock();
   }
-  note_freed(p, size, s->chunk.tier == Tier::Host ? size : 0, true);
+  note_freed(p, size, host ? size : 0, true);
   if (destroy) {
     std::lock_guard lock(mu_);
     destroy_slab(s);
@@ -177,7 +191,7 @@ CUresult DevicePool::new_slab(int cls, Slab** out) {
   s->owner = this;
   s->base = va;
   s->chunk = chunk[0];
-  s->cls = cls;
+  std::atomic_ref(s->cls).store(cls, std::memory_order_relaxed);  // free_small reads it unlocked
   s->slot_size = static_cast<std::uint32_t>(class_size(cls));
   s->slots = static_cast<std::uint32_t>(chunk_ / s->slot_size);
   s->used = 0;

@@ -1,5 +1,6 @@
 // cuPointerGetAttribute(s). Each attribute is written with the type cuda.h documents for it; the
 // boolean ones as 4-byte ints, as the real driver writes them (measured on an H200, driver 580).
+#include <cstring>
 #include <mutex>
 
 #include "sim/address_space.h"
@@ -157,16 +158,24 @@ CUresult impl::cuPointerGetAttribute(void* data, CUpointer_attribute attribute, 
 CUresult impl::cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute* attributes, void** data,
                                       CUdeviceptr_v2 ptr) {
   if (numAttributes == 0 || attributes == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  // The caller's array may hold any integer: each is read as one, and checked before it is an enum.
+  const auto attribute = [attributes](unsigned i) {
+    static_assert(sizeof(CUpointer_attribute) == sizeof(int));
+    int value = 0;
+    std::memcpy(&value, &attributes[i], sizeof value);
+    return value;
+  };
   for (unsigned i = 0; i < numAttributes; ++i)
-    if (data[i] == nullptr || attributes[i] == CU_POINTER_ATTRIBUTE_P2P_TOKENS ||
-        attributes[i] < CU_POINTER_ATTRIBUTE_CONTEXT || attributes[i] > CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE)
+    if (data[i] == nullptr || attribute(i) == CU_POINTER_ATTRIBUTE_P2P_TOKENS ||
+        attribute(i) < CU_POINTER_ATTRIBUTE_CONTEXT || attribute(i) > CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE)
       return CUDA_ERROR_INVALID_VALUE;
   const PointerInfo info = look_up(ptr);
   for (unsigned i = 0; i < numAttributes; ++i) {
+    const auto a = static_cast<CUpointer_attribute>(attribute(i));
     if (!info.found)
-      write_unknown(attributes[i], ptr, data[i]);
-    else if (write_attribute(info, attributes[i], ptr, data[i]) != CUDA_SUCCESS)
-      write_null(attributes[i], data[i]);
+      write_unknown(a, ptr, data[i]);
+    else if (write_attribute(info, a, ptr, data[i]) != CUDA_SUCCESS)
+      write_null(a, data[i]);
   }
   return CUDA_SUCCESS;
 }

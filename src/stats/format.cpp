@@ -229,6 +229,9 @@ std::string format_size(std::uint64_t bytes) {
 
 std::string format_duration(double seconds) {
   if (!(seconds > 0)) seconds = 0;
+  // A segment's times are whatever its writer put there: past 2^64 s the cast below is undefined
+  // (found by tests/fuzz/segment_fuzz.cpp). 1e15 s is 30 million years.
+  if (seconds > 1e15) seconds = 1e15;
   if (seconds < 59.95) return format("%.1f s", seconds);
   const auto s = static_cast<std::uint64_t>(seconds);
   if (s < 3600) return format("%" PRIu64 " min %02" PRIu64 " s", s / 60, s % 60);
@@ -310,7 +313,11 @@ nlohmann::json to_json_value(const Report& report) {
   return j;
 }
 
-std::string to_json(const Report& report) { return to_json_value(report).dump(2) + "\n"; }
+// Strings come from segments any process may have written (the command line, labels): bytes that are
+// not UTF-8 are replaced (U+FFFD), never thrown about (found by tests/fuzz/segment_fuzz.cpp).
+std::string to_json(const Report& report) {
+  return to_json_value(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
 
 namespace {
 

@@ -249,7 +249,7 @@ Snapshot list(const Options& o) {
       j["alive"] = !s.stale();
       array.push_back(std::move(j));
     }
-    out.text = array.dump(2) + "\n";
+    out.text = array.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   } else if (shown.empty()) {
     const std::string where = !o.dir.empty() ? o.dir
                               : o.all_users  ? std::string(shm::kShmDirectory) + "/" + shm::kNamePrefix + "*"
@@ -319,7 +319,7 @@ Snapshot one(const Options& o, bool first) {
   } else if (o.json) {
     nlohmann::json j = to_json_value(r);
     j["alive"] = !s->stale();
-    out.text = j.dump(2) + "\n";
+    out.text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   } else {
     out.text = format_table(r, false);
   }
