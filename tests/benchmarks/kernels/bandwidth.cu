@@ -1,4 +1,4 @@
-// Kernels of uvmpool-bench-bandwidth. Compiled to PTX (compute_90) by scripts/gen_bandwidth_ptx.sh
+// Kernels of uvmpool-bench-bandwidth. Compiled to PTX (compute_90) by scripts/gen_kernels_ptx.sh
 // into bandwidth_ptx.h, which is committed: building uvmpool never needs nvcc, and the driver
 // compiles the PTX for whatever GPU it runs on.
 //

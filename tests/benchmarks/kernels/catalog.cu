@@ -1,7 +1,7 @@
 // The simulated driver's kernel catalog (src/sim/sim_control.h) written for a real GPU, with the same
 // names, C signatures and parameter layouts, so one program can load the simulator's image or this
 // module's PTX and launch the same kernels on either driver (uvmpool-sim-calibrate compares their
-// times). Compiled to PTX (compute_90) by scripts/gen_catalog_ptx.sh into catalog_ptx.h, committed:
+// times). Compiled to PTX (compute_90) by scripts/gen_kernels_ptx.sh into catalog_ptx.h, committed:
 // building uvmpool never needs nvcc. extern "C" keeps the names cuModuleGetFunction uses.
 #include <cstddef>
 #include <cstdint>
