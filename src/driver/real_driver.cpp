@@ -85,7 +85,9 @@ RealDriver* open_driver() {
   }
   if (const std::string why = not_a_driver(handle, path); !why.empty()) {
     log::error("{} {}; every CUDA call answers CUDA_ERROR_NO_DEVICE", named, why);
-    dlclose(handle);
+    // Left loaded: its constructors have run and made the process-lifetime objects a library keeps
+    // and never frees (another uvmpool library's option table, logger...); unloading it would leak
+    // them, unreachable (LeakSanitizer reports it). One wrongly named library stays mapped, no more.
     return nullptr;
   }
   auto* driver = new RealDriver{handle, path, {}};

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "config/leak_marker.h"
 #include "config/log.h"
 #include "driver/real_driver.h"
 #include "pool/device_pool.h"
@@ -32,7 +33,7 @@ void on_exit() {
 // The child of a fork cannot use the parent's CUDA state (and other threads' locks may be held in
 // its copy), so it drops the parent's pool without touching it and makes a fresh one on first use.
 void on_fork_child() {
-  if (Pool* p = g_process.exchange(nullptr)) p->abandon();
+  if (Pool* p = g_process.exchange(nullptr)) config::intentionally_leaked(p)->abandon();
   new (&g_process_mu) std::mutex;
 }
 
@@ -105,9 +106,11 @@ void Pool::abandon() {
   }
   if (host_) {
     host_->abandon();
-    (void)host_.release();  // its thread does not exist in the child; its destructor must not run
+    // Its thread does not exist in the child; its destructor must not run.
+    config::intentionally_leaked(host_.release());
   }
-  (void)devices_.release();  // leaked on purpose: the child must not run its destructors
+  // Leaked on purpose: the child must not run its destructors. The device pools hang off it.
+  config::intentionally_leaked(devices_.release());
 }
 
 Pool* Pool::process() {
