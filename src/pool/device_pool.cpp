@@ -16,7 +16,9 @@ Slab* as_slab(Entry e) { return (e & kSlabTag) != 0 ? reinterpret_cast<Slab*>(e 
 CUresult DevicePool::allocate(CUdeviceptr* out, std::size_t bytes, CUcontext context) {
   // More than both tiers can never fit (and would overflow the chunk arithmetic below).
   const std::uint64_t most = sat_add(budget_, host_ ? host_tier_->limit() : 0);
+  // Guard mode takes every size down its own path (guard.cpp): no slabs, no cached mappings.
   const CUresult r = bytes > most             ? CUDA_ERROR_OUT_OF_MEMORY
+                     : config_.guard       ? allocate_guarded(out, bytes, context)
                      : bytes <= small_max_ ? allocate_small(out, bytes, context)
                                            : allocate_large(out, bytes, context);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
@@ -45,10 +47,16 @@ CUresult DevicePool::allocate_async(CUdeviceptr* out, std::size_t bytes, CUconte
 
 CUresult DevicePool::deallocate(Entry entry, CUdeviceptr p) {
   if (Slab* s = as_slab(entry)) return free_small(s, p, false);
-  return free_large(as_block(entry), p);
+  Block* b = as_block(entry);
+  // Guard mode unmaps at once, after waiting for the work of the context it was allocated in.
+  if (config_.guard) return free_guarded(b, p, b->context.load(std::memory_order_relaxed));
+  return free_large(b, p);
 }
 
 CUresult DevicePool::deallocate_async(Entry entry, CUdeviceptr p, const StreamKey& stream, bool capturing) {
+  // Guard mode unmaps at once, after waiting for the work of the freeing stream's context; memory
+  // freed inside a capture stays mapped for good, as below.
+  if (config_.guard && !capturing && as_slab(entry) == nullptr) return free_guarded(as_block(entry), p, stream.context);
   PendingItem item;
   if (Slab* s = as_slab(entry)) {
     if (const CUresult r = free_small(s, p, true); r != CUDA_SUCCESS) return r;
@@ -56,8 +64,8 @@ CUresult DevicePool::deallocate_async(Entry entry, CUdeviceptr p, const StreamKe
     item.slot = static_cast<std::uint32_t>((p - s->base) / s->slot_size);
   } else {
     Block* b = as_block(entry);
-    if (p != b->base) {
-      log::error("free of {:#x}: an interior pointer of a pool allocation at {:#x}; ignored", p, b->base);
+    if (const CUdeviceptr start = b->start(b->size.load(std::memory_order_relaxed), chunk_); p != start) {
+      log::error("free of {:#x}: an interior pointer of a pool allocation at {:#x}; ignored", p, start);
       return CUDA_ERROR_INVALID_VALUE;
     }
     int expected = kLive;
@@ -96,8 +104,8 @@ std::optional<AllocationInfo> DevicePool::describe(Entry entry, CUdeviceptr p) {
   }
   Block* b = as_block(entry);
   if (b->state.load(std::memory_order_acquire) != kLive) return std::nullopt;
-  info.base = b->base;
   info.size = b->size.load(std::memory_order_relaxed);
+  info.base = b->start(info.size, chunk_);
   if (p - info.base >= info.size) return std::nullopt;  // past the allocation, in its last chunk's rounding
   info.context = b->context.load(std::memory_order_relaxed);
   info.buffer_id = b->buffer_id.load(std::memory_order_relaxed);

@@ -43,6 +43,10 @@ bool process_exiting();
 
 enum BlockState : int { kDead, kLive, kCached, kPending, kQuarantined };
 
+// cudaMalloc's alignment, which every pool pointer keeps; under UVMPOOL_GUARD also the most slack
+// between an allocation's end and the unmapped guard after it.
+constexpr std::size_t kGuardAlignment = 256;
+
 // A stitched mapping: chunks mapped at base, base + chunk, ... Live (an allocation), Cached (freed,
 // mapping kept for the next allocation of the same chunk count), Pending (freed on a stream whose
 // work may still use it) or Quarantined (freed inside a graph capture: never reused).
@@ -58,9 +62,22 @@ struct Block {
   std::atomic<std::size_t> size{0};
   std::atomic<CUcontext> context{nullptr};
   std::atomic<std::uint64_t> buffer_id{0};
+  std::size_t guard = 0;  // UVMPOOL_GUARD: bytes of address space after the mapping, never mapped
   Block* prev = nullptr;  // in its bin while Cached
   Block* next = nullptr;
+
+  // Where an allocation of `bytes` in this mapping begins: its base; under guard, as far in as puts
+  // its end, rounded up to kGuardAlignment, at the mapping's end, which the guard follows (guard.cpp).
+  CUdeviceptr start(std::size_t bytes, std::size_t chunk) const {
+    if (guard == 0) return base;
+    return base + granules * chunk - div_ceil(bytes, kGuardAlignment) * kGuardAlignment;
+  }
 };
+
+// Under guard, freed memory is unmapped and its granules name no descriptor, so a second free of it
+// would look like a pointer of the driver's; one inside pool address space never is: it is refused
+// here (INVALID_VALUE and one log line). False: not such a pointer, let the caller go on.
+bool guard_refuses_free(bool guard, const AddressMap& map, CUdeviceptr p, CUresult* result);
 
 struct SlotInfo {
   std::uint64_t buffer_id = 0;
@@ -143,6 +160,9 @@ class DevicePool {
   Block* take_cached(std::size_t granules);
   Block* take_cached_spilled(std::size_t granules);
   CUresult build_block(std::size_t granules, Block** out);
+  // A new mapping of `granules` chunks from take_chunks, in a range with `guard` bytes more of address
+  // space after it left unmapped (mu_ held).
+  CUresult map_new_block(std::size_t granules, std::size_t guard, Block** out);
   Block* make_block(CUdeviceptr va, std::vector<Chunk>&& chunks);  // a descriptor for a new mapping (mu_)
   void destroy_block(Block* b);                      // unmaps; chunks back to the free list
   std::size_t shrink_block(Block* b, std::size_t n);  // unmaps its last n chunks
@@ -228,6 +248,17 @@ class DevicePool {
   CUresult with_pressure_relief(const std::function<CUresult()>& attempt);
 
   CUresult take_range(std::size_t bytes, CUdeviceptr* va);  // address space for a mapping (mu_ held)
+
+  // guard.cpp: UVMPOOL_GUARD (PoolConfig::guard), the debugging mode: every allocation is a mapping
+  // of its own whose end meets unmapped address space, and a free unmaps it at once.
+  CUresult allocate_guarded(CUdeviceptr* out, std::size_t bytes, CUcontext context);
+  // `wait_for`: the context whose work may still use the memory (waited for before the unmap).
+  CUresult free_guarded(Block* b, CUdeviceptr p, CUcontext wait_for);
+  // A freed guarded range stays out of use (so a stale pointer into it faults) until the device's
+  // memory size of other ranges was freed after it (mu_ held).
+  void retire_guarded(CUdeviceptr va, std::size_t bytes);
+  std::deque<std::pair<CUdeviceptr, std::size_t>> guard_retired_;  // oldest first (mu_)
+  std::uint64_t guard_retired_bytes_ = 0;
 
   const driver::Table& d_;
   const int device_;

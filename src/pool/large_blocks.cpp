@@ -1,5 +1,7 @@
 // Large allocations: any free chunks stitched into one contiguous range, and the cache of freed
 // mappings that makes a steady alloc/free pattern free of driver calls.
+#include <algorithm>
+
 #include "config/log.h"
 #include "pool/device_pool.h"
 #include "trace/trace.h"
@@ -7,9 +9,12 @@
 namespace uvmpool::pool {
 
 std::uint64_t host_bytes_of(const Block* b, std::size_t bytes, std::size_t chunk) {
-  // Device chunks come first, so the host part is whatever lies past them.
+  // Device chunks come first, so the host part is whatever of the allocation lies past them (under
+  // guard the allocation begins inside the mapping).
   const std::uint64_t on_device = static_cast<std::uint64_t>(b->granules - b->host_chunks) * chunk;
-  return bytes > on_device ? bytes - on_device : 0;
+  const std::uint64_t begin = b->start(bytes, chunk) - b->base;
+  const std::uint64_t end = begin + bytes;
+  return end > on_device ? end - std::max(begin, on_device) : 0;
 }
 
 void DevicePool::publish(Block* b, std::size_t bytes, CUcontext context, CUdeviceptr* out, bool counted) {
@@ -17,8 +22,8 @@ void DevicePool::publish(Block* b, std::size_t bytes, CUcontext context, CUdevic
   b->context.store(context, std::memory_order_relaxed);
   b->buffer_id.store(next_buffer_id(), std::memory_order_relaxed);
   b->state.store(kLive, std::memory_order_release);
-  note_allocated(b->base, bytes, b->host_chunks != 0 ? host_bytes_of(b, bytes, chunk_) : 0, counted);
-  *out = b->base;
+  *out = b->start(bytes, chunk_);
+  note_allocated(*out, bytes, b->host_chunks != 0 ? host_bytes_of(b, bytes, chunk_) : 0, counted);
 }
 
 namespace {
@@ -94,7 +99,7 @@ CUresult DevicePool::free_large(Block* b, CUdeviceptr p) {
 
 void DevicePool::unpublish(Block* b, bool counted) {
   const std::size_t bytes = b->size.load(std::memory_order_relaxed);
-  note_freed(b->base, bytes, b->host_chunks != 0 ? host_bytes_of(b, bytes, chunk_) : 0, counted);
+  note_freed(b->start(bytes, chunk_), bytes, b->host_chunks != 0 ? host_bytes_of(b, bytes, chunk_) : 0, counted);
 }
 
 void DevicePool::cache_block(Block* b, bool count_free) {
@@ -208,22 +213,27 @@ CUresult DevicePool::build_block(std::size_t granules, Block** out) {
       return CUDA_SUCCESS;
     }
   }
+  return map_new_block(granules, 0, out);
+}
+
+CUresult DevicePool::map_new_block(std::size_t granules, std::size_t guard, Block** out) {
   const std::uint64_t started = trace::recording() ? trace::now() : 0;
   std::vector<Chunk> chunks;
   if (const CUresult r = take_chunks(granules, &chunks); r != CUDA_SUCCESS) return r;
   const auto give_chunks_back = [&] { return_chunks(chunks); };
   const std::size_t bytes = granules * chunk_;
   CUdeviceptr va = 0;
-  if (const CUresult r = take_range(bytes, &va); r != CUDA_SUCCESS) {
+  if (const CUresult r = take_range(bytes + guard, &va); r != CUDA_SUCCESS) {
     give_chunks_back();
     return r;
   }
   if (const CUresult r = vmm_.map(va, chunks, chunk_); r != CUDA_SUCCESS) {
     give_chunks_back();
-    ranges_.give_back(va, bytes);
+    ranges_.give_back(va, bytes + guard);
     return r;
   }
   *out = make_block(va, std::move(chunks));  // published as Live by the caller
+  (*out)->guard = guard;
   stitched_maps_.fetch_add(1, std::memory_order_relaxed);
   trace::record(trace::Kind::Map, device_, va, bytes, (*out)->host_chunks * chunk_, started);
   return CUDA_SUCCESS;
@@ -245,6 +255,7 @@ Block* DevicePool::make_block(CUdeviceptr va, std::vector<Chunk>&& chunks) {
   for (const Chunk& c : chunks) b->host_chunks += c.tier == Tier::Host ? 1 : 0;
   host_mapped_.fetch_add(b->host_chunks, std::memory_order_relaxed);
   b->chunks = std::move(chunks);
+  b->guard = 0;
   b->state.store(kDead, std::memory_order_relaxed);
   map_.set(va, b->granules * chunk_, reinterpret_cast<Entry>(b));
   return b;
@@ -256,10 +267,15 @@ void DevicePool::destroy_block(Block* b) {
   map_.set(b->base, bytes, 0);
   vmm_.unmap(b->base, b->granules, chunk_);
   trace::record(trace::Kind::Unmap, device_, b->base, bytes, b->host_chunks * chunk_);
-  ranges_.give_back(b->base, bytes);
+  if (b->guard != 0) {
+    retire_guarded(b->base, bytes + b->guard);
+  } else {
+    ranges_.give_back(b->base, bytes);
+  }
   return_chunks(b->chunks);
   host_mapped_.fetch_sub(b->host_chunks, std::memory_order_relaxed);
   b->chunks.clear();
+  b->guard = 0;
   b->granules = 0;
   b->host_chunks = 0;
   b->state.store(kDead, std::memory_order_release);

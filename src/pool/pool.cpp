@@ -58,6 +58,7 @@ PoolConfig PoolConfig::from_options(const config::Options& o) {
   c.host_limit = o.host_limit;
   c.host_reserve = o.host_reserve.bytes;
   c.report_host = o.report_host;
+  c.guard = o.guard;
   return c;
 }
 
@@ -208,7 +209,7 @@ DevicePool* owner_of(Entry e) {
 
 Ownership Pool::deallocate(CUdeviceptr p, CUresult* result) {
   const Entry e = devices_->map.lookup(p);
-  if (e == 0) return Ownership::Foreign;
+  if (e == 0) return guard_refuses_free(config_.guard, devices_->map, p, result) ? Ownership::Ours : Ownership::Foreign;
   DevicePool* owner = owner_of(e);
   if (owner == nullptr) return Ownership::Foreign;
   *result = owner->deallocate(e, p);
@@ -217,7 +218,7 @@ Ownership Pool::deallocate(CUdeviceptr p, CUresult* result) {
 
 Ownership Pool::deallocate_async(CUdeviceptr p, CUstream stream, CUresult* result) {
   const Entry e = devices_->map.lookup(p);
-  if (e == 0) return Ownership::Foreign;
+  if (e == 0) return guard_refuses_free(config_.guard, devices_->map, p, result) ? Ownership::Ours : Ownership::Foreign;
   DevicePool* owner = owner_of(e);
   if (owner == nullptr) return Ownership::Foreign;
   CUcontext ctx = nullptr;

@@ -37,9 +37,11 @@ struct PoolConfig {
   std::uint32_t host_idle_ms = 5000;           // no spill for this long: the reserve shrinks to its base
   bool counters = true;                        // the statistics-only counters (allocations by size, peaks,
                                                // cache hits); off only to measure what they cost
+  bool guard = false;                          // debugging: every allocation its own mapping, ending where
+                                               // unmapped address space begins; frees unmap (guard.cpp)
 
   // From UVMPOOL_DEVICE_LIMIT, _DEVICE_HEADROOM, _CHUNK_SIZE, _SPILL, _HOST_LIMIT, _HOST_RESERVE,
-  // _REPORT_HOST.
+  // _REPORT_HOST, _GUARD.
   static PoolConfig from_options(const config::Options& options);
 };
 

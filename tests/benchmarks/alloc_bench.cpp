@@ -9,13 +9,20 @@
 // nothing published ("bare") against the default (counters on, live statistics published by their
 // thread every UVMPOOL_STATS_INTERVAL), and that against the same with UVMPOOL_TRACE recording.
 // Targets: statistics at most 2%, tracing at most 10%.
+//
+// Last, what UVMPOOL_GUARD costs (--guard=only runs just that): a pool in guard mode builds and
+// unmaps a mapping, and waits for the device, on every pair. On the simulated driver its figures are
+// modeled (the virtual clock, the H200 call costs of docs/simulator.md), not measured.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "bench_common.h"
+#include "kernels/catalog_ptx.h"
 #include "pool/pool.h"
 #include "stats/collect.h"
 #include "stats/publisher.h"
@@ -107,6 +114,103 @@ void native_async_pair(benchmark::State& state, std::size_t bytes) {
 
 std::string key(const char* kind, std::uint64_t bytes) { return std::string(kind) + "/" + std::to_string(bytes); }
 
+// --- UVMPOOL_GUARD's cost ---------------------------------------------------------------------
+
+// Seconds per call of `step`, after one untimed call (the steady state): on the simulated driver the
+// virtual clock's advance (modeled), on a GPU the wall clock.
+double seconds_per(const Device& device, int count, const std::function<void()>& step) {
+  step();
+  const double modeled_start = modeled_now();
+  const auto wall_start = std::chrono::steady_clock::now();
+  for (int i = 0; i < count; ++i) step();
+  check(drv().cuCtxSynchronize(), "cuCtxSynchronize");
+  if (device.simulated) return (modeled_now() - modeled_start) / count;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count() / count;
+}
+
+void guard_costs(const Device& device, const std::vector<std::uint64_t>& sizes, int count) {
+  pool::Pool normal(drv(), pool::PoolConfig{});
+  pool::PoolConfig guard_config;
+  guard_config.guard = true;
+  pool::Pool guarded(drv(), guard_config);
+  const driver::Table& d = drv();
+  CUmodule module = nullptr;
+  check(d.cuModuleLoadData(&module, device.simulated ? static_cast<const void*>("uvmpool-sim-module 1\n")
+                                                     : static_cast<const void*>(kCatalogPtx)),
+        "cuModuleLoadData");
+  CUfunction fill = nullptr;
+  check(d.cuModuleGetFunction(&fill, module, "uvmpool_fill_u32"), "cuModuleGetFunction");
+  const auto pair = [](pool::Pool& pool, std::size_t bytes) {
+    CUdeviceptr p = 0;
+    CUresult r = CUDA_SUCCESS;
+    check(pool.allocate(&p, bytes), "Pool::allocate");
+    pool.deallocate(p, &r);
+    check(r, "Pool::deallocate");
+  };
+  // A training step's pattern: allocate, a kernel writes the memory, free; the normal pool's free
+  // does not wait for the kernel, guard mode's does (it unmaps).
+  const auto step = [&](pool::Pool& pool, std::size_t bytes) {
+    CUdeviceptr p = 0;
+    CUresult r = CUDA_SUCCESS;
+    check(pool.allocate(&p, bytes), "Pool::allocate");
+    std::uint64_t words = bytes / 4;
+    std::uint32_t value = 1;
+    void* params[] = {&p, &words, &value};
+    check(d.cuLaunchKernel(fill, 256, 1, 1, 256, 1, 1, 0, nullptr, params, nullptr), "cuLaunchKernel");
+    pool.deallocate(p, &r);
+    check(r, "Pool::deallocate");
+  };
+  const std::string unit = device.simulated ? "modeled" : "measured";
+  Figures figures(std::string("UVMPOOL_GUARD's cost (") + unit + (device.simulated ? " on the simulated clock)" : " on the GPU)"));
+  double worst_step = -1;
+  std::string worst_step_size;
+  for (std::uint64_t bytes : sizes) {
+    const double native = seconds_per(device, count, [&] {
+      CUdeviceptr p = 0;
+      check(d.cuMemAlloc_v2(&p, bytes), "cuMemAlloc");
+      check(d.cuMemFree_v2(p), "cuMemFree");
+    });
+    const double pool_pair = seconds_per(device, count, [&] { pair(normal, bytes); });
+    const double guard_pair = seconds_per(device, count, [&] { pair(guarded, bytes); });
+    figures.row("alloc+free pair " + format_size(bytes) + ": guard " + format_seconds(guard_pair) + ", pool " +
+                    format_seconds(pool_pair) + ", cuMemAlloc+cuMemFree " + format_seconds(native),
+                fixed(guard_pair / native, 2) + "x the driver's");
+    const double normal_step = seconds_per(device, count, [&] { step(normal, bytes); });
+    const double guard_step = seconds_per(device, count, [&] { step(guarded, bytes); });
+    const double ratio = guard_step / normal_step;
+    figures.row("step (alloc, kernel writing it, free) " + format_size(bytes) + ": normal " +
+                    format_seconds(normal_step) + ", guard " + format_seconds(guard_step),
+                fixed(ratio, 2) + "x");
+    if (ratio > worst_step) worst_step = ratio, worst_step_size = format_size(bytes);
+  }
+  // Memory: every guarded allocation holds whole chunks of its own.
+  constexpr int kLive = 100;
+  const auto held_by = [&](pool::Pool& pool) {
+    pool.release_idle();  // what the sizes above left cached or free
+    std::vector<CUdeviceptr> live(kLive);
+    for (CUdeviceptr& p : live) check(pool.allocate(&p, 256), "Pool::allocate");
+    const std::uint64_t held = pool.stats(device.device).held_bytes + pool.stats(device.device).host_held_bytes;
+    CUresult r = CUDA_SUCCESS;
+    for (CUdeviceptr p : live) pool.deallocate(p, &r);
+    return held;
+  };
+  const std::uint64_t normal_held = held_by(normal), guard_held = held_by(guarded);
+  figures.row("memory held by " + std::to_string(kLive) + " live 256 B allocations: normal " + format_size(normal_held) +
+                  ", guard " + format_size(guard_held),
+              fixed(static_cast<double>(guard_held) / static_cast<double>(normal_held), 0) + "x");
+  figures.note("the normal pool's steady pair makes no driver call (a slab slot or a cached mapping; its time is the "
+               "closing cuCtxSynchronize spread over the count); guard mode maps (cuMemMap + cuMemSetAccess), waits "
+               "for the context (cuCtxSynchronize) and unmaps on every pair");
+  if (device.simulated)
+    figures.note("modeled: the simulator's cost model (H200 call costs and bandwidths), not a measurement; only a "
+                 "GPU gives real times");
+  figures.print();
+  summary_line("guard", unit + ": step with a kernel worst " + fixed(worst_step, 2) + "x the normal pool's (at " +
+                            worst_step_size + "); " + std::to_string(kLive) + " live 256 B allocations hold " +
+                            format_size(guard_held) + " against " + format_size(normal_held) + "; for debugging only");
+  d.cuModuleUnload(module);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,12 +222,24 @@ int main(int argc, char** argv) {
   options.add("repetitions", "5", "repetitions of each observability benchmark (the median counts)");
   options.add("stats-interval", "250", "milliseconds between two updates of the published statistics");
   options.add("trace-file", "", "where the traced runs write (default: a file in the temporary directory, removed after)");
+  options.add("guard", "on", "UVMPOOL_GUARD's cost, after the rest: on, off, or only (nothing else)");
+  options.add("guard-sizes", "256,64K,2M,64M", "sizes at which guard mode's cost is measured");
+  options.add("guard-count", "50", "pairs (and steps) timed per size and mode for guard mode's cost");
   options.parse(&argc, argv);
   const auto sizes = options.sizes("sizes");
   const double min_time = options.real("min-time");
 
   const Device device = open_device(static_cast<int>(options.integer("device")));
   print_header("uvmpool-bench-alloc", device);
+  const std::string guard = options.text("guard");
+  if (guard != "on" && guard != "off" && guard != "only") {
+    std::fprintf(stderr, "uvmpool-bench-alloc: --guard must be on, off or only, not '%s'\n", guard.c_str());
+    return 2;
+  }
+  if (guard == "only") {
+    guard_costs(device, options.sizes("guard-sizes"), static_cast<int>(options.integer("guard-count")));
+    return 0;
+  }
   pool::Pool pool(drv(), pool::PoolConfig{});
   g_pool = &pool;
   pool::PoolConfig bare_config;
@@ -246,5 +362,6 @@ int main(int argc, char** argv) {
     score_line(sc);
   }
   drv().cuStreamDestroy_v2(g_stream);
+  if (guard == "on") guard_costs(device, options.sizes("guard-sizes"), static_cast<int>(options.integer("guard-count")));
   return 0;
 }

@@ -110,6 +110,17 @@ TEST(ParseErrors, EveryTypeReportsItsAcceptedForm) {
               ElementsAre("uvmpool: UVMPOOL_SIM_DEVICES='two' is not valid: expected a whole number from 1 to 16"));
 }
 
+TEST(ParseErrors, GuardIsABooleanAndAnythingElseIsRefusedKeepingItOff) {
+  ParseResult r = parse_one("UVMPOOL_GUARD", "maybe");
+  EXPECT_THAT(r.errors,
+              ElementsAre("uvmpool: UVMPOOL_GUARD='maybe' is not valid: expected 1, 0, true, false, yes, no, on or off"));
+  EXPECT_FALSE(r.options.guard);
+  EXPECT_FALSE(parse_one("UVMPOOL_GUARD", "").options.guard) << "off by default";
+  r = parse_one("UVMPOOL_GUARD", " On ");
+  EXPECT_TRUE(r.errors.empty());
+  EXPECT_TRUE(r.options.guard);
+}
+
 TEST(ParseErrors, SimDevicesMustBeFrom1To16) {
   for (auto bad : {"0", "17", "-1", "1.5"}) {
     ParseResult r = parse_one("UVMPOOL_SIM_DEVICES", bad);

@@ -1,4 +1,4 @@
-// PoolConfig::from_options: UVMPOOL_DEVICE_LIMIT and UVMPOOL_DEVICE_HEADROOM reach the pool.
+// PoolConfig::from_options: UVMPOOL_DEVICE_LIMIT, UVMPOOL_DEVICE_HEADROOM and UVMPOOL_GUARD reach the pool.
 #include "config/options.h"
 #include "pool_test.h"
 
@@ -26,6 +26,11 @@ TEST(PoolConfigFromOptions, DeviceLimitInBytes) {
   EXPECT_EQ(c.headroom, 0u);
 }
 
+TEST(PoolConfigFromOptions, GuardReachesThePool) {
+  EXPECT_TRUE(config_of({{"UVMPOOL_GUARD", "1"}}).guard);
+  EXPECT_FALSE(config_of({{"UVMPOOL_GUARD", "off"}}).guard);
+}
+
 TEST(PoolConfigFromOptions, DefaultsLetThePoolUseTheWholeDevice) {
   const PoolConfig c = config_of({});
   EXPECT_EQ(c.device_limit.resolve(std::uint64_t{80} << 30), std::uint64_t{80} << 30);
@@ -48,6 +53,7 @@ TEST(PoolConfigDefaults, EveryFieldFromAnOptionHoldsThatOptionsDefault) {
   EXPECT_EQ(fresh.host_limit.bytes, from_table.host_limit.bytes);
   EXPECT_EQ(fresh.host_reserve, from_table.host_reserve);
   EXPECT_EQ(fresh.report_host, from_table.report_host);
+  EXPECT_EQ(fresh.guard, from_table.guard);
 }
 
 // The fields no option sets keep the values docs/architecture.md gives.

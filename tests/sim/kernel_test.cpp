@@ -279,6 +279,42 @@ TEST_F(Kernels, TouchingUnmappedMemoryFailsTheContextStickily) {
   cuDevicePrimaryCtxRelease(0);
 }
 
+// Guard mode (UVMPOOL_GUARD) relies on this: a range mapped at the start of a larger reservation, and
+// a kernel that reads or writes one element past the mapping into the unmapped rest faults, sticky,
+// while up to the mapping's end it runs. The faulting write changes nothing.
+TEST_F(Kernels, ReachingPastAMappingIntoTheUnmappedRestOfItsReservationFaults) {
+  CUdeviceptr va = 0;
+  CUmemGenericAllocationHandle h = 0;
+  const CUmemAllocationProp prop = pinned_prop(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+  ASSERT_CU(cuMemAddressReserve(&va, 2 * kGranularity, 0, 0, 0));
+  ASSERT_CU(cuMemCreate(&h, kGranularity, &prop, 0));
+  ASSERT_CU(cuMemMap(va, kGranularity, 0, h, 0));
+  const CUmemAccessDesc rw = access(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+  ASSERT_CU(cuMemSetAccess(va, kGranularity, &rw, 1));
+  constexpr std::uint64_t kWords = kGranularity / 4;
+  const CUdeviceptr last = va + kGranularity - 4;
+  ASSERT_CU(launch(kernel("uvmpool_fill_u32"), nullptr, va, kWords, std::uint32_t{7}));
+  ASSERT_CU(cuCtxSynchronize());
+  ASSERT_CU(launch(kernel("uvmpool_fill_u32"), nullptr, last, std::uint64_t{2}, std::uint32_t{9}));
+  EXPECT_CU_EQ(CUDA_ERROR_ILLEGAL_ADDRESS, cuCtxSynchronize());
+  EXPECT_CU_EQ(CUDA_ERROR_ILLEGAL_ADDRESS, cuStreamSynchronize(nullptr));
+  EXPECT_EQ(*reinterpret_cast<const std::uint32_t*>(last), 7u) << "the simulated device memory is host memory";
+  // Reading past the end faults as well (in a fresh primary context: the old one stays failed).
+  ASSERT_CU(cuDevicePrimaryCtxReset(0));
+  ASSERT_CU(cuDevicePrimaryCtxRetain(&ctx, 0));
+  ASSERT_CU(cuCtxSetCurrent(ctx));
+  CUmodule fresh = nullptr;
+  ASSERT_CU(cuModuleLoadData(&fresh, UVMPOOL_SIM_MODULE_IMAGE));
+  CUfunction sum = nullptr;
+  ASSERT_CU(cuModuleGetFunction(&sum, fresh, "uvmpool_sum_u32"));
+  ASSERT_CU(launch(sum, nullptr, last, std::uint64_t{2}, va));
+  EXPECT_CU_EQ(CUDA_ERROR_ILLEGAL_ADDRESS, cuCtxSynchronize());
+  cuDevicePrimaryCtxRelease(0);
+  EXPECT_CU(cuMemUnmap(va, kGranularity));
+  EXPECT_CU(cuMemRelease(h));
+  EXPECT_CU(cuMemAddressFree(va, 2 * kGranularity));
+}
+
 TEST_F(Kernels, MemoryWithoutDeviceAccessFaults) {
   CUdeviceptr va = 0;
   CUmemGenericAllocationHandle h = 0;
