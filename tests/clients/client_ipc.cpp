@@ -9,6 +9,7 @@
 //     again                      cuIpcGetMemHandle once more: "again same" / "again different"
 //     retain                     NCCL's registration decision (p2p.cc ipcRegisterBuffer) on the
 //                                allocation: "retain legacy_capable <0|1> retain <CUresult> path <legacy|vmm|none>"
+//     create                     cuMemCreate of a device handle: "create <CUresult> location <type>"
 //     fork                       forks a child that exits at once (atexit handlers run): "fork done"
 //     exit                       exits normally
 //   client_ipc import HEX        cuIpcOpenMemHandle: "open <CUresult>", then (if opened) serves:
@@ -144,6 +145,17 @@ int exporter(size_t bytes) {
       say(std::string("again ") + (std::memcmp(&again, &handle, sizeof handle) == 0 ? "same" : "different"));
     } else if (cmd == "retain") {
       say("retain " + nccl_decision(p));
+    } else if (cmd == "create") {
+      // The program's own device cuMemCreate of one 2 MiB handle, and the location the driver's
+      // answer for it names (1: device).
+      CUmemAllocationProp prop{};
+      prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+      prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+      CUmemGenericAllocationHandle h = 0;
+      const CUresult r = cuMemCreate(&h, 2u << 20, &prop, 0);
+      CUmemAllocationProp got{};
+      if (r == CUDA_SUCCESS) CU(cuMemGetAllocationPropertiesFromHandle(&got, h));
+      say("create " + std::to_string(r) + " location " + std::to_string(got.location.type));
     } else if (cmd == "fork") {
       const pid_t child = fork();
       if (child == 0) std::exit(0);  // runs the atexit handlers, as a worker process ending would

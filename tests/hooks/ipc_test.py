@@ -267,7 +267,8 @@ def fork_keeps_server():
 
 def spilled_allocation():
     """An allocation partly in host memory (spilled past UVMPOOL_DEVICE_LIMIT) is exported too: its
-    host chunks lie at the host NUMA node, which can have POSIX descriptors."""
+    host chunks lie at the host NUMA node, which can have POSIX descriptors. Then a device handle
+    the program creates itself is placed in host memory and still described as device memory."""
     size = 96 * MIB
     extra = {"UVMPOOL_DEVICE_LIMIT": "64M", "UVMPOOL_DEVICE_HEADROOM": "0"}
     e, handle, legacy = exporter(size, extra=extra)
@@ -282,6 +283,9 @@ def spilled_allocation():
     e.expect("check 3", "check ok")
     i.expect("close", "close 0")
     i.finish()
+    # The device is full: the program's own device cuMemCreate lands in host memory, and the handle's
+    # properties still say device, as the program asked.
+    e.expect("create", "create 0 location 1")
     e.finish()
 
 
