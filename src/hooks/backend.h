@@ -30,6 +30,15 @@ class Backend {
   virtual CUresult release(CUmemGenericAllocationHandle handle) = 0;
   // cuStreamDestroy: the pool first covers what was freed on the stream and not yet reused.
   virtual CUresult stream_destroy(CUstream stream) = 0;
+  // CUDA IPC (docs/architecture.md "CUDA IPC"): pool memory is exported by uvmpool (src/hooks/ipc.h);
+  // uvmpool handles are opened and closed by the hooks before a backend sees them, so ipc_open and
+  // ipc_close only get the driver's own.
+  virtual CUresult ipc_get(CUipcMemHandle* handle, CUdeviceptr ptr) = 0;
+  virtual CUresult ipc_open(CUdeviceptr* ptr, CUipcMemHandle handle, unsigned flags) = 0;
+  virtual CUresult ipc_close(CUdeviceptr ptr) = 0;
+  // What NCCL's buffer registration asks of the handle under an address.
+  virtual CUresult retain_allocation_handle(CUmemGenericAllocationHandle* handle, void* addr) = 0;
+  virtual CUresult allocation_properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) = 0;
 };
 
 // The backend serving this process: the pool, or the driver under UVMPOOL_POOL=0 or without one.

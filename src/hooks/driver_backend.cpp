@@ -46,6 +46,17 @@ class DriverBackend final : public Backend {
   }
   CUresult release(CUmemGenericAllocationHandle handle) override { UVMPOOL_CALL_REAL(cuMemRelease, handle); }
   CUresult stream_destroy(CUstream stream) override { UVMPOOL_CALL_REAL(cuStreamDestroy_v2, stream); }
+  CUresult ipc_get(CUipcMemHandle* handle, CUdeviceptr ptr) override { UVMPOOL_CALL_REAL(cuIpcGetMemHandle, handle, ptr); }
+  CUresult ipc_open(CUdeviceptr* ptr, CUipcMemHandle handle, unsigned flags) override {
+    UVMPOOL_CALL_REAL(cuIpcOpenMemHandle_v2, ptr, handle, flags);
+  }
+  CUresult ipc_close(CUdeviceptr ptr) override { UVMPOOL_CALL_REAL(cuIpcCloseMemHandle, ptr); }
+  CUresult retain_allocation_handle(CUmemGenericAllocationHandle* handle, void* addr) override {
+    UVMPOOL_CALL_REAL(cuMemRetainAllocationHandle, handle, addr);
+  }
+  CUresult allocation_properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) override {
+    UVMPOOL_CALL_REAL(cuMemGetAllocationPropertiesFromHandle, prop, handle);
+  }
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "config/options.h"
 #include "hooks/backend.h"
+#include "hooks/ipc.h"
 #include "pool/pool.h"
 #include "stats/counters.h"
 #include "stats/publisher.h"
@@ -65,6 +66,7 @@ class PoolBackend final : public Backend {
   }
   CUresult free(CUdeviceptr ptr) override {
     CUresult r = CUDA_SUCCESS;
+    if (ipc::take_free(ptr, &r)) return r;  // exported and still open in another process: freed at its close
     return pool_.deallocate(ptr, &r) == pool::Ownership::Ours ? r : freed_by_driver(driver_.free(ptr), ptr);
   }
   CUresult get_info(std::size_t* free_bytes, std::size_t* total_bytes) override {
@@ -80,6 +82,12 @@ class PoolBackend final : public Backend {
     return CUDA_SUCCESS;
   }
   CUresult pointer_attribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) override {
+    if (attribute == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE) {
+      if (const auto view = pool_.chunks_of(ptr)) {
+        *static_cast<int*>(data) = view->exportable ? 1 : 0;  // cuIpcGetMemHandle works on it (ipc.h)
+        return CUDA_SUCCESS;
+      }
+    }
     if (describes_allocation(attribute)) {
       if (const auto info = pool_.find(ptr)) {
         answer(*info, attribute, data);
@@ -96,6 +104,10 @@ class PoolBackend final : public Backend {
     if (const auto info = pool_.find(ptr)) {
       for (unsigned i = 0; i < count; ++i) {
         if (data[i] != nullptr && describes_allocation(attributes[i])) answer(*info, attributes[i], data[i]);
+        if (data[i] != nullptr && attributes[i] == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE) {
+          const auto view = pool_.chunks_of(ptr);
+          *static_cast<int*>(data[i]) = view && view->exportable ? 1 : 0;
+        }
       }
     }
     return CUDA_SUCCESS;
@@ -114,6 +126,7 @@ class PoolBackend final : public Backend {
   }
   CUresult free_async(CUdeviceptr ptr, CUstream stream) override {
     CUresult r = CUDA_SUCCESS;
+    if (ipc::take_free(ptr, &r)) return r;
     return pool_.deallocate_async(ptr, stream, &r) == pool::Ownership::Ours ? r : freed_by_driver(driver_.free_async(ptr, stream), ptr);
   }
   CUresult create(CUmemGenericAllocationHandle* handle, std::size_t size, const CUmemAllocationProp* prop,
@@ -126,6 +139,33 @@ class PoolBackend final : public Backend {
     // it and not yet reused gets its event now, on the stream that used it.
     pool_.stream_destroying(stream);
     return driver_.stream_destroy(stream);
+  }
+  CUresult ipc_get(CUipcMemHandle* handle, CUdeviceptr ptr) override {
+    if (pool_.find(ptr)) return ipc::export_handle(pool_, ptr, handle);
+    // Pool address space outside a live allocation: nothing the program may export.
+    return pool_.in_pool_space(ptr) ? CUDA_ERROR_INVALID_VALUE : driver_.ipc_get(handle, ptr);
+  }
+  CUresult ipc_open(CUdeviceptr* ptr, CUipcMemHandle handle, unsigned flags) override {
+    return driver_.ipc_open(ptr, handle, flags);
+  }
+  CUresult ipc_close(CUdeviceptr ptr) override { return driver_.ipc_close(ptr); }
+  CUresult retain_allocation_handle(CUmemGenericAllocationHandle* handle, void* addr) override {
+    // The driver would answer with the one chunk mapped at addr, while cuMemGetAddressRange answers
+    // the whole allocation: a caller mapping that handle at that size (NCCL's buffer registration)
+    // would fail or map the wrong memory. Pool memory answers as cuMemAlloc memory does: not VMM
+    // memory. NCCL then takes legacy IPC, which uvmpool serves (IS_LEGACY_CUDA_IPC_CAPABLE is 1).
+    const CUdeviceptr p = reinterpret_cast<CUdeviceptr>(addr);
+    if (pool_.in_pool_space(p)) return CUDA_ERROR_INVALID_VALUE;
+    return driver_.retain_allocation_handle(handle, addr);
+  }
+  CUresult allocation_properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) override {
+    // A program's own device cuMemCreate that the pool placed in host memory (spill): what the
+    // program asked for, as the driver would answer for the handle it expected.
+    if (const auto requested = pool_.requested_properties(handle)) {
+      *prop = *requested;
+      return CUDA_SUCCESS;
+    }
+    return driver_.allocation_properties(prop, handle);
   }
   CUresult release(CUmemGenericAllocationHandle handle) override {
     const CUresult r = driver_.release(handle);

@@ -71,6 +71,7 @@ CUresult DevicePool::init() {
       host_granularity = 0;
     }
   }
+  vmm_.init_export();  // after init_host: host chunks are exportable only at a HOST_NUMA location
   chunk_shift_ = static_cast<unsigned>(std::countr_zero(chunk_));
   small_max_ = std::min({config_.small_max, kSmallLimit, chunk_ / 2});
   std::size_t total = 0;

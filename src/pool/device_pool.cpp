@@ -112,4 +112,30 @@ std::optional<AllocationInfo> DevicePool::describe(Entry entry, CUdeviceptr p) {
   return info;
 }
 
+// A live allocation's chunks do not change while it lives (only cached mappings are shrunk or taken
+// apart), so they are read without the slow-path lock; a slab's chunk is fixed for its life.
+std::optional<ChunkView> DevicePool::chunks_of(Entry entry, CUdeviceptr p) {
+  const std::optional<AllocationInfo> info = describe(entry, p);
+  if (!info) return std::nullopt;
+  ChunkView view;
+  view.info = *info;
+  view.chunk_size = chunk_;
+  bool device = false, host = false;
+  if (Slab* s = as_slab(entry)) {
+    view.offset = info->base - s->base;
+    view.chunks.push_back(s->chunk.handle);
+    (s->chunk.tier == Tier::Host ? host : device) = true;
+  } else {
+    Block* b = as_block(entry);
+    view.offset = info->base - b->base;
+    for (const Chunk& c : b->chunks) {
+      view.chunks.push_back(c.handle);
+      (c.tier == Tier::Host ? host : device) = true;
+    }
+  }
+  view.host_chunks = host;
+  view.exportable = (!device || vmm_.exportable(Tier::Device)) && (!host || vmm_.exportable(Tier::Host));
+  return view;
+}
+
 }  // namespace uvmpool::pool

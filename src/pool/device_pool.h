@@ -137,6 +137,7 @@ class DevicePool {
   // it (or, failing that, waits for its context); once destroyed, its handle may name another stream.
   void seal_stream(CUstream stream);
   std::optional<AllocationInfo> describe(Entry entry, CUdeviceptr p);
+  std::optional<ChunkView> chunks_of(Entry entry, CUdeviceptr p);
 
   CUresult memory_info(std::size_t* free_bytes, std::size_t* total_bytes);
   // The program's own cuMemCreate of `bytes` on this device: Device when the budget takes it (idle

@@ -246,6 +246,14 @@ std::optional<AllocationInfo> Pool::find(CUdeviceptr p) const {
   return owner->describe(e, p);
 }
 
+std::optional<ChunkView> Pool::chunks_of(CUdeviceptr p) const {
+  const Entry e = devices_->map.lookup(p);
+  if (e == 0) return std::nullopt;
+  DevicePool* owner = owner_of(e);
+  if (owner == nullptr) return std::nullopt;
+  return owner->chunks_of(e, p);
+}
+
 bool Pool::in_pool_space(CUdeviceptr p) const { return devices_->map.contains(p); }
 
 CUresult Pool::memory_info(std::size_t* free_bytes, std::size_t* total_bytes) {

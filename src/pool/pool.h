@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "config/options.h"
 #include "driver/driver_api.h"
@@ -52,6 +53,17 @@ struct AllocationInfo {
   int device = -1;
   CUcontext context = nullptr;  // current when it was allocated
   std::uint64_t buffer_id = 0;  // unique per allocation, never reused
+};
+
+// The physical chunks under a live allocation, for CUDA IPC (src/hooks/ipc_export.cpp), which
+// hands them to another process to map. The caller must not release them.
+struct ChunkView {
+  AllocationInfo info;
+  std::size_t offset = 0;      // where info.base lies in the mapping of `chunks`
+  std::size_t chunk_size = 0;
+  std::vector<CUmemGenericAllocationHandle> chunks;  // in mapping order (a slab: its one chunk)
+  bool host_chunks = false;    // some of them lie in pinned host memory (spilled)
+  bool exportable = false;     // all were made with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
 };
 
 // Per-device figures (bytes unless said otherwise); a consistent-enough snapshot, not atomic.
@@ -136,6 +148,8 @@ class Pool {
 
   // The live allocation containing `p` (interior pointers included), if the pool made it.
   std::optional<AllocationInfo> find(CUdeviceptr p) const;
+  // The chunks under the live allocation containing `p`, if the pool made it.
+  std::optional<ChunkView> chunks_of(CUdeviceptr p) const;
   // Whether p lies in address space the pool reserved (allocated or not).
   bool in_pool_space(CUdeviceptr p) const;
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <span>
 
@@ -40,6 +41,14 @@ class Vmm {
   // The minimum allocation granularity of pinned memory on this device (0 if the driver refuses).
   std::size_t granularity() const;
 
+  // Chunks are made exportable (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR requested) where the device
+  // supports it, so CUDA IPC can hand them to another process (src/hooks/ipc_*.cpp). Measured on an
+  // H100 it costs nothing at cuMemCreate (docs/architecture.md, CUDA IPC). Host chunks only at a
+  // HOST_NUMA location: plain HOST handles cannot have handle types. A driver that refuses the
+  // request makes that tier's chunks plain from then on (one log line).
+  void init_export();
+  bool exportable(Tier tier) const { return posix_fd_[tier == Tier::Host].load(std::memory_order_relaxed); }
+
   // `count` new physical chunks of `size` bytes each in `tier`, or none at all.
   CUresult create_chunks(std::span<Handle> out, std::size_t size, Tier tier = Tier::Device) const;
   void release_chunks(std::span<const Handle> chunks) const;
@@ -59,6 +68,7 @@ class Vmm {
   const driver::Table& d_;
   int device_;
   CUmemLocation host_{CU_MEM_LOCATION_TYPE_HOST, 0};
+  mutable std::atomic<bool> posix_fd_[2] = {false, false};  // device, host
 };
 
 }  // namespace uvmpool::pool

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <mutex>
 
 #include "config/log.h"
@@ -113,7 +114,14 @@ void AddressSpace::give_back_range(std::uintptr_t base, std::size_t size) {
 
 CUresult AddressSpace::create_physical(std::size_t size, int device, Physical** out) {
   if (used(device) + size > capacity(device) || size > capacity(device)) return CUDA_ERROR_OUT_OF_MEMORY;
-  const int fd = new_memfd(device < 0 ? "uvmpool-sim-host" : "uvmpool-sim-device");
+  // The name says where the memory lies, for cuMemImportFromShareableHandle in another process
+  // (sim/ipc.cpp reads it back through /proc/self/fd).
+  char name[32];
+  if (device < 0)
+    std::snprintf(name, sizeof name, "uvmpool-sim-host");
+  else
+    std::snprintf(name, sizeof name, "uvmpool-sim-device-%d", device);
+  const int fd = new_memfd(name);
   if (fd < 0) {
     log::warn("memfd_create failed (errno {}); reporting out of memory", errno);
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -122,15 +130,21 @@ CUresult AddressSpace::create_physical(std::size_t size, int device, Physical** 
     close(fd);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  *out = adopt_physical(fd, size, device);
+  (*out)->imported = false;
+  used_[pool_index(device)] += size;
+  return CUDA_SUCCESS;
+}
+
+Physical* AddressSpace::adopt_physical(int fd, std::size_t size, int device) {
   const std::uint64_t id = next_physical_id_++;
   Physical& physical = physicals_[id];
   physical.id = id;
   physical.fd = fd;
   physical.size = size;
   physical.device = device;
-  used_[pool_index(device)] += size;
-  *out = &physical;
-  return CUDA_SUCCESS;
+  physical.imported = true;
+  return &physical;
 }
 
 Physical* AddressSpace::find_physical(std::uint64_t id) {
@@ -142,7 +156,7 @@ void AddressSpace::drop_if_unused(std::uint64_t id) {
   auto it = physicals_.find(id);
   if (it == physicals_.end() || it->second.handle_refs != 0 || it->second.mappings != 0) return;
   if (it->second.fd >= 0) close(it->second.fd);
-  used_[pool_index(it->second.device)] -= it->second.size;
+  if (!it->second.imported) used_[pool_index(it->second.device)] -= it->second.size;
   physicals_.erase(it);
 }
 
@@ -169,9 +183,12 @@ CUresult AddressSpace::allocate_mapped(MemoryKind kind, const Context* context, 
     drop_if_unused(physical->id);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  // Never mapped again: the mapping alone keeps the memory.
-  close(physical->fd);
-  physical->fd = -1;
+  // Never mapped again here: the mapping alone keeps the memory. Device memory keeps its memfd open
+  // while it lives, for legacy IPC: another process opens it through /proc/<pid>/fd (sim/ipc.cpp).
+  if (kind != MemoryKind::Device) {
+    close(physical->fd);
+    physical->fd = -1;
+  }
   physical->mappings = 1;
   Mapping& m = mappings[*base];
   m.base = *base;
@@ -187,9 +204,10 @@ CUresult AddressSpace::allocate_mapped(MemoryKind kind, const Context* context, 
   return CUDA_SUCCESS;
 }
 
-CUresult AddressSpace::free_mapped(std::uintptr_t base, MemoryKind kind) {
+CUresult AddressSpace::free_mapped(std::uintptr_t base, MemoryKind kind, bool ipc_opened) {
   auto it = mappings.find(base);
-  if (it == mappings.end() || it->second.kind != kind) return CUDA_ERROR_INVALID_VALUE;
+  if (it == mappings.end() || it->second.kind != kind || it->second.ipc_opened != ipc_opened)
+    return CUDA_ERROR_INVALID_VALUE;
   const Mapping m = it->second;
   mappings.erase(it);
   unmap_range(m.base, m.size);
@@ -266,10 +284,15 @@ void release_context_memory(const Context* context) {
   AddressSpace& space = AddressSpace::get();
   std::unique_lock lock(space.mutex);
   space.charge_context(context->device, false);
-  std::vector<std::pair<std::uintptr_t, MemoryKind>> owned;
+  struct Owned {
+    std::uintptr_t base;
+    MemoryKind kind;
+    bool ipc_opened;
+  };
+  std::vector<Owned> owned;
   for (const auto& [base, m] : space.mappings)
-    if (m.context == context && m.kind != MemoryKind::Vmm) owned.emplace_back(base, m.kind);
-  for (const auto& [base, kind] : owned) space.free_mapped(base, kind);
+    if (m.context == context && m.kind != MemoryKind::Vmm) owned.push_back({base, m.kind, m.ipc_opened});
+  for (const Owned& o : owned) space.free_mapped(o.base, o.kind, o.ipc_opened);
 }
 
 }  // namespace uvmpool::sim

@@ -35,6 +35,7 @@ struct Physical {
   CUmemAllocationProp prop{};  // VMM handles: as given to cuMemCreate
   unsigned handle_refs = 0;    // VMM handles: cuMemCreate + cuMemRetainAllocationHandle - cuMemRelease
   unsigned mappings = 0;
+  bool imported = false;       // another process's memory (IPC): charged to that process's capacity
 };
 
 struct Access {
@@ -54,6 +55,8 @@ struct Mapping {
   std::uint64_t buffer_id = 0;       // unique per allocation / mapping, never reused
   std::vector<Access> access;        // VMM: set by cuMemSetAccess, empty after cuMemMap
   int prot = PROT_NONE;              // the host protection in force
+  bool ipc_opened = false;           // Device: another process's cuMemAlloc memory (cuIpcOpenMemHandle);
+                                     // cuIpcCloseMemHandle unmaps it, cuMemFree refuses it
 };
 
 // A cuMemAddressReserve range.
@@ -81,6 +84,9 @@ class AddressSpace {
 
   // New physical memory of `size` bytes charged to `device` (-1: host); OUT_OF_MEMORY over capacity.
   CUresult create_physical(std::size_t size, int device, Physical** out);
+  // Another process's memory, `fd` (taken over) of `size` bytes, that lies on `device` (-1: the
+  // host): not charged here, since the process that made it was charged (CUDA IPC).
+  Physical* adopt_physical(int fd, std::size_t size, int device);
   Physical* find_physical(std::uint64_t id);
   // Frees physical memory nothing refers to any more, giving its bytes back to the capacity.
   void drop_if_unused(std::uint64_t id);
@@ -93,8 +99,9 @@ class AddressSpace {
   // cuMemAlloc / cuMemHostAlloc: new memory mapped read-write.
   CUresult allocate_mapped(MemoryKind kind, const Context* context, int device, std::size_t user_size,
                            std::size_t alignment, std::uintptr_t* out);
-  // cuMemFree / cuMemFreeHost: `base` must start a mapping of that kind.
-  CUresult free_mapped(std::uintptr_t base, MemoryKind kind);
+  // cuMemFree / cuMemFreeHost: `base` must start a mapping of that kind (not one opened by CUDA IPC,
+  // unless `ipc_opened`: cuIpcCloseMemHandle).
+  CUresult free_mapped(std::uintptr_t base, MemoryKind kind, bool ipc_opened = false);
 
   Mapping* find_mapping(std::uintptr_t p);  // the mapping containing p
   const Reservation* find_reservation(std::uintptr_t p) const;

@@ -41,6 +41,7 @@ Settings read_settings() {
                   o.sim_set_access_device_ns.ns, o.sim_set_access_host_ns.ns, o.sim_set_access_ns_per_gib.ns,
                   o.sim_unmap_device_ns.ns, o.sim_unmap_host_ns.ns, o.sim_release_device_ns.ns,
                   o.sim_release_host_ns.ns, o.sim_release_ns_per_gib.ns,
+                  o.sim_export_ns.ns, o.sim_import_ns.ns,
                   o.sim_alloc_ns.ns, o.sim_alloc_ns_per_gib.ns, o.sim_free_ns.ns, o.sim_free_ns_per_gib.ns,
                   o.sim_host_alloc_ns_per_gib.ns, o.sim_free_host_ns_per_gib.ns,
                   static_cast<std::uint64_t>(o.sim_hang_timeout_ms)};

@@ -69,6 +69,8 @@ int create_exclusive(const std::string& path) {
   return fd;
 }
 
+}  // namespace
+
 // The user's segment directory: made 0700 if missing; used only if it is a real directory (not a
 // link) that this user owns and nobody else can enter. Another user could make it first; then the
 // statistics are off (and say why), but nothing is ever written where that user could read or swap it.
@@ -93,8 +95,6 @@ bool prepare_user_directory(const std::string& dir, std::string* error) {
   }
   return false;
 }
-
-}  // namespace
 
 std::unique_ptr<Segment> Segment::create(const Report& first, std::uint32_t interval_ms, std::string* error,
                                          const std::string& given_dir) {

@@ -85,4 +85,8 @@ void prepare_process_observers();
 // The segment path of the process's publisher, "" when none (tests).
 std::string process_segment_path();
 
+// The user's directory for segments (and CUDA IPC sockets, src/hooks/ipc_socket.cpp): made 0700 if
+// missing; false (and why in *error) unless it is a real directory of ours that nobody else can enter.
+bool prepare_user_directory(const std::string& dir, std::string* error);
+
 }  // namespace uvmpool::stats

@@ -1,0 +1,183 @@
+#include "hooks/ipc_socket.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "hooks/ipc_handle.h"
+#include "stats/publisher.h"
+#include "stats/shm_layout.h"
+
+namespace uvmpool::ipc {
+namespace {
+
+bool fill_address(const std::string& path, sockaddr_un* addr, std::string* error) {
+  *addr = sockaddr_un{};
+  addr->sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr->sun_path) {
+    *error = path + ": too long for a socket path";
+    return false;
+  }
+  std::memcpy(addr->sun_path, path.c_str(), path.size() + 1);
+  return true;
+}
+
+std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+// A new stream socket and the address of `path`, or -1 and *error.
+int new_socket(const std::string& path, sockaddr_un* addr, std::string* error) {
+  if (!fill_address(path, addr, error)) return -1;
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) *error = errno_text("socket");
+  return fd;
+}
+
+}  // namespace
+
+std::string socket_path(pid_t pid, std::string* error) {
+  const std::string dir = stats::shm::user_directory(geteuid());
+  if (!stats::prepare_user_directory(dir, error)) return "";
+  return dir + "/ipc-" + std::to_string(pid);
+}
+
+int listen_at(const std::string& path, std::string* error) {
+  sockaddr_un addr;
+  const int fd = new_socket(path, &addr, error);
+  if (fd < 0) return -1;
+  // A socket left by a killed process of the same pid: ours to replace (nobody else can write in
+  // the directory). Anything else there is refused.
+  struct stat st {};
+  if (lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode) || st.st_uid != geteuid() || unlink(path.c_str()) != 0) {
+      *error = path + ": exists and is not a stale socket of ours (refused)";
+      close(fd);
+      return -1;
+    }
+  }
+  // Only the owner may connect (the directory already keeps others out).
+  const mode_t old = umask(077);
+  const int bound = bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+  umask(old);
+  if (bound != 0 || listen(fd, 64) != 0) {
+    *error = errno_text(path);
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int connect_to(const std::string& path, std::string* error) {
+  sockaddr_un addr;
+  const int fd = new_socket(path, &addr, error);
+  if (fd < 0) return -1;
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+    *error = errno_text(path);
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool peer(int fd, pid_t* pid, uid_t* uid) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || len != sizeof cred) return false;
+  *pid = cred.pid;
+  *uid = cred.uid;
+  return true;
+}
+
+bool send_all(int fd, const void* data, std::size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t r = send(fd, p, n, MSG_NOSIGNAL);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+bool recv_all(int fd, void* data, std::size_t n) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t r = recv(fd, p, n, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+bool send_fds(int fd, const std::vector<int>& fds) {
+  for (std::size_t at = 0; at < fds.size(); at += kFdsPerMessage) {
+    const std::size_t n = std::min<std::size_t>(kFdsPerMessage, fds.size() - at);
+    char byte = 'F';
+    iovec iov{&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kFdsPerMessage)] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * n);
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * n);
+    std::memcpy(CMSG_DATA(c), fds.data() + at, sizeof(int) * n);
+    ssize_t r;
+    do {
+      r = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    } while (r < 0 && errno == EINTR);
+    if (r != 1) return false;
+  }
+  return true;
+}
+
+bool recv_fds(int fd, std::size_t count, std::vector<int>* out) {
+  const auto fail = [&] {
+    for (int f : *out) close(f);
+    out->clear();
+    return false;
+  };
+  while (out->size() < count) {
+    char byte = 0;
+    iovec iov{&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kFdsPerMessage)] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    ssize_t r;
+    do {
+      r = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    } while (r < 0 && errno == EINTR);
+    if (r != 1) return fail();
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const std::size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (std::size_t i = 0; i < n; ++i) {
+        int received = -1;
+        std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        out->push_back(received);
+      }
+    }
+    if ((msg.msg_flags & MSG_CTRUNC) != 0 || out->size() > count) return fail();
+  }
+  return true;
+}
+
+void set_timeouts(int fd, int seconds) {
+  timeval tv{seconds, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+}  // namespace uvmpool::ipc

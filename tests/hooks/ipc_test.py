@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""CUDA IPC between two processes on the simulated driver (docs/architecture.md "CUDA IPC"): an
+exporter and an importer, each tests/clients/client_ipc driven line by line, each with or without
+uvmpool. One scenario per run; every check fails the test with what it saw.
+
+usage: ipc_test.py PRELOAD SIM_DIR CLIENT SCENARIO
+"""
+import os
+import subprocess
+import sys
+import time
+
+MIB = 1 << 20
+INVALID_VALUE, INVALID_CONTEXT = 1, 201
+
+
+def fail(msg):
+    print("FAILED: " + msg)
+    sys.exit(1)
+
+
+class Client:
+    def __init__(self, args, uvmpool=True, pool=True, extra=None):
+        env = dict(os.environ, LD_LIBRARY_PATH=SIM_DIR, UVMPOOL_LOG_LEVEL="info")
+        env.pop("LD_PRELOAD", None)
+        if uvmpool:
+            env["LD_PRELOAD"] = PRELOAD
+            if not pool:
+                env["UVMPOOL_POOL"] = "0"
+        env.update(extra or {})
+        self.args = args
+        self.proc = subprocess.Popen([CLIENT, *args], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+
+    def line(self):
+        out = self.proc.stdout.readline().strip()
+        if not out:
+            self.proc.kill()
+            fail(f"{self.args[0]}: no answer; stderr: {self.proc.stderr.read()}")
+        return out
+
+    def ask(self, cmd):
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+        return self.line()
+
+    def expect(self, cmd, want):
+        got = self.ask(cmd)
+        if got != want:
+            fail(f"{self.args[0]} '{cmd}': got '{got}', want '{want}'")
+
+    def finish(self):
+        try:
+            self.proc.stdin.write("exit\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass
+        out, err = self.proc.communicate(timeout=30)
+        if self.proc.returncode != 0:
+            fail(f"{self.args[0]} exited {self.proc.returncode}: {out}{err}")
+        return err
+
+
+def exporter(size, **kw):
+    e = Client(["export", str(size)], **kw)
+    words = e.line().split()
+    if len(words) != 4 or words[0] != "handle":
+        fail(f"exporter: {words}")
+    return e, words[1], int(words[3])
+
+
+def importer(handle, want=0, **kw):
+    i = Client(["import", handle], **kw)
+    got = i.line()
+    if got != f"open {want}":
+        fail(f"importer: '{got}', want 'open {want}'; stderr: {i.proc.stderr.read() if want == 0 else ''}")
+    return i
+
+
+def socket_of(pid):
+    return f"/dev/shm/uvmpool-{os.geteuid()}/ipc-{pid}"
+
+
+def share_both_ways(size):
+    """Bytes written by the exporter are read by the importer, and the other way round."""
+    e, handle, legacy = exporter(size)
+    if legacy != 1:
+        fail(f"pool memory should be IS_LEGACY_CUDA_IPC_CAPABLE under uvmpool, got {legacy}")
+    if not handle.startswith("55564d5049504331"):
+        fail(f"not a uvmpool handle: {handle}")
+    e.expect("again", "again same")  # the same handle each time it is asked for
+    i = importer(handle)
+    i.expect(f"pattern {size}", "pattern ok")
+    i.expect(f"write 77 {size}", "write done")
+    e.expect("check 77", "check ok")
+    i.expect("close", "close 0")
+    i.finish()
+    e.finish()
+
+
+def data_both_ways():
+    """A large allocation: several chunks, not a multiple of the chunk."""
+    share_both_ways(6 * MIB + 12345)
+
+
+def small_allocation():
+    """A slab slot: the importer maps its chunk and gets the slot's address inside it."""
+    share_both_ways(3000)
+
+
+def free_while_open():
+    """The exporter frees while the importer holds the memory: it stays valid and unchanged in the
+    importer (the pool does not reuse the chunks, however much the exporter allocates), and the pool
+    frees it when the importer closes."""
+    size = 8 * MIB
+    e, handle, _ = exporter(size)
+    i = importer(handle)
+    e.expect("free", "free 0")
+    e.expect("free", f"free {INVALID_VALUE}")  # a double free is still caught
+    e.expect("churn 4", "churn done")
+    i.expect(f"pattern {size}", "pattern ok")
+    held = int(e.ask("live").split()[1])
+    if held != 5 * size:
+        fail(f"exporter live bytes {held}, want {5 * size}: the freed allocation should be held while open")
+    i.expect("close", "close 0")
+    for _ in range(100):  # the exporter's server sees the close
+        live = int(e.ask("live").split()[1])
+        if live == 4 * size:
+            break
+        time.sleep(0.05)
+    else:
+        fail(f"after the importer closed, the exporter still holds {live} live bytes, want {4 * size}")
+    # Freed and closed: the handle opens nothing now.
+    j = importer(handle, want=INVALID_VALUE)
+    j.finish()
+    i.finish()
+    e.finish()
+
+
+def exporter_exits_while_open():
+    """The exporter exits while the importer holds the memory: still readable until closed; the
+    exporter's socket is gone."""
+    size = 4 * MIB
+    e, handle, _ = exporter(size)
+    i = importer(handle)
+    pid = e.proc.pid
+    if not os.path.exists(socket_of(pid)):
+        fail(f"no socket at {socket_of(pid)} while exporting")
+    e.finish()
+    if os.path.exists(socket_of(pid)):
+        fail(f"{socket_of(pid)} left behind after a normal exit")
+    i.expect(f"pattern {size}", "pattern ok")
+    i.expect("close", "close 0")
+    i.finish()
+    k = importer(handle, want=INVALID_VALUE)
+    err = k.finish()
+    if "cannot reach the exporter" not in err:
+        fail(f"no clear log line for a dead exporter: {err}")
+
+
+def tampered_handles():
+    """A wrong secret, another allocation id, and an exporter pid that is not the socket's owner are
+    refused with INVALID_VALUE and a log line; the real one still works afterwards."""
+    size = 2 * MIB
+    e, handle, _ = exporter(size)
+    b = bytearray.fromhex(handle)
+    secret = bytearray(b)
+    secret[40] ^= 0x01  # the secret: bytes 32..47
+    i = importer(secret.hex(), want=INVALID_VALUE)
+    err = i.finish()
+    if "refused" not in err:
+        fail(f"importer: no clear log line for a wrong secret: {err}")
+    other = bytearray(b)
+    other[16] ^= 0x40  # the allocation id
+    importer(other.hex(), want=INVALID_VALUE).finish()
+    mine = bytearray(b)
+    mine[8:12] = os.getpid().to_bytes(4, "little")  # a live process with no socket
+    importer(mine.hex(), want=INVALID_VALUE).finish()
+    ok = importer(handle)
+    ok.expect(f"pattern {size}", "pattern ok")
+    ok.expect("close", "close 0")
+    ok.finish()
+    err = e.finish()
+    if "wrong secret" not in err:
+        fail(f"exporter: no log line for the refused opens: {err}")
+
+
+def double_close():
+    """Closing twice: the second is refused with INVALID_VALUE and a log line."""
+    e, handle, _ = exporter(2 * MIB)
+    i = importer(handle)
+    i.expect("close", "close 0")
+    i.expect("close", f"close {INVALID_VALUE}")
+    err = i.finish()
+    if "closed already" not in err:
+        fail(f"no log line for a double close: {err}")
+    e.finish()
+
+
+def driver_handles_pass_through():
+    """The driver's own handles (cuMemAlloc memory under UVMPOOL_POOL=0, and without uvmpool at all)
+    pass through uvmpool untouched to the simulated driver's legacy IPC, in every combination."""
+    size = 3 * MIB
+    for exp_uvmpool, imp_uvmpool in ((True, True), (False, True), (True, False), (False, False)):
+        e, handle, legacy = exporter(size, uvmpool=exp_uvmpool, pool=False)
+        if handle.startswith("55564d5049504331"):
+            fail("UVMPOOL_POOL=0 memory got a uvmpool handle")
+        if legacy != 1:
+            fail(f"the driver's cuMemAlloc memory should be legacy-IPC capable, got {legacy}")
+        i = importer(handle, uvmpool=imp_uvmpool)
+        i.expect(f"pattern {size}", "pattern ok")
+        i.expect(f"write 5 {size}", "write done")
+        e.expect("check 5", "check ok")
+        e.expect("free", "free 0")  # the driver's semantics: valid in the importer until closed
+        i.expect(f"check 5 {size}", "check ok")
+        i.expect("close", "close 0")
+        i.finish()
+        e.finish()
+
+
+def importer_without_uvmpool():
+    """A uvmpool handle reaching a process without uvmpool: a clear error, not a crash."""
+    e, handle, _ = exporter(2 * MIB)
+    i = importer(handle, want=INVALID_VALUE, uvmpool=False)
+    err = i.finish()
+    if "only a process running under uvmpool can open it" not in err:
+        fail(f"no clear error without uvmpool: {err}")
+    e.finish()
+
+
+def retain_fallback():
+    """NCCL's registration on pool memory: cuMemRetainAllocationHandle refuses (one chunk is not the
+    allocation cuMemGetAddressRange describes), the memory is legacy-IPC capable, so NCCL takes the
+    legacy path, which works; under UVMPOOL_POOL=0 the driver answers as before."""
+    e, handle, _ = exporter(6 * MIB)
+    e.expect("retain", f"retain legacy_capable 1 retain {INVALID_VALUE} path legacy")
+    e.finish()
+    n, _, _ = exporter(6 * MIB, pool=False)
+    n.expect("retain", f"retain legacy_capable 1 retain {INVALID_VALUE} path legacy")
+    n.finish()
+
+
+def fork_keeps_server():
+    """A forked child of the exporter that exits (running atexit handlers) leaves the parent's server
+    and socket alone; a forked child of the importer that lives on does not keep the exporter from
+    seeing the close."""
+    size = 4 * MIB
+    e, handle, _ = exporter(size)
+    e.expect("fork", "fork done")
+    if not os.path.exists(socket_of(e.proc.pid)):
+        fail("the exporter's socket went with its forked child")
+    i = importer(handle)  # served after the fork
+    i.expect(f"pattern {size}", "pattern ok")
+    i.expect("fork_hold 20", "fork_hold done")
+    e.expect("free", "free 0")
+    i.expect("close", "close 0")
+    for _ in range(100):
+        live = int(e.ask("live").split()[1])
+        if live == 0:
+            break
+        time.sleep(0.05)
+    else:
+        fail(f"the importer's forked child kept the connection open: the exporter still holds {live} bytes")
+    i.finish()
+    e.finish()
+
+
+def spilled_allocation():
+    """An allocation partly in host memory (spilled past UVMPOOL_DEVICE_LIMIT) is exported too: its
+    host chunks lie at the host NUMA node, which can have POSIX descriptors. Then a device handle
+    the program creates itself is placed in host memory and still described as device memory."""
+    size = 96 * MIB
+    extra = {"UVMPOOL_DEVICE_LIMIT": "64M", "UVMPOOL_DEVICE_HEADROOM": "0"}
+    e, handle, legacy = exporter(size, extra=extra)
+    host = int(e.ask("live").split()[2])
+    if host == 0:
+        fail("the allocation did not spill: the test needs host chunks")
+    if legacy != 1:
+        fail(f"a spilled allocation should be exportable, got legacy capable {legacy}")
+    i = importer(handle)
+    i.expect(f"pattern {size}", "pattern ok")
+    i.expect(f"write 3 {size}", "write done")
+    e.expect("check 3", "check ok")
+    i.expect("close", "close 0")
+    i.finish()
+    # The device is full: the program's own device cuMemCreate lands in host memory, and the handle's
+    # properties still say device, as the program asked.
+    e.expect("create", "create 0 location 1")
+    e.finish()
+
+
+SCENARIOS = {f.__name__: f for f in (data_both_ways, small_allocation, free_while_open, exporter_exits_while_open,
+                                     tampered_handles, double_close, driver_handles_pass_through,
+                                     importer_without_uvmpool, retain_fallback, fork_keeps_server,
+                                     spilled_allocation)}
+
+if __name__ == "__main__":
+    PRELOAD, SIM_DIR, CLIENT, scenario = sys.argv[1:5]
+    SCENARIOS[scenario]()
+    print(f"{scenario}: ok")
