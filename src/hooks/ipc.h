@@ -23,11 +23,21 @@ namespace uvmpool::ipc {
 // refused exportable chunks).
 CUresult export_handle(pool::Pool& pool, CUdeviceptr p, CUipcMemHandle* out);
 
-// cuMemFree / cuMemFreeAsync of `p`. True when IPC took the free over: an exported allocation still
-// open in another process stays allocated (the pool frees it when the last importer closes, so its
-// chunks are not reused under the importer's mapping); a second free is answered INVALID_VALUE.
-// False: not exported, or no longer open anywhere (its handle is forgotten; the caller frees it).
-bool take_free(CUdeviceptr p, CUresult* result);
+// The stream of a cuMemFreeAsync, and whether it is capturing a graph.
+struct AsyncFree {
+  CUstream stream = nullptr;
+  bool capturing = false;
+};
+
+// cuMemFree (async == nullptr) / cuMemFreeAsync of `p`. True when IPC took the free over: an
+// exported allocation still open in another process stays allocated (the pool frees it when the last
+// importer closes, so its chunks are not reused under the importer's mapping; after a cuMemFreeAsync,
+// also only once the freeing stream's work before the free has completed); a second free is answered
+// INVALID_VALUE. False: not exported, no longer open anywhere, or freed on a capturing stream (its
+// handle is forgotten; the caller frees it, and the pool never reuses a capture's free).
+bool take_free(CUdeviceptr p, CUresult* result, const AsyncFree* async = nullptr);
+// Whether any allocation is exported now (a free need not ask take_free otherwise; no lock).
+bool exporting();
 
 // cuIpcOpenMemHandle of a uvmpool handle (is_uvmpool_handle). Maps the exporter's chunks with
 // read-write access for the current context's device; *out is the allocation's address here.

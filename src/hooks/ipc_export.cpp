@@ -8,6 +8,19 @@
 // importer keeps until cuIpcCloseMemHandle (or its death), and the pool frees an allocation the
 // program freed only when its last connection ends.
 //
+// A free on a stream (cuMemFreeAsync) is stream-ordered: the freeing stream's work may still use the
+// memory. Taking such a free over, IPC records an event on the stream then; at the last close the
+// server waits (without blocking: it checks the event each time round its loop) for that event before
+// the pool frees the allocation, so it is never reused under work still running. A free on a
+// capturing stream belongs to a graph that may run any number of times later: IPC does not take it
+// over at all; the pool keeps such memory out of reuse for good (quarantine), which also keeps it
+// valid for importers.
+//
+// The server never waits long on one importer: reading a request and sending a reply with its
+// descriptors each have an overall deadline (kRequestDeadline), a connection that sends no request by
+// then is dropped, connections are capped (kMaxConnections), and every wait also watches the exit
+// signal.
+//
 // Process life: the thread starts on the first cuIpcGetMemHandle. A forked child forgets it all
 // without touching it (its thread does not exist there) and closes its copies of the sockets. At
 // exit, a handler (registered, under the same lock, before the thread starts) stops the thread,
@@ -19,9 +32,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -44,12 +60,25 @@ struct Export {
   CUipcMemHandle handle{};
   unsigned opens = 0;    // connections of importers that hold it open
   bool freed = false;    // the program freed it while open: the pool frees it at the last close
+  CUevent event = nullptr;  // freed with cuMemFreeAsync: recorded on the freeing stream then
 };
 
 struct Connection {
   int fd = -1;
   std::uint64_t id = 0;  // 0: no request yet; else the allocation it holds open
+  Deadline deadline{};   // without a request: dropped then
 };
+
+// An allocation whose last importer closed it after a cuMemFreeAsync: freed once `event` completes.
+struct Waiting {
+  CUdeviceptr base = 0;
+  CUevent event = nullptr;
+};
+
+constexpr std::chrono::milliseconds kRequestDeadline{2000};  // to read a request; to send the reply
+constexpr std::size_t kMaxConnections = 4096;                 // past it new connections are refused
+constexpr std::chrono::milliseconds kAcceptPause{100};        // no accept this long after EMFILE/ENFILE
+constexpr int kWaitingPollMs = 10;                            // how often waiting frees are checked
 
 struct State {
   std::mutex mu;  // everything below
@@ -73,11 +102,12 @@ bool same_secret(const unsigned char* a, const unsigned char* b) {
   return diff == 0;
 }
 
-// The exported chunks as POSIX descriptors (the caller closes them), or an error and none.
-CUresult export_chunks(const pool::ChunkView& view, std::vector<int>* fds) {
+// Chunks [from, from + n) as POSIX descriptors (the caller closes them), or an error and none.
+CUresult export_chunks(const pool::ChunkView& view, std::size_t from, std::size_t n, std::vector<int>* fds) {
   const driver::RealDriver* d = driver::real();
   if (d == nullptr || d->table.cuMemExportToShareableHandle == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
-  for (CUmemGenericAllocationHandle h : view.chunks) {
+  for (std::size_t i = from; i < from + n; ++i) {
+    const CUmemGenericAllocationHandle h = view.chunks[i];
     int fd = -1;
     const CUresult r = d->table.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
     if (r != CUDA_SUCCESS) {
@@ -90,12 +120,42 @@ CUresult export_chunks(const pool::ChunkView& view, std::vector<int>* fds) {
   return CUDA_SUCCESS;
 }
 
+void free_by_pool(pool::Pool* pool, CUdeviceptr p) {
+  CUresult r = CUDA_SUCCESS;
+  pool->deallocate(p, &r);
+  log::debug("CUDA IPC: {:#x} freed by the pool now that its last importer closed it ({})", p, static_cast<int>(r));
+}
+
+// The waiting frees whose event completed go to the pool (an event that fails is taken as done:
+// its stream or context is gone, and with it the work).
+void free_completed(std::vector<Waiting>* waiting) {
+  if (waiting->empty()) return;
+  const driver::RealDriver* d = driver::real();
+  pool::Pool* pool = nullptr;
+  {
+    std::lock_guard lock(g->mu);
+    pool = g->pool;
+  }
+  std::vector<Waiting> still;
+  for (const Waiting& w : *waiting) {
+    if (d->table.cuEventQuery(w.event) == CUDA_ERROR_NOT_READY) {
+      still.push_back(w);
+      continue;
+    }
+    d->table.cuEventDestroy_v2(w.event);
+    free_by_pool(pool, w.base);
+  }
+  waiting->swap(still);
+}
+
 // A connection ended (the importer closed the handle, or died): if it held an allocation the program
-// has freed meanwhile and it was the last, the pool frees it now.
-void connection_ended(const Connection& c) {
+// has freed meanwhile and it was the last, the pool frees it now (or, after a cuMemFreeAsync, once
+// the freeing stream's work is done: it joins *waiting).
+void connection_ended(const Connection& c, std::vector<Waiting>* waiting) {
   close(c.fd);
   if (c.id == 0) return;
   CUdeviceptr free_now = 0;
+  CUevent event = nullptr;
   pool::Pool* pool = nullptr;
   {
     std::lock_guard lock(g->mu);
@@ -103,23 +163,29 @@ void connection_ended(const Connection& c) {
     if (it == g->by_id.end() || it->second.opens == 0) return;
     if (--it->second.opens == 0 && it->second.freed) {
       free_now = it->second.base;
+      event = it->second.event;
       pool = g->pool;
       g->by_base.erase(free_now);
       g->by_id.erase(it);
       g_exports.store(g->by_id.size(), std::memory_order_relaxed);
     }
   }
-  if (free_now != 0) {
-    CUresult r = CUDA_SUCCESS;
-    pool->deallocate(free_now, &r);
-    log::debug("CUDA IPC: {:#x} freed by the pool now that its last importer closed it ({})", free_now, static_cast<int>(r));
+  if (free_now == 0) return;
+  if (event != nullptr) {
+    waiting->push_back({free_now, event});
+    free_completed(waiting);
+    return;
   }
+  free_by_pool(pool, free_now);
 }
 
 // One request on a new connection. Returns false when the connection is to be closed.
 bool serve(Connection& c) {
   Request req;
-  if (!recv_all(c.fd, &req, sizeof req)) return false;
+  if (!recv_all(c.fd, &req, sizeof req, std::chrono::steady_clock::now() + kRequestDeadline, g->wake_fd)) {
+    log::warn("CUDA IPC: a request did not arrive whole within {} ms; connection dropped", kRequestDeadline.count());
+    return false;
+  }
   Reply reply;
   pool::ChunkView view;
   bool known = false;
@@ -148,17 +214,38 @@ bool serve(Connection& c) {
       }
     }
   }
+  const Deadline deadline = std::chrono::steady_clock::now() + kRequestDeadline;
+  // The descriptors go kFdsPerMessage at a time: each batch is exported, sent and closed before the
+  // next, so an allocation of any size needs only that many descriptors here at once (a soft
+  // RLIMIT_NOFILE of 1024 is common; 2 GiB is 1024 chunks of 2 MiB).
   std::vector<int> fds;
-  if (known) reply.status = export_chunks(view, &fds);
+  if (known) reply.status = export_chunks(view, 0, std::min<std::size_t>(kFdsPerMessage, view.chunks.size()), &fds);
   if (reply.status == CUDA_SUCCESS) {
     reply.size = view.info.size;
     reply.offset = view.offset;
     reply.chunk_size = view.chunk_size;
     reply.chunks = static_cast<std::uint32_t>(view.chunks.size());
     reply.device = view.info.device;
+  } else if (known) {
+    log::warn("CUDA IPC: exporting allocation {}'s chunks failed ({}); the open is refused", c.id,
+              static_cast<int>(reply.status));
   }
-  const bool sent = send_all(c.fd, &reply, sizeof reply) && (reply.status != CUDA_SUCCESS || send_fds(c.fd, fds));
-  for (int f : fds) close(f);  // the importer has its own copies now
+  bool sent = send_all(c.fd, &reply, sizeof reply, deadline, g->wake_fd);
+  for (std::size_t at = 0; sent && reply.status == CUDA_SUCCESS;) {
+    // Each batch has its own deadline: the importer maps a batch before it reads the next.
+    sent = send_fds(c.fd, fds, std::chrono::steady_clock::now() + kRequestDeadline, g->wake_fd);
+    for (int f : fds) close(f);  // the importer has its own copies now
+    fds.clear();
+    at += kFdsPerMessage;
+    if (at >= view.chunks.size()) break;
+    const CUresult r = export_chunks(view, at, std::min<std::size_t>(kFdsPerMessage, view.chunks.size() - at), &fds);
+    if (r != CUDA_SUCCESS) {
+      log::warn("CUDA IPC: exporting allocation {}'s chunks failed ({}) after the reply; the open is undone", c.id,
+                static_cast<int>(r));
+      sent = false;
+    }
+  }
+  for (int f : fds) close(f);
   if (reply.status != CUDA_SUCCESS || !sent) {
     if (reply.status == CUDA_SUCCESS) log::warn("CUDA IPC: sending allocation {}'s chunks failed; the open is undone", c.id);
     return false;  // connection_ended undoes the open (c.id set only if counted)
@@ -166,45 +253,130 @@ bool serve(Connection& c) {
   return true;
 }
 
+// The server has stopped for good (poll failed): the next cuIpcGetMemHandle starts a new one.
+// Importers' connections are closed; their allocations stay as they are (a deferred free stays
+// deferred: leaked rather than reused under a mapping).
+void server_died(std::vector<Connection>* conns) {
+  for (const Connection& c : *conns) close(c.fd);
+  conns->clear();
+  std::lock_guard lock(g->mu);
+  if (g->exiting) return;  // stop_at_exit joins the thread and cleans up
+  unlink(g->path.c_str());
+  close(g->listen_fd);
+  close(g->wake_fd);
+  g->listen_fd = g->wake_fd = -1;
+  g->thread->detach();
+  delete g->thread;
+  g->thread = nullptr;
+  g->started = false;
+}
+
+// What one round of the server loop does with one connection whose socket is ready (or expired).
+bool keep_connection(Connection& c, short ev, Deadline now) {
+  if (ev == 0) {
+    if (c.id != 0 || now < c.deadline) return true;
+    log::warn("CUDA IPC: a connection sent no request within {} ms; dropped", kRequestDeadline.count());
+    return false;
+  }
+  // A request (on a new connection) is served; anything else (closed, a second message, which
+  // importers never send, or an error) ends it.
+  return c.id == 0 && (ev & POLLIN) != 0 && serve(c);
+}
+
+void accept_one(std::vector<Connection>* conns, Deadline* accept_paused_until) {
+  const int fd = accept4(g->listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd < 0) {
+    if (errno == EMFILE || errno == ENFILE) {
+      // The connection stays in the backlog; polling the socket again at once would spin.
+      static std::atomic<bool> logged{false};
+      if (!logged.exchange(true)) log::warn("CUDA IPC: out of file descriptors accepting an importer; retrying shortly");
+      *accept_paused_until = std::chrono::steady_clock::now() + kAcceptPause;
+    }
+    return;
+  }
+  if (conns->size() >= kMaxConnections) {
+    static std::atomic<bool> logged{false};
+    if (!logged.exchange(true)) {
+      log::warn("CUDA IPC: {} importer connections already open; further ones are refused", kMaxConnections);
+    }
+    close(fd);
+    return;
+  }
+  pid_t pid = 0;
+  uid_t uid = 0;
+  if (!peer(fd, &pid, &uid) || uid != geteuid()) {
+    log::warn("CUDA IPC: a connection from uid {} (pid {}) refused: only processes of this user may open its memory",
+              uid, pid);
+    close(fd);
+    return;
+  }
+  conns->push_back({fd, 0, std::chrono::steady_clock::now() + kRequestDeadline});
+}
+
 void run_server() {
   std::vector<Connection> conns;
+  std::vector<Waiting> waiting;
+  Deadline accept_paused_until{};
   for (;;) {
+    const Deadline now = std::chrono::steady_clock::now();
+    const bool accepting = now >= accept_paused_until;
     std::vector<pollfd> fds;
     fds.push_back({g->wake_fd, POLLIN, 0});
-    fds.push_back({g->listen_fd, POLLIN, 0});
-    for (const Connection& c : conns) fds.push_back({c.fd, POLLIN, 0});
-    if (poll(fds.data(), fds.size(), -1) < 0) {
+    fds.push_back({accepting ? g->listen_fd : -1, POLLIN, 0});
+    Deadline next = Deadline::max();
+    for (const Connection& c : conns) {
+      fds.push_back({c.fd, POLLIN, 0});
+      if (c.id == 0) next = std::min(next, c.deadline);
+    }
+    if (!accepting) next = std::min(next, accept_paused_until);
+    int timeout = -1;
+    if (next != Deadline::max()) {
+      timeout = static_cast<int>(std::max<std::int64_t>(
+          0, std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1));
+    }
+    if (!waiting.empty()) timeout = timeout < 0 ? kWaitingPollMs : std::min(timeout, kWaitingPollMs);
+    if (poll(fds.data(), fds.size(), timeout) < 0) {
       if (errno == EINTR) continue;
-      log::error("CUDA IPC: the server stops: poll failed (errno {})", errno);
-      break;
+      log::error("CUDA IPC: the server stops: poll failed (errno {}); the next cuIpcGetMemHandle starts it again",
+                 errno);
+      server_died(&conns);
+      return;
     }
     if (fds[0].revents != 0) break;  // exit
+    // An exception (out of memory) drops the connection it came from, not the process.
+    const auto guarded = [](const char* what, auto&& work) {
+      try {
+        return work();
+      } catch (const std::exception& e) {
+        log::error("CUDA IPC: {} failed: {}; the connection is dropped", what, e.what());
+      } catch (...) {
+        log::error("CUDA IPC: {} failed (an exception); the connection is dropped", what);
+      }
+      return false;
+    };
+    const Deadline after = std::chrono::steady_clock::now();
     std::vector<Connection> keep;
     for (std::size_t i = 0; i < conns.size(); ++i) {
       Connection& c = conns[i];
-      const short ev = fds[i + 2].revents;
-      if (ev == 0) {
+      if (guarded("serving an importer", [&] { return keep_connection(c, fds[i + 2].revents, after); })) {
         keep.push_back(c);
-      } else if (c.id == 0 && (ev & POLLIN) != 0 && serve(c)) {
-        keep.push_back(c);  // now holding its allocation open
       } else {
-        connection_ended(c);  // closed, a second message (never sent by importers), or an error
+        guarded("ending a connection", [&] {
+          connection_ended(c, &waiting);
+          return true;
+        });
       }
     }
     conns.swap(keep);
-    if ((fds[1].revents & POLLIN) != 0) {
-      const int fd = accept4(g->listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) continue;
-      pid_t pid = 0;
-      uid_t uid = 0;
-      if (!peer(fd, &pid, &uid) || uid != geteuid()) {
-        log::warn("CUDA IPC: a connection from uid {} (pid {}) refused: only processes of this user may open its memory",
-                  uid, pid);
-        close(fd);
-        continue;
-      }
-      set_timeouts(fd, 10);
-      conns.push_back({fd, 0});
+    guarded("freeing memory its importers closed", [&] {
+      free_completed(&waiting);
+      return true;
+    });
+    if (accepting && (fds[1].revents & POLLIN) != 0) {
+      guarded("accepting an importer", [&] {
+        accept_one(&conns, &accept_paused_until);
+        return true;
+      });
     }
   }
   for (const Connection& c : conns) close(c.fd);  // exiting: importers keep what they mapped
@@ -260,7 +432,16 @@ bool start_locked(pool::Pool& pool) {
   g->listen_fd = fd;
   g->wake_fd = wake;
   g->path = path;
-  g->thread = new std::thread(run_server);
+  try {
+    g->thread = new std::thread(run_server);
+  } catch (const std::exception& e) {
+    log::error("CUDA IPC: cannot start the server thread ({}); cuIpcGetMemHandle of pool memory fails", e.what());
+    close(fd);
+    close(wake);
+    unlink(path.c_str());
+    g->listen_fd = g->wake_fd = -1;
+    return false;
+  }
   g->started = true;
   log::debug("CUDA IPC: serving exported pool memory at {}", path);
   return true;
@@ -280,6 +461,11 @@ CUresult export_handle(pool::Pool& pool, CUdeviceptr p, CUipcMemHandle* out) {
   if (!start_locked(pool)) return CUDA_ERROR_OPERATING_SYSTEM;
   const std::uint64_t id = view->info.buffer_id;
   if (auto it = g->by_id.find(id); it != g->by_id.end()) {
+    if (it->second.freed) {
+      log::error("cuIpcGetMemHandle({:#x}): the allocation was freed (it lives on only while another process has it "
+                 "open); refused", p);
+      return CUDA_ERROR_INVALID_VALUE;  // as the driver: freed memory cannot be exported
+    }
     *out = it->second.handle;  // the same handle each time, as the driver's
     return CUDA_SUCCESS;
   }
@@ -299,30 +485,56 @@ CUresult export_handle(pool::Pool& pool, CUdeviceptr p, CUipcMemHandle* out) {
   e.handle = encode(d);
   *out = e.handle;
   // A base still in the table belongs to an allocation freed with no importer: its entry went then.
+  g->by_id.emplace(id, e);  // first: if the second insertion throws, by_base names no missing id
   g->by_base[e.base] = id;
-  g->by_id.emplace(id, e);
   g_exports.store(g->by_id.size(), std::memory_order_relaxed);
   return CUDA_SUCCESS;
 }
 
-bool take_free(CUdeviceptr p, CUresult* result) {
+bool exporting() { return g_exports.load(std::memory_order_relaxed) != 0; }
+
+bool take_free(CUdeviceptr p, CUresult* result, const AsyncFree* async) {
   if (g_exports.load(std::memory_order_relaxed) == 0) return false;
   std::lock_guard lock(g->mu);
   auto base = g->by_base.find(p);
   if (base == g->by_base.end()) return false;
   auto it = g->by_id.find(base->second);
+  if (it == g->by_id.end()) {  // cannot happen (both change under the lock); forget the stray entry
+    g->by_base.erase(base);
+    return false;
+  }
   if (it->second.freed) {
     log::error("free of {:#x}: already freed (double free of memory another process still has open); ignored", p);
     *result = CUDA_ERROR_INVALID_VALUE;
     return true;
   }
-  if (it->second.opens > 0) {
+  if (it->second.opens > 0 && (async == nullptr || !async->capturing)) {
+    if (async != nullptr) {
+      // The freeing stream's work may still use the memory: the pool frees it only once this event
+      // (recorded behind that work) has completed, after the last close.
+      const driver::Table& d = driver::real()->table;
+      CUevent event = nullptr;
+      if (d.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
+          d.cuEventRecord(event, async->stream) != CUDA_SUCCESS) {
+        if (event != nullptr) d.cuEventDestroy_v2(event);
+        event = nullptr;
+        log::warn("free of {:#x} on stream {}: no event for its work; waiting for the stream now", p,
+                  static_cast<void*>(async->stream));
+        if (const CUresult r = d.cuStreamSynchronize(async->stream); r != CUDA_SUCCESS) {
+          *result = r;
+          return true;  // not freed: the program sees the stream's error
+        }
+      }
+      it->second.event = event;
+    }
     it->second.freed = true;
     log::debug("free of {:#x}: still open in {} importer(s); freed when they close it", p, it->second.opens);
     *result = CUDA_SUCCESS;
     return true;
   }
-  g->by_id.erase(it);  // its handle opens nothing any more
+  // Not open anywhere, or freed inside a graph capture: the pool frees it as usual (a capture's free
+  // is never reused, so importers' mappings stay valid); its handle opens nothing any more.
+  g->by_id.erase(it);
   g->by_base.erase(base);
   g_exports.store(g->by_id.size(), std::memory_order_relaxed);
   return false;

@@ -9,8 +9,11 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
+#include <set>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -33,14 +36,21 @@ struct Import {
 struct Imports {
   std::mutex mu;
   std::map<CUdeviceptr, Import> by_address;  // by the address handed out
+  std::set<int> opening;                     // connections of opens in progress
 };
 Imports* g = new Imports;  // never destroyed
 
+// fork holds the lock across itself, so the child sees the table whole (not half-changed by another
+// thread's open or close).
+void lock_for_fork() { g->mu.lock(); }
+void unlock_after_fork() { g->mu.unlock(); }
+
 void forget_in_child() {
   // The child cannot use the parent's mappings (its CUDA state is unusable); it only closes its
-  // copies of the connections, so the exporter sees the parent's close alone.
+  // copies of the connections (opens in progress included), so the exporter sees the parent's alone.
   for (const auto& [address, import] : g->by_address) close(import.connection);
-  g = new Imports;  // the old one is leaked: its mutex may be held
+  for (int fd : g->opening) close(fd);
+  g = new Imports;  // the old one is leaked: its mutex is held by the thread that forked
 }
 
 void unmap(const driver::Table& d, const Import& im, std::size_t mapped) {
@@ -48,36 +58,38 @@ void unmap(const driver::Table& d, const Import& im, std::size_t mapped) {
   d.cuMemAddressFree(im.range, im.chunks * im.chunk_size);
 }
 
-// Imports, maps and gives access; all or nothing.
-CUresult map_chunks(const driver::Table& d, const std::vector<int>& fds, Import* im) {
+// Receives the chunks' descriptors kFdsPerMessage at a time, importing and mapping each batch and
+// closing its descriptors before the next (so an allocation of any size needs only one batch of
+// descriptors at once), then gives access; all or nothing.
+CUresult map_chunks(const driver::Table& d, int connection, Deadline deadline, Import* im) {
   CUcontext ctx = nullptr;
   CUdevice device = 0;
   if (d.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   if (const CUresult r = d.cuCtxGetDevice(&device); r != CUDA_SUCCESS) return r;
-  std::vector<CUmemGenericAllocationHandle> handles;
-  const auto release = [&] {
-    for (CUmemGenericAllocationHandle h : handles) d.cuMemRelease(h);
-  };
-  for (int fd : fds) {
-    CUmemGenericAllocationHandle h = 0;
-    const CUresult r = d.cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)),
-                                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-    if (r != CUDA_SUCCESS) {
-      release();
-      return r;
-    }
-    handles.push_back(h);
-  }
   const std::size_t bytes = im->chunks * im->chunk_size;
-  if (const CUresult r = d.cuMemAddressReserve(&im->range, bytes, im->chunk_size, 0, 0); r != CUDA_SUCCESS) {
-    release();
-    return r;
-  }
+  if (const CUresult r = d.cuMemAddressReserve(&im->range, bytes, im->chunk_size, 0, 0); r != CUDA_SUCCESS) return r;
   std::size_t mapped = 0;
   CUresult r = CUDA_SUCCESS;
-  for (; mapped < handles.size() && r == CUDA_SUCCESS; ++mapped) {
-    r = d.cuMemMap(im->range + mapped * im->chunk_size, im->chunk_size, 0, handles[mapped], 0);
-    if (r != CUDA_SUCCESS) break;
+  while (mapped < im->chunks && r == CUDA_SUCCESS) {
+    std::vector<int> fds;
+    if (!recv_fds(connection, std::min<std::size_t>(kFdsPerMessage, im->chunks - mapped), &fds, deadline)) {
+      log::error("cuIpcOpenMemHandle: the exporter's chunks did not arrive ({} of {} came)", mapped, im->chunks);
+      r = CUDA_ERROR_INVALID_VALUE;
+      break;
+    }
+    for (int fd : fds) {
+      CUmemGenericAllocationHandle h = 0;
+      if (r == CUDA_SUCCESS) {
+        r = d.cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)),
+                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+      }
+      if (r == CUDA_SUCCESS) {
+        r = d.cuMemMap(im->range + mapped * im->chunk_size, im->chunk_size, 0, h, 0);
+        d.cuMemRelease(h);  // mapped or not, the handle goes: a mapping keeps its memory
+        if (r == CUDA_SUCCESS) ++mapped;
+      }
+      close(fd);
+    }
   }
   if (r == CUDA_SUCCESS) {
     CUmemAccessDesc access{};
@@ -86,7 +98,6 @@ CUresult map_chunks(const driver::Table& d, const std::vector<int>& fds, Import*
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     r = d.cuMemSetAccess(im->range, bytes, &access, 1);
   }
-  release();  // mapped or not, the handles go: a mapping keeps its memory
   if (r != CUDA_SUCCESS) unmap(d, *im, mapped);
   return r;
 }
@@ -100,7 +111,7 @@ CUresult refuse(const HandleData& h, const std::string& why, CUresult r = CUDA_E
 
 CUresult open_handle(CUdeviceptr* out, const CUipcMemHandle& handle, unsigned flags) {
   static std::once_flag registered;
-  std::call_once(registered, [] { pthread_atfork(nullptr, nullptr, forget_in_child); });
+  std::call_once(registered, [] { pthread_atfork(lock_for_fork, unlock_after_fork, forget_in_child); });
   const HandleData h = decode(handle);
   if ((flags & ~static_cast<unsigned>(CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) != 0) return CUDA_ERROR_INVALID_VALUE;
   if (h.pid == static_cast<std::uint32_t>(getpid())) {
@@ -111,9 +122,21 @@ CUresult open_handle(CUdeviceptr* out, const CUipcMemHandle& handle, unsigned fl
   const driver::Table& d = real->table;
   std::string error;
   const std::string path = socket_path(static_cast<pid_t>(h.pid), &error);
-  const int fd = path.empty() ? -1 : connect_to(path, &error);
-  if (fd < 0) return refuse(h, "cannot reach the exporter (it exited, or is not a uvmpool process of this user): " + error);
+  // A stopped or stuck exporter cannot hang the open: connecting, and then the whole exchange, are
+  // bounded.
+  constexpr int kTimeoutSeconds = 30;
+  const int fd = path.empty() ? -1 : connect_to(path, kTimeoutSeconds, &error);
+  if (fd < 0) return refuse(h, "cannot reach the exporter (it exited, is stopped, or is not a uvmpool process of this user): " + error);
+  {
+    std::lock_guard lock(g->mu);
+    g->opening.insert(fd);  // a fork from now on closes the child's copy
+  }
+  const auto forget_opening = [&] {
+    std::lock_guard lock(g->mu);
+    g->opening.erase(fd);
+  };
   const auto fail = [&](const std::string& why, CUresult r = CUDA_ERROR_INVALID_VALUE) {
+    forget_opening();
     close(fd);
     return refuse(h, why, r);
   };
@@ -123,12 +146,13 @@ CUresult open_handle(CUdeviceptr* out, const CUipcMemHandle& handle, unsigned fl
     return fail("the socket's owner (pid " + std::to_string(pid) + ", uid " + std::to_string(uid) +
                 ") is not the exporter of this user");
   }
-  set_timeouts(fd, 30);
+  const Deadline deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kTimeoutSeconds);
   Request req;
   req.allocation = h.allocation;
   std::memcpy(req.secret, h.secret, sizeof req.secret);
   Reply reply;
-  if (!send_all(fd, &req, sizeof req) || !recv_all(fd, &reply, sizeof reply) || reply.magic != kProtocolMagic) {
+  if (!send_all(fd, &req, sizeof req, deadline) || !recv_all(fd, &reply, sizeof reply, deadline) ||
+      reply.magic != kProtocolMagic) {
     return fail("the exporter did not answer");
   }
   if (reply.status != CUDA_SUCCESS) {
@@ -141,17 +165,15 @@ CUresult open_handle(CUdeviceptr* out, const CUipcMemHandle& handle, unsigned fl
       reply.size > std::uint64_t{reply.chunks} * reply.chunk_size - reply.offset) {
     return fail("the exporter's answer does not describe memory (refused)");
   }
-  std::vector<int> fds;
-  if (!recv_fds(fd, reply.chunks, &fds)) return fail("the exporter's chunks did not arrive");
   Import im;
   im.chunk_size = reply.chunk_size;
   im.chunks = reply.chunks;
   im.connection = fd;
-  const CUresult r = map_chunks(d, fds, &im);
-  for (int f : fds) close(f);
-  if (r != CUDA_SUCCESS) return fail("importing or mapping its chunks failed", r);
+  const CUresult r = map_chunks(d, fd, deadline, &im);
+  if (r != CUDA_SUCCESS) return fail("receiving, importing or mapping its chunks failed", r);
   *out = im.range + reply.offset;
   std::lock_guard lock(g->mu);
+  g->opening.erase(fd);
   g->by_address[*out] = im;
   log::debug("CUDA IPC: opened allocation {} of process {} ({} bytes, {} chunks) at {:#x}", h.allocation, h.pid,
              reply.size, reply.chunks, *out);

@@ -1,11 +1,14 @@
 #include "hooks/ipc_socket.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "hooks/ipc_handle.h"
@@ -27,6 +30,34 @@ bool fill_address(const std::string& path, sockaddr_un* addr, std::string* error
 }
 
 std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+// Waits until `fd` is ready for `events`, or false at the deadline, on an error, or when `abort_fd`
+// is readable.
+bool wait_ready(int fd, short events, Deadline deadline, int abort_fd) {
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd fds[2] = {{fd, events, 0}, {abort_fd, POLLIN, 0}};
+    const int timeout = static_cast<int>(std::min<std::int64_t>(left.count() + 1, 60'000));
+    const int r = poll(fds, abort_fd >= 0 ? 2 : 1, timeout);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return false;
+    if (abort_fd >= 0 && fds[1].revents != 0) return false;
+    if (fds[0].revents != 0) return true;  // ready, or an error the next call reports
+  }
+}
+
+// One sendmsg/recvmsg without blocking, waiting for readiness by the deadline: its result, or -1.
+template <typename Call>
+ssize_t by_deadline(int fd, short events, Deadline deadline, int abort_fd, Call call) {
+  for (;;) {
+    const ssize_t r = call();
+    if (r >= 0) return r;
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+    if (!wait_ready(fd, events, deadline, abort_fd)) return -1;
+  }
+}
 
 // A new stream socket and the address of `path`, or -1 and *error.
 int new_socket(const std::string& path, sockaddr_un* addr, std::string* error) {
@@ -58,11 +89,16 @@ int listen_at(const std::string& path, std::string* error) {
       return -1;
     }
   }
-  // Only the owner may connect (the directory already keeps others out).
-  const mode_t old = umask(077);
-  const int bound = bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
-  umask(old);
-  if (bound != 0 || listen(fd, 64) != 0) {
+  // Only the owner may connect. The directory (0700) already keeps others out; the socket's own mode
+  // is narrowed right after bind (no process-wide umask: other threads may be creating files).
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+    *error = errno_text(path);
+    close(fd);
+    return -1;
+  }
+  if (chmod(path.c_str(), 0600) != 0 || listen(fd, 64) != 0) {
+    *error = errno_text(path);
+    unlink(path.c_str());
     *error = errno_text(path);
     close(fd);
     return -1;
@@ -70,10 +106,15 @@ int listen_at(const std::string& path, std::string* error) {
   return fd;
 }
 
-int connect_to(const std::string& path, std::string* error) {
+int connect_to(const std::string& path, int seconds, std::string* error) {
   sockaddr_un addr;
   const int fd = new_socket(path, &addr, error);
   if (fd < 0) return -1;
+  // Before connect: a Unix socket's connect waits for room in the listener's backlog up to the send
+  // timeout.
+  timeval tv{seconds, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
     *error = errno_text(path);
     close(fd);
@@ -91,11 +132,11 @@ bool peer(int fd, pid_t* pid, uid_t* uid) {
   return true;
 }
 
-bool send_all(int fd, const void* data, std::size_t n) {
+bool send_all(int fd, const void* data, std::size_t n, Deadline deadline, int abort_fd) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
-    const ssize_t r = send(fd, p, n, MSG_NOSIGNAL);
-    if (r < 0 && errno == EINTR) continue;
+    const ssize_t r = by_deadline(fd, POLLOUT, deadline, abort_fd,
+                                  [&] { return send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT); });
     if (r <= 0) return false;
     p += r;
     n -= static_cast<std::size_t>(r);
@@ -103,11 +144,10 @@ bool send_all(int fd, const void* data, std::size_t n) {
   return true;
 }
 
-bool recv_all(int fd, void* data, std::size_t n) {
+bool recv_all(int fd, void* data, std::size_t n, Deadline deadline, int abort_fd) {
   char* p = static_cast<char*>(data);
   while (n > 0) {
-    const ssize_t r = recv(fd, p, n, 0);
-    if (r < 0 && errno == EINTR) continue;
+    const ssize_t r = by_deadline(fd, POLLIN, deadline, abort_fd, [&] { return recv(fd, p, n, MSG_DONTWAIT); });
     if (r <= 0) return false;
     p += r;
     n -= static_cast<std::size_t>(r);
@@ -115,7 +155,7 @@ bool recv_all(int fd, void* data, std::size_t n) {
   return true;
 }
 
-bool send_fds(int fd, const std::vector<int>& fds) {
+bool send_fds(int fd, const std::vector<int>& fds, Deadline deadline, int abort_fd) {
   for (std::size_t at = 0; at < fds.size(); at += kFdsPerMessage) {
     const std::size_t n = std::min<std::size_t>(kFdsPerMessage, fds.size() - at);
     char byte = 'F';
@@ -131,16 +171,14 @@ bool send_fds(int fd, const std::vector<int>& fds) {
     c->cmsg_type = SCM_RIGHTS;
     c->cmsg_len = CMSG_LEN(sizeof(int) * n);
     std::memcpy(CMSG_DATA(c), fds.data() + at, sizeof(int) * n);
-    ssize_t r;
-    do {
-      r = sendmsg(fd, &msg, MSG_NOSIGNAL);
-    } while (r < 0 && errno == EINTR);
+    const ssize_t r = by_deadline(fd, POLLOUT, deadline, abort_fd,
+                                  [&] { return sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT); });
     if (r != 1) return false;
   }
   return true;
 }
 
-bool recv_fds(int fd, std::size_t count, std::vector<int>* out) {
+bool recv_fds(int fd, std::size_t count, std::vector<int>* out, Deadline deadline) {
   const auto fail = [&] {
     for (int f : *out) close(f);
     out->clear();
@@ -155,10 +193,8 @@ bool recv_fds(int fd, std::size_t count, std::vector<int>* out) {
     msg.msg_iovlen = 1;
     msg.msg_control = control;
     msg.msg_controllen = sizeof control;
-    ssize_t r;
-    do {
-      r = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-    } while (r < 0 && errno == EINTR);
+    const ssize_t r = by_deadline(fd, POLLIN, deadline, -1,
+                                  [&] { return recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT); });
     if (r != 1) return fail();
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
       if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
@@ -172,12 +208,6 @@ bool recv_fds(int fd, std::size_t count, std::vector<int>* out) {
     if ((msg.msg_flags & MSG_CTRUNC) != 0 || out->size() > count) return fail();
   }
   return true;
-}
-
-void set_timeouts(int fd, int seconds) {
-  timeval tv{seconds, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 }
 
 }  // namespace uvmpool::ipc

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -19,23 +20,26 @@ std::string socket_path(pid_t pid, std::string* error);
 // A listening socket bound at `path` (a stale one of a dead process of the same pid is replaced),
 // or -1 and *error.
 int listen_at(const std::string& path, std::string* error);
-// A socket connected to `path`, or -1 and *error.
-int connect_to(const std::string& path, std::string* error);
+// A socket connected to `path`, or -1 and *error. Gives up after `seconds` (a listener whose backlog
+// is full, because its process is stopped, would block connect forever).
+int connect_to(const std::string& path, int seconds, std::string* error);
 
 // The peer's credentials; false if they cannot be read.
 bool peer(int fd, pid_t* pid, uid_t* uid);
 
-// Exactly n bytes, or false (closed, error, timeout). MSG_NOSIGNAL: a vanished peer is an error,
-// not a SIGPIPE.
-bool send_all(int fd, const void* data, std::size_t n);
-bool recv_all(int fd, void* data, std::size_t n);
+// Every transfer below finishes by `deadline` or fails: an overall bound, whatever pace the peer
+// keeps (a byte every few seconds cannot stretch it). It also fails as soon as `abort_fd` (if not -1)
+// becomes readable (the exporter's exit). MSG_NOSIGNAL: a vanished peer is an error, not a SIGPIPE.
+using Deadline = std::chrono::steady_clock::time_point;
+
+// Exactly n bytes, or false (closed, error, deadline, abort).
+bool send_all(int fd, const void* data, std::size_t n, Deadline deadline, int abort_fd = -1);
+bool recv_all(int fd, void* data, std::size_t n, Deadline deadline, int abort_fd = -1);
 
 // Sends descriptors, kFdsPerMessage a message (each with one byte). The caller still owns them.
-bool send_fds(int fd, const std::vector<int>& fds);
-// Receives exactly `count` descriptors into *out (closed again on failure).
-bool recv_fds(int fd, std::size_t count, std::vector<int>* out);
-
-// Bounds a blocked send or receive on `fd`, so a stuck peer cannot hang a thread forever.
-void set_timeouts(int fd, int seconds);
+bool send_fds(int fd, const std::vector<int>& fds, Deadline deadline, int abort_fd = -1);
+// Receives exactly `count` descriptors into *out (closed again on failure); count <= kFdsPerMessage
+// keeps it to one message.
+bool recv_fds(int fd, std::size_t count, std::vector<int>* out, Deadline deadline);
 
 }  // namespace uvmpool::ipc

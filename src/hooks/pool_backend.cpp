@@ -126,7 +126,10 @@ class PoolBackend final : public Backend {
   }
   CUresult free_async(CUdeviceptr ptr, CUstream stream) override {
     CUresult r = CUDA_SUCCESS;
-    if (ipc::take_free(ptr, &r)) return r;
+    if (ipc::exporting()) {
+      const ipc::AsyncFree async{stream, pool_.capturing(stream)};
+      if (ipc::take_free(ptr, &r, &async)) return r;
+    }
     return pool_.deallocate_async(ptr, stream, &r) == pool::Ownership::Ours ? r : freed_by_driver(driver_.free_async(ptr, stream), ptr);
   }
   CUresult create(CUmemGenericAllocationHandle* handle, std::size_t size, const CUmemAllocationProp* prop,

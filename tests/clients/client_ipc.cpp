@@ -4,6 +4,11 @@
 //     check BYTE                 all BYTES read back (cuMemcpyDtoH) equal BYTE: "check ok" / "check bad ..."
 //     pattern                    the original fill reads back: "pattern ok" / "pattern bad ..."
 //     free                       cuMemFree: "free <CUresult>"
+//     free_async held|capture    cuMemFreeAsync on a new stream that the simulator holds busy, or that
+//                                reports an active graph capture: "free_async <CUresult>"
+//     release                    ends the hold of that stream: "release done"
+//     alloc_same                 cuMemAlloc of BYTES more: "alloc_same same|other" (the freed address?)
+//     get                        cuIpcGetMemHandle once more: "get <CUresult>"
 //     churn N                    allocates N more of BYTES and fills them with 0x11: "churn done"
 //     live                       uvmpool's live pool bytes: "live <bytes> <in host memory>"
 //     again                      cuIpcGetMemHandle once more: "again same" / "again different"
@@ -114,6 +119,7 @@ int exporter(size_t bytes) {
   CU(cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, p));
   say("handle " + to_hex(handle) + " legacy_capable " + std::to_string(legacy));
   std::vector<CUdeviceptr> churned;
+  CUstream stream = nullptr;
   std::string line;
   while (std::getline(std::cin, line)) {
     std::istringstream in(line);
@@ -127,6 +133,30 @@ int exporter(size_t bytes) {
       say("pattern " + check_pattern(p, bytes));
     } else if (cmd == "free") {
       say("free " + std::to_string(cuMemFree(p)));
+    } else if (cmd == "free_async") {
+      std::string how;
+      in >> how;
+      using Hold = void (*)(CUstream, int);
+      auto hold = reinterpret_cast<Hold>(uvmpool_api(nullptr, "uvmpool_sim_hold_stream"));
+      auto capture = reinterpret_cast<Hold>(uvmpool_api(nullptr, "uvmpool_sim_set_capture_status"));
+      CLIENT_CHECK(hold != nullptr && capture != nullptr, "free_async needs the simulated driver");
+      CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+      CU(cuMemsetD8Async(p, 0x22, bytes, stream));  // work of the stream on the memory, before the free
+      if (how == "held") hold(stream, 1);
+      if (how == "capture") capture(stream, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+      say("free_async " + std::to_string(cuMemFreeAsync(p, stream)));
+    } else if (cmd == "release") {
+      using Hold = void (*)(CUstream, int);
+      reinterpret_cast<Hold>(uvmpool_api(nullptr, "uvmpool_sim_hold_stream"))(stream, 0);
+      say("release done");
+    } else if (cmd == "alloc_same") {
+      CUdeviceptr q = 0;
+      CU(cuMemAlloc(&q, bytes));
+      churned.push_back(q);
+      say(std::string("alloc_same ") + (q == p ? "same" : "other"));
+    } else if (cmd == "get") {
+      CUipcMemHandle again;
+      say("get " + std::to_string(cuIpcGetMemHandle(&again, p)));
     } else if (cmd == "churn") {
       int n = 0;
       in >> n;

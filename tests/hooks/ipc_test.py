@@ -6,6 +6,9 @@ uvmpool. One scenario per run; every check fails the test with what it saw.
 usage: ipc_test.py PRELOAD SIM_DIR CLIENT SCENARIO
 """
 import os
+import resource
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,7 +23,7 @@ def fail(msg):
 
 
 class Client:
-    def __init__(self, args, uvmpool=True, pool=True, extra=None):
+    def __init__(self, args, uvmpool=True, pool=True, extra=None, max_fds=None):
         env = dict(os.environ, LD_LIBRARY_PATH=SIM_DIR, UVMPOOL_LOG_LEVEL="info")
         env.pop("LD_PRELOAD", None)
         if uvmpool:
@@ -29,8 +32,10 @@ class Client:
                 env["UVMPOOL_POOL"] = "0"
         env.update(extra or {})
         self.args = args
+        def limit():  # soft and hard: the simulator raises a soft limit to the hard one
+            resource.setrlimit(resource.RLIMIT_NOFILE, (max_fds, max_fds))
         self.proc = subprocess.Popen([CLIENT, *args], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+                                     stderr=subprocess.PIPE, text=True, preexec_fn=limit if max_fds else None)
 
     def line(self):
         out = self.proc.stdout.readline().strip()
@@ -117,6 +122,7 @@ def free_while_open():
     i = importer(handle)
     e.expect("free", "free 0")
     e.expect("free", f"free {INVALID_VALUE}")  # a double free is still caught
+    e.expect("get", f"get {INVALID_VALUE}")  # freed memory cannot be exported (as the driver)
     e.expect("churn 4", "churn done")
     i.expect(f"pattern {size}", "pattern ok")
     held = int(e.ask("live").split()[1])
@@ -289,10 +295,136 @@ def spilled_allocation():
     e.finish()
 
 
+def wait_live(e, want):
+    for _ in range(100):
+        live = int(e.ask("live").split()[1])
+        if live == want:
+            return
+        time.sleep(0.05)
+    fail(f"the exporter holds {live} live bytes, want {want}")
+
+
+def async_free_while_open():
+    """cuMemFreeAsync of memory open elsewhere, on a stream whose work is not done: after the last
+    close the pool still does not free it (nor reuse it) until that work completes."""
+    size = 8 * MIB
+    e, handle, _ = exporter(size)
+    i = importer(handle)
+    e.expect("free_async held", "free_async 0")
+    i.expect("close", "close 0")
+    time.sleep(0.5)  # the server has seen the close
+    live = int(e.ask("live").split()[1])
+    if live != size:
+        fail(f"freed on a busy stream and closed: live {live}, want {size} (freed before the stream's work ended)")
+    e.expect("alloc_same", "alloc_same other")
+    e.expect("release", "release done")
+    wait_live(e, size)  # the first allocation went; the new one is live
+    i.finish()
+    e.finish()
+
+
+def capture_free_while_open():
+    """cuMemFreeAsync during a graph capture of memory open elsewhere: never reused, also after the
+    last close."""
+    size = 8 * MIB
+    e, handle, _ = exporter(size)
+    i = importer(handle)
+    e.expect("free_async capture", "free_async 0")
+    i.expect("close", "close 0")
+    time.sleep(0.5)
+    e.expect("alloc_same", "alloc_same other")
+    i.finish()
+    e.finish()
+
+
+def low_descriptor_limit():
+    """An allocation of more chunks than half the open-file limit (each simulated chunk is itself a
+    descriptor in both processes): the descriptors travel in batches, so it is shared anyway."""
+    size = 600 * MIB  # 300 chunks of 2 MiB, under a limit of 512 descriptors
+    e, handle, _ = exporter(size, max_fds=512)
+    i = importer(handle, max_fds=512)
+    i.expect(f"pattern {size}", "pattern ok")
+    i.expect("close", "close 0")
+    i.finish()
+    e.finish()
+
+
+def slow_peers():
+    """Peers that connect and say nothing, or send part of a request and stall, hold the exporter's
+    server at most its deadline: an importer is served meanwhile, the silent ones are dropped, and
+    the exporter exits promptly with one stalled mid-request."""
+    size = 2 * MIB
+    e, handle, _ = exporter(size)
+    path = socket_of(e.proc.pid)
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.connect(path)
+    stalled = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stalled.connect(path)
+    stalled.send(b"I")  # one byte of a request, and no more
+    t0 = time.monotonic()
+    i = importer(handle)
+    took = time.monotonic() - t0
+    if took > 6:
+        fail(f"an importer waited {took:.1f} s behind a stalled peer")
+    i.expect("close", "close 0")
+    i.finish()
+    silent.settimeout(10)
+    t0 = time.monotonic()
+    try:
+        got = silent.recv(1)
+    except socket.timeout:
+        fail("a connection that never sent a request was not dropped within 10 s")
+    if got != b"" or time.monotonic() - t0 > 6:
+        fail(f"a silent connection: got {got!r} after {time.monotonic() - t0:.1f} s, want it closed within its deadline")
+    late = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    late.connect(path)
+    late.send(b"I")
+    time.sleep(0.2)  # the server is in the middle of this request now
+    t0 = time.monotonic()
+    e.finish()
+    if time.monotonic() - t0 > 5:
+        fail(f"the exporter took {time.monotonic() - t0:.1f} s to exit with a stalled peer")
+    for s_ in (silent, stalled, late):
+        s_.close()
+
+
+def stopped_exporter():
+    """An exporter that is stopped (SIGSTOP) with its listen backlog full: cuIpcOpenMemHandle gives up
+    with an error and a log line instead of hanging in connect."""
+    e, handle, _ = exporter(2 * MIB)
+    path = socket_of(e.proc.pid)
+    os.kill(e.proc.pid, signal.SIGSTOP)
+    filler = []
+    try:
+        while len(filler) < 1000:  # fills the backlog (64) of a server that accepts nothing now
+            s_ = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s_.setblocking(False)
+            try:
+                s_.connect(path)
+            except (BlockingIOError, OSError):
+                s_.close()
+                break
+            filler.append(s_)
+        i = Client(["import", handle])
+        try:
+            out, err = i.proc.communicate(timeout=75)
+        except subprocess.TimeoutExpired:
+            i.proc.kill()
+            fail("cuIpcOpenMemHandle hung in connect to a stopped exporter")
+        if f"open {INVALID_VALUE}" not in out or "cannot reach the exporter" not in err:
+            fail(f"a stopped exporter: got '{out.strip()}', log: {err}")
+    finally:
+        os.kill(e.proc.pid, signal.SIGCONT)
+        for s_ in filler:
+            s_.close()
+    e.finish()
+
+
 SCENARIOS = {f.__name__: f for f in (data_both_ways, small_allocation, free_while_open, exporter_exits_while_open,
                                      tampered_handles, double_close, driver_handles_pass_through,
                                      importer_without_uvmpool, retain_fallback, fork_keeps_server,
-                                     spilled_allocation)}
+                                     spilled_allocation, async_free_while_open, capture_free_while_open,
+                                     low_descriptor_limit, slow_peers, stopped_exporter)}
 
 if __name__ == "__main__":
     PRELOAD, SIM_DIR, CLIENT, scenario = sys.argv[1:5]
