@@ -67,6 +67,7 @@ bool DevicePool::premap(std::size_t n) {
     std::lock_guard lock(mu_);
     if (take_range(bytes, &va) != CUDA_SUCCESS) {
       return_chunks(chunks);
+      host_->landed(n);
       return false;
     }
   }
@@ -79,12 +80,14 @@ bool DevicePool::premap(std::size_t n) {
     log::debug("device {}: premapping {} host chunks failed ({})", device_, n, static_cast<int>(r));
     ranges_.give_back(va, bytes);
     return_chunks(chunks);
+    host_->landed(n);
     return false;
   }
   Block* b = make_block(va, std::move(chunks));
   stitched_maps_.fetch_add(1, std::memory_order_relaxed);
   trace::record(trace::Kind::Map, device_, va, bytes, bytes, started);
   cache_block(b);
+  host_->landed(n);  // a premapped run now, which allocations take from
   return true;
 }
 

@@ -154,7 +154,21 @@ std::size_t HostReserve::take_ready(std::size_t n, std::vector<Chunk>* out) {
   for (std::size_t i = chunks_.size() - k; i < chunks_.size(); ++i) out->push_back(Chunk{chunks_[i], Tier::Host});
   chunks_.resize(chunks_.size() - k);
   size_.store(chunks_.size(), std::memory_order_relaxed);
+  in_flight_ += k;  // until the caller says landed(k)
   return k;
+}
+
+void HostReserve::landed(std::size_t n) {
+  std::lock_guard lock(mu_);
+  in_flight_ -= std::min(n, in_flight_);
+  if (in_flight_ == 0) landed_cv_.notify_all();
+}
+
+bool HostReserve::wait_until_landed() {
+  std::unique_lock lock(mu_);
+  if (in_flight_ == 0) return false;
+  landed_cv_.wait(lock, [this] { return in_flight_ == 0; });
+  return true;
 }
 
 void HostReserve::note_take(std::size_t n) {
@@ -252,6 +266,7 @@ bool HostReserve::upkeep() {
     const std::size_t unmapped_target = unmapped_target_locked();
     if (ready < target_ || chunks_.size() < unmapped_target) {
       to_pin = std::min(kBatch, std::max(target_ - std::min(ready, target_), unmapped_target - std::min(chunks_.size(), unmapped_target)));
+      in_flight_ += to_pin;  // charged by pin() before the chunks exist: see wait_until_landed
     } else if (idle && ready > target_ && chunks_.size() > unmapped_target) {
       const std::size_t n = std::min({kBatch, ready - target_, chunks_.size() - unmapped_target});
       to_release.assign(chunks_.end() - static_cast<std::ptrdiff_t>(n), chunks_.end());
@@ -265,16 +280,18 @@ bool HostReserve::upkeep() {
   }
   if (to_pin == 0) return false;
   std::vector<Handle> pinned;
-  if (pin(to_pin, &pinned) != CUDA_SUCCESS) {
-    // The host limit (or the system) says no: stop aiming higher than what the reserve now holds.
-    std::lock_guard lock(mu_);
-    target_ = std::max<std::size_t>(chunks_.size() + premapped(), 1);
-    return false;
-  }
+  const bool ok = pin(to_pin, &pinned) == CUDA_SUCCESS;
   std::lock_guard lock(mu_);
-  chunks_.insert(chunks_.end(), pinned.begin(), pinned.end());
-  size_.store(chunks_.size(), std::memory_order_relaxed);
-  return true;
+  if (ok) {
+    chunks_.insert(chunks_.end(), pinned.begin(), pinned.end());
+    size_.store(chunks_.size(), std::memory_order_relaxed);
+  } else {
+    // The host limit (or the system) says no: stop aiming higher than what the reserve now holds.
+    target_ = std::max<std::size_t>(chunks_.size() + premapped(), 1);
+  }
+  in_flight_ -= std::min(to_pin, in_flight_);
+  if (in_flight_ == 0) landed_cv_.notify_all();
+  return ok;
 }
 
 }  // namespace uvmpool::pool

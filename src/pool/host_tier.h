@@ -106,6 +106,15 @@ class HostReserve {
   // target, or give back unmapped chunks above their share once idle. True when it did something.
   bool upkeep();
 
+  // Chunks the thread holds between two places — being pinned (already charged to the host limit)
+  // or taken by take_ready to be premapped — belong to no one an allocation can take from. An
+  // allocation that fails while some are in flight waits for them to land (the thread's one batch:
+  // a few ms) and tries again, so the thread never turns an allocation the tier can cover into an
+  // out-of-memory. landed(n): n taken by take_ready are now a premapped run or back in the reserve.
+  void landed(std::size_t n);
+  // Waits until nothing is in flight; false (at once) when nothing was.
+  bool wait_until_landed();
+
   std::size_t size() const { return size_.load(std::memory_order_relaxed); }         // chunks in the reserve
   std::uint64_t held() const { return held_.load(std::memory_order_relaxed); }       // pinned, mapped or not
   std::uint64_t peak_held() const { return peak_held_.load(std::memory_order_relaxed); }
@@ -128,6 +137,8 @@ class HostReserve {
   mutable std::mutex mu_;
   std::vector<Handle> chunks_;
   std::size_t target_ = 0;  // 0 until armed
+  std::size_t in_flight_ = 0;          // chunks being pinned by upkeep or premapped (mu_)
+  std::condition_variable landed_cv_;  // in_flight_ fell to 0 (mu_)
   Clock::time_point last_take_{};
   bool abandoned_ = false;
 

@@ -189,6 +189,11 @@ void DevicePool::release_pending(const PendingItem& item) {
 
 CUresult DevicePool::with_pressure_relief(const std::function<CUresult()>& attempt) {
   CUresult r = attempt();
+  if (r != CUDA_ERROR_OUT_OF_MEMORY) return r;
+  // Host chunks the reserve thread holds in flight (being pinned, or premapped) are no one's to
+  // take: wait for them to land and try again (HostReserve::wait_until_landed). Called without mu_,
+  // which premapping needs to finish.
+  if (host_ && host_->wait_until_landed()) r = attempt();
   if (r != CUDA_ERROR_OUT_OF_MEMORY || pending_count_.load(std::memory_order_relaxed) == 0) return r;
   // Out of memory while memory freed on streams waits for their work: take what has finished, then
   // wait for the rest — a stall, but better than failing an allocation the pool can cover.
