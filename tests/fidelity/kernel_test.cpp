@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "catalog_layouts.h"
 #include "catalog_ptx.h"
 #include "fidelity.h"
 #include "sim/sim_control.h"
@@ -79,25 +80,10 @@ class Kernels : public DriverTest {
   CUstream stream = nullptr;
 };
 
-struct Layout {
-  const char* name;
-  std::vector<std::pair<std::size_t, std::size_t>> params;
-};
-
-// The layouts docs/simulator.md states; the PTX of catalog.cu must give the same on a GPU.
-const Layout kCatalog[] = {
-    {"uvmpool_fill_u32", {{0, 8}, {8, 8}, {16, 4}}},
-    {"uvmpool_copy", {{0, 8}, {8, 8}, {16, 8}}},
-    {"uvmpool_sum_u32", {{0, 8}, {8, 8}, {16, 8}}},
-    {"uvmpool_touch", {{0, 8}, {8, 8}, {16, 4}, {20, 4}}},
-    {"uvmpool_gather_u32", {{0, 8}, {8, 8}, {16, 8}, {24, 8}}},
-    {"uvmpool_struct_fill_u32", {{0, 48}}},
-};
-
 TEST_F(Kernels, ParamInfoOfModuleFunctionsAndLibraryKernelsIsTheCatalogsLayout) {
   CUlibrary library = nullptr;
   ASSERT_CU(CU(cuLibraryLoadData, &library, catalog_image(), nullptr, nullptr, 0u, nullptr, nullptr, 0u));
-  for (const Layout& l : kCatalog) {
+  for (const uvmpool::bench::CatalogLayout& l : uvmpool::bench::kCatalogLayouts) {
     SCOPED_TRACE(l.name);
     CUfunction f = nullptr;
     CUkernel k = nullptr;

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "catalog_layouts.h"
 #include "sim_test.h"
 
 namespace simtest {
@@ -96,24 +97,11 @@ TEST_F(Kernels, StructFillFollowsPointersInsideAByValueStruct) {
   EXPECT_EQ(read_back(b, 16), std::vector<std::uint32_t>(16, 99));
 }
 
-struct Layout {
-  const char* name;
-  std::vector<std::pair<std::size_t, std::size_t>> params;  // offset, size
-};
-
-const Layout kLayouts[] = {
-    {"uvmpool_fill_u32", {{0, 8}, {8, 8}, {16, 4}}},
-    {"uvmpool_copy", {{0, 8}, {8, 8}, {16, 8}}},
-    {"uvmpool_sum_u32", {{0, 8}, {8, 8}, {16, 8}}},
-    {"uvmpool_touch", {{0, 8}, {8, 8}, {16, 4}, {20, 4}}},
-    {"uvmpool_gather_u32", {{0, 8}, {8, 8}, {16, 8}, {24, 8}}},
-    {"uvmpool_struct_fill_u32", {{0, 48}}},
-};
 
 TEST_F(Kernels, ParamInfoAnswersEachParameterOfFunctionsAndKernelsAndNothingPastTheLast) {
   CUlibrary library = nullptr;
   ASSERT_CU(cuLibraryLoadData(&library, UVMPOOL_SIM_MODULE_IMAGE, nullptr, nullptr, 0, nullptr, nullptr, 0));
-  for (const Layout& layout : kLayouts) {
+  for (const uvmpool::bench::CatalogLayout& layout : uvmpool::bench::kCatalogLayouts) {
     SCOPED_TRACE(layout.name);
     CUkernel k = nullptr;
     ASSERT_CU(cuLibraryGetKernel(&k, library, layout.name));
