@@ -14,6 +14,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 base=${BUILD_DIR:-build}
 sanitizers=${UVMPOOL_TEST_SANITIZERS-address thread}
+tsan_all=${UVMPOOL_TEST_TSAN_ALL:-0}
+fuzz=${UVMPOOL_TEST_FUZZ:-1}
+# They are this script's settings, not uvmpool's: left in the environment, every program the tests
+# run under uvmpool would warn of an unknown UVMPOOL_ setting (and tests that read its output fail).
+unset UVMPOOL_TEST_SANITIZERS UVMPOOL_TEST_TSAN_ALL UVMPOOL_TEST_FUZZ
 failed=()
 
 # Sanitizer reports fail the test that has them. Leak checking: see tests/sanitizer/lsan.supp.
@@ -50,7 +55,7 @@ for s in $sanitizers; do
   case $s in
     address) run "ASan+UBSan" "$base-asan" -LE 'no_sanitize|no_asan' -- -DUVMPOOL_SANITIZE=address ;;
     thread)
-      if [ "${UVMPOOL_TEST_TSAN_ALL:-0}" = 1 ]; then
+      if [ "$tsan_all" = 1 ]; then
         run TSan "$base-tsan" -LE 'no_sanitize|no_tsan' -- -DUVMPOOL_SANITIZE=thread
       else
         targets=$tsan_targets run TSan "$base-tsan" -R "$tsan_tests" -LE 'no_sanitize|no_tsan' \
@@ -60,7 +65,7 @@ for s in $sanitizers; do
     *) echo "unknown sanitizer '$s' in UVMPOOL_TEST_SANITIZERS" >&2; exit 2 ;;
   esac
 done
-if [ "${UVMPOOL_TEST_FUZZ:-1}" != 0 ]; then
+if [ "$fuzz" != 0 ]; then
   start=$SECONDS
   echo "== uvmpool fuzzing (build-fuzz) =="
   if FUZZ_SECONDS=${FUZZ_SECONDS:-60} bash scripts/fuzz.sh; then
