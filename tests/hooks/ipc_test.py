@@ -388,12 +388,32 @@ def slow_peers():
         s_.close()
 
 
+def wait_all_threads_stopped(pid, seconds=60):
+    tasks = f"/proc/{pid}/task"
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        states = []
+        for tid in os.listdir(tasks):
+            try:
+                with open(f"{tasks}/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:  # a thread that exited meanwhile
+                pass
+        if states and all(s == "T" for s in states):
+            return
+        time.sleep(0.01)
+    fail(f"process {pid} did not stop within {seconds} s of SIGSTOP")
+
+
 def stopped_exporter():
     """An exporter that is stopped (SIGSTOP) with its listen backlog full: cuIpcOpenMemHandle gives up
     with an error and a log line instead of hanging in connect."""
     e, handle, _ = exporter(2 * MIB)
     path = socket_of(e.proc.pid)
     os.kill(e.proc.pid, signal.SIGSTOP)
+    # kill() returns before every thread has stopped: until the last one has, the exporter's server
+    # may still accept, and the importer below would then connect and wait for an answer instead.
+    wait_all_threads_stopped(e.proc.pid)
     filler = []
     try:
         while len(filler) < 1000:  # fills the backlog (64) of a server that accepts nothing now
