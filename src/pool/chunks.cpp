@@ -382,6 +382,7 @@ DeviceStats DevicePool::stats() const {
   s.peak_live_host_bytes = peak_live_host_.load(std::memory_order_relaxed);
   s.stitched_maps = stitched_maps_.load(std::memory_order_relaxed);
   s.mappings_broken = broken_.load(std::memory_order_relaxed);
+  s.mappings_carved = carved_.load(std::memory_order_relaxed);
   s.chunks_created = created_.load(std::memory_order_relaxed);
   s.chunks_released = released_.load(std::memory_order_relaxed);
   s.budget = budget_;

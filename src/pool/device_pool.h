@@ -65,6 +65,7 @@ struct Block {
   std::size_t guard = 0;  // UVMPOOL_GUARD: bytes of address space after the mapping, never mapped
   Block* prev = nullptr;  // in its bin while Cached
   Block* next = nullptr;
+  bool binned = false;    // in bins_ or big_bin_ (under that bin's lock), where carve_cached may take it
 
   // Where an allocation of `bytes` in this mapping begins: its base; under guard, as far in as puts
   // its end, rounded up to kGuardAlignment, at the mapping's end, which the guard follows (guard.cpp).
@@ -159,6 +160,11 @@ class DevicePool {
   void cache_block(Block* b, bool count_free = false);
   void unpublish(Block* b, bool counted);  // the figures of a live allocation that is freed
   Block* take_cached(std::size_t granules);
+  // cached_ranges.cpp: a mapping of exactly `granules` chunks made from cached device mappings that
+  // lie next to each other in address space, joined, with any excess split off and cached again: no
+  // driver call. Still marked Cached (the caller counts a cache hit); nullptr when none cover it (mu_).
+  Block* carve_cached(std::size_t granules);
+  bool unbin(Block* b);  // out of its bin, if it is still there (mu_)
   Block* take_cached_spilled(std::size_t granules);
   CUresult build_block(std::size_t granules, Block** out);
   // A new mapping of `granules` chunks from take_chunks, in a range with `guard` bytes more of address
@@ -292,7 +298,7 @@ class DevicePool {
     std::mutex mu;
     Block* head = nullptr;  // most recently freed first
     Block* tail = nullptr;
-    std::size_t count = 0;
+    std::atomic<std::size_t> count{0};  // written under mu, read without it to skip empty bins
     // Statistics, counted under mu (no atomic read-modify-write on the fast path): mappings taken
     // from this bin (allocations that were cache hits) and freed into it by cuMemFree.
     std::atomic<std::uint64_t> taken{0};
@@ -352,6 +358,7 @@ class DevicePool {
   std::atomic<std::uint64_t> peak_live_device_{0};
   std::atomic<std::uint64_t> peak_live_host_{0};
   std::atomic<std::uint64_t> broken_{0};
+  std::atomic<std::uint64_t> carved_{0};
   std::atomic<std::uint64_t> created_{0};
   std::atomic<std::uint64_t> released_{0};
   std::atomic<std::uint64_t> oom_{0};

@@ -124,12 +124,14 @@ void DevicePool::cache_block(Block* b, bool count_free) {
     if (bin.head != nullptr) bin.head->prev = b;
     bin.head = b;
     if (bin.tail == nullptr) bin.tail = b;
-    ++bin.count;
+    bin.count.fetch_add(1, std::memory_order_relaxed);
+    b->binned = true;
     if (count_free) bump(bin.returned);
     return;
   }
   std::lock_guard lock(big_mu_);
   big_bin_.emplace(b->granules, b);
+  b->binned = true;
   if (count_free) bump(big_returned_);
 }
 
@@ -143,7 +145,8 @@ Block* DevicePool::take_cached(std::size_t granules) {
     bin.head = b->next;
     if (bin.head != nullptr) bin.head->prev = nullptr;
     if (bin.tail == b) bin.tail = nullptr;
-    --bin.count;
+    bin.count.fetch_sub(1, std::memory_order_relaxed);
+    b->binned = false;
     bump(bin.taken);
   } else {
     std::lock_guard lock(big_mu_);
@@ -151,6 +154,7 @@ Block* DevicePool::take_cached(std::size_t granules) {
     if (it == big_bin_.end()) return nullptr;
     b = it->second;
     big_bin_.erase(it);
+    b->binned = false;
     bump(big_taken_[size_bucket(granules * chunk_)]);
   }
   chunks_cached_.fetch_sub(b->granules, std::memory_order_relaxed);
@@ -199,6 +203,12 @@ std::size_t DevicePool::evict_spilled(bool only_with_device_chunks) {
 
 CUresult DevicePool::build_block(std::size_t granules, Block** out) {
   std::lock_guard lock(mu_);
+  // Idle mappings of other sizes that lie side by side serve with no driver call, before any chunk
+  // is unmapped, grown or spilled.
+  if (Block* b = carve_cached(granules)) {
+    *out = b;
+    return CUDA_SUCCESS;
+  }
   if (host_) {
     std::size_t on_device = take_device_chunks(granules, false);
     // The device cannot hold it all: a cached spilled mapping of this size serves with no driver
@@ -256,6 +266,7 @@ Block* DevicePool::make_block(CUdeviceptr va, std::vector<Chunk>&& chunks) {
   host_mapped_.fetch_add(b->host_chunks, std::memory_order_relaxed);
   b->chunks = std::move(chunks);
   b->guard = 0;
+  b->binned = false;
   b->state.store(kDead, std::memory_order_relaxed);
   map_.set(va, b->granules * chunk_, reinterpret_cast<Entry>(b));
   return b;
@@ -318,7 +329,8 @@ bool DevicePool::evict_cached(std::size_t wanted) {
       bin.tail = b->prev;
       if (bin.tail != nullptr) bin.tail->next = nullptr;
       if (bin.head == b) bin.head = nullptr;
-      --bin.count;
+      bin.count.fetch_sub(1, std::memory_order_relaxed);
+      b->binned = false;
       return b;
     };
     const auto pop_big = [&](bool smallest_covering) -> Block* {
@@ -328,6 +340,7 @@ bool DevicePool::evict_cached(std::size_t wanted) {
       if (it == big_bin_.end()) return nullptr;
       Block* b = it->second;
       big_bin_.erase(it);
+      b->binned = false;
       return b;
     };
     for (std::size_t g = std::min(need, kDirectBins); g < kDirectBins && victim == nullptr; ++g) victim = pop_lru(g);

@@ -86,6 +86,7 @@ struct DeviceStats {
   std::uint64_t stitched_maps = 0;     // new mappings built (driver calls made)
   std::uint64_t cache_hits = 0;        // large allocations served by a cached mapping
   std::uint64_t mappings_broken = 0;   // cached mappings taken apart for their chunks
+  std::uint64_t mappings_carved = 0;   // allocations served by cutting or joining cached mappings (no driver call)
   std::uint64_t chunks_created = 0;
   std::uint64_t chunks_released = 0;
   std::uint64_t budget = 0;            // the device limit in bytes (0 before first use)

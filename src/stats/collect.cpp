@@ -65,6 +65,7 @@ constexpr DeviceField kDeviceFields[] = {
     {"stitched_maps", C, N, &DS::stitched_maps, "New mappings built (driver calls made)"},
     {"cache_hits", C, N, &DS::cache_hits, "Large allocations served by a freed mapping, with no driver call"},
     {"mappings_broken", C, N, &DS::mappings_broken, "Freed mappings taken apart for their chunks"},
+    {"mappings_carved", C, N, &DS::mappings_carved, "Allocations served by cutting or joining freed mappings, with no driver call"},
     {"chunks_created", C, K, &DS::chunks_created, "Device chunks created (cuMemCreate)"},
     {"chunks_released", C, K, &DS::chunks_released, "Device chunks given back to the driver (cuMemRelease)"},
     {"spilled_allocations", C, N, &DS::spilled_allocations, "Allocations placed wholly or partly in host memory"},

@@ -114,6 +114,7 @@ void device_lines(const Report& r, std::size_t d, Lines& lines) {
   s.add(device(r, d, "stitched_maps"), "mappings stitched");
   s.add(device(r, d, "cache_hits"), "cache hits");
   s.add(device(r, d, "mappings_broken"), "taken apart");
+  s.add(device(r, d, "mappings_carved"), "cut or joined");
   s.end_clause();
   s.add(device(r, d, "spilled_allocations"), "spilled");
   s.end_clause();

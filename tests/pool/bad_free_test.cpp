@@ -16,7 +16,7 @@ using BadFree = PoolTest;
   if (a.x != b.x) f << " " #x " " << a.x << " -> " << b.x;
   FIELD(chunk_size) FIELD(chunks_held) FIELD(chunks_free) FIELD(chunks_cached) FIELD(live_bytes)
   FIELD(live_allocations) FIELD(peak_held_bytes) FIELD(peak_live_bytes) FIELD(stitched_maps) FIELD(cache_hits)
-  FIELD(mappings_broken) FIELD(chunks_created) FIELD(chunks_released) FIELD(budget) FIELD(out_of_memory)
+  FIELD(mappings_broken) FIELD(mappings_carved) FIELD(chunks_created) FIELD(chunks_released) FIELD(budget) FIELD(out_of_memory)
 #undef FIELD
   return f;
 }

@@ -1,0 +1,110 @@
+// Cached mappings cut and joined by bookkeeping alone. Every chunk of a stitched mapping is its own
+// cuMemMap, so a cached mapping can be cut at any chunk boundary, and two cached mappings that meet in
+// address space joined into one, with no driver call: only descriptors and the address map change.
+// A request whose size no bin holds is served this way before any mapping is taken apart (about
+// 17 us per chunk to unmap and 24 us to map again and set access, on an H200) or the pool grows.
+#include <algorithm>
+
+#include "pool/device_pool.h"
+
+namespace uvmpool::pool {
+
+bool DevicePool::unbin(Block* b) {
+  if (b->granules < kDirectBins) {
+    Bin& bin = bins_[b->granules];
+    std::lock_guard lock(bin.mu);
+    if (!b->binned) return false;  // a fast-path allocation took it
+    if (b->prev != nullptr) b->prev->next = b->next;
+    if (b->next != nullptr) b->next->prev = b->prev;
+    if (bin.head == b) bin.head = b->next;
+    if (bin.tail == b) bin.tail = b->prev;
+    b->prev = b->next = nullptr;
+    bin.count.fetch_sub(1, std::memory_order_relaxed);
+    b->binned = false;
+    return true;
+  }
+  std::lock_guard lock(big_mu_);
+  if (!b->binned) return false;
+  auto [first, last] = big_bin_.equal_range(b->granules);
+  const auto it = std::find_if(first, last, [b](const auto& kv) { return kv.second == b; });
+  if (it == last) return false;
+  big_bin_.erase(it);
+  b->binned = false;
+  return true;
+}
+
+Block* DevicePool::carve_cached(std::size_t granules) {
+  if (chunks_cached_.load(std::memory_order_relaxed) < granules) return nullptr;
+  // The cached device mappings, in address order. Their sizes change only under mu_ (held), so what
+  // is read here stays true but for one thing: a fast-path allocation may take one meanwhile, which
+  // unbin() tells.
+  std::vector<Block*> cached;
+  for (std::size_t g = 1; g < kDirectBins; ++g) {
+    Bin& bin = bins_[g];
+    if (bin.count.load(std::memory_order_relaxed) == 0) continue;
+    std::lock_guard lock(bin.mu);
+    for (Block* b = bin.head; b != nullptr; b = b->next) cached.push_back(b);
+  }
+  {
+    std::lock_guard lock(big_mu_);
+    for (const auto& [g, b] : big_bin_) cached.push_back(b);
+  }
+  if (cached.empty()) return nullptr;
+  std::sort(cached.begin(), cached.end(), [](const Block* a, const Block* b) { return a->base < b->base; });
+
+  // The best window: consecutive mappings, each meeting the next, that cover the request with the
+  // least excess (then the fewest pieces). Two pointers over each run of adjacent mappings.
+  std::size_t best_first = 0, best_count = 0, best_total = SIZE_MAX;
+  std::size_t run_start = 0;
+  for (std::size_t i = 0; i < cached.size(); ++i) {
+    if (i > run_start && cached[i - 1]->base + cached[i - 1]->granules * chunk_ != cached[i]->base) run_start = i;
+    // The shortest window ending at i that covers the request.
+    std::size_t total = 0, first = i + 1;
+    while (first > run_start && total < granules) total += cached[--first]->granules;
+    if (total < granules) continue;
+    const std::size_t count = i - first + 1;
+    if (total < best_total || (total == best_total && count < best_count)) {
+      best_first = first;
+      best_count = count;
+      best_total = total;
+    }
+    if (best_total == granules && best_count == 1) break;
+  }
+  if (best_count == 0) return nullptr;
+
+  std::vector<Block*> window(cached.begin() + static_cast<std::ptrdiff_t>(best_first),
+                             cached.begin() + static_cast<std::ptrdiff_t>(best_first + best_count));
+  for (std::size_t i = 0; i < window.size(); ++i) {
+    if (!unbin(window[i])) {  // taken meanwhile: what was already out goes back, and the slow path goes on
+      for (std::size_t j = 0; j < i; ++j) cache_block(window[j]);
+      return nullptr;
+    }
+    chunks_cached_.fetch_sub(window[i]->granules, std::memory_order_relaxed);
+  }
+
+  // Join: the first descriptor takes the others' chunks; theirs are recycled (a lookup that still
+  // finds one sees it Dead: not a live allocation, as the range is not).
+  Block* joined = window.front();
+  for (std::size_t i = 1; i < window.size(); ++i) {
+    Block* other = window[i];
+    joined->chunks.insert(joined->chunks.end(), other->chunks.begin(), other->chunks.end());
+    other->chunks.clear();
+    other->granules = 0;
+    other->state.store(kDead, std::memory_order_release);
+    spare_blocks_.push_back(other);
+  }
+  joined->granules = joined->chunks.size();
+  // Split: the excess past the request stays a cached mapping of its own.
+  if (joined->granules > granules) {
+    std::vector<Chunk> rest(joined->chunks.begin() + static_cast<std::ptrdiff_t>(granules), joined->chunks.end());
+    joined->chunks.resize(granules);
+    joined->granules = granules;
+    Block* tail = make_block(joined->base + granules * chunk_, std::move(rest));
+    cache_block(tail);
+  }
+  map_.set(joined->base, granules * chunk_, reinterpret_cast<Entry>(joined));
+  if (best_count > 1 || best_total > granules) carved_.fetch_add(1, std::memory_order_relaxed);
+  return joined;
+}
+
+}  // namespace uvmpool::pool
