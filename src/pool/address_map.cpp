@@ -57,7 +57,10 @@ Entry AddressMap::lookup(CUdeviceptr p) const {
 
 bool AddressMap::contains(CUdeviceptr p) const { return find(p) != nullptr; }
 
-void RangeAllocator::add(CUdeviceptr base, std::size_t size) { give_back(base, size); }
+void RangeAllocator::add(CUdeviceptr base, std::size_t size) {
+  region_starts_.insert(base);
+  give_back(base, size);
+}
 
 std::optional<CUdeviceptr> RangeAllocator::take(std::size_t size) {
   auto it = by_size_.lower_bound({size, 0});
@@ -74,14 +77,14 @@ std::optional<CUdeviceptr> RangeAllocator::take(std::size_t size) {
 
 void RangeAllocator::give_back(CUdeviceptr base, std::size_t size) {
   if (size == 0) return;
-  // Coalesce with the free neighbours so large ranges stay available.
+  // Coalesce with the free neighbours so large ranges stay available, within one region.
   auto next = by_address_.lower_bound(base);
-  if (next != by_address_.end() && base + size == next->first) {
+  if (next != by_address_.end() && base + size == next->first && !starts_region(next->first)) {
     size += next->second;
     by_size_.erase({next->second, next->first});
     next = by_address_.erase(next);
   }
-  if (next != by_address_.begin()) {
+  if (next != by_address_.begin() && !starts_region(base)) {
     auto prev = std::prev(next);
     if (prev->first + prev->second == base) {
       by_size_.erase({prev->second, prev->first});

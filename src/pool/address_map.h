@@ -54,16 +54,20 @@ class AddressMap {
   std::atomic<int> count_{0};
 };
 
-// Address-ordered free ranges of one device's regions, best fit; the caller serializes.
+// Address-ordered free ranges of one device's regions, best fit; the caller serializes. A range never
+// spans two regions, even where the driver placed them end to end: a mapping may not cross a
+// reservation, and the address map keeps one entry array per region.
 class RangeAllocator {
  public:
-  void add(CUdeviceptr base, std::size_t size);
+  void add(CUdeviceptr base, std::size_t size);  // a new region
   std::optional<CUdeviceptr> take(std::size_t size);
   void give_back(CUdeviceptr base, std::size_t size);
+  bool starts_region(CUdeviceptr p) const { return region_starts_.contains(p); }
 
  private:
   std::map<CUdeviceptr, std::size_t> by_address_;
   std::set<std::pair<std::size_t, CUdeviceptr>> by_size_;
+  std::set<CUdeviceptr> region_starts_;
 };
 
 }  // namespace uvmpool::pool

@@ -52,12 +52,14 @@ Block* DevicePool::carve_cached(std::size_t granules) {
   if (cached.empty()) return nullptr;
   std::sort(cached.begin(), cached.end(), [](const Block* a, const Block* b) { return a->base < b->base; });
 
-  // The best window: consecutive mappings, each meeting the next, that cover the request with the
-  // least excess (then the fewest pieces). Two pointers over each run of adjacent mappings.
+  // The best window: consecutive mappings, each meeting the next in one region (a mapping may not
+  // cross a reservation), that cover the request with the least excess (then the fewest pieces).
   std::size_t best_first = 0, best_count = 0, best_total = SIZE_MAX;
   std::size_t run_start = 0;
   for (std::size_t i = 0; i < cached.size(); ++i) {
-    if (i > run_start && cached[i - 1]->base + cached[i - 1]->granules * chunk_ != cached[i]->base) run_start = i;
+    const bool meets = i > 0 && cached[i - 1]->base + cached[i - 1]->granules * chunk_ == cached[i]->base &&
+                       !ranges_.starts_region(cached[i]->base);
+    if (!meets) run_start = i;
     // The shortest window ending at i that covers the request.
     std::size_t total = 0, first = i + 1;
     while (first > run_start && total < granules) total += cached[--first]->granules;

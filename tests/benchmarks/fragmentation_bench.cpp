@@ -164,7 +164,8 @@ int main(int argc, char** argv) {
   }
   figures.note("pool: " + std::to_string(stats.chunks_created) + " chunks created, " +
                std::to_string(stats.stitched_maps) + " mappings built, " + std::to_string(stats.cache_hits) +
-               " cache hits, " + std::to_string(stats.mappings_broken) + " mappings broken, peak live by its count " +
+               " cache hits (" + std::to_string(stats.mappings_carved) + " of them cut or joined), " +
+               std::to_string(stats.mappings_broken) + " mappings broken, peak live by its count " +
                format_size(stats.peak_live_bytes));
   if (cache_oom > 0)
     figures.note("caching allocator hit out-of-memory " + std::to_string(cache_oom) +

@@ -110,6 +110,23 @@ TEST_F(Carve, MappingsThatDoNotMeetAreNotJoined) {
   EXPECT_GT(pool->stats(0).stitched_maps, before.stitched_maps) << "stitched from their chunks instead";
 }
 
+TEST_F(Carve, MappingsHoldingHostChunksAreNeverJoined) {
+  auto pool = make_pool(spill_config(8 * gran));
+  pool->stop_background();
+  const CUdeviceptr dev = must_allocate(*pool, 6 * gran);
+  const CUdeviceptr mixed = must_allocate(*pool, 4 * gran);  // 2 device chunks, 2 host ones
+  ASSERT_EQ(dev + 6 * gran, mixed) << "not side by side: the test would test nothing";
+  ASSERT_GT(pool->stats(0).live_host_bytes, 0u);
+  must_free(*pool, dev);
+  must_free(*pool, mixed);
+  const DeviceStats before = pool->stats(0);
+  const CUdeviceptr p = must_allocate(*pool, 10 * gran);
+  fill(p, 10 * gran, 3);
+  EXPECT_TRUE(holds(p, 10 * gran, 3));
+  EXPECT_EQ(pool->stats(0).mappings_carved, before.mappings_carved);
+  must_free(*pool, p);
+}
+
 TEST_F(Carve, NoChunkIsLostAfterManyCutsAndJoins) {
   auto pool = make_pool();
   std::mt19937 rng(5);

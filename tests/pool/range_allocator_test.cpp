@@ -1,0 +1,40 @@
+// RangeAllocator: best-fit address ranges that coalesce within a region and never across two, even
+// where the driver placed two reservations end to end (a mapping may not cross a reservation, and the
+// address map keeps one entry array per region).
+#include <gtest/gtest.h>
+
+#include "pool/address_map.h"
+
+namespace {
+
+using uvmpool::pool::RangeAllocator;
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+constexpr CUdeviceptr kBase = 0x7000'0000'0000;
+
+TEST(RangeAllocator, FreedNeighboursCoalesceWithinARegion) {
+  RangeAllocator r;
+  r.add(kBase, 16 * kMiB);
+  std::vector<CUdeviceptr> got;
+  for (int i = 0; i < 4; ++i) got.push_back(*r.take(4 * kMiB));
+  EXPECT_FALSE(r.take(4 * kMiB).has_value());
+  for (int i : {2, 0, 3, 1}) r.give_back(got[i], 4 * kMiB);
+  EXPECT_EQ(r.take(16 * kMiB), kBase);
+}
+
+TEST(RangeAllocator, NoRangeSpansTwoRegionsPlacedEndToEnd) {
+  RangeAllocator r;
+  r.add(kBase, 16 * kMiB);
+  r.add(kBase + 16 * kMiB, 16 * kMiB);
+  EXPECT_TRUE(r.starts_region(kBase + 16 * kMiB));
+  EXPECT_FALSE(r.starts_region(kBase + 8 * kMiB));
+  EXPECT_FALSE(r.take(24 * kMiB).has_value()) << "a range across the two regions";
+  const auto a = r.take(16 * kMiB), b = r.take(16 * kMiB);
+  ASSERT_TRUE(a && b);
+  r.give_back(*b, 16 * kMiB);
+  r.give_back(*a, 16 * kMiB);
+  EXPECT_FALSE(r.take(32 * kMiB).has_value()) << "given back, the two coalesced across the boundary";
+  EXPECT_TRUE(r.take(16 * kMiB).has_value());
+  EXPECT_TRUE(r.take(16 * kMiB).has_value());
+}
+
+}  // namespace
