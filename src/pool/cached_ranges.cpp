@@ -19,7 +19,7 @@ bool DevicePool::unbin(Block* b) {
     if (bin.head == b) bin.head = b->next;
     if (bin.tail == b) bin.tail = b->prev;
     b->prev = b->next = nullptr;
-    bin.count.fetch_sub(1, std::memory_order_relaxed);
+    bin.add(-1);
     b->binned = false;
     return true;
   }

@@ -299,6 +299,10 @@ class DevicePool {
     Block* head = nullptr;  // most recently freed first
     Block* tail = nullptr;
     std::atomic<std::size_t> count{0};  // written under mu, read without it to skip empty bins
+    // Under mu: a plain load and store, no atomic read-modify-write on the fast path.
+    void add(std::ptrdiff_t delta) {
+      count.store(count.load(std::memory_order_relaxed) + static_cast<std::size_t>(delta), std::memory_order_relaxed);
+    }
     // Statistics, counted under mu (no atomic read-modify-write on the fast path): mappings taken
     // from this bin (allocations that were cache hits) and freed into it by cuMemFree.
     std::atomic<std::uint64_t> taken{0};

@@ -124,7 +124,7 @@ void DevicePool::cache_block(Block* b, bool count_free) {
     if (bin.head != nullptr) bin.head->prev = b;
     bin.head = b;
     if (bin.tail == nullptr) bin.tail = b;
-    bin.count.fetch_add(1, std::memory_order_relaxed);
+    bin.add(1);
     b->binned = true;
     if (count_free) bump(bin.returned);
     return;
@@ -145,7 +145,7 @@ Block* DevicePool::take_cached(std::size_t granules) {
     bin.head = b->next;
     if (bin.head != nullptr) bin.head->prev = nullptr;
     if (bin.tail == b) bin.tail = nullptr;
-    bin.count.fetch_sub(1, std::memory_order_relaxed);
+    bin.add(-1);
     b->binned = false;
     bump(bin.taken);
   } else {
@@ -329,7 +329,7 @@ bool DevicePool::evict_cached(std::size_t wanted) {
       bin.tail = b->prev;
       if (bin.tail != nullptr) bin.tail->next = nullptr;
       if (bin.head == b) bin.head = nullptr;
-      bin.count.fetch_sub(1, std::memory_order_relaxed);
+      bin.add(-1);
       b->binned = false;
       return b;
     };
