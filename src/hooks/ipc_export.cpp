@@ -192,7 +192,7 @@ bool serve(Connection& c) {
   {
     std::lock_guard lock(g->mu);
     auto it = g->by_id.find(req.allocation);
-    if (req.magic != kProtocolMagic || req.version != 1) {
+    if (req.magic != kProtocolMagic || req.version != kProtocolVersion) {
       log::warn("CUDA IPC: a malformed request (not a uvmpool importer of this version); refused");
       reply.status = CUDA_ERROR_INVALID_VALUE;
     } else if (it == g->by_id.end() || !same_secret(it->second.secret, req.secret)) {
@@ -231,6 +231,8 @@ bool serve(Connection& c) {
               static_cast<int>(reply.status));
   }
   bool sent = send_all(c.fd, &reply, sizeof reply, deadline, g->wake_fd);
+  if (sent && reply.status == CUDA_SUCCESS)
+    sent = send_all(c.fd, view.granules.data(), view.granules.size() * sizeof(std::uint32_t), deadline, g->wake_fd);
   for (std::size_t at = 0; sent && reply.status == CUDA_SUCCESS;) {
     // Each batch has its own deadline: the importer maps a batch before it reads the next.
     sent = send_fds(c.fd, fds, std::chrono::steady_clock::now() + kRequestDeadline, g->wake_fd);

@@ -55,16 +55,18 @@ inline CUipcMemHandle encode(const HandleData& d) {
 // handle, so the exporter knows the memory is still mapped elsewhere, and learns of an importer's
 // death from the socket's end):
 //   importer -> exporter  Request
-//   exporter -> importer  Reply, then Reply::chunks file descriptors (SCM_RIGHTS, kFdsPerMessage a
-//                         message, each message carrying one byte)
+//   exporter -> importer  Reply, then Reply::chunks uint32 sizes (each piece's size in chunk_size
+//                         units: 1 for a chunk, more for an extent), then Reply::chunks file
+//                         descriptors (SCM_RIGHTS, kFdsPerMessage a message, each carrying one byte)
 //   importer closes the connection when it closes the handle.
 inline constexpr std::uint32_t kProtocolMagic = 0x75766d49;  // "Imvu"
+inline constexpr std::uint32_t kProtocolVersion = 2;           // 2: pieces of several chunks (extents)
 inline constexpr std::uint32_t kMaxChunks = 1u << 20;          // 2 TiB of 2 MiB chunks: a sanity bound
 inline constexpr int kFdsPerMessage = 64;                      // under the kernel's 253 (SCM_MAX_FD)
 
 struct Request {
   std::uint32_t magic = kProtocolMagic;
-  std::uint32_t version = 1;
+  std::uint32_t version = kProtocolVersion;
   std::uint64_t allocation = 0;
   unsigned char secret[kSecretBytes] = {};
 };
@@ -75,7 +77,7 @@ struct Reply {
   std::uint64_t size = 0;              // the allocation's bytes
   std::uint64_t offset = 0;            // where it starts in the mapping of its chunks
   std::uint64_t chunk_size = 0;
-  std::uint32_t chunks = 0;
+  std::uint32_t chunks = 0;            // handles (pieces) that follow
   std::int32_t device = -1;
 };
 

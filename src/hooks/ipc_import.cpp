@@ -29,7 +29,9 @@ namespace {
 struct Import {
   CUdeviceptr range = 0;  // the mapping of the chunks
   std::size_t chunk_size = 0;
-  std::size_t chunks = 0;
+  std::size_t chunks = 0;               // handles mapped one after another: pieces of granules[i] chunks
+  std::vector<std::uint32_t> granules;
+  std::size_t bytes = 0;                // of the reserved range: all the pieces
   int connection = -1;
 };
 
@@ -54,8 +56,12 @@ void forget_in_child() {
 }
 
 void unmap(const driver::Table& d, const Import& im, std::size_t mapped) {
-  for (std::size_t i = 0; i < mapped; ++i) d.cuMemUnmap(im.range + i * im.chunk_size, im.chunk_size);
-  d.cuMemAddressFree(im.range, im.chunks * im.chunk_size);
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < mapped; ++i) {
+    d.cuMemUnmap(im.range + at, im.granules[i] * im.chunk_size);
+    at += im.granules[i] * im.chunk_size;
+  }
+  d.cuMemAddressFree(im.range, im.bytes);
 }
 
 // Receives the chunks' descriptors kFdsPerMessage at a time, importing and mapping each batch and
@@ -66,9 +72,9 @@ CUresult map_chunks(const driver::Table& d, int connection, Deadline deadline, I
   CUdevice device = 0;
   if (d.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   if (const CUresult r = d.cuCtxGetDevice(&device); r != CUDA_SUCCESS) return r;
-  const std::size_t bytes = im->chunks * im->chunk_size;
+  const std::size_t bytes = im->bytes;
   if (const CUresult r = d.cuMemAddressReserve(&im->range, bytes, im->chunk_size, 0, 0); r != CUDA_SUCCESS) return r;
-  std::size_t mapped = 0;
+  std::size_t mapped = 0, at = 0;
   CUresult r = CUDA_SUCCESS;
   while (mapped < im->chunks && r == CUDA_SUCCESS) {
     std::vector<int> fds;
@@ -84,9 +90,13 @@ CUresult map_chunks(const driver::Table& d, int connection, Deadline deadline, I
                                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
       }
       if (r == CUDA_SUCCESS) {
-        r = d.cuMemMap(im->range + mapped * im->chunk_size, im->chunk_size, 0, h, 0);
+        const std::size_t piece = im->granules[mapped] * im->chunk_size;
+        r = d.cuMemMap(im->range + at, piece, 0, h, 0);
         d.cuMemRelease(h);  // mapped or not, the handle goes: a mapping keeps its memory
-        if (r == CUDA_SUCCESS) ++mapped;
+        if (r == CUDA_SUCCESS) {
+          ++mapped;
+          at += piece;
+        }
       }
       close(fd);
     }
@@ -160,14 +170,23 @@ CUresult open_handle(CUdeviceptr* out, const CUipcMemHandle& handle, unsigned fl
                 std::to_string(reply.status), static_cast<CUresult>(reply.status));
   }
   const bool power_of_two = reply.chunk_size != 0 && (reply.chunk_size & (reply.chunk_size - 1)) == 0;
-  if (reply.chunks == 0 || reply.chunks > kMaxChunks || !power_of_two ||
-      reply.offset >= std::uint64_t{reply.chunks} * reply.chunk_size ||
-      reply.size > std::uint64_t{reply.chunks} * reply.chunk_size - reply.offset) {
+  if (reply.chunks == 0 || reply.chunks > kMaxChunks || !power_of_two || reply.chunk_size > (std::uint64_t{1} << 40)) {
     return fail("the exporter's answer does not describe memory (refused)");
   }
   Import im;
+  im.granules.resize(reply.chunks);
+  if (!recv_all(fd, im.granules.data(), im.granules.size() * sizeof(std::uint32_t), deadline)) {
+    return fail("the exporter's piece sizes did not arrive");
+  }
+  std::uint64_t granules = 0;
+  for (const std::uint32_t g : im.granules) granules += g == 0 ? kMaxChunks + std::uint64_t{1} : g;
+  if (granules > kMaxChunks || reply.offset >= granules * reply.chunk_size ||
+      reply.size > granules * reply.chunk_size - reply.offset) {
+    return fail("the exporter's answer does not describe memory (refused)");
+  }
   im.chunk_size = reply.chunk_size;
   im.chunks = reply.chunks;
+  im.bytes = granules * reply.chunk_size;
   im.connection = fd;
   const CUresult r = map_chunks(d, fd, deadline, &im);
   if (r != CUDA_SUCCESS) return fail("receiving, importing or mapping its chunks failed", r);

@@ -1,13 +1,41 @@
-// Cached mappings cut and joined by bookkeeping alone. Every chunk of a stitched mapping is its own
-// cuMemMap, so a cached mapping can be cut at any chunk boundary, and two cached mappings that meet in
-// address space joined into one, with no driver call: only descriptors and the address map change.
+// Cached mappings cut and joined by bookkeeping alone. Every piece of a stitched mapping (a chunk or
+// an extent) is its own cuMemMap, so a cached mapping can be cut at any piece boundary, and two cached
+// mappings that meet in address space joined into one, with no driver call: only descriptors and the
+// address map change.
 // A request whose size no bin holds is served this way before any mapping is taken apart (about
 // 17 us per chunk to unmap and 24 us to map again and set access, on an H200) or the pool grows.
 #include <algorithm>
+#include <span>
 
 #include "pool/device_pool.h"
 
 namespace uvmpool::pool {
+namespace {
+
+// Where a window of mappings is cut to leave at least `granules` at its front: the index of the first
+// piece past the cut in the joined list. A cut that would fall inside an extent moves to its end, so
+// the front may hold up to an extent's worth more than asked (*front: how much it holds).
+std::size_t cut_index(std::span<Block* const> window, std::size_t granules, std::size_t* front) {
+  std::size_t at = 0, index = 0;
+  for (const Block* b : window) {
+    for (const Chunk& c : b->chunks) {
+      if (at >= granules) {
+        *front = at;
+        return index;
+      }
+      at += c.granules;
+      ++index;
+    }
+  }
+  *front = at;
+  return index;
+}
+
+// A cut inside an extent moves to its end only while that adds at most 1/kRoundingShare of the
+// request: more would keep memory from reuse that the program does not use.
+constexpr std::size_t kRoundingShare = 8;
+
+}  // namespace
 
 bool DevicePool::unbin(Block* b) {
   if (b->granules < kDirectBins) {
@@ -53,7 +81,8 @@ Block* DevicePool::carve_cached(std::size_t granules) {
   std::sort(cached.begin(), cached.end(), [](const Block* a, const Block* b) { return a->base < b->base; });
 
   // The best window: consecutive mappings, each meeting the next in one region (a mapping may not
-  // cross a reservation), that cover the request with the least excess (then the fewest pieces).
+  // cross a reservation), that cover the request with the least excess (then the fewest pieces), and
+  // whose cut falls between pieces (never inside an extent).
   std::size_t best_first = 0, best_count = 0, best_total = SIZE_MAX;
   std::size_t run_start = 0;
   for (std::size_t i = 0; i < cached.size(); ++i) {
@@ -65,6 +94,10 @@ Block* DevicePool::carve_cached(std::size_t granules) {
     while (first > run_start && total < granules) total += cached[--first]->granules;
     if (total < granules) continue;
     const std::size_t count = i - first + 1;
+    std::size_t front = 0;
+    cut_index(std::span<Block* const>(cached).subspan(first, count), granules, &front);
+    if ((front - granules) * kRoundingShare > granules) continue;  // the cut would round up too far
+
     if (total < best_total || (total == best_total && count < best_count)) {
       best_first = first;
       best_count = count;
@@ -76,6 +109,8 @@ Block* DevicePool::carve_cached(std::size_t granules) {
 
   std::vector<Block*> window(cached.begin() + static_cast<std::ptrdiff_t>(best_first),
                              cached.begin() + static_cast<std::ptrdiff_t>(best_first + best_count));
+  std::size_t front = 0;
+  const std::size_t cut = cut_index(window, granules, &front);
   for (std::size_t i = 0; i < window.size(); ++i) {
     if (!unbin(window[i])) {  // taken meanwhile: what was already out goes back, and the slow path goes on
       for (std::size_t j = 0; j < i; ++j) cache_block(window[j]);
@@ -95,16 +130,17 @@ Block* DevicePool::carve_cached(std::size_t granules) {
     other->state.store(kDead, std::memory_order_release);
     spare_blocks_.push_back(other);
   }
-  joined->granules = joined->chunks.size();
-  // Split: the excess past the request stays a cached mapping of its own.
-  if (joined->granules > granules) {
-    std::vector<Chunk> rest(joined->chunks.begin() + static_cast<std::ptrdiff_t>(granules), joined->chunks.end());
-    joined->chunks.resize(granules);
-    joined->granules = granules;
-    Block* tail = make_block(joined->base + granules * chunk_, std::move(rest));
+  joined->granules = best_total;
+  // Split: the excess past the request (past the extent the request ends in) stays a cached mapping
+  // of its own.
+  if (joined->granules > front) {
+    std::vector<Chunk> rest(joined->chunks.begin() + static_cast<std::ptrdiff_t>(cut), joined->chunks.end());
+    joined->chunks.resize(cut);
+    joined->granules = front;
+    Block* tail = make_block(joined->base + front * chunk_, std::move(rest));
     cache_block(tail);
   }
-  map_.set(joined->base, granules * chunk_, reinterpret_cast<Entry>(joined));
+  map_.set(joined->base, joined->granules * chunk_, reinterpret_cast<Entry>(joined));
   if (best_count > 1 || best_total > granules) carved_.fetch_add(1, std::memory_order_relaxed);
   return joined;
 }

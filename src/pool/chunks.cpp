@@ -30,19 +30,20 @@ DevicePool::~DevicePool() {
   std::lock_guard lock(mu_);
   for (Block* b : all_blocks_) {
     if (b->state.load() != kDead) {
-      vmm_.unmap(b->base, b->chunks.size(), chunk_);
+      vmm_.unmap(b->base, b->chunks, chunk_);
       return_chunks(b->chunks);
     }
     delete b;
   }
   for (Slab* s : all_slabs_) {
     if (s->state.load() != kDead) {
-      vmm_.unmap(s->base, 1, chunk_);
+      vmm_.unmap(s->base, {&s->chunk, 1}, chunk_);
       return_chunks({&s->chunk, 1});
     }
     delete s;
   }
   vmm_.release_chunks(free_chunks_);
+  vmm_.release_chunks(free_extents_);
   host_.reset();  // releases the host chunks, those given back above included
   for (const Batch& b : batches_) d_.cuEventDestroy_v2(b.event);
   for (CUevent e : spare_events_) d_.cuEventDestroy_v2(e);
@@ -73,6 +74,10 @@ CUresult DevicePool::init() {
   }
   vmm_.init_export();  // after init_host: host chunks are exportable only at a HOST_NUMA location
   chunk_shift_ = static_cast<unsigned>(std::countr_zero(chunk_));
+  // Extents: a power of two of at least two chunks (options reject other sizes; a PoolConfig made by
+  // hand is rounded down), else off.
+  const std::size_t extent = std::min<std::size_t>(config_.extent_size, config::kMaxChunkSize);
+  extent_granules_ = extent >= 2 * chunk_ ? std::bit_floor(extent) / chunk_ : 0;
   small_max_ = std::min({config_.small_max, kSmallLimit, chunk_ / 2});
   std::size_t total = 0;
   if (const CUresult r = d_.cuDeviceTotalMem_v2(&total, device_); r != CUDA_SUCCESS) return r;
@@ -84,8 +89,8 @@ CUresult DevicePool::init() {
   }
   bins_ = std::make_unique<Bin[]>(kDirectBins + 1);
   classes_ = std::make_unique<SlabClass[]>(kSmallClasses);
-  log::debug("device {}: chunk {} KiB, budget {} MiB of {} MiB, headroom {} MiB", device_, chunk_ >> 10,
-             budget_ >> 20, total_ >> 20, config_.headroom >> 20);
+  log::debug("device {}: chunk {} KiB, extent {} MiB, budget {} MiB of {} MiB, headroom {} MiB", device_,
+             chunk_ >> 10, (extent_granules_ * chunk_) >> 20, budget_ >> 20, total_ >> 20, config_.headroom >> 20);
   return CUDA_SUCCESS;
 }
 
@@ -165,9 +170,30 @@ std::size_t DevicePool::read_growable_chunks(std::uint64_t held) {
 }
 
 CUresult DevicePool::grow(std::size_t n) {
-  std::vector<Handle> made(n);
+  // As many whole extents as n holds, chunks for the rest: each extent is one mapping call later
+  // instead of extent_granules_. Where the driver refuses an extent, chunks stand in.
+  std::size_t extents = extent_granules_ != 0 ? n / extent_granules_ : 0;
+  if (extents != 0) {
+    std::vector<Handle> made(extents);
+    if (const CUresult r = vmm_.create_chunks(made, extent_granules_ * chunk_); r == CUDA_SUCCESS) {
+      free_extents_.insert(free_extents_.end(), made.begin(), made.end());
+      extents_held_.fetch_add(extents, std::memory_order_relaxed);
+      note_grown(extents * extent_granules_);
+    } else {
+      log::debug("device {}: {} extents refused ({}); chunks instead", device_, extents, static_cast<int>(r));
+      extents = 0;
+    }
+  }
+  const std::size_t singles = n - extents * extent_granules_;
+  if (singles == 0) return CUDA_SUCCESS;
+  std::vector<Handle> made(singles);
   if (const CUresult r = vmm_.create_chunks(made, chunk_); r != CUDA_SUCCESS) return r;
   free_chunks_.insert(free_chunks_.end(), made.begin(), made.end());
+  note_grown(singles);
+  return CUDA_SUCCESS;
+}
+
+void DevicePool::note_grown(std::size_t n) {
   chunks_free_.fetch_add(n, std::memory_order_relaxed);
   created_.fetch_add(n, std::memory_order_relaxed);
   const std::uint64_t held = chunks_held_.fetch_add(n, std::memory_order_relaxed) + n;
@@ -176,23 +202,63 @@ CUresult DevicePool::grow(std::size_t n) {
   }
   // Half the budget used: spilling may be near, so have host chunks pinned before it comes.
   if (host_ && held * chunk_ * 2 >= budget_) host_->arm();
-  return CUDA_SUCCESS;
 }
 
 std::size_t DevicePool::take_device_chunks(std::size_t n, bool all_or_nothing) {
   // Idle memory first — cached mappings and empty slabs are taken apart before the pool grows — so
   // what the pool holds stays close to what the program uses; growth only covers the shortfall.
-  if (free_chunks_.size() < n) evict_cached(n - free_chunks_.size());
-  if (free_chunks_.size() < n) evict_empty_slabs();
-  if (free_chunks_.size() < n) {
-    const std::size_t want = n - free_chunks_.size();
+  if (free_granules() < n) evict_cached(n - free_granules());
+  if (free_granules() < n) evict_empty_slabs();
+  if (free_granules() < n) {
+    const std::size_t want = n - free_granules();
     const std::size_t can = std::min(want, growable_chunks());
     if (can == want || (!all_or_nothing && can != 0)) {
       // A failure here (another process took the memory meanwhile) leaves the rest to the host tier.
       if (const CUresult r = grow(can); r != CUDA_SUCCESS) log::debug("device {}: growth failed ({})", device_, static_cast<int>(r));
     }
   }
-  return std::min(free_chunks_.size(), n);
+  return std::min(free_granules(), n);
+}
+
+std::size_t DevicePool::pull_device_pieces(std::size_t n, std::vector<Chunk>* out) {
+  // Whole extents while they fit, chunks for the rest. Free memory that holds too few chunks for the
+  // rest (the tail of a request, a slab) has idle extents to spare (take_device_chunks made n granules
+  // free): those are given back to the driver and made again as chunks, one at a time, rather than
+  // the pool growing past what the program uses.
+  const std::size_t extents = extent_granules_ != 0 ? std::min(n / extent_granules_, free_extents_.size()) : 0;
+  const std::size_t singles = n - extents * extent_granules_;
+  while (free_chunks_.size() < singles && free_extents_.size() > extents && split_free_extent()) {
+  }
+  for (std::size_t i = 0; i < extents; ++i) {
+    out->push_back({free_extents_.back(), Tier::Device, static_cast<std::uint32_t>(extent_granules_)});
+    free_extents_.pop_back();
+  }
+  const std::size_t got = std::min(singles, free_chunks_.size());
+  for (std::size_t i = free_chunks_.size() - got; i < free_chunks_.size(); ++i) out->push_back({free_chunks_[i], Tier::Device});
+  free_chunks_.resize(free_chunks_.size() - got);
+  const std::size_t pulled = extents * extent_granules_ + got;
+  chunks_free_.fetch_sub(pulled, std::memory_order_relaxed);
+  return pulled;
+}
+
+bool DevicePool::split_free_extent() {
+  const Handle extent = free_extents_.back();
+  std::vector<Handle> made(extent_granules_);
+  free_extents_.pop_back();
+  vmm_.release_chunks({&extent, 1});
+  extents_held_.fetch_sub(1, std::memory_order_relaxed);
+  chunks_free_.fetch_sub(extent_granules_, std::memory_order_relaxed);
+  chunks_held_.fetch_sub(extent_granules_, std::memory_order_relaxed);
+  released_.fetch_add(extent_granules_, std::memory_order_relaxed);
+  if (const CUresult r = vmm_.create_chunks(made, chunk_); r != CUDA_SUCCESS) {
+    // Another process took the memory in between: the pool holds an extent less.
+    log::warn("device {}: an extent given back to be made again as chunks could not be ({})", device_,
+              static_cast<int>(r));
+    return false;
+  }
+  free_chunks_.insert(free_chunks_.end(), made.begin(), made.end());
+  note_grown(extent_granules_);
+  return true;
 }
 
 CUresult DevicePool::take_chunks(std::size_t n, std::vector<Chunk>* out) {
@@ -200,41 +266,50 @@ CUresult DevicePool::take_chunks(std::size_t n, std::vector<Chunk>* out) {
   if (on_device < n && host_ == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
   // Cached spilled mappings hold device chunks too: a fresh allocation should have them first.
   if (on_device < n && evict_spilled(true) != 0) on_device = take_device_chunks(n, false);
-  std::vector<Chunk> host;
+  out->clear();
+  on_device = pull_device_pieces(on_device, out);  // fewer only if the driver refused a step
+  if (on_device < n && host_ == nullptr) {
+    return_chunks(*out);
+    out->clear();
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   if (on_device < n) {
+    std::vector<Chunk> host;
     // Loose chunks first; premapped runs are taken apart before anything is pinned.
     if (host_->size() < n - on_device) unmap_host_runs(n - on_device);
     CUresult r = host_->take(n - on_device, &host);
     if (r != CUDA_SUCCESS && evict_spilled(false) != 0) r = host_->take(n - on_device, &host);
-    if (r != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (r != CUDA_SUCCESS) {
+      return_chunks(*out);
+      out->clear();
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    out->insert(out->end(), host.begin(), host.end());
   }
-  out->clear();
-  out->reserve(n);
-  for (std::size_t i = free_chunks_.size() - on_device; i < free_chunks_.size(); ++i) out->push_back({free_chunks_[i], Tier::Device});
-  free_chunks_.resize(free_chunks_.size() - on_device);
-  chunks_free_.fetch_sub(on_device, std::memory_order_relaxed);
-  out->insert(out->end(), host.begin(), host.end());
   return CUDA_SUCCESS;
 }
 
 void DevicePool::return_chunks(std::span<const Chunk> chunks) {
   std::size_t device = 0;
   for (const Chunk& c : chunks) {
-    if (c.tier == Tier::Device) {
-      free_chunks_.push_back(c.handle);
-      ++device;
-    } else {
+    if (c.tier == Tier::Host) {
       host_->give_back({&c, 1});
+      continue;
     }
+    (c.granules == 1 ? free_chunks_ : free_extents_).push_back(c.handle);
+    device += c.granules;
   }
   chunks_free_.fetch_add(device, std::memory_order_relaxed);
 }
 
-void DevicePool::release_free_chunks(std::size_t keep) {
-  if (free_chunks_.size() <= keep) return;
-  const std::size_t n = free_chunks_.size() - keep;
-  vmm_.release_chunks({free_chunks_.data() + keep, n});
-  free_chunks_.resize(keep);
+void DevicePool::release_free_chunks() {
+  const std::size_t n = free_granules();
+  if (n == 0) return;
+  vmm_.release_chunks(free_chunks_);
+  vmm_.release_chunks(free_extents_);
+  extents_held_.fetch_sub(free_extents_.size(), std::memory_order_relaxed);
+  free_chunks_.clear();
+  free_extents_.clear();
   chunks_free_.fetch_sub(n, std::memory_order_relaxed);
   chunks_held_.fetch_sub(n, std::memory_order_relaxed);
   released_.fetch_add(n, std::memory_order_relaxed);
@@ -247,7 +322,7 @@ void DevicePool::release_idle(bool keep_chunks) {
   evict_spilled(false);
   evict_empty_slabs();
   if (!keep_chunks) {
-    release_free_chunks(0);
+    release_free_chunks();
     if (host_) host_->drain();
   }
 }
@@ -281,7 +356,7 @@ CUresult DevicePool::admit_external(std::size_t bytes, Tier* tier) {
     evict_cached(SIZE_MAX);
     evict_spilled(true);
     evict_empty_slabs();
-    release_free_chunks(0);
+    release_free_chunks();
     ok = fits();
   }
   if (ok) {
@@ -344,6 +419,8 @@ CUresult DevicePool::memory_info(std::size_t* free_bytes, std::size_t* total_byt
 DeviceStats DevicePool::stats() const {
   DeviceStats s;
   s.chunk_size = chunk_;
+  s.extent_size = extent_granules_ * chunk_;
+  s.extents_held = extents_held_.load(std::memory_order_relaxed);
   s.chunks_held = chunks_held_.load(std::memory_order_relaxed);
   s.chunks_free = chunks_free_.load(std::memory_order_relaxed);
   s.chunks_cached = chunks_cached_.load(std::memory_order_relaxed);

@@ -124,12 +124,14 @@ std::optional<ChunkView> DevicePool::chunks_of(Entry entry, CUdeviceptr p) {
   if (Slab* s = as_slab(entry)) {
     view.offset = info->base - s->base;
     view.chunks.push_back(s->chunk.handle);
+    view.granules.push_back(1);
     (s->chunk.tier == Tier::Host ? host : device) = true;
   } else {
     Block* b = as_block(entry);
     view.offset = info->base - b->base;
     for (const Chunk& c : b->chunks) {
       view.chunks.push_back(c.handle);
+      view.granules.push_back(c.granules);
       (c.tier == Tier::Host ? host : device) = true;
     }
   }

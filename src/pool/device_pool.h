@@ -56,8 +56,8 @@ struct Block {
   DevicePool* owner = nullptr;
   CUdeviceptr base = 0;
   std::size_t granules = 0;
-  std::vector<Chunk> chunks;  // device chunks first, then host ones
-  std::size_t host_chunks = 0;
+  std::vector<Chunk> chunks;  // its pieces in address order: device ones (chunks, extents) first, then host ones
+  std::size_t host_chunks = 0;  // granules in host pieces
   std::atomic<int> state{kDead};
   std::atomic<std::size_t> size{0};
   std::atomic<CUcontext> context{nullptr};
@@ -172,7 +172,9 @@ class DevicePool {
   CUresult map_new_block(std::size_t granules, std::size_t guard, Block** out);
   Block* make_block(CUdeviceptr va, std::vector<Chunk>&& chunks);  // a descriptor for a new mapping (mu_)
   void destroy_block(Block* b);                      // unmaps; chunks back to the free list
-  std::size_t shrink_block(Block* b, std::size_t n);  // unmaps its last n chunks
+  // Unmaps whole pieces from its end, at least n granules (all: destroyed), and caches the rest;
+  // returns the granules given back.
+  std::size_t shrink_block(Block* b, std::size_t n);
   bool evict_cached(std::size_t chunks_wanted);
   // Takes apart cached mappings with host chunks (only those that also hold device chunks, or all);
   // returns how many chunks they held.
@@ -205,18 +207,26 @@ class DevicePool {
     if (s->chunk.tier == Tier::Device) chunks_cached_.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed);
   }
 
-  // chunks.cpp: the physical chunks and the budget (mu_ held).
-  // n chunks, device ones first: idle device memory, then growth within the budget, then (with
-  // spill) host chunks for the rest. OUT_OF_MEMORY, nothing taken, when the tiers cannot cover n.
+  // chunks.cpp: the physical chunks and extents and the budget (mu_ held).
+  // Pieces of n granules in all, device ones first: idle device memory, then growth within the
+  // budget, then (with spill) host chunks for the rest. OUT_OF_MEMORY, nothing taken, when the tiers
+  // cannot cover n.
   CUresult take_chunks(std::size_t n, std::vector<Chunk>* out);
-  void return_chunks(std::span<const Chunk> chunks);  // unmapped chunks back: device free list, host reserve
-  std::size_t take_device_chunks(std::size_t n, bool all_or_nothing);  // into free_chunks_; how many are there
-  CUresult grow(std::size_t n);
+  void return_chunks(std::span<const Chunk> chunks);  // unmapped pieces back: device free lists, host reserve
+  // Makes n granules free on the device (evicting idle memory, then growing); how many are free, at most n.
+  std::size_t take_device_chunks(std::size_t n, bool all_or_nothing);
+  // n free granules into `out` as pieces: whole extents while they fit, chunks for the rest (making
+  // chunks of free extents if need be). Fewer only where the driver refused a step.
+  std::size_t pull_device_pieces(std::size_t n, std::vector<Chunk>* out);
+  std::size_t free_granules() const { return free_chunks_.size() + free_extents_.size() * extent_granules_; }
+  CUresult grow(std::size_t n);  // n granules: whole extents, chunks for the rest
+  bool split_free_extent();  // one free extent given back and made again as chunks
+  void note_grown(std::size_t n);
   std::size_t growable_chunks();  // how many chunks the budget lets the pool add now
   std::size_t read_growable_chunks(std::uint64_t held);  // the same, from the driver's figures
   std::chrono::steady_clock::time_point full_until_{};   // the device was full (mu_)
   std::uint64_t full_at_held_ = 0;
-  void release_free_chunks(std::size_t keep);
+  void release_free_chunks();  // every free chunk and extent back to the driver
   std::uint64_t others_bytes();
 
   // stream_reuse.cpp
@@ -277,6 +287,7 @@ class DevicePool {
 
   std::size_t chunk_ = 0;
   unsigned chunk_shift_ = 0;
+  std::size_t extent_granules_ = 0;  // chunks per extent (UVMPOOL_EXTENT_SIZE); 0: no extents
   std::size_t small_max_ = 0;
   std::uint64_t total_ = 0;
   std::uint64_t budget_ = 0;
@@ -287,6 +298,7 @@ class DevicePool {
   // The slow path.
   mutable std::mutex mu_;
   std::vector<Handle> free_chunks_;
+  std::vector<Handle> free_extents_;  // each extent_granules_ chunks, one handle
   RangeAllocator ranges_;
   std::vector<std::pair<CUdeviceptr, std::size_t>> reservations_;
   std::vector<Block*> spare_blocks_;
@@ -352,7 +364,8 @@ class DevicePool {
   std::atomic<std::uint64_t> chunks_cached_{0};
   std::atomic<std::uint64_t> live_bytes_{0};
   std::atomic<std::uint64_t> peak_held_{0};
-  std::atomic<std::uint64_t> chunks_free_{0};
+  std::atomic<std::uint64_t> chunks_free_{0};  // granules, in free chunks and free extents
+  std::atomic<std::uint64_t> extents_held_{0};
   std::atomic<std::uint64_t> stitched_maps_{0};
   // Statistics only (PoolConfig::counters): no decision reads them.
   std::atomic<std::uint64_t> cache_hits_{0};

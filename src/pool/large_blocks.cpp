@@ -260,9 +260,9 @@ Block* DevicePool::make_block(CUdeviceptr va, std::vector<Chunk>&& chunks) {
   }
   b->owner = this;
   b->base = va;
-  b->granules = chunks.size();
+  b->granules = granules_of(chunks);
   b->host_chunks = 0;
-  for (const Chunk& c : chunks) b->host_chunks += c.tier == Tier::Host ? 1 : 0;
+  for (const Chunk& c : chunks) b->host_chunks += c.tier == Tier::Host ? c.granules : 0;
   host_mapped_.fetch_add(b->host_chunks, std::memory_order_relaxed);
   b->chunks = std::move(chunks);
   b->guard = 0;
@@ -276,7 +276,7 @@ void DevicePool::destroy_block(Block* b) {
   fence_unmap();
   const std::size_t bytes = b->granules * chunk_;
   map_.set(b->base, bytes, 0);
-  vmm_.unmap(b->base, b->granules, chunk_);
+  vmm_.unmap(b->base, b->chunks, chunk_);
   trace::record(trace::Kind::Unmap, device_, b->base, bytes, b->host_chunks * chunk_);
   if (b->guard != 0) {
     retire_guarded(b->base, bytes + b->guard);
@@ -295,23 +295,31 @@ void DevicePool::destroy_block(Block* b) {
 }
 
 std::size_t DevicePool::shrink_block(Block* b, std::size_t n) {
+  // Whole pieces from its end, at least n granules: an extent is unmapped only whole.
+  std::size_t cut = b->chunks.size(), freed = 0;
+  while (freed < n && cut > 0) freed += b->chunks[--cut].granules;
+  if (cut == 0) {
+    destroy_block(b);
+    return freed;
+  }
   fence_unmap();
-  const std::size_t keep = b->granules - n;
+  const std::size_t keep = b->granules - freed;
   const CUdeviceptr tail = b->base + keep * chunk_;
-  map_.set(tail, n * chunk_, 0);
-  vmm_.unmap(tail, n, chunk_);
+  const std::span<const Chunk> gone = std::span<const Chunk>(b->chunks).subspan(cut);
+  map_.set(tail, freed * chunk_, 0);
+  vmm_.unmap(tail, gone, chunk_);
   if (trace::recording()) {
     std::size_t host = 0;
-    for (std::size_t i = keep; i < b->chunks.size(); ++i) host += b->chunks[i].tier == Tier::Host ? 1 : 0;
-    trace::record(trace::Kind::Unmap, device_, tail, n * chunk_, host * chunk_);
+    for (const Chunk& c : gone) host += c.tier == Tier::Host ? c.granules : 0;
+    trace::record(trace::Kind::Unmap, device_, tail, freed * chunk_, host * chunk_);
   }
-  ranges_.give_back(tail, n * chunk_);
-  return_chunks(std::span<const Chunk>(b->chunks).subspan(keep));  // device chunks only: spilled blocks are never shrunk
-  b->chunks.resize(keep);
+  ranges_.give_back(tail, freed * chunk_);
+  return_chunks(gone);  // device pieces only: spilled blocks are never shrunk
+  b->chunks.resize(cut);
   b->granules = keep;
   broken_.fetch_add(1, std::memory_order_relaxed);
-  cache_block(b);  // the rest stays a cached mapping, one size smaller
-  return n;
+  cache_block(b);  // the rest stays a cached mapping, smaller
+  return freed;
 }
 
 bool DevicePool::evict_cached(std::size_t wanted) {

@@ -54,6 +54,7 @@ PoolConfig PoolConfig::from_options(const config::Options& o) {
   c.device_limit = o.device_limit;
   c.headroom = o.device_headroom.bytes;
   c.chunk_size = o.chunk_size.bytes;
+  c.extent_size = o.extent_size.bytes;
   c.spill = o.spill;
   c.host_limit = o.host_limit;
   c.host_reserve = o.host_reserve.bytes;

@@ -31,6 +31,7 @@ struct PoolConfig {
   std::uint64_t headroom = 256ull << 20;      // device memory always left free for others
   std::size_t small_max = 1ull << 20;          // largest request served from slabs
   std::size_t chunk_size = 0;                  // 0: the driver's minimum granularity
+  std::size_t extent_size = 32ull << 20;       // large allocations' physical unit; < 2 chunks: off
   bool spill = true;                           // serve what the device cannot from pinned host memory
   config::Size host_limit{0, 50.0, true};      // cap on pinned host memory (share of physical memory)
   std::uint64_t host_reserve = 512ull << 20;   // pinned ahead of need, per device, once spilling is near
@@ -41,7 +42,7 @@ struct PoolConfig {
   bool guard = false;                          // debugging: every allocation its own mapping, ending where
                                                // unmapped address space begins; frees unmap (guard.cpp)
 
-  // From UVMPOOL_DEVICE_LIMIT, _DEVICE_HEADROOM, _CHUNK_SIZE, _SPILL, _HOST_LIMIT, _HOST_RESERVE,
+  // From UVMPOOL_DEVICE_LIMIT, _DEVICE_HEADROOM, _CHUNK_SIZE, _EXTENT_SIZE, _SPILL, _HOST_LIMIT, _HOST_RESERVE,
   // _REPORT_HOST, _GUARD.
   static PoolConfig from_options(const config::Options& options);
 };
@@ -62,6 +63,7 @@ struct ChunkView {
   std::size_t offset = 0;      // where info.base lies in the mapping of `chunks`
   std::size_t chunk_size = 0;
   std::vector<CUmemGenericAllocationHandle> chunks;  // in mapping order (a slab: its one chunk)
+  std::vector<std::uint32_t> granules;  // chunks[i] is granules[i] * chunk_size bytes (an extent: more than one)
   bool host_chunks = false;    // some of them lie in pinned host memory (spilled)
   bool exportable = false;     // all were made with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
 };
@@ -69,7 +71,9 @@ struct ChunkView {
 // Per-device figures (bytes unless said otherwise); a consistent-enough snapshot, not atomic.
 struct DeviceStats {
   std::uint64_t chunk_size = 0;
-  std::uint64_t chunks_held = 0;       // physical chunks the pool owns (mapped or not)
+  std::uint64_t extent_size = 0;       // 0: extents off
+  std::uint64_t extents_held = 0;      // of chunks_held, extents (each extent_size / chunk_size chunks)
+  std::uint64_t chunks_held = 0;       // physical chunks the pool owns (mapped or not), extents counted in chunks
   std::uint64_t chunks_free = 0;       // held, not mapped anywhere
   std::uint64_t chunks_cached = 0;     // mapped in freed (cached) large allocations or empty slabs
   std::uint64_t held_bytes = 0;        // chunks_held * chunk_size

@@ -210,7 +210,7 @@ CUresult DevicePool::new_slab(int cls, Slab** out) {
 void DevicePool::destroy_slab(Slab* s) {
   fence_unmap();
   map_.set(s->base, chunk_, 0);
-  vmm_.unmap(s->base, 1, chunk_);
+  vmm_.unmap(s->base, {&s->chunk, 1}, chunk_);
   trace::record(trace::Kind::Unmap, device_, s->base, chunk_, s->chunk.tier == Tier::Host ? chunk_ : 0);
   ranges_.give_back(s->base, chunk_);
   return_chunks({&s->chunk, 1});

@@ -18,13 +18,23 @@ using Handle = CUmemGenericAllocationHandle;
 // memory the device reaches over PCIe (zero-copy).
 enum class Tier : std::uint8_t { Device, Host };
 
-// One physical chunk: a handle of the pool's chunk size, and its tier. A mapping holds one per
-// chunk-sized piece of its range, so any one piece can later be remapped to another chunk (of either
-// tier) at the same address.
+// One piece of physical memory: a handle of `granules` times the pool's chunk size, and its tier. A
+// plain chunk has one granule; an extent (device memory only) several, a power of two. The driver
+// maps a handle only whole, from offset 0 (measured on an H200: anything else is NOT_SUPPORTED), so
+// each piece is one cuMemMap: a mapping can be cut, shrunk or remapped at piece boundaries only, and
+// an extent is the unit that would move between tiers.
 struct Chunk {
   Handle handle = 0;
   Tier tier = Tier::Device;
+  std::uint32_t granules = 1;
 };
+
+// Granules in a run of pieces.
+inline std::size_t granules_of(std::span<const Chunk> pieces) {
+  std::size_t n = 0;
+  for (const Chunk& c : pieces) n += c.granules;
+  return n;
+}
 
 class Vmm {
  public:
@@ -56,13 +66,14 @@ class Vmm {
   CUresult reserve(CUdeviceptr* va, std::size_t size, std::size_t alignment) const;
   void free_reservation(CUdeviceptr va, std::size_t size) const;
 
-  // Maps chunks[i] at va + i * chunk_size (of either tier) and gives the device read-write access to
-  // the whole range with one cuMemSetAccess (one call over a range is far cheaper than one per
-  // chunk). All or nothing.
-  CUresult map(CUdeviceptr va, std::span<const Chunk> chunks, std::size_t chunk_size) const;
-  // Unmaps `count` chunks mapped from va on. Errors are logged, not returned: there is nothing left
-  // to roll back to.
-  void unmap(CUdeviceptr va, std::size_t count, std::size_t chunk_size) const;
+  // Maps the pieces one after another from va (each with one cuMemMap, of either tier) and gives the
+  // device read-write access to the whole range with one cuMemSetAccess (one call over a range is far
+  // cheaper than one per piece, though its cost still grows with the mappings it covers). All or
+  // nothing.
+  CUresult map(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk_size) const;
+  // Unmaps the pieces mapped one after another from va. Errors are logged, not returned: there is
+  // nothing left to roll back to.
+  void unmap(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk_size) const;
 
  private:
   const driver::Table& d_;

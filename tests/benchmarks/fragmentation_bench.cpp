@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
   options.add("steps", "30", "training steps");
   options.add("seed", "1", "seed of the sequence lengths");
   options.add("device", "0", "device ordinal");
+  options.add("extent-mib", "32", "the pool's extent size in MiB (UVMPOOL_EXTENT_SIZE; 0: chunks only)");
   options.parse(&argc, argv);
   // The simulated driver's devices have 8 GiB by default; give the caching allocator room to show
   // its overhead. Only the simulator reads this (its memory is never touched, so it costs nothing).
@@ -121,7 +122,9 @@ int main(int argc, char** argv) {
   })->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("replay/pool", [&](benchmark::State& state) {
     for (auto _ : state) {
-      pool::Pool pool(drv(), pool::PoolConfig{});
+      pool::PoolConfig config;
+      config.extent_size = static_cast<std::size_t>(options.integer("extent-mib")) << 20;
+      pool::Pool pool(drv(), config);
       CUresult ignored = CUDA_SUCCESS;
       pooled = replay(
           trace, [&](CUdeviceptr* p, std::size_t n) { return pool.allocate(p, n); },

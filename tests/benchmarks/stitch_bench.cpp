@@ -9,7 +9,10 @@
 // - "free": first Pool::release_idle(keep_chunks = true) takes the cached mappings apart, keeping
 //   their chunks, so the timed call only stitches scattered free chunks: the figure the target is about.
 // - "cached": as is. The timed call also takes the 1-chunk mappings apart (a cuMemUnmap each).
-// References: the same allocation from an empty pool (chunks created on the spot), and cuMemAlloc.
+// References: the same allocation from an empty pool (extents created on the spot, UVMPOOL_EXTENT_SIZE;
+// and, to compare, with extents off: chunks created), and cuMemAlloc. On the simulated driver each
+// timed call's modeled time (the virtual clock, H200-calibrated costs) is printed beside the wall
+// time, which says nothing about a GPU.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -39,12 +42,14 @@ struct Counters {  // the pool's counters across the timed call, last repetition
   std::uint64_t broken = 0, built = 0, created = 0, hits = 0;
 };
 Counters g_cached, g_free;
+// Modeled seconds of each variant's timed call, last repetition (simulated driver only; else negative).
+double g_modeled_free = -1, g_modeled_cached = -1, g_modeled_empty = -1, g_modeled_empty_chunks = -1, g_modeled_floor = -1;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-void scattered(benchmark::State& state, bool evict_first, Counters* counters) {
+void scattered(benchmark::State& state, bool evict_first, Counters* counters, double* modeled) {
   for (auto _ : state) {
     auto pool = std::make_unique<pool::Pool>(drv(), pool::PoolConfig::from_options(config::options()));
     std::vector<CUdeviceptr> fill(g.fill_chunks, 0);
@@ -61,9 +66,11 @@ void scattered(benchmark::State& state, bool evict_first, Counters* counters) {
 
     const pool::DeviceStats before = pool->stats(g.device);
     CUdeviceptr big = 0;
+    const double modeled_start = modeled_now();
     const Clock::time_point start = Clock::now();
     const CUresult status = pool->allocate(&big, g.bytes);
     const double elapsed = seconds_since(start);
+    if (modeled_start >= 0) *modeled = modeled_now() - modeled_start;
     if (status != CUDA_SUCCESS) return state.SkipWithError("the stitched allocation failed");
     const pool::DeviceStats after = pool->stats(g.device);
     *counters = {after.mappings_broken - before.mappings_broken, after.stitched_maps - before.stitched_maps,
@@ -76,14 +83,18 @@ void scattered(benchmark::State& state, bool evict_first, Counters* counters) {
   }
 }
 
-void empty_pool(benchmark::State& state) {
+void empty_pool(benchmark::State& state, bool extents, double* modeled) {
   for (auto _ : state) {
-    pool::Pool pool(drv(), pool::PoolConfig{});
+    pool::PoolConfig config = pool::PoolConfig::from_options(config::options());
+    if (!extents) config.extent_size = 0;
+    pool::Pool pool(drv(), config);
     CUdeviceptr big = 0;
     CUresult result = CUDA_SUCCESS;
+    const double modeled_start = modeled_now();
     const Clock::time_point start = Clock::now();
     const CUresult status = pool.allocate(&big, g.bytes);
     const double elapsed = seconds_since(start);
+    if (modeled_start >= 0) *modeled = modeled_now() - modeled_start;
     if (status != CUDA_SUCCESS) return state.SkipWithError("Pool::allocate failed");
     state.SetIterationTime(elapsed);
     pool.deallocate(big, &result);
@@ -109,11 +120,13 @@ void driver_floor(benchmark::State& state) {
   CUdeviceptr va = 0;
   if (d.cuMemAddressReserve(&va, bytes, 0, 0, 0) != CUDA_SUCCESS) return state.SkipWithError("cuMemAddressReserve failed");
   for (auto _ : state) {
+    const double modeled_start = modeled_now();
     const Clock::time_point start = Clock::now();
     for (std::uint64_t i = 0; i < n; ++i)
       if (d.cuMemMap(va + i * g.chunk, g.chunk, 0, chunks[i], 0) != CUDA_SUCCESS) return state.SkipWithError("cuMemMap failed");
     if (d.cuMemSetAccess(va, bytes, &access, 1) != CUDA_SUCCESS) return state.SkipWithError("cuMemSetAccess failed");
     state.SetIterationTime(seconds_since(start));
+    if (modeled_start >= 0) g_modeled_floor = modeled_now() - modeled_start;
     d.cuMemUnmap(va, bytes);
   }
   d.cuMemAddressFree(va, bytes);
@@ -173,9 +186,10 @@ int main(int argc, char** argv) {
         ->ReportAggregatesOnly(true)
         ->Unit(benchmark::kMillisecond);
   };
-  add("scattered_free", scattered, true, &g_free);
-  add("scattered_cached", scattered, false, &g_cached);
-  add("empty_pool", empty_pool);
+  add("scattered_free", scattered, true, &g_free, &g_modeled_free);
+  add("scattered_cached", scattered, false, &g_cached, &g_modeled_cached);
+  add("empty_pool", empty_pool, true, &g_modeled_empty);
+  add("empty_pool_chunks_only", empty_pool, false, &g_modeled_empty_chunks);
   add("native", native);
   add("driver_floor", driver_floor);
   Recorder recorder;
@@ -190,12 +204,24 @@ int main(int argc, char** argv) {
   Figures figures("cold " + format_size(g.bytes) + " allocation, median of " + std::to_string(reps));
   figures.row("from " + scattered_chunks + "free chunks", format_seconds(free_chunks), "<= 1.5 ms");
   figures.row("from " + scattered_chunks + "cached 1-chunk mappings", format_seconds(cached), "<= 1.5 ms");
-  figures.row("from an empty pool (chunks created)", format_seconds(empty));
+  figures.row("from an empty pool (extents created, UVMPOOL_EXTENT_SIZE)", format_seconds(empty));
+  figures.row("from an empty pool, extents off (chunks created)", format_seconds(recorder.seconds("empty_pool_chunks_only")));
   figures.row("driver cuMemAlloc (baseline)", format_seconds(driver_alloc));
   figures.row("driver floor: cuMemMap per chunk + one cuMemSetAccess, chunks made beforehand", format_seconds(floor_s));
   if (free_chunks > 0 && floor_s > 0) figures.row("free chunks / driver floor", fixed(free_chunks / floor_s, 2) + "x");
   if (free_chunks > 0 && driver_alloc > 0)
     figures.row("free chunks / cuMemAlloc", fixed(free_chunks / driver_alloc, 1) + "x");
+  if (g_modeled_empty >= 0) {
+    // The virtual clock's advance over each timed call: the driver calls priced by the UVMPOOL_SIM_*
+    // costs (cuMemCreate 9.5 us, cuMemMap 0.85 us, cuMemSetAccess 23 us per mapping it covers, H200).
+    figures.row("modeled: from scattered free chunks", format_seconds(g_modeled_free));
+    figures.row("modeled: from scattered cached 1-chunk mappings", format_seconds(g_modeled_cached));
+    figures.row("modeled: from an empty pool, extents", format_seconds(g_modeled_empty), "<= 1.5 ms");
+    figures.row("modeled: from an empty pool, extents off", format_seconds(g_modeled_empty_chunks));
+    figures.row("modeled: driver floor (chunks made beforehand)", format_seconds(g_modeled_floor));
+    if (g_modeled_floor > 0)
+      figures.row("modeled: scattered free chunks / driver floor", fixed(g_modeled_free / g_modeled_floor, 2) + "x", "<= 1.2x");
+  }
   figures.note("timed call, free chunks: " + counters_text(g_free));
   figures.note("timed call, cached mappings: " + counters_text(g_cached));
   if (device.simulated) figures.note("simulated driver: these times say nothing about a GPU");

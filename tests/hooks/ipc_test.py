@@ -108,6 +108,12 @@ def data_both_ways():
     share_both_ways(6 * MIB + 12345)
 
 
+def extents_and_chunks():
+    """An allocation of two extents (UVMPOOL_EXTENT_SIZE, 32 MiB) and a tail of chunks: pieces of
+    two sizes, each mapped whole by the importer."""
+    share_both_ways(64 * MIB + 6 * MIB + 12345)
+
+
 def small_allocation():
     """A slab slot: the importer maps its chunk and gets the slot's address inside it."""
     share_both_ways(3000)
@@ -440,7 +446,7 @@ def stopped_exporter():
     e.finish()
 
 
-SCENARIOS = {f.__name__: f for f in (data_both_ways, small_allocation, free_while_open, exporter_exits_while_open,
+SCENARIOS = {f.__name__: f for f in (data_both_ways, extents_and_chunks, small_allocation, free_while_open, exporter_exits_while_open,
                                      tampered_handles, double_close, driver_handles_pass_through,
                                      importer_without_uvmpool, retain_fallback, fork_keeps_server,
                                      spilled_allocation, async_free_while_open, capture_free_while_open,

@@ -78,6 +78,21 @@ const Scenario kScenarios[] = {
      },
      false, {"cuMemCreate", "cuMemMap", "cuMemSetAccess"}},
     {"StitchingUnderAFullBudget", 32 * kMiB, scatter, false, {"cuMemMap", "cuMemSetAccess"}},
+    // Two extents (PoolConfig's 32 MiB) and a tail of chunks: the extents' cuMemCreate and cuMemMap fail too.
+    {"ExtentsAndChunksOfAFreshPool", 0, [](Pool&, std::vector<Block>&, std::size_t g) { return 64 * kMiB + 3 * g - 100; },
+     false, {"cuMemCreate", "cuMemAddressReserve", "cuMemMap", "cuMemSetAccess"}},
+    // The budget's only free memory is an extent while chunks are wanted: it is given back and made
+    // again as chunks (a failure there leaves the pool an extent smaller, never a leak).
+    {"ChunksOfAFreeExtentUnderAFullBudget", 64 * kMiB,
+     [](Pool& pool, std::vector<Block>& live, std::size_t g) -> std::size_t {
+       CUdeviceptr extent = 0;
+       EXPECT_CU(pool.allocate(&extent, 32 * kMiB)) << " (set-up)";
+       for (CUdeviceptr p = 0; pool.allocate(&p, g) == CUDA_SUCCESS;) live.push_back({p, g, 0});
+       for (Block& b : live) fill(b.p, b.bytes, b.seed = live.size() + (&b - live.data()));
+       free_block(pool, {extent, 32 * kMiB, 0});
+       return 3 * g;
+     },
+     false, {"cuMemCreate", "cuMemMap", "cuMemSetAccess"}},
     {"SlabFromACachedMappingUnderAFullBudget", 32 * kMiB,
      [](Pool& pool, std::vector<Block>& live, std::size_t g) -> std::size_t {
        std::vector<Block> all;
