@@ -1,13 +1,15 @@
-// uvmpool-bench-stitch: one cold 1 GiB allocation stitched from free chunks scattered over the pool.
-// Each repetition builds a fresh pool, fills it with chunk-sized allocations, frees every other one,
-// and times the next 1 GiB allocation. The pool takes idle chunks before it creates any, so that
-// allocation is built from the scattered chunks; the pool's counters for the timed call are printed
-// to show it. Target: median at most 1.5 ms (GMLake reported about 40 ms for 954 MB).
+// uvmpool-bench-stitch: one cold 1 GiB allocation, from free memory in extents and stitched from free
+// chunks scattered over the pool. Targets (pool v2): at most 1.5 ms from extents (GMLake reported
+// about 40 ms for 954 MB), at most 1.2x the driver floor from scattered chunks.
+// The scattered variants: each repetition builds a fresh pool, fills it with chunk-sized allocations,
+// frees every other one, and times the next 1 GiB allocation. The pool takes idle chunks before it
+// creates any, so that allocation is built from the scattered chunks; the pool's counters for the
+// timed call are printed to show it.
 //
 // The freed chunk-sized allocations stay in the pool's mapping cache as 1-chunk mappings. Two
 // variants are timed:
 // - "free": first Pool::release_idle(keep_chunks = true) takes the cached mappings apart, keeping
-//   their chunks, so the timed call only stitches scattered free chunks: the figure the target is about.
+//   their chunks, so the timed call only stitches scattered free chunks: the 1.2x target's figure.
 // - "cached": as is. The timed call also takes the 1-chunk mappings apart (a cuMemUnmap each).
 // References: the same allocation from an empty pool (extents created on the spot, UVMPOOL_EXTENT_SIZE;
 // and, to compare, with extents off: chunks created), and cuMemAlloc. On the simulated driver each
@@ -28,7 +30,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr double kTargetSeconds = 1.5e-3;
+constexpr double kTargetSeconds = 1.5e-3;  // from free memory in extents
+constexpr double kFloorRatio = 1.2;        // from scattered free chunks, against the driver floor
 
 struct Setup {
   std::uint64_t bytes = 0;  // the timed allocation
@@ -202,13 +205,14 @@ int main(int argc, char** argv) {
   const double floor_s = recorder.seconds("driver_floor");
   const std::string scattered_chunks = std::to_string((g.fill_chunks + 1) / 2) + " scattered ";
   Figures figures("cold " + format_size(g.bytes) + " allocation, median of " + std::to_string(reps));
-  figures.row("from " + scattered_chunks + "free chunks", format_seconds(free_chunks), "<= 1.5 ms");
-  figures.row("from " + scattered_chunks + "cached 1-chunk mappings", format_seconds(cached), "<= 1.5 ms");
-  figures.row("from an empty pool (extents created, UVMPOOL_EXTENT_SIZE)", format_seconds(empty));
+  figures.row("from " + scattered_chunks + "free chunks", format_seconds(free_chunks));
+  figures.row("from " + scattered_chunks + "cached 1-chunk mappings", format_seconds(cached));
+  figures.row("from an empty pool (extents created, UVMPOOL_EXTENT_SIZE)", format_seconds(empty), "<= 1.5 ms");
   figures.row("from an empty pool, extents off (chunks created)", format_seconds(recorder.seconds("empty_pool_chunks_only")));
   figures.row("driver cuMemAlloc (baseline)", format_seconds(driver_alloc));
   figures.row("driver floor: cuMemMap per chunk + one cuMemSetAccess, chunks made beforehand", format_seconds(floor_s));
-  if (free_chunks > 0 && floor_s > 0) figures.row("free chunks / driver floor", fixed(free_chunks / floor_s, 2) + "x");
+  if (free_chunks > 0 && floor_s > 0)
+    figures.row("free chunks / driver floor", fixed(free_chunks / floor_s, 2) + "x", "<= 1.2x");
   if (free_chunks > 0 && driver_alloc > 0)
     figures.row("free chunks / cuMemAlloc", fixed(free_chunks / driver_alloc, 1) + "x");
   if (g_modeled_empty >= 0) {
@@ -226,23 +230,29 @@ int main(int argc, char** argv) {
   figures.note("timed call, cached mappings: " + counters_text(g_cached));
   if (device.simulated) figures.note("simulated driver: these times say nothing about a GPU");
   figures.print();
-  summary_line("stitch", format_size(g.bytes) + " from free chunks " + format_seconds(free_chunks) +
-                             " (target <= 1.5 ms)" +
-                             (free_chunks > 0 && free_chunks <= kTargetSeconds ? "" : " ABOVE TARGET") +
+  // Two targets (pool v2): a cold allocation from free memory in extents at most 1.5 ms, and one from
+  // scattered free chunks at most 1.2x the driver floor (the mapping calls alone).
+  const bool extents_met = empty > 0 && empty <= kTargetSeconds;
+  const bool scattered_met = free_chunks > 0 && floor_s > 0 && free_chunks <= kFloorRatio * floor_s;
+  summary_line("stitch", format_size(g.bytes) + " from an empty pool (extents) " + format_seconds(empty) +
+                             " (target <= 1.5 ms)" + (extents_met ? "" : " ABOVE TARGET") +
+                             ", from scattered free chunks " + format_seconds(free_chunks) + " = " +
+                             (floor_s > 0 ? fixed(free_chunks / floor_s, 2) : std::string("?")) +
+                             "x the driver floor (target <= 1.2x)" + (scattered_met ? "" : " ABOVE TARGET") +
                              ", from cached 1-chunk mappings " + format_seconds(cached));
   Score sc;
   sc.row = "1b";
-  sc.what = "cold " + format_size(g.bytes) + " allocation stitched from " + scattered_chunks + "free " +
-            format_size(g.chunk) + " chunks";
-  sc.uvmpool = format_seconds(free_chunks) + " (target <= 1.5 ms)";
-  sc.baseline = "driver floor " + format_seconds(floor_s) + " (the mapping calls alone); cuMemAlloc " +
+  sc.what = "cold " + format_size(g.bytes) + " allocation: from free memory in extents (created on the spot), and " +
+            "stitched from " + scattered_chunks + "free " + format_size(g.chunk) + " chunks";
+  sc.uvmpool = format_seconds(empty) + " from extents; " + format_seconds(free_chunks) + " from scattered chunks";
+  sc.baseline = "driver floor " + format_seconds(floor_s) + " (the mapping calls alone, per 2 MiB chunk); cuMemAlloc " +
                 format_seconds(driver_alloc) + " (no stitching: needs contiguous free memory)";
   if (free_chunks > 0 && floor_s > 0) sc.ratio = free_chunks / floor_s;
-  sc.ratio_is = "uvmpool / driver floor time";
-  sc.target = "<= 1.5 ms";
-  sc.met = free_chunks > 0 && free_chunks <= kTargetSeconds ? 1 : 0;
+  sc.ratio_is = "uvmpool from scattered chunks / driver floor time";
+  sc.target = "<= 1.5 ms from extents; <= 1.2x the driver floor from scattered chunks";
+  sc.met = extents_met && scattered_met ? 1 : 0;
   sc.ceiling = "the driver's cuMemMap + cuMemSetAccess of every chunk (" + format_seconds(floor_s) +
-               "); larger chunks (UVMPOOL_CHUNK_SIZE) make fewer mappings";
+               "); extents (UVMPOOL_EXTENT_SIZE) make 16x fewer mappings";
   score_line(sc);
   return 0;
 }
