@@ -31,10 +31,6 @@ std::size_t cut_index(std::span<Block* const> window, std::size_t granules, std:
   return index;
 }
 
-// A cut inside an extent moves to its end only while that adds at most 1/kRoundingShare of the
-// request: more would keep memory from reuse that the program does not use.
-constexpr std::size_t kRoundingShare = 8;
-
 }  // namespace
 
 bool DevicePool::unbin(Block* b) {
@@ -82,7 +78,7 @@ Block* DevicePool::carve_cached(std::size_t granules) {
 
   // The best window: consecutive mappings, each meeting the next in one region (a mapping may not
   // cross a reservation), that cover the request with the least excess (then the fewest pieces), and
-  // whose cut falls between pieces (never inside an extent).
+  // whose cut, moved to the end of an extent it would fall in, adds little (within_rounding).
   std::size_t best_first = 0, best_count = 0, best_total = SIZE_MAX;
   std::size_t run_start = 0;
   for (std::size_t i = 0; i < cached.size(); ++i) {
@@ -96,7 +92,7 @@ Block* DevicePool::carve_cached(std::size_t granules) {
     const std::size_t count = i - first + 1;
     std::size_t front = 0;
     cut_index(std::span<Block* const>(cached).subspan(first, count), granules, &front);
-    if ((front - granules) * kRoundingShare > granules) continue;  // the cut would round up too far
+    if (!within_rounding(front, granules)) continue;  // the cut would round up too far
 
     if (total < best_total || (total == best_total && count < best_count)) {
       best_first = first;

@@ -160,10 +160,15 @@ class DevicePool {
   void cache_block(Block* b, bool count_free = false);
   void unpublish(Block* b, bool counted);  // the figures of a live allocation that is freed
   Block* take_cached(std::size_t granules);
-  // cached_ranges.cpp: a mapping of exactly `granules` chunks made from cached device mappings that
-  // lie next to each other in address space, joined, with any excess split off and cached again: no
-  // driver call. Still marked Cached (the caller counts a cache hit); nullptr when none cover it (mu_).
+  // cached_ranges.cpp: a mapping of `granules` chunks (up to an eighth more where the cut would fall
+  // inside an extent) made from cached device mappings that lie next to each other in address space,
+  // joined, with any excess split off and cached again: no driver call. Still marked Cached (the caller counts a cache hit); nullptr when none cover it (mu_).
   Block* carve_cached(std::size_t granules);
+  // A mapping of `have` chunks may serve a request of `want` when it is at most an eighth larger:
+  // a cut inside an extent moves to the extent's end within that, and stream-ordered reuse accepts
+  // such a mapping back for the size that made it. More would keep from reuse memory that the
+  // program does not use.
+  static bool within_rounding(std::size_t have, std::size_t want) { return have >= want && (have - want) * 8 <= want; }
   bool unbin(Block* b);  // out of its bin, if it is still there (mu_)
   Block* take_cached_spilled(std::size_t granules);
   CUresult build_block(std::size_t granules, Block** out);

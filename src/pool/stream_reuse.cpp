@@ -70,8 +70,14 @@ bool DevicePool::reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUc
     if (it == streams_.end()) return false;
     auto& open = it->second.open;
     auto match = open.end();
-    for (auto i = open.rbegin(); i != open.rend(); ++i) {  // the most recently freed first
-      if (small ? (i->slab != nullptr && i->slab->cls == cls) : (i->block != nullptr && i->block->granules == granules)) {
+    // The most recently freed first; a large one of exactly the size, else one within_rounding (a
+    // mapping a cut rounded up to an extent's end comes back for the size that made it).
+    for (auto i = open.rbegin(); i != open.rend(); ++i) {
+      const bool fits = small ? i->slab != nullptr && i->slab->cls == cls
+                              : i->block != nullptr && within_rounding(i->block->granules, granules);
+      if (!fits) continue;
+      if (match == open.end()) match = std::next(i).base();
+      if (small || i->block->granules == granules) {
         match = std::next(i).base();
         break;
       }

@@ -122,6 +122,37 @@ TEST_F(Extents, ACutInsideAnExtentMovesToItsEndWhenThatAddsLittle) {
   must_free(*pool, q);
 }
 
+TEST_F(Extents, AMappingARoundedCutMadeIsReusedOnItsStreamForTheSameSize) {
+  // Freed with cuMemFreeAsync while its stream's work is held back, the rounded mapping (an extent
+  // for a request a chunk short of it) stays pending on that stream; the next allocation of the same
+  // size there takes it back, with no driver call, though its chunk count is not the request's.
+  REQUIRE_SIM_CONTROL(hold_stream, "uvmpool_sim_hold_stream");
+  auto pool = make_pool();
+  CUstream stream = nullptr;
+  ASSERT_CU(drv().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  hold_stream(stream, true);
+  const CUdeviceptr whole = must_allocate(*pool, 2 * kExtent);
+  must_free(*pool, whole);
+  const std::size_t bytes = kExtent - gran;
+  CUdeviceptr p = 0;
+  ASSERT_CU(pool->allocate_async(&p, bytes, stream));
+  EXPECT_EQ(p, whole);
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  ASSERT_EQ(pool->deallocate_async(p, stream, &r), Ownership::Ours);
+  ASSERT_CU(r);
+  sim().reset_counts();
+  CUdeviceptr q = 0;
+  ASSERT_CU(pool->allocate_async(&q, bytes, stream));
+  EXPECT_EQ(q, p) << "the pending mapping was not reused on its stream";
+  EXPECT_EQ(vmm_build_calls(), 0u);
+  ASSERT_EQ(pool->deallocate_async(q, stream, &r), Ownership::Ours);
+  ASSERT_CU(r);
+  hold_stream(stream, false);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  pool.reset();
+  drv().cuStreamDestroy_v2(stream);
+}
+
 TEST_F(Extents, ChunksAreMadeOfAFreeExtentWhenTheBudgetHasNoRoomForMore) {
   // An extent, then the rest of the budget in single chunks, then the extent freed: a request for
   // chunks finds only that extent free and no room to grow, so the extent is given back and made
