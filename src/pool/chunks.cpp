@@ -243,22 +243,26 @@ std::size_t DevicePool::pull_device_pieces(std::size_t n, std::vector<Chunk>* ou
 
 bool DevicePool::split_free_extent() {
   const Handle extent = free_extents_.back();
-  std::vector<Handle> made(extent_granules_);
   free_extents_.pop_back();
   vmm_.release_chunks({&extent, 1});
   extents_held_.fetch_sub(1, std::memory_order_relaxed);
   chunks_free_.fetch_sub(extent_granules_, std::memory_order_relaxed);
   chunks_held_.fetch_sub(extent_granules_, std::memory_order_relaxed);
   released_.fetch_add(extent_granules_, std::memory_order_relaxed);
-  if (const CUresult r = vmm_.create_chunks(made, chunk_); r != CUDA_SUCCESS) {
-    // Another process took the memory in between: the pool holds an extent less.
-    log::warn("device {}: an extent given back to be made again as chunks could not be ({})", device_,
-              static_cast<int>(r));
-    return false;
+  // One at a time, so that what was made stays the pool's if the driver refuses the rest (another
+  // process took the memory in between): the pool then holds that much less.
+  std::size_t made = 0;
+  for (; made < extent_granules_; ++made) {
+    Handle h = 0;
+    if (const CUresult r = vmm_.create_chunks({&h, 1}, chunk_); r != CUDA_SUCCESS) {
+      log::warn("device {}: an extent given back to be made again as chunks: {} of {} made ({})", device_, made,
+                extent_granules_, static_cast<int>(r));
+      break;
+    }
+    free_chunks_.push_back(h);
   }
-  free_chunks_.insert(free_chunks_.end(), made.begin(), made.end());
-  note_grown(extent_granules_);
-  return true;
+  if (made != 0) note_grown(made);
+  return made == extent_granules_;
 }
 
 CUresult DevicePool::take_chunks(std::size_t n, std::vector<Chunk>* out) {

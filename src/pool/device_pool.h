@@ -225,7 +225,7 @@ class DevicePool {
   std::size_t pull_device_pieces(std::size_t n, std::vector<Chunk>* out);
   std::size_t free_granules() const { return free_chunks_.size() + free_extents_.size() * extent_granules_; }
   CUresult grow(std::size_t n);  // n granules: whole extents, chunks for the rest
-  bool split_free_extent();  // one free extent given back and made again as chunks
+  bool split_free_extent();  // one free extent given back and made again as chunks (false: fewer made)
   void note_grown(std::size_t n);
   std::size_t growable_chunks();  // how many chunks the budget lets the pool add now
   std::size_t read_growable_chunks(std::uint64_t held);  // the same, from the driver's figures
