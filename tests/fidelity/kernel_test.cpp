@@ -189,7 +189,11 @@ TEST_F(Kernels, AValueWaitReleasesTheStreamSoonAfterTheHostWritesTheFlag) {
   // seeing the event behind the wait complete (UVMPOOL_SIM_WAIT_VALUE_NS follows the mean).
   figure("wait_value_release_mean_us", sum / kRounds);
   figure("wait_value_release_worst_us", worst);
-  EXPECT_LT(worst, 1000.0);
+  // On the GPU the release is a hardware poll: within 1 ms. On the simulator a host thread notices the
+  // store, and a loaded CI machine may not run it for milliseconds (2.9 ms seen under sanitizers on
+  // 2 busy cores), so there the test asserts only that the wait is released at all (ASSERT_CU above,
+  // within its 1 s loop).
+  if (!on_simulator()) EXPECT_LT(worst, 1000.0);
   CU(cuEventDestroy_v2, after);
 }
 
