@@ -170,6 +170,19 @@ TEST(ParseErrors, ChunkSizeIsZeroOrFrom4KTo1G) {
   EXPECT_EQ(parse_one("UVMPOOL_CHUNK_SIZE", "1G").options.chunk_size.bytes, GiB);
 }
 
+TEST(ParseErrors, ExtentSizeIsZeroOrAPowerOfTwoUpTo1G) {
+  for (auto bad : {"48M", "2G", "3000", "1T"}) {
+    ParseResult r = parse_one("UVMPOOL_EXTENT_SIZE", bad);
+    ASSERT_EQ(r.errors.size(), 1u) << bad;
+    EXPECT_THAT(r.errors[0], HasSubstr("UVMPOOL_EXTENT_SIZE")) << bad;
+    EXPECT_THAT(r.errors[0], HasSubstr("power of two")) << bad;
+    EXPECT_EQ(r.options.extent_size.bytes, 32u << 20) << bad << ": the default stays";
+  }
+  EXPECT_EQ(parse_one("UVMPOOL_EXTENT_SIZE", "0").options.extent_size.bytes, 0u);
+  EXPECT_EQ(parse_one("UVMPOOL_EXTENT_SIZE", "8M").options.extent_size.bytes, 8u << 20);
+  EXPECT_EQ(parse_one("UVMPOOL_EXTENT_SIZE", "1G").options.extent_size.bytes, GiB);
+}
+
 TEST(ParseErrors, DriverPathMustBeAbsoluteWhenSet) {
   ParseResult r = parse_one("UVMPOOL_DRIVER_PATH", "libcuda.so.1");
   EXPECT_THAT(r.errors, ElementsAre(HasSubstr("UVMPOOL_DRIVER_PATH='libcuda.so.1' is not valid: expected an absolute path")));

@@ -193,8 +193,10 @@ TEST_F(Extents, AnUnevenSizeIsRoundedDownToAPowerOfTwoAndTooSmallIsOff) {
   config.extent_size = gran;  // one chunk: no extents
   pool.reset();
   pool = make_pool(config);
-  EXPECT_EQ(must_allocate(*pool, 64 * kMiB) != 0, true);
+  const CUdeviceptr q = must_allocate(*pool, 64 * kMiB);
   EXPECT_EQ(pool->stats(0).extent_size, 0u);
+  EXPECT_EQ(pool->stats(0).extents_held, 0u);
+  must_free(*pool, q);
 }
 
 }  // namespace

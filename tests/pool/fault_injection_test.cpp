@@ -87,8 +87,10 @@ const Scenario kScenarios[] = {
      [](Pool& pool, std::vector<Block>& live, std::size_t g) -> std::size_t {
        CUdeviceptr extent = 0;
        EXPECT_CU(pool.allocate(&extent, 32 * kMiB)) << " (set-up)";
-       for (CUdeviceptr p = 0; pool.allocate(&p, g) == CUDA_SUCCESS;) live.push_back({p, g, 0});
-       for (Block& b : live) fill(b.p, b.bytes, b.seed = live.size() + (&b - live.data()));
+       for (CUdeviceptr p = 0; pool.allocate(&p, g) == CUDA_SUCCESS;) {  // the rest of the budget, live
+         fill(p, g, live.size() + 1);
+         live.push_back({p, g, live.size() + 1});
+       }
        free_block(pool, {extent, 32 * kMiB, 0});
        return 3 * g;
      },
