@@ -30,6 +30,9 @@ class Backend {
   virtual CUresult release(CUmemGenericAllocationHandle handle) = 0;
   // cuStreamDestroy: the pool first covers what was freed on the stream and not yet reused.
   virtual CUresult stream_destroy(CUstream stream) = 0;
+  // cuCtxEnablePeerAccess / cuCtxDisablePeerAccess: pool mappings and IPC imports on the peer's
+  // device follow the driver's answer (src/pool/peer_access.h).
+  virtual CUresult peer_access(CUcontext peer, unsigned flags, bool enable) = 0;
   // CUDA IPC (docs/architecture.md "CUDA IPC"): pool memory is exported by uvmpool (src/hooks/ipc.h);
   // uvmpool handles are opened and closed by the hooks before a backend sees them, so ipc_open and
   // ipc_close only get the driver's own.

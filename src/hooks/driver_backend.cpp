@@ -2,6 +2,7 @@
 // pool does not take (foreign pointers, explicit memory pools, devices without VMM).
 #include "driver/real_driver.h"
 #include "hooks/backend.h"
+#include "pool/peer_access.h"
 
 namespace uvmpool::hooks {
 namespace {
@@ -46,6 +47,25 @@ class DriverBackend final : public Backend {
   }
   CUresult release(CUmemGenericAllocationHandle handle) override { UVMPOOL_CALL_REAL(cuMemRelease, handle); }
   CUresult stream_destroy(CUstream stream) override { UVMPOOL_CALL_REAL(cuStreamDestroy_v2, stream); }
+  CUresult peer_access(CUcontext peer, unsigned flags, bool enable) override {
+    const driver::RealDriver* real = driver::real();
+    if (real == nullptr || real->table.cuCtxEnablePeerAccess == nullptr) return CUDA_ERROR_NO_DEVICE;
+    const driver::Table& d = real->table;
+    const CUresult r = enable ? d.cuCtxEnablePeerAccess(peer, flags) : d.cuCtxDisablePeerAccess(peer);
+    // Mappings follow only what the driver did: a refused or repeated call changes nothing.
+    if (r != CUDA_SUCCESS) return r;
+    CUdevice accessor = -1, owner = -1;
+    CUcontext popped = nullptr;
+    if (d.cuCtxGetDevice(&accessor) != CUDA_SUCCESS || d.cuCtxPushCurrent_v2(peer) != CUDA_SUCCESS) return r;
+    const CUresult got = d.cuCtxGetDevice(&owner);
+    d.cuCtxPopCurrent_v2(&popped);
+    if (got != CUDA_SUCCESS) return r;
+    if (enable)
+      pool::PeerAccess::get().enabled(d, accessor, owner);
+    else
+      pool::PeerAccess::get().disabled(d, accessor, owner);
+    return r;
+  }
   CUresult ipc_get(CUipcMemHandle* handle, CUdeviceptr ptr) override { UVMPOOL_CALL_REAL(cuIpcGetMemHandle, handle, ptr); }
   CUresult ipc_open(CUdeviceptr* ptr, CUipcMemHandle handle, unsigned flags) override {
     UVMPOOL_CALL_REAL(cuIpcOpenMemHandle_v2, ptr, handle, flags);

@@ -22,6 +22,7 @@
 #include "driver/real_driver.h"
 #include "hooks/ipc.h"
 #include "hooks/ipc_socket.h"
+#include "pool/peer_access.h"
 
 namespace uvmpool::ipc {
 namespace {
@@ -56,6 +57,7 @@ void forget_in_child() {
 }
 
 void unmap(const driver::Table& d, const Import& im, std::size_t mapped) {
+  pool::PeerAccess::get().forget(im.range, im.bytes);
   std::size_t at = 0;
   for (std::size_t i = 0; i < mapped; ++i) {
     d.cuMemUnmap(im.range + at, im.granules[i] * im.chunk_size);
@@ -101,13 +103,8 @@ CUresult map_chunks(const driver::Table& d, int connection, Deadline deadline, I
       close(fd);
     }
   }
-  if (r == CUDA_SUCCESS) {
-    CUmemAccessDesc access{};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = device;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    r = d.cuMemSetAccess(im->range, bytes, &access, 1);
-  }
+  // Access for this device and the devices the program gave peer access to it (pool/peer_access.h).
+  if (r == CUDA_SUCCESS) r = pool::PeerAccess::get().grant(d, device, im->range, bytes);
   if (r != CUDA_SUCCESS) unmap(d, *im, mapped);
   return r;
 }

@@ -117,6 +117,16 @@ CUresult CUDAAPI cuStreamDestroy_v2(CUstream stream) {
   return backend().stream_destroy(stream);
 }
 
+CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+  stats::count_hook(Fn::cuCtxEnablePeerAccess);
+  return backend().peer_access(peer, flags, true);
+}
+
+CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peer) {
+  stats::count_hook(Fn::cuCtxDisablePeerAccess);
+  return backend().peer_access(peer, 0, false);
+}
+
 CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
   stats::count_hook(Fn::cuMemRelease);
   return counted_free(backend().release(handle));

@@ -143,6 +143,9 @@ class PoolBackend final : public Backend {
     pool_.stream_destroying(stream);
     return driver_.stream_destroy(stream);
   }
+  CUresult peer_access(CUcontext peer, unsigned flags, bool enable) override {
+    return driver_.peer_access(peer, flags, enable);  // the table is process-wide, the driver's backend keeps it
+  }
   CUresult ipc_get(CUipcMemHandle* handle, CUdeviceptr ptr) override {
     if (pool_.find(ptr)) return ipc::export_handle(pool_, ptr, handle);
     // Pool address space outside a live allocation: nothing the program may export.

@@ -1,6 +1,7 @@
 #include "pool/vmm.h"
 
 #include "config/log.h"
+#include "pool/peer_access.h"
 
 namespace uvmpool::pool {
 namespace {
@@ -106,13 +107,11 @@ CUresult Vmm::map(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chu
     }
     at += bytes;
   }
-  // The device's access only, over device and host chunks alike. Host access to host chunks would
-  // double cuMemSetAccess's cost (134 against 67 us per 2 MiB host chunk on an H200) for no use the
-  // program can make of it: it does not know which of its pieces lie in host memory.
-  CUmemAccessDesc access{};
-  access.location = CUmemLocation{CU_MEM_LOCATION_TYPE_DEVICE, device_};
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  if (const CUresult r = d_.cuMemSetAccess(va, at, &access, 1); r != CUDA_SUCCESS) {
+  // The device's access (and its peers', src/pool/peer_access.h), over device and host chunks alike.
+  // Host access to host chunks would double cuMemSetAccess's cost (134 against 67 us per 2 MiB host
+  // chunk on an H200) for no use the program can make of it: it does not know which of its pieces
+  // lie in host memory.
+  if (const CUresult r = PeerAccess::get().grant(d_, device_, va, at); r != CUDA_SUCCESS) {
     unmap(va, pieces, chunk_size);
     return r;
   }
@@ -120,6 +119,7 @@ CUresult Vmm::map(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chu
 }
 
 void Vmm::unmap(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk_size) const {
+  PeerAccess::get().forget(va, granules_of(pieces) * chunk_size);
   // One call per piece: each was mapped by its own cuMemMap, and the driver unmaps whole mappings.
   std::size_t at = 0;
   for (const Chunk& c : pieces) {

@@ -2,6 +2,8 @@
 // current-context stack, as the driver API defines them.
 #include "sim/contexts.h"
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -39,6 +41,9 @@ Registry& registry() {
 // The calling thread's context stack; the current context is the top. Entries may be destroyed.
 thread_local std::vector<Context*> t_stack;
 
+// Peer links (cuCtxEnablePeerAccess), per device pair: bit o of g_peers[a]: a may reach o's memory.
+std::atomic<std::uint32_t> g_peers[kMaxDevices];
+
 // Caller holds the registry mutex.
 Context* make_context(Registry& r, int device, bool primary, unsigned flags) {
   auto context = std::make_unique<Context>();
@@ -58,6 +63,10 @@ Context* primary_of(Registry& r, int device) {
 
 // Frees what was made in the context. Called once it is inactive, without the registry mutex.
 void release_resources(Context* context) {
+  // Its peer links go with it, both ways (kept per device: a device's other contexts lose them too).
+  const int device = context->device;
+  g_peers[device].store(0, std::memory_order_release);
+  for (auto& links : g_peers) links.fetch_and(~(1u << device), std::memory_order_acq_rel);
   release_context_memory(context);
   timeline::release_context(context);
 }
@@ -240,6 +249,47 @@ CUresult impl::cuCtxGetDevice(CUdevice_v1* device) {
   if (CUresult status = current_context(&context); status != CUDA_SUCCESS) return status;
   *device = context->device;
   return CUDA_SUCCESS;
+}
+
+namespace {
+// The current context's device and the peer context's, checked as the driver checks them.
+CUresult peer_pair(CUcontext peer, int* accessor, int* owner) {
+  Context* context = nullptr;
+  if (CUresult status = current_context(&context); status != CUDA_SUCCESS) return status;
+  Context* other = from_handle(peer);
+  if (other == nullptr || !other->active.load()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (other->device == context->device) return CUDA_ERROR_INVALID_DEVICE;
+  *accessor = context->device;
+  *owner = other->device;
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+bool peer_enabled(int accessor, int owner) {
+  if (accessor < 0 || accessor >= kMaxDevices || owner < 0 || owner >= kMaxDevices) return false;
+  return (g_peers[accessor].load(std::memory_order_acquire) >> owner & 1) != 0;
+}
+
+CUresult impl::cuDeviceCanAccessPeer(int* can, CUdevice_v1 dev, CUdevice_v1 peer) {
+  if (can == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (dev < 0 || dev >= device_count() || peer < 0 || peer >= device_count()) return CUDA_ERROR_INVALID_DEVICE;
+  *can = dev != peer ? 1 : 0;  // every pair of simulated devices is linked; a device is not its own peer
+  return CUDA_SUCCESS;
+}
+
+CUresult impl::cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  int a = 0, o = 0;
+  if (CUresult status = peer_pair(peer, &a, &o); status != CUDA_SUCCESS) return status;
+  const std::uint32_t bit = 1u << o;
+  return (g_peers[a].fetch_or(bit) & bit) != 0 ? CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED : CUDA_SUCCESS;
+}
+
+CUresult impl::cuCtxDisablePeerAccess(CUcontext peer) {
+  int a = 0, o = 0;
+  if (CUresult status = peer_pair(peer, &a, &o); status != CUDA_SUCCESS) return status;
+  const std::uint32_t bit = 1u << o;
+  return (g_peers[a].fetch_and(~bit) & bit) == 0 ? CUDA_ERROR_PEER_ACCESS_NOT_ENABLED : CUDA_SUCCESS;
 }
 
 // All work is done at submission; the only thing to wait for is what a test holds back.

@@ -28,4 +28,9 @@ Context* from_handle(CUcontext handle);
 // CUDA_ERROR_CONTEXT_IS_DESTROYED when it was destroyed (or is a primary context no longer retained).
 CUresult current_context(Context** out);
 
+// Whether a context of `accessor` enabled peer access to a context of `owner` (cuCtxEnablePeerAccess):
+// then its kernels reach `owner`'s cuMemAlloc memory. The sim keeps it per device pair, not per
+// context. VMM mappings are not affected: they follow cuMemSetAccess alone, as on a GPU.
+bool peer_enabled(int accessor, int owner);
+
 }  // namespace uvmpool::sim

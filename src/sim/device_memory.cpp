@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "sim/contexts.h"
+
 namespace uvmpool::sim {
 namespace {
 
@@ -15,7 +17,7 @@ bool is_device_location(const CUmemLocation& l, int device) {
 bool device_may(const Mapping& m, int device, bool write) {
   switch (m.kind) {
     case MemoryKind::Device:
-      return m.device == device;
+      return m.device == device || peer_enabled(device, m.device);
     case MemoryKind::PinnedHost:  // portable and mapped: every device reaches it
       return true;
     case MemoryKind::Vmm:

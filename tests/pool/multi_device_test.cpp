@@ -3,6 +3,9 @@
 // the device on each allocation; do not assume the current context at free time").
 #include "pool_test.h"
 
+#include "pool/peer_access.h"
+#include "sim/sim_control.h"
+
 namespace pooltest {
 namespace {
 
@@ -51,6 +54,59 @@ TEST_F(MultiDevice, AllocationsRecordTheDeviceAndContextCurrentWhenMade) {
   for (auto [p, device] : made) must_free(*pool, p);
   EXPECT_EQ(pool->stats(0).live_allocations, 0u);
   EXPECT_EQ(pool->stats(1).live_allocations, 0u);
+}
+
+// A kernel of device_1 (a context of device 1) sums `count` u32 at p (by the simulator's catalog kernel); the context's
+// error if it faulted.
+CUresult sum_on(CUcontext device_1, CUdeviceptr p, std::uint64_t count, std::uint64_t* total) {
+  const Table& d = drv();
+  if (CUresult r = d.cuCtxSetCurrent(device_1); r != CUDA_SUCCESS) return r;
+  static CUfunction sum = [&d] {
+    CUmodule m = nullptr;
+    CUfunction f = nullptr;
+    if (d.cuModuleLoadData(&m, UVMPOOL_SIM_MODULE_IMAGE) == CUDA_SUCCESS) d.cuModuleGetFunction(&f, m, "uvmpool_sum_u32");
+    return f;
+  }();
+  if (sum == nullptr) return CUDA_ERROR_NOT_FOUND;
+  CUdeviceptr out = 0;
+  if (CUresult r = d.cuMemAlloc_v2(&out, 8); r != CUDA_SUCCESS) return r;  // the driver's own: device 1
+  void* params[] = {&p, &count, &out, nullptr};
+  CUresult r = d.cuLaunchKernel(sum, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr);
+  if (r == CUDA_SUCCESS) r = d.cuCtxSynchronize();
+  if (r == CUDA_SUCCESS) r = d.cuMemcpyDtoH_v2(total, out, 8);
+  d.cuMemFree_v2(out);
+  return r;
+}
+
+// cuCtxEnablePeerAccess reaches the peer's cuMemAlloc memory, not VMM mappings: the hook tells
+// PeerAccess (src/pool/peer_access.h), which gives device 1 access to device 0's pool memory mapped
+// before the call and after it (a stitched range, a slab slot, one made after).
+TEST_F(MultiDevice, PeerAccessReachesPoolMemoryMappedBeforeAndAfterItIsEnabled) {
+  auto pool = make_pool();
+  use(0);
+  const CUdeviceptr stitched = must_allocate(*pool, 3 * gran), slot = must_allocate(*pool, 4096);
+  ASSERT_CU(drv().cuMemsetD32_v2(stitched, 2, 3 * gran / 4));
+  ASSERT_CU(drv().cuMemsetD32_v2(slot, 5, 1024));
+  use(1);
+  ASSERT_CU(drv().cuCtxEnablePeerAccess(context(0), 0));
+  uvmpool::pool::PeerAccess::get().enabled(drv(), 1, 0);  // what the cuCtxEnablePeerAccess hook does next
+  EXPECT_EQ(uvmpool::pool::PeerAccess::get().peers_of(0), 0b10u);
+  use(0);
+  const CUdeviceptr after = must_allocate(*pool, 5 * gran);
+  ASSERT_CU(drv().cuMemsetD32_v2(after, 7, 5 * gran / 4));
+  std::uint64_t total = 0;
+  ASSERT_CU(sum_on(context(1), stitched, 3 * gran / 4, &total));
+  EXPECT_EQ(total, 2 * (3 * gran / 4));
+  ASSERT_CU(sum_on(context(1), slot, 1024, &total));
+  EXPECT_EQ(total, 5u * 1024);
+  ASSERT_CU(sum_on(context(1), after, 5 * gran / 4, &total));
+  EXPECT_EQ(total, 7 * (5 * gran / 4));
+  use(1);
+  ASSERT_CU(drv().cuCtxDisablePeerAccess(context(0)));
+  uvmpool::pool::PeerAccess::get().disabled(drv(), 1, 0);
+  EXPECT_EQ(uvmpool::pool::PeerAccess::get().peers_of(0), 0u);
+  use(0);
+  for (CUdeviceptr p : {stitched, slot, after}) must_free(*pool, p);
 }
 
 TEST_F(MultiDevice, FreeingUnderTheOtherDevicesContextWorks) {
