@@ -7,8 +7,9 @@
 # TSan runs the suites whose code runs threads of its own or is called from many threads (pool,
 # trace writer, statistics, stress), built alone: the whole suite under TSan would take CI past its
 # limit on 2 cores. UVMPOOL_TEST_TSAN_ALL=1 builds and runs everything under TSan.
-# Then bounded fuzzing (scripts/fuzz.sh, FUZZ_SECONDS per target, 60 by default; UVMPOOL_TEST_FUZZ=0
-# skips it).
+# Then the lock annotations checked by clang (-Werror=thread-safety over the library's code, in
+# build-clang/; UVMPOOL_TEST_CLANG=0 skips it) and bounded fuzzing (scripts/fuzz.sh, FUZZ_SECONDS per
+# target, 60 by default; UVMPOOL_TEST_FUZZ=0 skips it).
 # Every run is made even when one fails; the status is non-zero when any did.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,9 +17,10 @@ base=${BUILD_DIR:-build}
 sanitizers=${UVMPOOL_TEST_SANITIZERS-address thread}
 tsan_all=${UVMPOOL_TEST_TSAN_ALL:-0}
 fuzz=${UVMPOOL_TEST_FUZZ:-1}
+clang_check=${UVMPOOL_TEST_CLANG:-1}
 # They are this script's settings, not uvmpool's: left in the environment, every program the tests
 # run under uvmpool would warn of an unknown UVMPOOL_ setting (and tests that read its output fail).
-unset UVMPOOL_TEST_SANITIZERS UVMPOOL_TEST_TSAN_ALL UVMPOOL_TEST_FUZZ
+unset UVMPOOL_TEST_SANITIZERS UVMPOOL_TEST_TSAN_ALL UVMPOOL_TEST_FUZZ UVMPOOL_TEST_CLANG
 failed=()
 
 # Sanitizer reports fail the test that has them. Leak checking: see tests/sanitizer/lsan.supp.
@@ -65,6 +67,19 @@ for s in $sanitizers; do
     *) echo "unknown sanitizer '$s' in UVMPOOL_TEST_SANITIZERS" >&2; exit 2 ;;
   esac
 done
+if [ "$clang_check" != 0 ]; then
+  start=$SECONDS
+  echo "== uvmpool lock annotations, clang -Werror=thread-safety ($base-clang) =="
+  if cmake -S . -B "$base-clang" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
+       -DUVMPOOL_SANITIZE= -DUVMPOOL_BUILD_TESTS=OFF -DUVMPOOL_BUILD_BENCHMARKS=OFF \
+       -DCMAKE_CXX_FLAGS=-Werror=thread-safety >/dev/null \
+     && cmake --build "$base-clang" -j"$(nproc)" --target uvmpool_pool uvmpool_hooks; then
+    echo "== lock annotations: passed in $((SECONDS - start)) s =="
+  else
+    echo "== lock annotations: FAILED after $((SECONDS - start)) s =="
+    failed+=("lock annotations")
+  fi
+fi
 if [ "$fuzz" != 0 ]; then
   start=$SECONDS
   echo "== uvmpool fuzzing (build-fuzz) =="
@@ -79,4 +94,5 @@ if [ ${#failed[@]} -gt 0 ]; then
   echo "uvmpool tests FAILED: ${failed[*]}"
   exit 1
 fi
-echo "uvmpool tests: all runs passed (normal${sanitizers:+, $sanitizers}) in $SECONDS s"
+extra=""; [ "$clang_check" != 0 ] && extra=", lock annotations"
+echo "uvmpool tests: all runs passed (normal${sanitizers:+, $sanitizers}$extra) in $SECONDS s"

@@ -36,7 +36,7 @@ std::size_t cut_index(std::span<Block* const> window, std::size_t granules, std:
 bool DevicePool::unbin(Block* b) {
   if (b->granules < kDirectBins) {
     Bin& bin = bins_[b->granules];
-    std::lock_guard lock(bin.mu);
+    MutexLock lock(bin.mu);
     if (!b->binned) return false;  // a fast-path allocation took it
     if (b->prev != nullptr) b->prev->next = b->next;
     if (b->next != nullptr) b->next->prev = b->prev;
@@ -47,7 +47,7 @@ bool DevicePool::unbin(Block* b) {
     b->binned = false;
     return true;
   }
-  std::lock_guard lock(big_mu_);
+  MutexLock lock(big_mu_);
   if (!b->binned) return false;
   auto [first, last] = big_bin_.equal_range(b->granules);
   const auto it = std::find_if(first, last, [b](const auto& kv) { return kv.second == b; });
@@ -66,11 +66,11 @@ Block* DevicePool::carve_cached(std::size_t granules) {
   for (std::size_t g = 1; g < kDirectBins; ++g) {
     Bin& bin = bins_[g];
     if (bin.count.load(std::memory_order_relaxed) == 0) continue;
-    std::lock_guard lock(bin.mu);
+    MutexLock lock(bin.mu);
     for (Block* b = bin.head; b != nullptr; b = b->next) cached.push_back(b);
   }
   {
-    std::lock_guard lock(big_mu_);
+    MutexLock lock(big_mu_);
     for (const auto& [g, b] : big_bin_) cached.push_back(b);
   }
   if (cached.empty()) return nullptr;

@@ -27,7 +27,7 @@ DevicePool::DevicePool(const driver::Table& driver, int device, const PoolConfig
 
 DevicePool::~DevicePool() {
   if (abandoned_) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (Block* b : all_blocks_) {
     if (b->state.load() != kDead) {
       vmm_.unmap(b->base, b->chunks, chunk_);
@@ -321,7 +321,7 @@ void DevicePool::release_free_chunks() {
 
 void DevicePool::release_idle(bool keep_chunks) {
   collect_pending(false);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   evict_cached(SIZE_MAX);
   evict_spilled(false);
   evict_empty_slabs();
@@ -344,7 +344,7 @@ void DevicePool::abandon() {
 }
 
 CUresult DevicePool::admit_external(std::size_t bytes, Tier* tier) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const std::uint64_t want = sat_mul(div_ceil(bytes, chunk_), chunk_);
   const auto fits = [&] {
     // The budget alone, not the headroom: this is the program's own memory, as a cuMemAlloc would be.

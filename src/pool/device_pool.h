@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "config/size_math.h"
+#include "config/thread_safety.h"
 #include "pool/address_map.h"
 #include "pool/host_tier.h"
 #include "pool/pool.h"
@@ -163,7 +164,7 @@ class DevicePool {
   // cached_ranges.cpp: a mapping of `granules` chunks (up to an eighth more where the cut would fall
   // inside an extent) made from cached device mappings that lie next to each other in address space,
   // joined, with any excess split off and cached again: no driver call. Still marked Cached (the caller counts a cache hit); nullptr when none cover it (mu_).
-  Block* carve_cached(std::size_t granules);
+  Block* carve_cached(std::size_t granules) UVMPOOL_REQUIRES(mu_);
   // A mapping of `have` chunks may serve a request of `want` when it is at most an eighth larger:
   // a cut inside an extent moves to the extent's end within that, and stream-ordered reuse accepts
   // such a mapping back for the size that made it. More would keep from reuse memory that the
@@ -174,16 +175,16 @@ class DevicePool {
   CUresult build_block(std::size_t granules, Block** out);
   // A new mapping of `granules` chunks from take_chunks, in a range with `guard` bytes more of address
   // space after it left unmapped (mu_ held).
-  CUresult map_new_block(std::size_t granules, std::size_t guard, Block** out);
-  Block* make_block(CUdeviceptr va, std::vector<Chunk>&& chunks);  // a descriptor for a new mapping (mu_)
-  void destroy_block(Block* b);                      // unmaps; chunks back to the free list
+  CUresult map_new_block(std::size_t granules, std::size_t guard, Block** out) UVMPOOL_REQUIRES(mu_);
+  Block* make_block(CUdeviceptr va, std::vector<Chunk>&& chunks) UVMPOOL_REQUIRES(mu_);  // a descriptor for a new mapping (mu_)
+  void destroy_block(Block* b) UVMPOOL_REQUIRES(mu_);                      // unmaps; chunks back to the free list
   // Unmaps whole pieces from its end, at least n granules (all: destroyed), and caches the rest;
   // returns the granules given back.
-  std::size_t shrink_block(Block* b, std::size_t n);
-  bool evict_cached(std::size_t chunks_wanted);
+  std::size_t shrink_block(Block* b, std::size_t n) UVMPOOL_REQUIRES(mu_);
+  bool evict_cached(std::size_t chunks_wanted) UVMPOOL_REQUIRES(mu_);
   // Takes apart cached mappings with host chunks (only those that also hold device chunks, or all);
   // returns how many chunks they held.
-  std::size_t evict_spilled(bool only_with_device_chunks);
+  std::size_t evict_spilled(bool only_with_device_chunks) UVMPOOL_REQUIRES(mu_);
   // `counted`: the caller already counted the allocation (and cache hit) under a bin or class lock.
   void publish(Block* b, std::size_t bytes, CUcontext context, CUdeviceptr* out, bool counted);
   // The figures of every allocation made / freed (host_bytes: the part in host chunks). Live bytes
@@ -202,10 +203,11 @@ class DevicePool {
 
   // slabs.cpp
   CUresult allocate_small(CUdeviceptr* out, std::size_t bytes, CUcontext context);
-  CUresult free_small(Slab* s, CUdeviceptr p, bool pending);
+  // Not analysed: the class lock it needs is found by a loop (the slab may change class meanwhile).
+  CUresult free_small(Slab* s, CUdeviceptr p, bool pending) UVMPOOL_NO_THREAD_SAFETY_ANALYSIS;
   CUresult new_slab(int cls, Slab** out);
-  void destroy_slab(Slab* s);
-  std::size_t evict_empty_slabs();
+  void destroy_slab(Slab* s) UVMPOOL_REQUIRES(mu_);
+  std::size_t evict_empty_slabs() UVMPOOL_REQUIRES(mu_);
   void release_slot(Slab* s, std::uint32_t slot);
   // Empty slabs count as idle device memory only when their chunk is on the device.
   void count_cached(const Slab* s, int delta) {
@@ -216,22 +218,22 @@ class DevicePool {
   // Pieces of n granules in all, device ones first: idle device memory, then growth within the
   // budget, then (with spill) host chunks for the rest. OUT_OF_MEMORY, nothing taken, when the tiers
   // cannot cover n.
-  CUresult take_chunks(std::size_t n, std::vector<Chunk>* out);
+  CUresult take_chunks(std::size_t n, std::vector<Chunk>* out) UVMPOOL_REQUIRES(mu_);
   void return_chunks(std::span<const Chunk> chunks);  // unmapped pieces back: device free lists, host reserve
   // Makes n granules free on the device (evicting idle memory, then growing); how many are free, at most n.
-  std::size_t take_device_chunks(std::size_t n, bool all_or_nothing);
+  std::size_t take_device_chunks(std::size_t n, bool all_or_nothing) UVMPOOL_REQUIRES(mu_);
   // n free granules into `out` as pieces: whole extents while they fit, chunks for the rest (making
   // chunks of free extents if need be). Fewer only where the driver refused a step.
-  std::size_t pull_device_pieces(std::size_t n, std::vector<Chunk>* out);
-  std::size_t free_granules() const { return free_chunks_.size() + free_extents_.size() * extent_granules_; }
-  CUresult grow(std::size_t n);  // n granules: whole extents, chunks for the rest
-  bool split_free_extent();  // one free extent given back and made again as chunks (false: fewer made)
+  std::size_t pull_device_pieces(std::size_t n, std::vector<Chunk>* out) UVMPOOL_REQUIRES(mu_);
+  std::size_t free_granules() const UVMPOOL_REQUIRES(mu_) { return free_chunks_.size() + free_extents_.size() * extent_granules_; }
+  CUresult grow(std::size_t n) UVMPOOL_REQUIRES(mu_);  // n granules: whole extents, chunks for the rest
+  bool split_free_extent() UVMPOOL_REQUIRES(mu_);  // one free extent given back and made again as chunks (false: fewer made)
   void note_grown(std::size_t n);
-  std::size_t growable_chunks();  // how many chunks the budget lets the pool add now
+  std::size_t growable_chunks() UVMPOOL_REQUIRES(mu_);  // how many chunks the budget lets the pool add now
   std::size_t read_growable_chunks(std::uint64_t held);  // the same, from the driver's figures
-  std::chrono::steady_clock::time_point full_until_{};   // the device was full (mu_)
-  std::uint64_t full_at_held_ = 0;
-  void release_free_chunks();  // every free chunk and extent back to the driver
+  std::chrono::steady_clock::time_point full_until_ UVMPOOL_GUARDED_BY(mu_){};  // the device was full
+  std::uint64_t full_at_held_ UVMPOOL_GUARDED_BY(mu_) = 0;
+  void release_free_chunks() UVMPOOL_REQUIRES(mu_);  // every free chunk and extent back to the driver
   std::uint64_t others_bytes();
 
   // stream_reuse.cpp
@@ -252,7 +254,7 @@ class DevicePool {
   // Frees whatever freed-on-stream memory has completed; with `wait`, waits for all of it.
   bool collect_pending(bool wait);
   void release_pending(const PendingItem& item);
-  CUevent take_event();
+  CUevent take_event() UVMPOOL_REQUIRES(async_mu_);
   // cuMemFree promises the program that the device is done with the memory (NVIDIA's waits for it);
   // the pool's free does not wait, which is safe while the memory stays mapped: later work on the
   // same stream runs after the work that used it. Unmapping it is not: work queued before the free
@@ -264,12 +266,12 @@ class DevicePool {
 
   // Moves one stream's open frees into a batch behind an event on it (async_mu_ held); what cannot
   // get an event is waited for and added to `ready`.
-  void seal_locked(const StreamKey& key, StreamFrees& frees, std::vector<PendingItem>* ready);
+  void seal_locked(const StreamKey& key, StreamFrees& frees, std::vector<PendingItem>* ready) UVMPOOL_REQUIRES(async_mu_);
 
   // Recovery on the slow path: frees memory other streams are done with, then waits for them.
   CUresult with_pressure_relief(const std::function<CUresult()>& attempt);
 
-  CUresult take_range(std::size_t bytes, CUdeviceptr* va);  // address space for a mapping (mu_ held)
+  CUresult take_range(std::size_t bytes, CUdeviceptr* va) UVMPOOL_REQUIRES(mu_);  // address space for a mapping (mu_ held)
 
   // guard.cpp: UVMPOOL_GUARD (PoolConfig::guard), the debugging mode: every allocation is a mapping
   // of its own whose end meets unmapped address space, and a free unmaps it at once.
@@ -278,9 +280,9 @@ class DevicePool {
   CUresult free_guarded(Block* b, CUdeviceptr p, CUcontext wait_for);
   // A freed guarded range stays out of use (so a stale pointer into it faults) until the device's
   // memory size of other ranges was freed after it (mu_ held).
-  void retire_guarded(CUdeviceptr va, std::size_t bytes);
-  std::deque<std::pair<CUdeviceptr, std::size_t>> guard_retired_;  // oldest first (mu_)
-  std::uint64_t guard_retired_bytes_ = 0;
+  void retire_guarded(CUdeviceptr va, std::size_t bytes) UVMPOOL_REQUIRES(mu_);
+  std::deque<std::pair<CUdeviceptr, std::size_t>> guard_retired_ UVMPOOL_GUARDED_BY(mu_);  // oldest first
+  std::uint64_t guard_retired_bytes_ UVMPOOL_GUARDED_BY(mu_) = 0;
 
   const driver::Table& d_;
   const int device_;
@@ -301,20 +303,20 @@ class DevicePool {
   std::atomic<CUcontext> unfenced_context_{nullptr};  // the context that freed (its work to wait for)
 
   // The slow path.
-  mutable std::mutex mu_;
-  std::vector<Handle> free_chunks_;
-  std::vector<Handle> free_extents_;  // each extent_granules_ chunks, one handle
-  RangeAllocator ranges_;
-  std::vector<std::pair<CUdeviceptr, std::size_t>> reservations_;
-  std::vector<Block*> spare_blocks_;
-  std::vector<Slab*> spare_slabs_;
+  mutable Mutex mu_;
+  std::vector<Handle> free_chunks_ UVMPOOL_GUARDED_BY(mu_);
+  std::vector<Handle> free_extents_ UVMPOOL_GUARDED_BY(mu_);  // each extent_granules_ chunks, one handle
+  RangeAllocator ranges_ UVMPOOL_GUARDED_BY(mu_);
+  std::vector<std::pair<CUdeviceptr, std::size_t>> reservations_ UVMPOOL_GUARDED_BY(mu_);
+  std::vector<Block*> spare_blocks_ UVMPOOL_GUARDED_BY(mu_);
+  std::vector<Slab*> spare_slabs_ UVMPOOL_GUARDED_BY(mu_);
 
   // Cached large mappings by chunk count; counts above kDirectBins share one ordered bin.
   static constexpr std::size_t kDirectBins = 512;
   struct Bin {
-    std::mutex mu;
-    Block* head = nullptr;  // most recently freed first
-    Block* tail = nullptr;
+    Mutex mu;
+    Block* head UVMPOOL_GUARDED_BY(mu) = nullptr;  // most recently freed first
+    Block* tail UVMPOOL_GUARDED_BY(mu) = nullptr;
     std::atomic<std::size_t> count{0};  // written under mu, read without it to skip empty bins
     // Under mu: a plain load and store, no atomic read-modify-write on the fast path.
     void add(std::ptrdiff_t delta) {
@@ -326,41 +328,41 @@ class DevicePool {
     std::atomic<std::uint64_t> returned{0};
   };
   std::unique_ptr<Bin[]> bins_;
-  std::mutex big_mu_;
-  std::multimap<std::size_t, Block*> big_bin_;
+  Mutex big_mu_;
+  std::multimap<std::size_t, Block*> big_bin_ UVMPOOL_GUARDED_BY(big_mu_);
   std::atomic<std::uint64_t> big_taken_[kSizeBuckets] = {};  // as Bin::taken, under big_mu_
   std::atomic<std::uint64_t> big_returned_{0};
   // Cached mappings holding host chunks: reused only when the device has no room for a new mapping,
   // so a freed spilled allocation never keeps a later one off free device memory.
-  std::mutex spilled_mu_;
-  std::multimap<std::size_t, Block*> spilled_bin_;  // part device, part host
-  std::multimap<std::size_t, Block*> host_bin_;     // wholly host: split to serve any smaller request
+  Mutex spilled_mu_;
+  std::multimap<std::size_t, Block*> spilled_bin_ UVMPOOL_GUARDED_BY(spilled_mu_);  // part device, part host
+  std::multimap<std::size_t, Block*> host_bin_ UVMPOOL_GUARDED_BY(spilled_mu_);  // wholly host: split to serve any smaller request
 
   // host_runs.cpp: mappings of host chunks made ahead of need (by the reserve thread), so that an
   // allocation the device has no room for at all is served with no driver call.
-  Block* take_host_run(std::size_t granules);  // the smallest covering run, split (mu_ held)
+  Block* take_host_run(std::size_t granules) UVMPOOL_REQUIRES(mu_);  // the smallest covering run, split (mu_ held)
   bool upkeep_host();                          // the reserve thread's work for this device
   bool premap(std::size_t chunks);
   void premap_reserve();  // premaps all but the reserve's unmapped share, now (fill_host_reserve)
   bool trim_premapped(std::size_t chunks);
   // Takes premapped runs apart (smallest first) until the reserve holds `chunks` loose ones:
   // unmapping costs less than pinning more (mu_ held).
-  void unmap_host_runs(std::size_t chunks);
+  void unmap_host_runs(std::size_t chunks) UVMPOOL_REQUIRES(mu_);
 
   struct SlabClass {
-    std::mutex mu;
-    Slab* head = nullptr;  // slabs with a free slot
-    std::size_t empty = 0;  // of those, slabs with no slot in use
+    Mutex mu;
+    Slab* head UVMPOOL_GUARDED_BY(mu) = nullptr;  // slabs with a free slot
+    std::size_t empty UVMPOOL_GUARDED_BY(mu) = 0;  // of those, slabs with no slot in use
     std::atomic<std::uint64_t> allocations{0};  // statistics, counted under mu
     std::atomic<std::uint64_t> frees{0};
   };
   std::unique_ptr<SlabClass[]> classes_;
-  bool slot_freed(SlabClass& c, Slab* s);  // class lock held; true: destroy the slab
+  bool slot_freed(SlabClass& c, Slab* s) UVMPOOL_REQUIRES(c.mu);  // class lock held; true: destroy the slab
 
-  std::mutex async_mu_;
-  std::unordered_map<StreamKey, StreamFrees, StreamKeyHash> streams_;
-  std::deque<Batch> batches_;
-  std::vector<CUevent> spare_events_;
+  Mutex async_mu_;
+  std::unordered_map<StreamKey, StreamFrees, StreamKeyHash> streams_ UVMPOOL_GUARDED_BY(async_mu_);
+  std::deque<Batch> batches_ UVMPOOL_GUARDED_BY(async_mu_);
+  std::vector<CUevent> spare_events_ UVMPOOL_GUARDED_BY(async_mu_);
   std::atomic<std::size_t> pending_count_{0};
 
   // Figures (relaxed atomics: read for stats and the budget, never for decisions that need them exact).
@@ -393,8 +395,8 @@ class DevicePool {
   std::atomic<std::uint64_t> spilled_{0};
   std::atomic<std::uint64_t> external_device_{0};  // the program's own device cuMemCreate bytes
   std::atomic<std::uint64_t> external_host_{0};    // ... placed in host memory instead
-  std::vector<Block*> all_blocks_;  // every descriptor ever made (mu_), for the destructor
-  std::vector<Slab*> all_slabs_;
+  std::vector<Block*> all_blocks_ UVMPOOL_GUARDED_BY(mu_);  // every descriptor ever made, for the destructor
+  std::vector<Slab*> all_slabs_ UVMPOOL_GUARDED_BY(mu_);
 };
 
 }  // namespace uvmpool::pool

@@ -22,7 +22,7 @@ namespace uvmpool::pool {
 CUresult DevicePool::allocate_guarded(CUdeviceptr* out, std::size_t bytes, CUcontext context) {
   Block* b = nullptr;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     // One chunk of address space past the mapping: the granularity is the least that can stay unmapped.
     if (const CUresult r = map_new_block(div_ceil(bytes, chunk_), chunk_, &b); r != CUDA_SUCCESS) return r;
   }
@@ -43,7 +43,7 @@ CUresult DevicePool::free_guarded(Block* b, CUdeviceptr p, CUcontext wait_for) {
   unpublish(b, false);
   // Once exit has begun the pool makes no driver call: the memory stays mapped, never reused.
   if (process_exiting()) return CUDA_SUCCESS;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   // Noted under mu_ and fenced at once by destroy_block, so the context waited for is this free's
   // own even when threads of several contexts free together (a batch remembers only one context).
   note_sync_free(wait_for != nullptr ? wait_for : b->context.load(std::memory_order_relaxed));

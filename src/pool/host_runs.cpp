@@ -21,7 +21,7 @@ constexpr std::size_t kRunChunks = 32;
 Block* DevicePool::take_host_run(std::size_t granules) {
   Block* b = nullptr;
   {
-    std::lock_guard lock(spilled_mu_);
+    MutexLock lock(spilled_mu_);
     auto it = host_bin_.lower_bound(granules);
     if (it == host_bin_.end()) return nullptr;
     b = it->second;
@@ -46,7 +46,7 @@ void DevicePool::unmap_host_runs(std::size_t n) {
   while (host_->size() < n) {
     Block* b = nullptr;
     {
-      std::lock_guard lock(spilled_mu_);
+      MutexLock lock(spilled_mu_);
       if (host_bin_.empty()) return;
       auto it = host_bin_.begin();
       b = it->second;
@@ -64,7 +64,7 @@ bool DevicePool::premap(std::size_t n) {
   const std::size_t bytes = n * chunk_;
   CUdeviceptr va = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (take_range(bytes, &va) != CUDA_SUCCESS) {
       return_chunks(chunks);
       host_->landed(n);
@@ -75,7 +75,7 @@ bool DevicePool::premap(std::size_t n) {
   // until the run is published in the cache.
   const std::uint64_t started = trace::recording() ? trace::now() : 0;
   const CUresult r = vmm_.map(va, chunks, chunk_);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (r != CUDA_SUCCESS) {
     log::debug("device {}: premapping {} host chunks failed ({})", device_, n, static_cast<int>(r));
     ranges_.give_back(va, bytes);
@@ -100,10 +100,10 @@ void DevicePool::premap_reserve() {
 bool DevicePool::trim_premapped(std::size_t n) {
   // Idle: the largest runs go first (fewest descriptors to visit); their chunks go back to the
   // reserve, which gives what is above its share back to the system.
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Block* b = nullptr;
   {
-    std::lock_guard bins(spilled_mu_);
+    MutexLock bins(spilled_mu_);
     if (host_bin_.empty()) return false;
     auto it = std::prev(host_bin_.end());
     b = it->second;

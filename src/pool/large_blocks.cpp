@@ -106,7 +106,7 @@ void DevicePool::cache_block(Block* b, bool count_free) {
   b->state.store(kCached, std::memory_order_release);
   chunks_cached_.fetch_add(b->granules - b->host_chunks, std::memory_order_relaxed);
   if (b->host_chunks != 0) {
-    std::lock_guard lock(spilled_mu_);
+    MutexLock lock(spilled_mu_);
     if (b->host_chunks == b->granules) {
       host_bin_.emplace(b->granules, b);
       host_->premapped(static_cast<std::ptrdiff_t>(b->granules));
@@ -118,7 +118,7 @@ void DevicePool::cache_block(Block* b, bool count_free) {
   }
   if (b->granules < kDirectBins) {
     Bin& bin = bins_[b->granules];
-    std::lock_guard lock(bin.mu);
+    MutexLock lock(bin.mu);
     b->prev = nullptr;
     b->next = bin.head;
     if (bin.head != nullptr) bin.head->prev = b;
@@ -129,7 +129,7 @@ void DevicePool::cache_block(Block* b, bool count_free) {
     if (count_free) bump(bin.returned);
     return;
   }
-  std::lock_guard lock(big_mu_);
+  MutexLock lock(big_mu_);
   big_bin_.emplace(b->granules, b);
   b->binned = true;
   if (count_free) bump(big_returned_);
@@ -139,7 +139,7 @@ Block* DevicePool::take_cached(std::size_t granules) {
   Block* b = nullptr;
   if (granules < kDirectBins) {
     Bin& bin = bins_[granules];
-    std::lock_guard lock(bin.mu);
+    MutexLock lock(bin.mu);
     b = bin.head;  // the most recently freed: its pages are the likeliest to be in the TLB
     if (b == nullptr) return nullptr;
     bin.head = b->next;
@@ -149,7 +149,7 @@ Block* DevicePool::take_cached(std::size_t granules) {
     b->binned = false;
     bump(bin.taken);
   } else {
-    std::lock_guard lock(big_mu_);
+    MutexLock lock(big_mu_);
     auto it = big_bin_.find(granules);
     if (it == big_bin_.end()) return nullptr;
     b = it->second;
@@ -164,7 +164,7 @@ Block* DevicePool::take_cached(std::size_t granules) {
 Block* DevicePool::take_cached_spilled(std::size_t granules) {
   Block* b = nullptr;
   {
-    std::lock_guard lock(spilled_mu_);
+    MutexLock lock(spilled_mu_);
     auto it = spilled_bin_.find(granules);
     if (it == spilled_bin_.end()) return nullptr;
     b = it->second;
@@ -178,7 +178,7 @@ Block* DevicePool::take_cached_spilled(std::size_t granules) {
 std::size_t DevicePool::evict_spilled(bool only_with_device_chunks) {
   std::vector<Block*> victims;
   {
-    std::lock_guard lock(spilled_mu_);
+    MutexLock lock(spilled_mu_);
     for (const auto& [granules, b] : spilled_bin_) {
       victims.push_back(b);
       host_cached_.fetch_sub(b->host_chunks, std::memory_order_relaxed);
@@ -202,7 +202,7 @@ std::size_t DevicePool::evict_spilled(bool only_with_device_chunks) {
 }
 
 CUresult DevicePool::build_block(std::size_t granules, Block** out) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   // Idle mappings of other sizes that lie side by side serve with no driver call, before any chunk
   // is unmapped, grown or spilled.
   if (Block* b = carve_cached(granules)) {
@@ -331,7 +331,7 @@ bool DevicePool::evict_cached(std::size_t wanted) {
     Block* victim = nullptr;
     const auto pop_lru = [&](std::size_t g) -> Block* {
       Bin& bin = bins_[g];
-      std::lock_guard lock(bin.mu);
+      MutexLock lock(bin.mu);
       Block* b = bin.tail;
       if (b == nullptr) return nullptr;
       bin.tail = b->prev;
@@ -342,7 +342,7 @@ bool DevicePool::evict_cached(std::size_t wanted) {
       return b;
     };
     const auto pop_big = [&](bool smallest_covering) -> Block* {
-      std::lock_guard lock(big_mu_);
+      MutexLock lock(big_mu_);
       if (big_bin_.empty()) return nullptr;
       auto it = smallest_covering ? big_bin_.lower_bound(need) : std::prev(big_bin_.end());
       if (it == big_bin_.end()) return nullptr;

@@ -11,22 +11,27 @@ namespace uvmpool::pool {
 PeerAccess& PeerAccess::get() {
   static PeerAccess* table = [] {
     auto* t = new PeerAccess;  // never destroyed: hooks may run during exit
-    pthread_atfork([] { get().mu_.lock(); }, [] { get().mu_.unlock(); },
-                   [] {
-                     PeerAccess& p = get();
-                     p.ranges_.clear();
-                     for (std::uint64_t& w : p.peers_) w = 0;
-                     p.mu_.unlock();
-                   });
+    pthread_atfork(lock_for_fork, unlock_after_fork, empty_in_child);
     return t;
   }();
   return *table;
 }
 
+// Held across fork, so a child never sees the tables half-changed. The analysis cannot pair a lock
+// in one handler with its unlock in another.
+void PeerAccess::lock_for_fork() UVMPOOL_NO_THREAD_SAFETY_ANALYSIS { get().mu_.lock(); }
+void PeerAccess::unlock_after_fork() UVMPOOL_NO_THREAD_SAFETY_ANALYSIS { get().mu_.unlock(); }
+void PeerAccess::empty_in_child() UVMPOOL_NO_THREAD_SAFETY_ANALYSIS {
+  PeerAccess& p = get();
+  p.ranges_.clear();
+  for (std::uint64_t& w : p.peers_) w = 0;
+  p.mu_.unlock();
+}
+
 CUresult PeerAccess::grant(const driver::Table& d, int device, CUdeviceptr va, std::size_t bytes) {
   std::uint64_t peers = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (device >= 0 && device < kMaxDevices) peers = peers_[device];
     ranges_[va] = Range{bytes, device};
   }
@@ -44,7 +49,7 @@ CUresult PeerAccess::grant(const driver::Table& d, int device, CUdeviceptr va, s
 
 void PeerAccess::forget(CUdeviceptr va, std::size_t bytes) {
   const CUdeviceptr end = va + bytes;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = ranges_.lower_bound(va);
   if (it != ranges_.begin() && std::prev(it)->first + std::prev(it)->second.bytes > va) --it;
   while (it != ranges_.end() && it->first < end) {
@@ -59,7 +64,7 @@ void PeerAccess::forget(CUdeviceptr va, std::size_t bytes) {
 void PeerAccess::enabled(const driver::Table& d, int accessor, int owner) {
   if (owner < 0 || owner >= kMaxDevices || accessor < 0 || accessor >= kMaxDevices || owner == accessor) return;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     peers_[owner] |= std::uint64_t{1} << accessor;
   }
   set_access(d, accessor, owner, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
@@ -68,7 +73,7 @@ void PeerAccess::enabled(const driver::Table& d, int accessor, int owner) {
 void PeerAccess::disabled(const driver::Table& d, int accessor, int owner) {
   if (owner < 0 || owner >= kMaxDevices || accessor < 0 || accessor >= kMaxDevices || owner == accessor) return;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     peers_[owner] &= ~(std::uint64_t{1} << accessor);
   }
   set_access(d, accessor, owner, CU_MEM_ACCESS_FLAGS_PROT_NONE);
@@ -79,7 +84,7 @@ void PeerAccess::set_access(const driver::Table& d, int accessor, int owner, CUm
   // what one over a single mapping does (the cost is per call, docs/architecture.md).
   std::vector<std::pair<CUdeviceptr, std::size_t>> runs;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [va, r] : ranges_) {
       if (r.device != owner) continue;
       if (!runs.empty() && runs.back().first + runs.back().second == va)
@@ -98,12 +103,12 @@ void PeerAccess::set_access(const driver::Table& d, int accessor, int owner, CUm
 }
 
 std::uint64_t PeerAccess::peers_of(int owner) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return owner >= 0 && owner < kMaxDevices ? peers_[owner] : 0;
 }
 
 std::size_t PeerAccess::ranges() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return ranges_.size();
 }
 

@@ -21,8 +21,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <mutex>
 
+#include "config/thread_safety.h"
 #include "driver/driver_api.h"
 
 namespace uvmpool::pool {
@@ -55,9 +55,13 @@ class PeerAccess {
   };
   void set_access(const driver::Table& d, int accessor, int owner, CUmemAccess_flags flags);
 
-  std::mutex mu_;
-  std::map<CUdeviceptr, Range> ranges_;   // by start; guarded by mu_
-  std::uint64_t peers_[kMaxDevices] = {};  // guarded by mu_
+  static void lock_for_fork();
+  static void unlock_after_fork();
+  static void empty_in_child();
+
+  Mutex mu_;
+  std::map<CUdeviceptr, Range> ranges_ UVMPOOL_GUARDED_BY(mu_);  // by start
+  std::uint64_t peers_[kMaxDevices] UVMPOOL_GUARDED_BY(mu_) = {};
 };
 
 }  // namespace uvmpool::pool

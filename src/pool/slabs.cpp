@@ -51,7 +51,7 @@ CUresult DevicePool::allocate_small(CUdeviceptr* out, std::size_t bytes, CUconte
   std::uint64_t host_bytes = 0;
   for (;;) {
     {
-      std::lock_guard lock(c.mu);
+      MutexLock lock(c.mu);
       if (Slab* s = c.head; s != nullptr) {
         if (s->used == 0) {
           --c.empty;
@@ -69,7 +69,7 @@ CUresult DevicePool::allocate_small(CUdeviceptr* out, std::size_t bytes, CUconte
     Slab* s = nullptr;
     if (pending_count_.load(std::memory_order_relaxed) != 0 && collect_pending(false)) continue;
     if (const CUresult r = with_pressure_relief([&] { return new_slab(cls, &s); }); r != CUDA_SUCCESS) return r;
-    std::lock_guard lock(c.mu);
+    MutexLock lock(c.mu);
     link(c.head, s);
     ++c.empty;
     count_cached(s, +1);
@@ -83,10 +83,10 @@ CUresult DevicePool::free_small(Slab* s, CUdeviceptr p, bool pending) {
   // recycles a dead slab: a free racing that (a stale pointer) reads it atomically and again under
   // the lock, and follows the slab to its new class.
   int cls = std::atomic_ref(s->cls).load(std::memory_order_relaxed);
-  std::unique_lock class_lock(classes_[cls].mu);
+  std::unique_lock class_lock(classes_[cls].mu.native());
   for (int now; (now = std::atomic_ref(s->cls).load(std::memory_order_relaxed)) != cls; cls = now) {
     class_lock.unlock();
-    class_lock = std::unique_lock(classes_[now].mu);
+    class_lock = std::unique_lock(classes_[now].mu.native());
   }
   SlabClass& c = classes_[cls];
   std::size_t size = 0;
@@ -127,7 +127,7 @@ CUresult DevicePool::free_small(Slab* s, CUdeviceptr p, bool pending) {
   }
   note_freed(p, size, host ? size : 0, true);
   if (destroy) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     destroy_slab(s);
   }
   return CUDA_SUCCESS;
@@ -151,20 +151,20 @@ void DevicePool::release_slot(Slab* s, std::uint32_t slot) {
   SlabClass& c = classes_[s->cls];
   bool destroy = false;
   {
-    std::lock_guard lock(c.mu);
+    MutexLock lock(c.mu);
     s->info[slot] = SlotInfo{};
     s->live[slot / 64] &= ~(std::uint64_t{1} << (slot % 64));
     --s->used;
     destroy = slot_freed(c, s);
   }
   if (destroy) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     destroy_slab(s);
   }
 }
 
 CUresult DevicePool::new_slab(int cls, Slab** out) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<Chunk> chunk;
   if (const CUresult r = take_chunks(1, &chunk); r != CUDA_SUCCESS) return r;
   const std::uint64_t started = trace::recording() ? trace::now() : 0;
@@ -224,7 +224,7 @@ std::size_t DevicePool::evict_empty_slabs() {
   std::vector<Slab*> empty;
   for (int cls = 0; cls < kSmallClasses; ++cls) {
     SlabClass& c = classes_[cls];
-    std::lock_guard lock(c.mu);
+    MutexLock lock(c.mu);
     for (Slab* s = c.head; s != nullptr;) {
       Slab* next = s->next;
       if (s->used == 0) {

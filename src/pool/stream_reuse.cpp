@@ -65,7 +65,7 @@ bool DevicePool::reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUc
   const int cls = small ? small_class(bytes) : -1;
   PendingItem item;
   {
-    std::lock_guard lock(async_mu_);
+    MutexLock lock(async_mu_);
     auto it = streams_.find(stream);
     if (it == streams_.end()) return false;
     auto& open = it->second.open;
@@ -95,7 +95,7 @@ bool DevicePool::reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUc
   }
   Slab* s = item.slab;
   {
-    std::lock_guard lock(classes_[s->cls].mu);
+    MutexLock lock(classes_[s->cls].mu);
     s->info[item.slot] = SlotInfo{next_buffer_id(), context, static_cast<std::uint32_t>(bytes), false};
     bump(classes_[s->cls].allocations);
   }
@@ -107,11 +107,11 @@ bool DevicePool::reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUc
 void DevicePool::add_pending(const StreamKey& stream, PendingItem item) {
   pending_count_.fetch_add(1, std::memory_order_relaxed);
   if (stream.stream != CU_STREAM_PER_THREAD) {
-    std::lock_guard lock(async_mu_);
+    MutexLock lock(async_mu_);
     streams_[stream].open.push_back(item);
     return;
   }
-  std::unique_lock lock(async_mu_);
+  UniqueMutexLock lock(async_mu_);
   CUevent e = take_event();
   if (e != nullptr && d_.cuEventRecord(e, CU_STREAM_PER_THREAD) == CUDA_SUCCESS) {
     batches_.push_back(Batch{e, {item}});
@@ -129,7 +129,7 @@ bool DevicePool::collect_pending(bool wait) {
   if (pending_count_.load(std::memory_order_relaxed) == 0 || process_exiting()) return false;
   std::vector<PendingItem> ready;
   {
-    std::lock_guard lock(async_mu_);
+    MutexLock lock(async_mu_);
     for (auto it = streams_.begin(); it != streams_.end();) {
       seal_locked(it->first, it->second, &ready);
       it = streams_.erase(it);  // streams come and go; keep no entry for an idle one
@@ -171,7 +171,7 @@ void DevicePool::seal_stream(CUstream stream) {
   if (pending_count_.load(std::memory_order_relaxed) == 0 || process_exiting()) return;
   std::vector<PendingItem> ready;
   {
-    std::lock_guard lock(async_mu_);
+    MutexLock lock(async_mu_);
     for (auto it = streams_.begin(); it != streams_.end();) {
       if (it->first.stream != stream) {
         ++it;
