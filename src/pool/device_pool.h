@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -152,6 +153,9 @@ class DevicePool {
   void release_idle(bool keep_chunks);
   DeviceStats stats() const;
   void abandon();
+  // Every counter recomputed from the structures; the differences, one per line ("" when none).
+  // Tests only, with no other thread in the pool (invariants.cpp).
+  std::string check_invariants();
 
  private:
   // large_blocks.cpp

@@ -367,6 +367,16 @@ DeviceStats Pool::stats(int device) const {
   return p == nullptr ? DeviceStats{} : p->stats();
 }
 
+std::string Pool::check_invariants() {
+  std::string out;
+  for (int d = 0; d < kMaxDevices; ++d) {
+    DevicePool* p = devices_->pools[d].load(std::memory_order_acquire);
+    if (p == nullptr) continue;
+    if (const std::string found = p->check_invariants(); !found.empty()) out += "device " + std::to_string(d) + ":\n" + found;
+  }
+  return out;
+}
+
 int Pool::device_count() const {
   int n = 0;
   for (int i = 0; i < kMaxDevices; ++i) {

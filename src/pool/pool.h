@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -182,6 +183,9 @@ class Pool {
   void release_idle(bool keep_chunks = false);
 
   DeviceStats stats(int device) const;
+  // The pool's counters recomputed from its structures, per device; the differences, one per line
+  // ("" when none). For tests, between operations, with no other thread in the pool.
+  std::string check_invariants();
   int device_count() const;
 
   // After fork: the child cannot use the parent's CUDA state; forget it all without driver calls.

@@ -118,8 +118,10 @@ TEST_F(Extents, ACutInsideAnExtentMovesToItsEndWhenThatAddsLittle) {
   fill(q, kExtent, 18);
   EXPECT_TRUE(holds(p, bytes, 17));
   EXPECT_TRUE(holds(q, kExtent, 18));
+  EXPECT_EQ(pool->check_invariants(), "") << "with a rounded cut live";
   must_free(*pool, p);
   must_free(*pool, q);
+  EXPECT_EQ(pool->check_invariants(), "") << "after the frees";
 }
 
 TEST_F(Extents, AMappingARoundedCutMadeIsReusedOnItsStreamForTheSameSize) {
@@ -178,6 +180,7 @@ TEST_F(Extents, ChunksAreMadeOfAFreeExtentWhenTheBudgetHasNoRoomForMore) {
   EXPECT_TRUE(holds(q, 3 * gran, 15));
   CUdeviceptr none = 0;
   EXPECT_CU_EQ(CUDA_ERROR_OUT_OF_MEMORY, pool->allocate(&none, gran + 1));
+  EXPECT_EQ(pool->check_invariants(), "") << "after an extent was made again as chunks";
   must_free(*pool, q);
   must_free(*pool, r);
   for (CUdeviceptr f : filler) must_free(*pool, f);

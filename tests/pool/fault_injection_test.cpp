@@ -141,6 +141,7 @@ class FaultInjection : public PoolTest, public ::testing::WithParamInterface<Cas
     EXPECT_EQ(s.live_allocations, live.size()) << when;
     EXPECT_EQ(s.live_bytes, sum) << when;
     EXPECT_LE(s.chunks_free + s.chunks_cached, s.chunks_held) << when;
+    EXPECT_EQ(pool.check_invariants(), "") << when;
     EXPECT_EQ(free_at_start - driver_free(), s.chunks_held * s.chunk_size)
         << when << ": the driver has lent more than the pool holds (a leaked handle or mapping)";
   }

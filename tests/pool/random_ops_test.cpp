@@ -147,6 +147,7 @@ class RandomOps : public PoolTest, public ::testing::WithParamInterface<std::uin
       EXPECT_EQ(info->base, b.p) << history();
       EXPECT_EQ(info->size, b.bytes) << history();
     }
+    EXPECT_EQ(pool->check_invariants(), "") << history();
     const DeviceStats s = pool->stats(0);
     EXPECT_EQ(s.live_bytes, sum) << history();
     EXPECT_EQ(s.live_allocations, live.size()) << history();

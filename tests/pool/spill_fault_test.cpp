@@ -59,6 +59,7 @@ TEST_P(SpillFault, PinningFailureIsOutOfMemoryAndLeaksNothing) {
         ASSERT_CU(r) << " (no failure was reached)";
       }
       EXPECT_EQ(tiers(p, 12 * kMiB, gran), layout(0, 6));
+      EXPECT_EQ(pool->check_invariants(), "") << "with the spilled allocation live";
       fill(p, 12 * kMiB, 2);
       EXPECT_TRUE(holds(p, 12 * kMiB, 2));
       EXPECT_TRUE(holds(full, room(64 * kMiB), 1));

@@ -98,6 +98,7 @@ class SpillTest : public PoolTest {
     }
     EXPECT_LE(s.host_chunks_held * s.chunk_size, s.host_limit) << when;
     EXPECT_LE(s.chunks_held * s.chunk_size + used_at_start, s.budget) << when;
+    EXPECT_EQ(pool.check_invariants(), "") << when;
   }
 
   std::size_t used_at_start = 0;  // the context's device memory: others' use, for the budget
