@@ -20,12 +20,12 @@ bool HostTier::charge(std::uint64_t bytes) {
 }
 
 void HostTier::add(std::function<bool()> upkeep) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   upkeeps_.push_back(std::move(upkeep));
 }
 
 void HostTier::wake() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (stopping_ || abandoned_ || process_exiting()) return;
   woken_ = true;
   if (!thread_.joinable()) {
@@ -37,7 +37,7 @@ void HostTier::wake() {
 void HostTier::stop() {
   std::thread thread;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (abandoned_) return;
     stopping_ = true;
     thread.swap(thread_);
@@ -47,10 +47,10 @@ void HostTier::stop() {
 }
 
 void HostTier::run() {
-  std::unique_lock lock(mu_);
+  UniqueMutexLock lock(mu_);
   while (!stopping_) {
     // Woken for a spill, or once a second to give back what has been idle.
-    cv_.wait_for(lock, std::chrono::seconds(1), [this] { return woken_ || stopping_; });
+    if (!woken_ && !stopping_) cv_.wait_for(lock.native(), std::chrono::seconds(1));
     woken_ = false;
     const std::vector<std::function<bool()>> upkeeps = upkeeps_;
     lock.unlock();
@@ -60,7 +60,7 @@ void HostTier::run() {
         if (process_exiting()) break;
         more |= upkeep();
       }
-      std::lock_guard check(mu_);
+      MutexLock check(mu_);
       if (stopping_) break;
     }
     lock.lock();
@@ -76,7 +76,7 @@ HostReserve::HostReserve(const Vmm& vmm, HostTier& tier, std::size_t chunk, std:
 
 HostReserve::~HostReserve() {
   if (abandoned_) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   unpin(chunks_);
   chunks_.clear();
 }
@@ -110,7 +110,7 @@ CUresult HostReserve::take(std::size_t n, std::vector<Chunk>* out) {
   std::vector<Handle> got;
   bool refill = false;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     const std::size_t from_reserve = std::min(n, chunks_.size());
     got.assign(chunks_.end() - static_cast<std::ptrdiff_t>(from_reserve), chunks_.end());
     chunks_.resize(chunks_.size() - from_reserve);
@@ -131,7 +131,7 @@ CUresult HostReserve::take(std::size_t n, std::vector<Chunk>* out) {
     } else {
       // At the host limit: the thread may just have pinned what is missing (it was counted against
       // the limit while in flight), so look once more before giving up.
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (chunks_.size() + got.size() < n) {
         chunks_.insert(chunks_.end(), got.begin(), got.end());
         size_.store(chunks_.size(), std::memory_order_relaxed);
@@ -149,7 +149,7 @@ CUresult HostReserve::take(std::size_t n, std::vector<Chunk>* out) {
 }
 
 std::size_t HostReserve::take_ready(std::size_t n, std::vector<Chunk>* out) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const std::size_t k = std::min(n, chunks_.size());
   for (std::size_t i = chunks_.size() - k; i < chunks_.size(); ++i) out->push_back(Chunk{chunks_[i], Tier::Host});
   chunks_.resize(chunks_.size() - k);
@@ -159,22 +159,22 @@ std::size_t HostReserve::take_ready(std::size_t n, std::vector<Chunk>* out) {
 }
 
 void HostReserve::landed(std::size_t n) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   in_flight_ -= std::min(n, in_flight_);
   if (in_flight_ == 0) landed_cv_.notify_all();
 }
 
 bool HostReserve::wait_until_landed() {
-  std::unique_lock lock(mu_);
+  UniqueMutexLock lock(mu_);
   if (in_flight_ == 0) return false;
-  landed_cv_.wait(lock, [this] { return in_flight_ == 0; });
+  while (in_flight_ != 0) landed_cv_.wait(lock.native());
   return true;
 }
 
 void HostReserve::note_take(std::size_t n) {
   bool refill = false;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     last_take_ = Clock::now();
     grow_target_locked(n);
     refill = chunks_.size() + premapped() < target_;
@@ -197,22 +197,22 @@ std::size_t HostReserve::unmapped_target_locked() const {
 }
 
 std::size_t HostReserve::unmapped_target() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return unmapped_target_locked();
 }
 
 std::size_t HostReserve::target() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return target_;
 }
 
 bool HostReserve::idle() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return target_ != 0 && Clock::now() - last_take_ > tier_.idle();
 }
 
 void HostReserve::give_back(std::span<const Chunk> chunks) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const Chunk& c : chunks) chunks_.push_back(c.handle);
   size_.store(chunks_.size(), std::memory_order_relaxed);
 }
@@ -220,7 +220,7 @@ void HostReserve::give_back(std::span<const Chunk> chunks) {
 CUresult HostReserve::fill(std::size_t chunks) {
   std::size_t have = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     have = chunks_.size();
     if (target_ < chunks) target_ = std::min(std::max(chunks, base_), std::max(cap_, chunks));
     last_take_ = Clock::now();
@@ -228,7 +228,7 @@ CUresult HostReserve::fill(std::size_t chunks) {
   if (have >= chunks) return CUDA_SUCCESS;
   std::vector<Handle> pinned;
   if (const CUresult r = pin(chunks - have, &pinned); r != CUDA_SUCCESS) return r;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   chunks_.insert(chunks_.end(), pinned.begin(), pinned.end());
   size_.store(chunks_.size(), std::memory_order_relaxed);
   return CUDA_SUCCESS;
@@ -236,7 +236,7 @@ CUresult HostReserve::fill(std::size_t chunks) {
 
 void HostReserve::arm() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (target_ != 0 || base_ == 0) return;
     target_ = base_;
     last_take_ = Clock::now();
@@ -247,7 +247,7 @@ void HostReserve::arm() {
 void HostReserve::drain() {
   std::vector<Handle> all;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     all.swap(chunks_);
     size_.store(0, std::memory_order_relaxed);
   }
@@ -258,7 +258,7 @@ bool HostReserve::upkeep() {
   std::size_t to_pin = 0;
   std::vector<Handle> to_release;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (target_ == 0 || abandoned_) return false;
     const bool idle = Clock::now() - last_take_ > tier_.idle();
     if (idle) target_ = base_;
@@ -281,7 +281,7 @@ bool HostReserve::upkeep() {
   if (to_pin == 0) return false;
   std::vector<Handle> pinned;
   const bool ok = pin(to_pin, &pinned) == CUDA_SUCCESS;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (ok) {
     chunks_.insert(chunks_.end(), pinned.begin(), pinned.end());
     size_.store(chunks_.size(), std::memory_order_relaxed);

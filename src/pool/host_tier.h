@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "config/thread_safety.h"
 #include "pool/vmm.h"
 
 namespace uvmpool::pool {
@@ -57,12 +58,12 @@ class HostTier {
   const std::uint64_t limit_;
   const std::chrono::milliseconds idle_;
   std::atomic<std::uint64_t> charged_{0};
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  std::vector<std::function<bool()>> upkeeps_;
-  std::thread thread_;
-  bool woken_ = false;
-  bool stopping_ = false;
+  std::vector<std::function<bool()>> upkeeps_ UVMPOOL_GUARDED_BY(mu_);
+  std::thread thread_ UVMPOOL_GUARDED_BY(mu_);
+  bool woken_ UVMPOOL_GUARDED_BY(mu_) = false;
+  bool stopping_ UVMPOOL_GUARDED_BY(mu_) = false;
   bool abandoned_ = false;
 };
 
@@ -124,8 +125,8 @@ class HostReserve {
   using Clock = std::chrono::steady_clock;
   // Pins n chunks (charging the limit), or none. Called without mu_.
   CUresult pin(std::size_t n, std::vector<Handle>* out);
-  std::size_t unmapped_target_locked() const;
-  void grow_target_locked(std::size_t n);
+  std::size_t unmapped_target_locked() const UVMPOOL_REQUIRES(mu_);
+  void grow_target_locked(std::size_t n) UVMPOOL_REQUIRES(mu_);
   void unpin(std::span<const Handle> chunks);
 
   const Vmm& vmm_;
@@ -134,12 +135,12 @@ class HostReserve {
   const std::size_t base_;  // chunks
   const std::size_t cap_;   // most the target grows to
 
-  mutable std::mutex mu_;
-  std::vector<Handle> chunks_;
-  std::size_t target_ = 0;  // 0 until armed
-  std::size_t in_flight_ = 0;          // chunks being pinned by upkeep or premapped (mu_)
+  mutable Mutex mu_;
+  std::vector<Handle> chunks_ UVMPOOL_GUARDED_BY(mu_);
+  std::size_t target_ UVMPOOL_GUARDED_BY(mu_) = 0;  // 0 until armed
+  std::size_t in_flight_ UVMPOOL_GUARDED_BY(mu_) = 0;  // chunks being pinned by upkeep or premapped
   std::condition_variable landed_cv_;  // in_flight_ fell to 0 (mu_)
-  Clock::time_point last_take_{};
+  Clock::time_point last_take_ UVMPOOL_GUARDED_BY(mu_){};
   bool abandoned_ = false;
 
   std::atomic<std::size_t> size_{0};
