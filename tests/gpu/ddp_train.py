@@ -20,7 +20,7 @@ Every process keeps NVLink multicast off (NCCL_NVLS_ENABLE=0 and the like): the 
 require it. Deterministic: CUBLAS_WORKSPACE_CONFIG=:4096:8, fixed seeds, the same data per rank.
 Last line: UVMPOOL_DDP ok|FAIL <what failed>.
 """
-import argparse, datetime, glob, json, os, signal, statistics, subprocess, sys, tempfile, time
+import argparse, datetime, json, os, signal, statistics, subprocess, sys, tempfile, time
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 # NVLink multicast can take the host's shared GPUs out of service: off, in every child too.
@@ -28,7 +28,7 @@ MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1
 os.environ.update(MULTICAST_OFF)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from scoreboard_common import GIB, MIB, PcieMeter, base_env, device_figures, fmt_bytes, uvmpool_env, uvmpool_report
+from scoreboard_common import PcieMeter, base_env, device_figures, fmt_bytes, uvmpool_env, uvmpool_report
 
 SHAPE = dict(n_layer=24, n_embd=1024, n_head=16, vocab_size=50257, n_positions=1024)  # as score_train.py
 RESULT = "UVMPOOL_DDP_RESULT "
@@ -116,6 +116,7 @@ def worker(args):
         "rank": rank, "losses": losses, "times": times, "step_s": statistics.median(times) if times else None,
         "max_reserved": torch.cuda.max_memory_reserved(), "max_allocated": torch.cuda.max_memory_allocated(),
         "context_overhead": max(0, dev_total - free - torch.cuda.memory_reserved()) if report is None else None,
+        "device_total": dev_total,
         "pcie_per_step": None if pcie is None or not times else pcie / len(times),
         "uvmpool": report is not None,
         "peak_live_device": dev.get("peak_live_device_bytes"), "peak_live_host": dev.get("peak_live_host_bytes"),
@@ -219,12 +220,7 @@ def part_overcommit(args, lib, native, failures, summary):
             failures.append("overcommitted: losses differ from uncapped")
     # save_on_cpu with the same bytes for tensors: PyTorch's cap is the limit less the context.
     context = max(r["context_overhead"] for r in native)
-    total = 143771 * MIB  # an H200's memory as nvidia-smi reports it; the fraction is of cudaMemGetInfo's total
-    try:
-        import torch  # noqa: only for the device's total
-        total = torch.cuda.get_device_properties(0).total_memory
-    except Exception:
-        pass
+    total = native[0]["device_total"]  # cudaMemGetInfo's total, which the fraction is of
     fraction = max(0.01, (limit - context) / total)
     soc, why = launch(args, "save_on_cpu, same memory", base_env(),
                       ["--mode", "save_on_cpu", "--memory-fraction", f"{fraction:.6f}"], steps)
@@ -264,8 +260,8 @@ def part_kill(args, lib, failures, summary):
     tail = [l for l in outs[0].splitlines() if l.strip()][-6:]
     print("rank 0's last lines:\n  " + "\n  ".join(l[:220] for l in tail), flush=True)
     nccl_error = any(k in outs[0] for k in ("NCCL", "Watchdog", "DistBackendError", "ProcessGroupNCCL"))
-    seg_dir = f"/dev/shm/uvmpool-{os.geteuid()}"
-    left = sorted(glob.glob(f"{seg_dir}/*{survivor}*"))
+    segment = f"/dev/shm/uvmpool-{os.geteuid()}/uvmpool-{os.geteuid()}-{survivor}"
+    left = [segment] if os.path.exists(segment) else []
     # An abort (the NCCL watchdog's way out) runs no exit handlers: the segment is stale, and
     # uvmpool-stat removes the segments of ended processes.
     stat = os.path.join(os.path.dirname(lib), "..", "bin", "uvmpool-stat")
@@ -273,7 +269,7 @@ def part_kill(args, lib, failures, summary):
     if left and os.path.exists(stat):
         s = subprocess.run([stat], env=dict(base_env()), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         cleaned = [l for l in s.stdout.splitlines() if "removed" in l]
-    still = sorted(glob.glob(f"{seg_dir}/*{survivor}*"))
+    still = [segment] if os.path.exists(segment) else []
     summary["kill"] = {"codes": codes, "wall_s": wall, "nccl_error": nccl_error, "segment_left_at_exit": left,
                        "uvmpool_stat": cleaned, "segment_after_stat": still}
     print(f"UVMPOOL_DDP_ROW kill: rank 0 exit {codes[0]} after {wall:.1f} s (collective timeout {args.nccl_timeout} s), "
