@@ -13,6 +13,7 @@
 
 #include "config/leak_marker.h"
 #include "config/log.h"
+#include "config/thread_safety.h"
 #include "driver/real_driver.h"
 #include "pool/device_pool.h"
 #include "pool/host_tier.h"
@@ -22,7 +23,7 @@ namespace {
 
 std::atomic<bool> g_exiting{false};
 std::atomic<Pool*> g_process{nullptr};
-std::mutex g_process_mu;
+Mutex g_process_mu;
 
 void on_exit() {
   g_exiting.store(true, std::memory_order_relaxed);
@@ -34,7 +35,7 @@ void on_exit() {
 // its copy), so it drops the parent's pool without touching it and makes a fresh one on first use.
 void on_fork_child() {
   if (Pool* p = g_process.exchange(nullptr)) config::intentionally_leaked(p)->abandon();
-  new (&g_process_mu) std::mutex;
+  new (&g_process_mu) Mutex;
 }
 
 constexpr int kMaxDevices = 64;
@@ -67,7 +68,7 @@ struct Pool::Devices {
   AddressMap map;
   std::array<std::atomic<DevicePool*>, kMaxDevices> pools{};
   std::array<std::atomic<bool>, kMaxDevices> unsupported{};
-  std::mutex init_mu;
+  Mutex init_mu;  // one DevicePool made per device
   // The program's own cuMemCreate handles the pool counted (create_external).
   struct External {
     int device = 0;
@@ -75,8 +76,8 @@ struct Pool::Devices {
     Tier tier = Tier::Device;
     CUmemAllocationProp requested{};
   };
-  mutable std::mutex external_mu;
-  std::unordered_map<Handle, External> externals;
+  mutable Mutex external_mu;
+  std::unordered_map<Handle, External> externals UVMPOOL_GUARDED_BY(external_mu);
 };
 
 Pool::Pool(const driver::Table& driver, PoolConfig config)
@@ -117,7 +118,7 @@ void Pool::abandon() {
 
 Pool* Pool::process() {
   if (Pool* p = g_process.load(std::memory_order_acquire)) return p;
-  std::lock_guard lock(g_process_mu);
+  MutexLock lock(g_process_mu);
   if (Pool* p = g_process.load(std::memory_order_relaxed)) return p;
   const driver::RealDriver* real = driver::real();
   if (real == nullptr) return nullptr;
@@ -137,7 +138,7 @@ DevicePool* Pool::device_pool(int device) {
   if (device < 0 || device >= kMaxDevices) return nullptr;
   if (DevicePool* p = devices_->pools[device].load(std::memory_order_acquire)) return p;
   if (devices_->unsupported[device].load(std::memory_order_relaxed)) return nullptr;
-  std::lock_guard lock(devices_->init_mu);
+  MutexLock lock(devices_->init_mu);
   if (DevicePool* p = devices_->pools[device].load(std::memory_order_relaxed)) return p;
   auto pool = std::make_unique<DevicePool>(driver_, device, config_, devices_->map, host_.get());
   if (const CUresult r = pool->init(); r != CUDA_SUCCESS) {
@@ -326,7 +327,7 @@ CUresult Pool::create_external(Handle* handle, std::size_t size, const CUmemAllo
     }
     return r;
   }
-  std::lock_guard lock(devices_->external_mu);
+  MutexLock lock(devices_->external_mu);
   devices_->externals[*handle] = Devices::External{prop->location.id, size, tier, *prop};
   return CUDA_SUCCESS;
 }
@@ -334,7 +335,7 @@ CUresult Pool::create_external(Handle* handle, std::size_t size, const CUmemAllo
 void Pool::released_external(Handle handle) {
   Devices::External e;
   {
-    std::lock_guard lock(devices_->external_mu);
+    MutexLock lock(devices_->external_mu);
     auto it = devices_->externals.find(handle);
     if (it == devices_->externals.end()) return;
     e = it->second;
@@ -344,7 +345,7 @@ void Pool::released_external(Handle handle) {
 }
 
 std::optional<CUmemAllocationProp> Pool::requested_properties(Handle handle) const {
-  std::lock_guard lock(devices_->external_mu);
+  MutexLock lock(devices_->external_mu);
   auto it = devices_->externals.find(handle);
   if (it == devices_->externals.end() || it->second.tier != Tier::Host) return std::nullopt;
   return it->second.requested;
