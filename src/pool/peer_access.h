@@ -3,9 +3,9 @@
 // A program that calls cuCtxEnablePeerAccess (cudaDeviceEnablePeerAccess; PyTorch does before a copy
 // between GPUs) expects kernels and copies of its current device to reach every cuMemAlloc
 // allocation of the peer device, made before or after. The driver's peer access does not reach VMM
-// mappings: a mapping is reachable only from the devices cuMemSetAccess named (on an H200, driver
-// 580, a transposed PyTorch copy from pool memory of one GPU to the other failed with an illegal
-// address). So uvmpool keeps the answer itself, here:
+// mappings: a mapping is reachable only from the devices cuMemSetAccess named (on two H200s, driver
+// 580, PyTorch copies and a CuPy kernel across the GPUs failed with a CUDA kernel error on pool
+// memory). So uvmpool keeps the answer itself, here:
 //   - which devices may reach each device's memory (the peers the program enabled), and
 //   - every range mapped on each device: the pool's mappings (Vmm::map) and CUDA IPC imports.
 // A range mapped gets access for its device and that device's peers; an enable walks the ranges
