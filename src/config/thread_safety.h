@@ -23,13 +23,9 @@
 #define UVMPOOL_CAPABILITY(name) UVMPOOL_TSA(capability(name))
 #define UVMPOOL_SCOPED_CAPABILITY UVMPOOL_TSA(scoped_lockable)
 #define UVMPOOL_GUARDED_BY(lock) UVMPOOL_TSA(guarded_by(lock))
-#define UVMPOOL_PT_GUARDED_BY(lock) UVMPOOL_TSA(pt_guarded_by(lock))
 #define UVMPOOL_REQUIRES(...) UVMPOOL_TSA(requires_capability(__VA_ARGS__))
 #define UVMPOOL_ACQUIRE(...) UVMPOOL_TSA(acquire_capability(__VA_ARGS__))
 #define UVMPOOL_RELEASE(...) UVMPOOL_TSA(release_capability(__VA_ARGS__))
-#define UVMPOOL_TRY_ACQUIRE(...) UVMPOOL_TSA(try_acquire_capability(__VA_ARGS__))
-#define UVMPOOL_EXCLUDES(...) UVMPOOL_TSA(locks_excluded(__VA_ARGS__))
-#define UVMPOOL_RETURN_CAPABILITY(x) UVMPOOL_TSA(lock_returned(x))
 // For the few places the analysis cannot follow (fork handlers, destructors): say why beside it.
 #define UVMPOOL_NO_THREAD_SAFETY_ANALYSIS UVMPOOL_TSA(no_thread_safety_analysis)
 
@@ -39,7 +35,6 @@ class UVMPOOL_CAPABILITY("mutex") Mutex {
  public:
   void lock() UVMPOOL_ACQUIRE() { m_.lock(); }
   void unlock() UVMPOOL_RELEASE() { m_.unlock(); }
-  bool try_lock() UVMPOOL_TRY_ACQUIRE(true) { return m_.try_lock(); }
   std::mutex& native() { return m_; }  // for std::condition_variable, through UniqueMutexLock
 
  private:

@@ -49,7 +49,8 @@ class DriverBackend final : public Backend {
   CUresult stream_destroy(CUstream stream) override { UVMPOOL_CALL_REAL(cuStreamDestroy_v2, stream); }
   CUresult peer_access(CUcontext peer, unsigned flags, bool enable) override {
     const driver::RealDriver* real = driver::real();
-    if (real == nullptr || real->table.cuCtxEnablePeerAccess == nullptr) return CUDA_ERROR_NO_DEVICE;
+    if (real == nullptr || (enable ? real->table.cuCtxEnablePeerAccess == nullptr : real->table.cuCtxDisablePeerAccess == nullptr))
+      return CUDA_ERROR_NO_DEVICE;
     const driver::Table& d = real->table;
     const CUresult r = enable ? d.cuCtxEnablePeerAccess(peer, flags) : d.cuCtxDisablePeerAccess(peer);
     // Mappings follow only what the driver did: a refused or repeated call changes nothing.

@@ -174,13 +174,13 @@ class DevicePool {
   // such a mapping back for the size that made it. More would keep from reuse memory that the
   // program does not use.
   static bool within_rounding(std::size_t have, std::size_t want) { return have >= want && (have - want) * 8 <= want; }
-  bool unbin(Block* b);  // out of its bin, if it is still there (mu_)
+  bool unbin(Block* b) UVMPOOL_REQUIRES(mu_);  // out of its bin, if it is still there
   Block* take_cached_spilled(std::size_t granules);
   CUresult build_block(std::size_t granules, Block** out);
   // A new mapping of `granules` chunks from take_chunks, in a range with `guard` bytes more of address
-  // space after it left unmapped (mu_ held).
+  // space after it left unmapped.
   CUresult map_new_block(std::size_t granules, std::size_t guard, Block** out) UVMPOOL_REQUIRES(mu_);
-  Block* make_block(CUdeviceptr va, std::vector<Chunk>&& chunks) UVMPOOL_REQUIRES(mu_);  // a descriptor for a new mapping (mu_)
+  Block* make_block(CUdeviceptr va, std::vector<Chunk>&& chunks) UVMPOOL_REQUIRES(mu_);  // a descriptor for a new mapping
   void destroy_block(Block* b) UVMPOOL_REQUIRES(mu_);                      // unmaps; chunks back to the free list
   // Unmaps whole pieces from its end, at least n granules (all: destroyed), and caches the rest;
   // returns the granules given back.
@@ -218,7 +218,7 @@ class DevicePool {
     if (s->chunk.tier == Tier::Device) chunks_cached_.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed);
   }
 
-  // chunks.cpp: the physical chunks and extents and the budget (mu_ held).
+  // chunks.cpp: the physical chunks and extents and the budget.
   // Pieces of n granules in all, device ones first: idle device memory, then growth within the
   // budget, then (with spill) host chunks for the rest. OUT_OF_MEMORY, nothing taken, when the tiers
   // cannot cover n.
@@ -275,7 +275,7 @@ class DevicePool {
   // Recovery on the slow path: frees memory other streams are done with, then waits for them.
   CUresult with_pressure_relief(const std::function<CUresult()>& attempt);
 
-  CUresult take_range(std::size_t bytes, CUdeviceptr* va) UVMPOOL_REQUIRES(mu_);  // address space for a mapping (mu_ held)
+  CUresult take_range(std::size_t bytes, CUdeviceptr* va) UVMPOOL_REQUIRES(mu_);  // address space for a mapping
 
   // guard.cpp: UVMPOOL_GUARD (PoolConfig::guard), the debugging mode: every allocation is a mapping
   // of its own whose end meets unmapped address space, and a free unmaps it at once.
@@ -283,7 +283,7 @@ class DevicePool {
   // `wait_for`: the context whose work may still use the memory (waited for before the unmap).
   CUresult free_guarded(Block* b, CUdeviceptr p, CUcontext wait_for);
   // A freed guarded range stays out of use (so a stale pointer into it faults) until the device's
-  // memory size of other ranges was freed after it (mu_ held).
+  // memory size of other ranges was freed after it.
   void retire_guarded(CUdeviceptr va, std::size_t bytes) UVMPOOL_REQUIRES(mu_);
   std::deque<std::pair<CUdeviceptr, std::size_t>> guard_retired_ UVMPOOL_GUARDED_BY(mu_);  // oldest first
   std::uint64_t guard_retired_bytes_ UVMPOOL_GUARDED_BY(mu_) = 0;
@@ -344,13 +344,13 @@ class DevicePool {
 
   // host_runs.cpp: mappings of host chunks made ahead of need (by the reserve thread), so that an
   // allocation the device has no room for at all is served with no driver call.
-  Block* take_host_run(std::size_t granules) UVMPOOL_REQUIRES(mu_);  // the smallest covering run, split (mu_ held)
+  Block* take_host_run(std::size_t granules) UVMPOOL_REQUIRES(mu_);  // the smallest covering run, split
   bool upkeep_host();                          // the reserve thread's work for this device
   bool premap(std::size_t chunks);
   void premap_reserve();  // premaps all but the reserve's unmapped share, now (fill_host_reserve)
   bool trim_premapped(std::size_t chunks);
   // Takes premapped runs apart (smallest first) until the reserve holds `chunks` loose ones:
-  // unmapping costs less than pinning more (mu_ held).
+  // unmapping costs less than pinning more.
   void unmap_host_runs(std::size_t chunks) UVMPOOL_REQUIRES(mu_);
 
   struct SlabClass {
@@ -361,7 +361,7 @@ class DevicePool {
     std::atomic<std::uint64_t> frees{0};
   };
   std::unique_ptr<SlabClass[]> classes_;
-  bool slot_freed(SlabClass& c, Slab* s) UVMPOOL_REQUIRES(c.mu);  // class lock held; true: destroy the slab
+  bool slot_freed(SlabClass& c, Slab* s) UVMPOOL_REQUIRES(c.mu);  // true: destroy the slab
 
   Mutex async_mu_;
   std::unordered_map<StreamKey, StreamFrees, StreamKeyHash> streams_ UVMPOOL_GUARDED_BY(async_mu_);

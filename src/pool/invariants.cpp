@@ -4,7 +4,6 @@
 // pool: the counters are relaxed atomics updated outside the locks, so only a quiescent pool adds up.
 // It is what keeps per-tier figures exact as mappings are cut, joined, shrunk, spilled and (with
 // tiering) moved.
-#include <bit>
 #include <string>
 
 #include "pool/device_pool.h"

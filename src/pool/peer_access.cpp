@@ -57,7 +57,10 @@ void PeerAccess::forget(CUdeviceptr va, std::size_t bytes) {
     const int device = it->second.device;
     it = ranges_.erase(it);
     if (start < va) ranges_[start] = Range{va - start, device};
-    if (stop > end) it = ranges_.emplace(end, Range{stop - end, device}).first, ++it;
+    if (stop > end) {  // the last one it overlaps
+      ranges_.emplace(end, Range{stop - end, device});
+      break;
+    }
   }
 }
 
