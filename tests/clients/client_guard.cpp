@@ -11,19 +11,11 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/catalog_ptx.h"
-#include "linked_client.h"
+#include "catalog_kernel.h"
 
 namespace {
 
-CUfunction fill_kernel() {
-  CUmodule module = nullptr;
-  // The simulator answers its catalog for this image; a real driver refuses it (not PTX, not ELF).
-  if (cuModuleLoadData(&module, "uvmpool-sim-module 1\n") != CUDA_SUCCESS) CU(cuModuleLoadData(&module, uvmpool::bench::kCatalogPtx));
-  CUfunction f = nullptr;
-  CU(cuModuleGetFunction(&f, module, "uvmpool_fill_u32"));
-  return f;
-}
+CUfunction fill_kernel() { return catalog_kernel("uvmpool_fill_u32"); }
 
 CUresult fill_words(CUfunction f, CUdeviceptr dst, std::uint64_t count, std::uint32_t value) {
   void* params[] = {&dst, &count, &value};

@@ -10,18 +10,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/catalog_ptx.h"
-#include "linked_client.h"
+#include "catalog_kernel.h"
 
 namespace {
-
-CUfunction sum_kernel() {
-  CUmodule module = nullptr;
-  if (cuModuleLoadData(&module, "uvmpool-sim-module 1\n") != CUDA_SUCCESS) CU(cuModuleLoadData(&module, uvmpool::bench::kCatalogPtx));
-  CUfunction f = nullptr;
-  CU(cuModuleGetFunction(&f, module, "uvmpool_sum_u32"));
-  return f;
-}
 
 // The sum of `count` words at p by a kernel of the current context, or the error it met.
 CUresult sum(CUfunction f, CUdeviceptr p, std::uint64_t count, std::uint64_t* total) {
@@ -67,7 +58,7 @@ int main(int argc, char** argv) {
     CU(cuMemsetD32(blocks[i].p, blocks[i].value, blocks[i].words));
   }
   CU(cuCtxSetCurrent(c1));
-  const CUfunction f = sum_kernel();
+  const CUfunction f = catalog_kernel("uvmpool_sum_u32");
   CUresult enabled;
   if (getproc) {
     void* fn = nullptr;

@@ -28,7 +28,7 @@ MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1
 os.environ.update(MULTICAST_OFF)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from scoreboard_common import PcieMeter, base_env, device_figures, fmt_bytes, uvmpool_env, uvmpool_report
+from scoreboard_common import PcieMeter, base_env, device_figures, fmt_bytes, run_child, uvmpool_env, uvmpool_report
 
 SHAPE = dict(n_layer=24, n_embd=1024, n_head=16, vocab_size=50257, n_positions=1024)  # as score_train.py
 RESULT = "UVMPOOL_DDP_RESULT "
@@ -140,18 +140,8 @@ def launch(args, label, env, extra, steps):
            os.path.abspath(__file__), "--worker", "--out", out, "--batch", str(args.batch), "--seq", str(args.seq),
            "--warmup", str(args.warmup), "--steps", str(steps)] + extra
     env = dict(env, **MULTICAST_OFF)
-    shown = {k: env[k] for k in ("LD_PRELOAD", "LD_LIBRARY_PATH", "UVMPOOL_DEVICE_LIMIT") if k in env}
-    print(f"== {label}: {shown or 'native'} {' '.join(extra)}", flush=True)
-    t0 = time.perf_counter()
-    try:
-        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=args.timeout)
-        text, code = p.stdout, p.returncode
-    except subprocess.TimeoutExpired as e:
-        text, code = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or ""), "timeout"
+    _, code, _, text = run_child(cmd, env, args.timeout, f"{label} {' '.join(extra)}".strip())
     lines = text.splitlines()
-    print("\n".join(lines[-12:]), flush=True)
-    print(f"== {label}: exit {code}, {time.perf_counter() - t0:.1f} s", flush=True)
     if code != 0 or not os.path.exists(out):
         return None, f"exit {code}: {(lines or [''])[-1][:200]}"
     with open(out) as f:

@@ -8,12 +8,12 @@ Bus bandwidth as nccl-tests defines it for all-reduce: bytes x 2(n-1)/n / time, 
 size is timed over enough iterations for about 0.2 s after 5 warm-up ones, median of 3 such rounds.
 Target: pool / native >= 0.98 at every size. Last line: UVMPOOL_NCCL ok|FAIL <what failed>.
 """
-import argparse, json, os, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, statistics, sys, tempfile, time
 
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 os.environ.update(MULTICAST_OFF)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from scoreboard_common import MIB, base_env, device_figures, lib_path, uvmpool_env, uvmpool_report
+from scoreboard_common import MIB, base_env, device_figures, lib_path, run_child, uvmpool_env, uvmpool_report
 
 SIZES = [MIB << k for k in range(0, 11)]  # 1 MiB .. 1 GiB
 
@@ -68,19 +68,13 @@ def run(label, env, timeout):
     env = dict(env, **MULTICAST_OFF, NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,P2P")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            os.path.abspath(__file__), "--worker", out]
-    print(f"== {label}", flush=True)
-    t0 = time.perf_counter()
-    try:
-        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
-        text, code = p.stdout, p.returncode
-    except subprocess.TimeoutExpired as e:
-        text, code = (e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout or ""), "hang"
+    _, code, _, text = run_child(cmd, env, timeout, label, echo=False)
     lines = text.splitlines()
     transport = sorted({l.split("NCCL INFO ", 1)[1][:90] for l in lines if " via " in l and "Channel 00" in l})[:4]
     print("  transport: " + ("; ".join(transport) or "(no 'via' line)"), flush=True)
-    print(f"== {label}: exit {code}, {time.perf_counter() - t0:.1f} s", flush=True)
+    print(f"== {label}: exit {code}", flush=True)
     if code != 0 or not os.path.exists(out):
-        print("\n".join(lines[-15:]), flush=True)
+        print("\n".join([l for l in lines if "NCCL INFO" not in l][-15:]), flush=True)
         return None
     with open(out) as f:
         return json.load(f)
