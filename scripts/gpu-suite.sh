@@ -151,6 +151,8 @@ bench uvmpool-bench-stitch
 bench uvmpool-bench-bandwidth
 bench uvmpool-bench-fragmentation --scale=4
 bench uvmpool-bench-spill
+bench uvmpool-bench-move
+bench uvmpool-bench-move --unit=2M --bytes=256M
 
 # 7. The simulated driver's clock against the GPU: one fixed mix on both (the simulator from the
 # build's sim/, chosen by UVMPOOL_DRIVER_PATH), modeled beside measured; rows off by more than 25% are

@@ -483,6 +483,11 @@ DeviceStats DevicePool::stats() const {
   s.spilled_allocations = spilled_.load(std::memory_order_relaxed);
   s.external_device_bytes = external_device_.load(std::memory_order_relaxed);
   s.external_host_bytes = external_host_.load(std::memory_order_relaxed);
+  s.moved_to_device_bytes = moved_to_device_.load(std::memory_order_relaxed);
+  s.moved_to_host_bytes = moved_to_host_.load(std::memory_order_relaxed);
+  s.moves = moves_.load(std::memory_order_relaxed);
+  s.moves_failed = moves_failed_.load(std::memory_order_relaxed);
+  s.moves_in_flight = moves_in_flight_.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -6,13 +6,6 @@
 #include "trace/trace.h"
 
 namespace uvmpool::pool {
-namespace {
-
-Block* as_block(Entry e) { return (e & kSlabTag) != 0 ? nullptr : reinterpret_cast<Block*>(e); }
-Slab* as_slab(Entry e) { return (e & kSlabTag) != 0 ? reinterpret_cast<Slab*>(e & ~kSlabTag) : nullptr; }
-
-}  // namespace
-
 CUresult DevicePool::allocate(CUdeviceptr* out, std::size_t bytes, CUcontext context) {
   // More than both tiers can never fit (and would overflow the chunk arithmetic below).
   const std::uint64_t most = sat_add(budget_, host_ ? host_tier_->limit() : 0);
@@ -68,10 +61,13 @@ CUresult DevicePool::deallocate_async(Entry entry, CUdeviceptr p, const StreamKe
       log::error("free of {:#x}: an interior pointer of a pool allocation at {:#x}; ignored", p, start);
       return CUDA_ERROR_INVALID_VALUE;
     }
-    int expected = kLive;
-    if (!b->state.compare_exchange_strong(expected, capturing ? kQuarantined : kPending, std::memory_order_acq_rel)) {
-      log::error("free of {:#x}: already freed (double free); ignored", p);
-      return CUDA_ERROR_INVALID_VALUE;
+    const int freed = capturing ? kQuarantined : kPending;
+    for (int expected = kLive; !b->state.compare_exchange_strong(expected, freed, std::memory_order_acq_rel); expected = kLive) {
+      if (expected != (kLive | kMoving)) {
+        log::error("free of {:#x}: already freed (double free); ignored", p);
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      wait_while_moving(b);  // pieces of it are changing tier (move.cpp)
     }
     unpublish(b, false);
     item.block = b;
@@ -103,7 +99,7 @@ std::optional<AllocationInfo> DevicePool::describe(Entry entry, CUdeviceptr p) {
     return info;
   }
   Block* b = as_block(entry);
-  if (b->state.load(std::memory_order_acquire) != kLive) return std::nullopt;
+  if (base_state(b->state.load(std::memory_order_acquire)) != kLive) return std::nullopt;  // moving or not
   info.size = b->size.load(std::memory_order_relaxed);
   info.base = b->start(info.size, chunk_);
   if (p - info.base >= info.size) return std::nullopt;  // past the allocation, in its last chunk's rounding
@@ -112,9 +108,24 @@ std::optional<AllocationInfo> DevicePool::describe(Entry entry, CUdeviceptr p) {
   return info;
 }
 
-// A live allocation's chunks do not change while it lives (only cached mappings are shrunk or taken
-// apart), so they are read without the slow-path lock; a slab's chunk is fixed for its life.
+// Pieces change only under mu_ (a move commits under it), and once exported they never move: the
+// other process maps these handles. A move under way is waited for first.
 std::optional<ChunkView> DevicePool::chunks_of(Entry entry, CUdeviceptr p) {
+  const auto moving = [entry] {
+    if (const Slab* s = as_slab(entry)) return s->moving.load(std::memory_order_acquire);
+    return (as_block(entry)->state.load(std::memory_order_acquire) & kMoving) != 0;
+  };
+  UniqueMutexLock lock(mu_);
+  while (moving()) {  // a move claims under mu_, so none begins once this sees none
+    lock.unlock();
+    if (const Slab* s = as_slab(entry)) {
+      wait_while_moving(s);
+    } else {
+      wait_while_moving(as_block(entry));
+    }
+    lock.lock();
+  }
+  if (map_.lookup(p) != entry) return std::nullopt;  // freed meanwhile and its range reused
   const std::optional<AllocationInfo> info = describe(entry, p);
   if (!info) return std::nullopt;
   ChunkView view;
@@ -122,12 +133,14 @@ std::optional<ChunkView> DevicePool::chunks_of(Entry entry, CUdeviceptr p) {
   view.chunk_size = chunk_;
   bool device = false, host = false;
   if (Slab* s = as_slab(entry)) {
+    s->exported = true;
     view.offset = info->base - s->base;
     view.chunks.push_back(s->chunk.handle);
     view.granules.push_back(1);
     (s->chunk.tier == Tier::Host ? host : device) = true;
   } else {
     Block* b = as_block(entry);
+    b->exported = true;
     view.offset = info->base - b->base;
     for (const Chunk& c : b->chunks) {
       view.chunks.push_back(c.handle);

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -40,10 +41,21 @@ std::uint64_t next_buffer_id();
 struct Block;
 std::uint64_t host_bytes_of(const Block* b, std::size_t bytes, std::size_t chunk);
 
+// A peak figure raised to `value` if that is higher (relaxed: statistics).
+inline void raise_peak(std::atomic<std::uint64_t>& peak, std::uint64_t value) {
+  std::uint64_t seen = peak.load(std::memory_order_relaxed);
+  while (value > seen && !peak.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
+
 // True once the process has begun to exit: from then on the pool makes no driver call.
 bool process_exiting();
 
 enum BlockState : int { kDead, kLive, kCached, kPending, kQuarantined };
+// Or-ed into a mapping's state while pieces of it move between tiers (move.cpp): a free waits for it
+// to clear, and a stream-freed mapping whose work completes meanwhile becomes Cached | kMoving.
+constexpr int kMoving = 0x10;
+inline int base_state(int state) { return state & ~kMoving; }
 
 // cudaMalloc's alignment, which every pool pointer keeps; under UVMPOOL_GUARD also the most slack
 // between an allocation's end and the unmapped guard after it.
@@ -58,8 +70,12 @@ struct Block {
   DevicePool* owner = nullptr;
   CUdeviceptr base = 0;
   std::size_t granules = 0;
-  std::vector<Chunk> chunks;  // its pieces in address order: device ones (chunks, extents) first, then host ones
+  std::vector<Chunk> chunks;  // its pieces in address order, of either tier (moves change them one by one)
   std::size_t host_chunks = 0;  // granules in host pieces
+  bool exported = false;  // handed to CUDA IPC (chunks_of): another process maps its chunks, so they never move (mu_)
+  // Ranges of moves in flight (start, bytes): several moves of one mapping run at once, over disjoint
+  // pieces; the state has kMoving while this is not empty (mu_).
+  std::vector<std::pair<CUdeviceptr, std::size_t>> moving;
   std::atomic<int> state{kDead};
   std::atomic<std::size_t> size{0};
   std::atomic<CUcontext> context{nullptr};
@@ -103,9 +119,15 @@ struct Slab {
   std::vector<SlotInfo> info;
   bool listed = false;     // in its class's list of slabs with free slots
   std::atomic<int> state{kDead};
+  std::atomic<bool> moving{false};  // its chunk is changing tier: off its class's list, frees wait (class lock)
+  bool exported = false;            // as Block::exported (mu_)
   Slab* prev = nullptr;
   Slab* next = nullptr;
 };
+
+// The descriptor an address map entry names.
+inline Block* as_block(Entry e) { return (e & kSlabTag) != 0 ? nullptr : reinterpret_cast<Block*>(e); }
+inline Slab* as_slab(Entry e) { return (e & kSlabTag) != 0 ? reinterpret_cast<Slab*>(e & ~kSlabTag) : nullptr; }
 
 // A stream as the pool tells streams apart: the per-thread default stream is one per thread.
 struct StreamKey {
@@ -143,6 +165,11 @@ class DevicePool {
   std::optional<ChunkView> chunks_of(Entry entry, CUdeviceptr p);
 
   CUresult memory_info(std::size_t* free_bytes, std::size_t* total_bytes);
+  // Pool::prepare_move and the steps after it (move.cpp).
+  CUresult prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Move* out);
+  CUresult copy_move(const Move& move, CUstream stream);
+  CUresult commit_move(Move* move);
+  void abort_move(Move* move);
   // The program's own cuMemCreate of `bytes` on this device: Device when the budget takes it (idle
   // pool memory is released to make room), Host when it must spill (counted against the host limit
   // until external_released), OUT_OF_MEMORY when neither can.
@@ -204,6 +231,26 @@ class DevicePool {
   void bump(std::atomic<std::uint64_t>& n) {
     if (counters_) n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
+
+  // move.cpp
+  // Claims a mapping or slab for a move (mu_): off its bin or class list, its frees made to wait.
+  CUresult claim_block(Block* b) UVMPOOL_REQUIRES(mu_);
+  CUresult claim_slab(Slab* s) UVMPOOL_REQUIRES(mu_);
+  // The claim released once no move of the owner remains; a cached mapping binned again.
+  void end_move(Entry owner) UVMPOOL_REQUIRES(mu_);
+  // A cached mapping taken out of its bin, its cached figures with it (false: an allocation took it).
+  bool withdraw_cached(Block* b) UVMPOOL_REQUIRES(mu_);
+  // n granules of new pieces in `tier`: OUT_OF_MEMORY, nothing taken, when the tier has no room.
+  CUresult take_target(std::size_t n, Tier tier, std::vector<Chunk>* out) UVMPOOL_REQUIRES(mu_);
+  // Waits for work that may still use freed memory the move is about to unmap.
+  void fence_move(Entry owner) UVMPOOL_REQUIRES(mu_);
+  // The owner's pieces [first, first + old.size()) replaced by `fresh`, and every figure a move changes,
+  // here and nowhere else.
+  void swap_pieces(const Move& m, std::size_t first, std::span<const Chunk> old) UVMPOOL_REQUIRES(mu_);
+  void forget_range(const Move& m) UVMPOOL_REQUIRES(mu_);  // the move's range off its mapping's list
+  void drop_staging(const Move& m) UVMPOOL_REQUIRES(mu_);  // the staging mapping unmapped, its range given back
+  void wait_while_moving(const Block* b);
+  void wait_while_moving(const Slab* s);
 
   // slabs.cpp
   CUresult allocate_small(CUdeviceptr* out, std::size_t bytes, CUcontext context);
@@ -267,6 +314,7 @@ class DevicePool {
   // cuMemFree skipped, paid only when freed memory is unmapped, once per batch of frees.
   void note_sync_free(CUcontext context);
   void fence_unmap();
+  void wait_for_context(CUcontext context);  // cuCtxSynchronize in `context`
 
   // Moves one stream's open frees into a batch behind an event on it (async_mu_ held); what cannot
   // get an event is waited for and added to `ready`.
@@ -399,6 +447,14 @@ class DevicePool {
   std::atomic<std::uint64_t> spilled_{0};
   std::atomic<std::uint64_t> external_device_{0};  // the program's own device cuMemCreate bytes
   std::atomic<std::uint64_t> external_host_{0};    // ... placed in host memory instead
+  // Moves (move.cpp). move_mu_ is a leaf, held only to wait for and announce the end of a move.
+  Mutex move_mu_;
+  std::condition_variable move_cv_;
+  std::atomic<std::uint64_t> moved_to_device_{0};  // bytes
+  std::atomic<std::uint64_t> moved_to_host_{0};
+  std::atomic<std::uint64_t> moves_{0};
+  std::atomic<std::uint64_t> moves_failed_{0};
+  std::atomic<std::uint64_t> moves_in_flight_{0};
   std::vector<Block*> all_blocks_ UVMPOOL_GUARDED_BY(mu_);  // every descriptor ever made, for the destructor
   std::vector<Slab*> all_slabs_ UVMPOOL_GUARDED_BY(mu_);
 };

@@ -29,18 +29,16 @@ std::string DevicePool::check_invariants() UVMPOOL_NO_THREAD_SAFETY_ANALYSIS {
   std::uint64_t device_granules = 0, host_granules = 0, extents = free_extents_.size();
   std::uint64_t cached_device = 0, live = 0, live_host = 0;
   for (const Block* b : all_blocks_) {
-    const int state = b->state.load();
+    const int state = base_state(b->state.load());
     if (state == kDead) continue;
     std::size_t granules = 0, host = 0;
-    bool host_seen = false;
     for (const Chunk& c : b->chunks) {
       granules += c.granules;
       if (c.tier == Tier::Host) {
         host += c.granules;
-        host_seen = true;
-      } else {
-        if (host_seen) out += "a mapping at " + std::to_string(b->base) + " has a device piece after a host one\n";
-        if (c.granules > 1) ++extents;
+        if (c.granules != 1) out += "a mapping at " + std::to_string(b->base) + " has a host piece of more than one granule\n";
+      } else if (c.granules > 1) {
+        ++extents;
       }
     }
     if (granules != b->granules) out += "a mapping's pieces add up to " + std::to_string(granules) + " granules, it says " + std::to_string(b->granules) + "\n";

@@ -9,12 +9,19 @@
 namespace uvmpool::pool {
 
 std::uint64_t host_bytes_of(const Block* b, std::size_t bytes, std::size_t chunk) {
-  // Device chunks come first, so the host part is whatever of the allocation lies past them (under
-  // guard the allocation begins inside the mapping).
-  const std::uint64_t on_device = static_cast<std::uint64_t>(b->granules - b->host_chunks) * chunk;
+  if (b->host_chunks == 0) return 0;
+  // Host pieces may lie anywhere in the mapping (moves change tiers piece by piece), and under guard
+  // the allocation begins inside it: the overlap of [begin, end) with each host piece.
   const std::uint64_t begin = b->start(bytes, chunk) - b->base;
   const std::uint64_t end = begin + bytes;
-  return end > on_device ? end - std::max(begin, on_device) : 0;
+  std::uint64_t at = 0, host = 0;
+  for (const Chunk& c : b->chunks) {
+    const std::uint64_t next = at + std::uint64_t{c.granules} * chunk;
+    if (c.tier == Tier::Host && next > begin && at < end) host += std::min(next, end) - std::max(at, begin);
+    at = next;
+    if (at >= end) break;
+  }
+  return host;
 }
 
 void DevicePool::publish(Block* b, std::size_t bytes, CUcontext context, CUdeviceptr* out, bool counted) {
@@ -26,14 +33,6 @@ void DevicePool::publish(Block* b, std::size_t bytes, CUcontext context, CUdevic
   note_allocated(*out, bytes, b->host_chunks != 0 ? host_bytes_of(b, bytes, chunk_) : 0, counted);
 }
 
-namespace {
-void raise(std::atomic<std::uint64_t>& peak, std::uint64_t value) {
-  std::uint64_t seen = peak.load(std::memory_order_relaxed);
-  while (value > seen && !peak.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
-  }
-}
-}  // namespace
-
 void DevicePool::note_allocated(CUdeviceptr p, std::size_t bytes, std::uint64_t host_bytes, bool counted) {
   trace::record(trace::Kind::Alloc, device_, p, bytes, host_bytes);
   const std::uint64_t live = live_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
@@ -44,13 +43,13 @@ void DevicePool::note_allocated(CUdeviceptr p, std::size_t bytes, std::uint64_t 
   }
   if (!counters_) return;
   if (!counted) allocations_[size_bucket(bytes)].fetch_add(1, std::memory_order_relaxed);
-  raise(peak_live_, live);
+  raise_peak(peak_live_, live);
   if (host_bytes != 0) {
-    raise(peak_live_host_, live_host);
+    raise_peak(peak_live_host_, live_host);
   } else {
     live_host = live_host_bytes_.load(std::memory_order_relaxed);
   }
-  raise(peak_live_device_, live > live_host ? live - live_host : 0);
+  raise_peak(peak_live_device_, live > live_host ? live - live_host : 0);
 }
 
 void DevicePool::note_freed(CUdeviceptr p, std::size_t bytes, std::uint64_t host_bytes, bool counted) {
@@ -86,10 +85,12 @@ CUresult DevicePool::free_large(Block* b, CUdeviceptr p) {
     log::error("free of {:#x}: an interior pointer of a pool allocation at {:#x}; ignored", p, b->base);
     return CUDA_ERROR_INVALID_VALUE;
   }
-  int expected = kLive;
-  if (!b->state.compare_exchange_strong(expected, kCached, std::memory_order_acq_rel)) {
-    log::error("free of {:#x}: already freed (double free); ignored", p);
-    return CUDA_ERROR_INVALID_VALUE;
+  for (int expected = kLive; !b->state.compare_exchange_strong(expected, kCached, std::memory_order_acq_rel); expected = kLive) {
+    if (expected != (kLive | kMoving)) {
+      log::error("free of {:#x}: already freed (double free); ignored", p);
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    wait_while_moving(b);  // pieces of it are changing tier (move.cpp)
   }
   note_sync_free(b->context.load(std::memory_order_relaxed));
   unpublish(b, /*counted=*/b->host_chunks == 0);  // a device-only mapping's bin counts the free
@@ -261,12 +262,12 @@ Block* DevicePool::make_block(CUdeviceptr va, std::vector<Chunk>&& chunks) {
   b->owner = this;
   b->base = va;
   b->granules = granules_of(chunks);
-  b->host_chunks = 0;
-  for (const Chunk& c : chunks) b->host_chunks += c.tier == Tier::Host ? c.granules : 0;
+  b->host_chunks = host_granules_of(chunks);
   host_mapped_.fetch_add(b->host_chunks, std::memory_order_relaxed);
   b->chunks = std::move(chunks);
   b->guard = 0;
   b->binned = false;
+  b->exported = false;
   b->state.store(kDead, std::memory_order_relaxed);
   map_.set(va, b->granules * chunk_, reinterpret_cast<Entry>(b));
   return b;
@@ -309,12 +310,10 @@ std::size_t DevicePool::shrink_block(Block* b, std::size_t n) {
   map_.set(tail, freed * chunk_, 0);
   vmm_.unmap(tail, gone, chunk_);
   if (trace::recording()) {
-    std::size_t host = 0;
-    for (const Chunk& c : gone) host += c.tier == Tier::Host ? c.granules : 0;
-    trace::record(trace::Kind::Unmap, device_, tail, freed * chunk_, host * chunk_);
+    trace::record(trace::Kind::Unmap, device_, tail, freed * chunk_, host_granules_of(gone) * chunk_);
   }
   ranges_.give_back(tail, freed * chunk_);
-  return_chunks(gone);  // device pieces only: spilled blocks are never shrunk
+  return_chunks(gone);  // a device-only mapping's, or a host run's (trim_premapped)
   b->chunks.resize(cut);
   b->granules = keep;
   broken_.fetch_add(1, std::memory_order_relaxed);

@@ -256,6 +256,38 @@ std::optional<ChunkView> Pool::chunks_of(CUdeviceptr p) const {
   return owner->chunks_of(e, p);
 }
 
+CUresult Pool::prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Move* out) {
+  if (out == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  *out = Move{};
+  const Entry e = devices_->map.lookup(p);
+  DevicePool* owner = e != 0 ? owner_of(e) : nullptr;
+  if (owner == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return owner->prepare_move(p, bytes, to, out);
+}
+
+namespace {
+// The device pool a prepared move belongs to.
+DevicePool* mover(const Move& m) { return m.owner != 0 ? owner_of(m.owner) : nullptr; }
+}  // namespace
+
+CUresult Pool::copy_move(const Move& move, CUstream stream) {
+  if (move.staging == 0) return CUDA_SUCCESS;  // nothing to move
+  DevicePool* p = mover(move);
+  return p != nullptr ? p->copy_move(move, stream) : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult Pool::commit_move(Move* move) {
+  if (move == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (move->staging == 0) return CUDA_SUCCESS;
+  DevicePool* p = mover(*move);
+  return p != nullptr ? p->commit_move(move) : CUDA_ERROR_INVALID_VALUE;
+}
+
+void Pool::abort_move(Move* move) {
+  if (move == nullptr || move->staging == 0) return;
+  if (DevicePool* p = mover(*move)) p->abort_move(move);
+}
+
 bool Pool::in_pool_space(CUdeviceptr p) const { return devices_->map.contains(p); }
 
 CUresult Pool::memory_info(std::size_t* free_bytes, std::size_t* total_bytes) {

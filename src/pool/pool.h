@@ -24,6 +24,7 @@
 #include "config/options.h"
 #include "driver/driver_api.h"
 #include "pool/size_classes.h"
+#include "pool/vmm.h"
 
 namespace uvmpool::pool {
 
@@ -69,6 +70,21 @@ struct ChunkView {
   bool exportable = false;     // all were made with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
 };
 
+// A move in progress: pieces of pool memory changing tier at their addresses (Pool::prepare_move and
+// the steps after it; src/pool/move.cpp says how). Filled by prepare_move; the caller reads the
+// public part and passes the whole back to the next step.
+struct Move {
+  CUdeviceptr address = 0;  // the pieces that move: whole pieces covering the bytes asked for
+  std::size_t bytes = 0;
+  Tier to = Tier::Device;
+  CUdeviceptr staging = 0;  // the new pieces, mapped here too until the commit: the copy's target.
+                            // 0: nothing to move (already in `to`), and nothing held
+  // The pool's own.
+  int device = -1;
+  std::uintptr_t owner = 0;              // the address map's entry: a mapping or a slab
+  std::vector<Chunk> target;             // the new pieces
+};
+
 // Per-device figures (bytes unless said otherwise); a consistent-enough snapshot, not atomic.
 struct DeviceStats {
   std::uint64_t chunk_size = 0;
@@ -111,6 +127,12 @@ struct DeviceStats {
   std::uint64_t external_device_bytes = 0; // the program's own device cuMemCreate, in device memory
   std::uint64_t external_host_bytes = 0;   // the program's own device cuMemCreate served by host memory
   std::uint64_t host_limit = 0;            // UVMPOOL_HOST_LIMIT in bytes (process-wide)
+  // Moves between the tiers (Pool::commit_move).
+  std::uint64_t moved_to_device_bytes = 0;  // promoted
+  std::uint64_t moved_to_host_bytes = 0;    // demoted
+  std::uint64_t moves = 0;                  // committed
+  std::uint64_t moves_failed = 0;           // prepare or commit refused by the driver or the tiers
+  std::uint64_t moves_in_flight = 0;        // prepared, not yet committed or aborted
 };
 
 class DevicePool;
@@ -173,6 +195,25 @@ class Pool {
   void released_external(Handle handle);
   // The properties the program asked for, for a handle create_external placed in host memory.
   std::optional<CUmemAllocationProp> requested_properties(Handle handle) const;
+
+  // Moving memory between the tiers at the same addresses (src/pool/move.cpp), in steps the caller
+  // sequences; deciding when the program's work allows it is the caller's (tiering's):
+  //   prepare_move: claims the pieces covering [p, p + bytes) of one live allocation, cached mapping,
+  //     stream-freed mapping or slab (all in one tier), makes the target pieces in `to` and maps them at
+  //     a staging address. Moves of disjoint ranges of one mapping may be in flight at once.
+  //     NOT_READY: the memory is changing hands or those pieces are already moving, ask again;
+  //     NOT_PERMITTED: exported by CUDA IPC (another process maps its chunks); NOT_SUPPORTED: guard
+  //     mode, or `to` is Host with spill off; OUT_OF_MEMORY: `to` has no room; INVALID_VALUE: not pool
+  //     memory, not one allocation, or pieces in both tiers.
+  //   copy_move: the copy to the staging mapping, enqueued on `stream` (the caller waits for it).
+  //   commit_move: the new pieces mapped at the address, in place of the old, which go back to their
+  //     tier. Failing, the old mapping stands and the move stays prepared (commit again, or abort).
+  //   abort_move: gives the target back; the old mapping was never touched.
+  // Until the commit or abort, a free of that memory waits (so does exporting it).
+  CUresult prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Move* out);
+  CUresult copy_move(const Move& move, CUstream stream);
+  CUresult commit_move(Move* move);
+  void abort_move(Move* move);
 
   // Pins host chunks into `device`'s reserve until it holds `bytes` (tests, benchmarks: a warm
   // reserve without waiting for the background thread). OUT_OF_MEMORY past UVMPOOL_HOST_LIMIT.

@@ -88,6 +88,11 @@ CUresult DevicePool::free_small(Slab* s, CUdeviceptr p, bool pending) {
     class_lock.unlock();
     class_lock = std::unique_lock(classes_[now].mu.native());
   }
+  if (s->moving.load(std::memory_order_relaxed)) {  // its chunk is changing tier (move.cpp)
+    class_lock.unlock();
+    wait_while_moving(s);
+    return free_small(s, p, pending);
+  }
   SlabClass& c = classes_[cls];
   std::size_t size = 0;
   bool destroy = false;
@@ -151,7 +156,12 @@ void DevicePool::release_slot(Slab* s, std::uint32_t slot) {
   SlabClass& c = classes_[s->cls];
   bool destroy = false;
   {
-    MutexLock lock(c.mu);
+    UniqueMutexLock lock(c.mu);
+    while (s->moving.load(std::memory_order_relaxed)) {  // its chunk is changing tier (move.cpp)
+      lock.unlock();
+      wait_while_moving(s);
+      lock.lock();
+    }
     s->info[slot] = SlotInfo{};
     s->live[slot / 64] &= ~(std::uint64_t{1} << (slot % 64));
     --s->used;
@@ -200,6 +210,7 @@ CUresult DevicePool::new_slab(int cls, Slab** out) {
   if (s->slots % 64 != 0) s->live.back() = ~std::uint64_t{0} << (s->slots % 64);  // no slots past the end
   s->info.assign(s->slots, SlotInfo{});
   s->listed = false;
+  s->exported = false;
   s->prev = s->next = nullptr;
   s->state.store(kLive, std::memory_order_release);
   map_.set(va, chunk_, reinterpret_cast<Entry>(s) | kSlabTag);

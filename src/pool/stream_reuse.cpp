@@ -39,6 +39,12 @@ void DevicePool::note_sync_free(CUcontext context) {
   unfenced_.store(true, std::memory_order_release);
 }
 
+void DevicePool::wait_for_context(CUcontext context) {
+  ScopedContext in(d_, context);
+  if (const CUresult r = d_.cuCtxSynchronize(); r != CUDA_SUCCESS)
+    log::debug("device {}: waiting for the device before a move: error {}", device_, static_cast<int>(r));
+}
+
 void DevicePool::fence_unmap() {
   if (!unfenced_.load(std::memory_order_acquire) || !unfenced_.exchange(false, std::memory_order_acq_rel)) return;
   if (process_exiting()) return;  // the driver may be going away; nothing runs after exit anyway
@@ -73,8 +79,11 @@ bool DevicePool::reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUc
     // The most recently freed first; a large one of exactly the size, else one within_rounding (a
     // mapping a cut rounded up to an extent's end comes back for the size that made it).
     for (auto i = open.rbegin(); i != open.rend(); ++i) {
+      // A mapping being moved is left to the move (move.cpp); its granules change only under mu_
+      // and only while it is claimed, so they are read safely here.
       const bool fits = small ? i->slab != nullptr && i->slab->cls == cls
-                              : i->block != nullptr && within_rounding(i->block->granules, granules);
+                              : i->block != nullptr && within_rounding(i->block->granules, granules) &&
+                                    i->block->state.load(std::memory_order_acquire) == kPending;
       if (!fits) continue;
       if (match == open.end()) match = std::next(i).base();
       if (small || i->block->granules == granules) {
@@ -83,6 +92,10 @@ bool DevicePool::reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUc
       }
     }
     if (match == open.end()) return false;
+    // Published below: Dead meanwhile, so that no move claims it (claim_block leaves Dead alone).
+    if (int pending = kPending; match->block != nullptr && !match->block->state.compare_exchange_strong(pending, kDead, std::memory_order_acq_rel)) {
+      return false;  // a move claimed it since: allocate elsewhere
+    }
     item = *match;
     *match = open.back();
     open.pop_back();
@@ -94,13 +107,15 @@ bool DevicePool::reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUc
     return true;
   }
   Slab* s = item.slab;
+  bool host = false;
   {
     MutexLock lock(classes_[s->cls].mu);
     s->info[item.slot] = SlotInfo{next_buffer_id(), context, static_cast<std::uint32_t>(bytes), false};
+    host = s->chunk.tier == Tier::Host;  // under the lock a move changes it under (move.cpp)
     bump(classes_[s->cls].allocations);
   }
   *out = s->base + static_cast<CUdeviceptr>(item.slot) * s->slot_size;
-  note_allocated(*out, bytes, s->chunk.tier == Tier::Host ? bytes : 0, true);
+  note_allocated(*out, bytes, host ? bytes : 0, true);
   return true;
 }
 
@@ -186,8 +201,19 @@ void DevicePool::seal_stream(CUstream stream) {
 }
 
 void DevicePool::release_pending(const PendingItem& item) {
-  if (item.block != nullptr) {
-    cache_block(item.block);
+  if (Block* b = item.block) {
+    // Cached now; one that is moving is binned when its move ends (move.cpp).
+    for (int state = kPending;;) {
+      const int next = state == kPending ? kCached : kCached | kMoving;
+      if (b->state.compare_exchange_weak(state, next, std::memory_order_acq_rel)) {
+        if (next == kCached) cache_block(b);
+        return;
+      }
+      if (state != kPending && state != (kPending | kMoving)) {
+        log::error("device {}: a mapping freed on a stream was found in state {}; left alone", device_, state);
+        return;
+      }
+    }
   } else {
     release_slot(item.slab, item.slot);
   }

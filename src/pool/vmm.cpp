@@ -118,16 +118,50 @@ CUresult Vmm::map(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chu
   return CUDA_SUCCESS;
 }
 
-void Vmm::unmap(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk_size) const {
+bool Vmm::unmap(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk_size) const {
   PeerAccess::get().forget(va, granules_of(pieces) * chunk_size);
   // One call per piece: each was mapped by its own cuMemMap, and the driver unmaps whole mappings.
   std::size_t at = 0;
+  bool all = true;
   for (const Chunk& c : pieces) {
     const std::size_t bytes = c.granules * chunk_size;
     const CUresult r = d_.cuMemUnmap(va + at, bytes);
-    if (r != CUDA_SUCCESS) log::warn("cuMemUnmap of a pool chunk failed ({})", static_cast<int>(r));
+    if (r != CUDA_SUCCESS) {
+      log::warn("cuMemUnmap of a pool chunk failed ({})", static_cast<int>(r));
+      all = false;
+    }
     at += bytes;
   }
+  return all;
+}
+
+CUresult Vmm::remap(CUdeviceptr va, std::span<const Chunk> old, std::span<const Chunk> fresh,
+                    std::size_t chunk_size) const {
+  // Unmap the old pieces one by one; a refusal maps back those already unmapped (the rest never
+  // stopped being mapped, with their access).
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < old.size(); ++i) {
+    const std::size_t bytes = old[i].granules * chunk_size;
+    PeerAccess::get().forget(va + at, bytes);
+    if (const CUresult r = d_.cuMemUnmap(va + at, bytes); r != CUDA_SUCCESS) {
+      if (i != 0 && map(va, old.first(i), chunk_size) != CUDA_SUCCESS) {
+        log::error("device {}: a failed move could not map back its old chunks at {:#x}", device_, va);
+      }
+      if (PeerAccess::get().grant(d_, device_, va + at, bytes) != CUDA_SUCCESS) {
+        log::warn("device {}: access to {:#x} could not be noted again after a failed move", device_, va + at);
+      }
+      return r;
+    }
+    at += bytes;
+  }
+  // map() maps and sets access all or nothing; failing, the old pieces go back where they were.
+  if (const CUresult r = map(va, fresh, chunk_size); r != CUDA_SUCCESS) {
+    if (map(va, old, chunk_size) != CUDA_SUCCESS) {
+      log::error("device {}: a failed move could not map back its old chunks at {:#x}", device_, va);
+    }
+    return r;
+  }
+  return CUDA_SUCCESS;
 }
 
 }  // namespace uvmpool::pool

@@ -36,6 +36,13 @@ inline std::size_t granules_of(std::span<const Chunk> pieces) {
   return n;
 }
 
+// Granules of a run of pieces that lie in host memory.
+inline std::size_t host_granules_of(std::span<const Chunk> pieces) {
+  std::size_t n = 0;
+  for (const Chunk& c : pieces) n += c.tier == Tier::Host ? c.granules : 0;
+  return n;
+}
+
 class Vmm {
  public:
   Vmm(const driver::Table& driver, int device) : d_(driver), device_(device) {}
@@ -71,9 +78,14 @@ class Vmm {
   // cheaper than one per piece, though its cost still grows with the mappings it covers). All or
   // nothing.
   CUresult map(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk_size) const;
-  // Unmaps the pieces mapped one after another from va. Errors are logged, not returned: there is
-  // nothing left to roll back to.
-  void unmap(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk_size) const;
+  // Unmaps the pieces mapped one after another from va. Errors are logged, not rolled back (there is
+  // nothing to roll back to); false when any piece stayed mapped, so the caller keeps that address
+  // range out of reuse.
+  bool unmap(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk_size) const;
+  // The pieces mapped one after another from va (`old`) replaced by `fresh`, which cover the same
+  // bytes, at the same addresses, with access set as map() sets it: the last step of a move
+  // (move.cpp). All or nothing: a failing step is undone and `old` is mapped there again, as before.
+  CUresult remap(CUdeviceptr va, std::span<const Chunk> old, std::span<const Chunk> fresh, std::size_t chunk_size) const;
 
  private:
   const driver::Table& d_;

@@ -72,6 +72,11 @@ constexpr DeviceField kDeviceFields[] = {
     {"chunks_released", C, K, &DS::chunks_released, "Device chunks given back to the driver (cuMemRelease)"},
     {"spilled_allocations", C, N, &DS::spilled_allocations, "Allocations placed wholly or partly in host memory"},
     {"out_of_memory", C, N, &DS::out_of_memory, "Allocations refused: device and host exhausted (CUDA_ERROR_OUT_OF_MEMORY)"},
+    {"moved_to_device_bytes", C, B, &DS::moved_to_device_bytes, "Bytes moved from host to device memory at their addresses (promoted)"},
+    {"moved_to_host_bytes", C, B, &DS::moved_to_host_bytes, "Bytes moved from device to host memory at their addresses (demoted)"},
+    {"moves", C, N, &DS::moves, "Moves between the tiers committed"},
+    {"moves_failed", C, N, &DS::moves_failed, "Moves refused for want of room or by a failing driver step (the old mapping stood)"},
+    {"moves_in_flight", G, N, &DS::moves_in_flight, "Moves prepared and not yet committed or aborted"},
 };
 
 std::vector<MetricInfo> make_device_infos() {

@@ -1,0 +1,365 @@
+// Moves: pieces of pool memory changing tier (device <-> pinned host) at the same addresses, so every
+// pointer the program holds stays valid. Tiering (promotion ahead of kernels, demotion of cold
+// memory) is built on this; deciding when a move is safe against the program's own work is not
+// the pool's (the caller orders it; the pool only keeps its own structures and figures right).
+//
+// The steps, which the caller sequences (Pool::prepare_move says what each answers):
+//   1. prepare: claim the owner (a mapping: live, cached or freed on a stream; or a slab), take
+//      target pieces in the other tier for the same granules, and map them at a staging address
+//      (one handle may be mapped at two addresses). Refused, nothing is held.
+//   2. copy: cuMemcpyDtoDAsync from the pieces to the staging mapping, on the caller's stream
+//      (a copy engine's), which the caller waits for.
+//   3. commit: unmap the old pieces, map the new ones at the same address and set access
+//      (Vmm::remap, all or nothing: failing, the old mapping is restored and the move stays
+//      prepared); then the staging mapping goes, the old pieces go back to their tier, and
+//      swap_pieces updates the descriptor and every figure.
+//   abort (instead of 3): the target goes back; the old mapping was never touched.
+//
+// Piece shapes: the target is made the way the tier makes memory — on the device whole extents while
+// they fit, chunks for the rest; on the host chunks — so a 32 MiB extent demoted becomes 16 host
+// chunks and may come back as one extent. The mapping's piece boundaries change accordingly; only
+// the range moved is remapped.
+//
+// The claim. A mapping's state gains kMoving: a Live or Pending one by compare-and-swap; a Cached one
+// is first taken out of its bin (withdraw_cached, under mu_, which every other taker of cached
+// mappings holds but the bins' fast path, which withdraw_cached loses to cleanly). Several moves of
+// one mapping may be in flight over disjoint ranges (a large tensor moves as many extents, pipelined):
+// Block::moving lists their ranges, the first claims, the last releases, and a commit finds its
+// pieces again by address, since a commit before it may have split an extent into chunks. While claimed:
+//   - a free (cuMemFree, cuMemFreeAsync) of it waits for the move to end (wait_while_moving);
+//   - a mapping freed on a stream whose work completes becomes Cached | kMoving, and end_move bins it;
+//   - stream-ordered reuse and exporting to CUDA IPC skip or wait for it.
+// A slab's claim is its `moving` flag under its class lock; it leaves its class's list, so no slot is
+// handed out from it, and frees of its slots wait. Memory exported by CUDA IPC never moves: another
+// process maps its handles.
+//
+// Figures: cached figures are withdrawn with the mapping and added back by cache_block when it is
+// binned again, from its new pieces; everything else a move changes (host chunks mapped, live bytes
+// in host memory and their peaks, bytes moved) changes in swap_pieces, from the pieces themselves, so
+// check_invariants keeps adding up after any sequence of moves and frees.
+//
+// Locks: mu_ across prepare, commit and abort (the descriptors' pieces change only under it), then a
+// bin, class or spilled_mu_ lock inside, as everywhere in the pool; move_mu_ (a leaf) only to wait.
+#include <algorithm>
+
+#include "config/log.h"
+#include "pool/device_pool.h"
+
+namespace uvmpool::pool {
+CUresult DevicePool::prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Move* m) {
+  // Guard mode unmaps every free at once and keeps each allocation its own mapping: not worth moving.
+  if (config_.guard || (to == Tier::Host && !host_)) return CUDA_ERROR_NOT_SUPPORTED;
+  MutexLock lock(mu_);
+  const Entry e = map_.lookup(p);  // again, under mu_: mappings are cut and joined only under it
+  Block* b = as_block(e);
+  Slab* s = as_slab(e);
+  if (e == 0 || (b != nullptr && b->owner != this) || (s != nullptr && s->owner != this)) return CUDA_ERROR_INVALID_VALUE;
+  if (const CUresult r = b != nullptr ? claim_block(b) : claim_slab(s); r != CUDA_SUCCESS) return r;
+  const std::span<const Chunk> pieces = b != nullptr ? std::span<const Chunk>(b->chunks) : std::span<const Chunk>(&s->chunk, 1);
+  const CUdeviceptr base = b != nullptr ? b->base : s->base;
+  const CUdeviceptr end = base + granules_of(pieces) * chunk_;
+  const auto refuse = [&](CUresult r) UVMPOOL_REQUIRES(mu_) {
+    end_move(e);
+    *m = Move{};
+    return r;
+  };
+  if (bytes > end - p) return refuse(CUDA_ERROR_INVALID_VALUE);  // past the mapping: not one allocation
+
+  // The pieces that hold any of [p, p + bytes).
+  std::size_t first = pieces.size(), count = 0;
+  CUdeviceptr at = base, from = 0;
+  for (std::size_t i = 0; i < pieces.size() && at < p + bytes; ++i) {
+    const CUdeviceptr next = at + pieces[i].granules * chunk_;
+    if (next > p) {
+      if (first == pieces.size()) {
+        first = i;
+        from = at;
+      }
+      ++count;
+    }
+    at = next;
+  }
+  const std::span<const Chunk> moving = pieces.subspan(first, count);  // count > 0: p lies in the mapping
+  const Tier tier = moving.front().tier;
+  if (std::any_of(moving.begin(), moving.end(), [tier](const Chunk& c) { return c.tier != tier; })) {
+    return refuse(CUDA_ERROR_INVALID_VALUE);  // both tiers: the caller moves one run at a time
+  }
+  m->address = from;
+  m->bytes = static_cast<std::size_t>(at - from);
+  m->to = to;
+  m->device = device_;
+  if (b != nullptr && std::any_of(b->moving.begin(), b->moving.end(), [&](const auto& range) {
+        return range.first < from + m->bytes && from < range.first + range.second;
+      })) {
+    return refuse(CUDA_ERROR_NOT_READY);  // those pieces are moving already
+  }
+  if (tier == to) {  // already there: nothing to do, nothing held
+    end_move(e);
+    return CUDA_SUCCESS;
+  }
+  m->owner = e;
+  CUresult r = take_target(m->bytes / chunk_, to, &m->target);
+  if (r == CUDA_SUCCESS) {
+    r = take_range(m->bytes, &m->staging);
+    if (r != CUDA_SUCCESS) m->staging = 0;
+  }
+  if (r == CUDA_SUCCESS) {
+    r = vmm_.map(m->staging, m->target, chunk_);
+    if (r != CUDA_SUCCESS) {
+      ranges_.give_back(m->staging, m->bytes);
+      m->staging = 0;
+    }
+  }
+  if (r != CUDA_SUCCESS) {
+    return_chunks(m->target);
+    moves_failed_.fetch_add(1, std::memory_order_relaxed);
+    log::debug("device {}: a move of {} bytes at {:#x} to the {} tier refused ({})", device_, m->bytes, m->address,
+               to == Tier::Host ? "host" : "device", static_cast<int>(r));
+    return refuse(r);
+  }
+  if (b != nullptr) b->moving.emplace_back(m->address, m->bytes);
+  moves_in_flight_.fetch_add(1, std::memory_order_relaxed);
+  return CUDA_SUCCESS;
+}
+
+CUresult DevicePool::copy_move(const Move& m, CUstream stream) {
+  return d_.cuMemcpyDtoDAsync_v2(m.staging, m.address, m.bytes, stream);
+}
+
+CUresult DevicePool::commit_move(Move* m) {
+  MutexLock lock(mu_);
+  // The pieces at the move's range, found again: other moves of the same mapping (of other ranges)
+  // may have changed the pieces before them since.
+  Block* b = as_block(m->owner);
+  const std::span<const Chunk> pieces = b != nullptr ? std::span<const Chunk>(b->chunks) : std::span<const Chunk>(&as_slab(m->owner)->chunk, 1);
+  CUdeviceptr at = b != nullptr ? b->base : as_slab(m->owner)->base;
+  std::size_t first = 0, count = 0;
+  while (at < m->address) at += pieces[first++].granules * chunk_;
+  while (at < m->address + m->bytes) at += pieces[first + count++].granules * chunk_;
+  const std::vector<Chunk> old(pieces.begin() + static_cast<std::ptrdiff_t>(first),
+                               pieces.begin() + static_cast<std::ptrdiff_t>(first + count));
+  fence_move(m->owner);
+  if (const CUresult r = vmm_.remap(m->address, old, m->target, chunk_); r != CUDA_SUCCESS) {
+    moves_failed_.fetch_add(1, std::memory_order_relaxed);
+    log::warn("device {}: a move of {} bytes at {:#x} failed at its remap ({}); the old mapping stands", device_,
+              m->bytes, m->address, static_cast<int>(r));
+    return r;  // still prepared: commit again or abort
+  }
+  drop_staging(*m);
+  swap_pieces(*m, first, old);
+  return_chunks(old);
+  forget_range(*m);
+  end_move(m->owner);
+  moves_in_flight_.fetch_sub(1, std::memory_order_relaxed);
+  moves_.fetch_add(1, std::memory_order_relaxed);
+  m->staging = 0;
+  m->target.clear();
+  return CUDA_SUCCESS;
+}
+
+void DevicePool::abort_move(Move* m) {
+  MutexLock lock(mu_);
+  drop_staging(*m);
+  return_chunks(m->target);
+  forget_range(*m);
+  end_move(m->owner);
+  moves_in_flight_.fetch_sub(1, std::memory_order_relaxed);
+  m->staging = 0;
+  m->target.clear();
+}
+
+void DevicePool::drop_staging(const Move& m) {
+  if (vmm_.unmap(m.staging, m.target, chunk_)) {
+    ranges_.give_back(m.staging, m.bytes);
+  } else {
+    // Still mapped there: the range stays out of use (a later mapping would collide with it).
+    log::warn("device {}: a move's staging range at {:#x} stays reserved, unused", device_, m.staging);
+  }
+}
+
+CUresult DevicePool::claim_block(Block* b) {
+  for (int state = b->state.load(std::memory_order_acquire);;) {
+    // Moves of other ranges of it are under way: this one joins their claim (prepare_move checks that
+    // the ranges do not overlap). kMoving is set and cleared only under mu_, held here.
+    if ((state & kMoving) != 0) return CUDA_SUCCESS;
+    if (state == kLive || state == kPending) {
+      if (!b->state.compare_exchange_weak(state, state | kMoving, std::memory_order_acq_rel)) continue;
+    } else if (state == kCached) {
+      if (!withdraw_cached(b)) return CUDA_ERROR_NOT_READY;  // an allocation is taking it
+      b->state.store(kCached | kMoving, std::memory_order_release);
+    } else if (state == kQuarantined) {
+      return CUDA_ERROR_NOT_PERMITTED;  // freed in a graph capture: the graph may run it, never remapped
+    } else {
+      return CUDA_ERROR_NOT_READY;  // being built or published (Dead until then)
+    }
+    break;
+  }
+  if (b->exported) {
+    end_move(reinterpret_cast<Entry>(b));
+    return CUDA_ERROR_NOT_PERMITTED;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult DevicePool::claim_slab(Slab* s) {
+  SlabClass& c = classes_[s->cls];  // fixed while mu_ is held: only new_slab changes it
+  MutexLock lock(c.mu);
+  if (s->state.load(std::memory_order_relaxed) != kLive) return CUDA_ERROR_NOT_READY;
+  if (s->moving.load(std::memory_order_relaxed)) return CUDA_ERROR_NOT_READY;
+  if (s->exported) return CUDA_ERROR_NOT_PERMITTED;
+  s->moving.store(true, std::memory_order_relaxed);
+  if (s->listed) {
+    if (s->prev != nullptr) s->prev->next = s->next;
+    if (s->next != nullptr) s->next->prev = s->prev;
+    if (c.head == s) c.head = s->next;
+    s->prev = s->next = nullptr;
+    s->listed = false;
+  }
+  if (s->used == 0) {
+    --c.empty;
+    count_cached(s, -1);
+  }
+  return CUDA_SUCCESS;
+}
+
+void DevicePool::end_move(Entry owner) {
+  if (Slab* s = as_slab(owner)) {
+    SlabClass& c = classes_[s->cls];
+    MutexLock lock(c.mu);
+    s->moving.store(false, std::memory_order_relaxed);
+    if (s->used < s->slots) {
+      s->prev = nullptr;
+      s->next = c.head;
+      if (c.head != nullptr) c.head->prev = s;
+      c.head = s;
+      s->listed = true;
+    }
+    if (s->used == 0) {
+      ++c.empty;
+      count_cached(s, +1);
+    }
+  } else {
+    Block* b = as_block(owner);
+    if (!b->moving.empty()) return;  // other moves of it go on: the claim stays
+    int state = b->state.load(std::memory_order_acquire);
+    while (!b->state.compare_exchange_weak(state, state & ~kMoving, std::memory_order_acq_rel)) {
+    }
+    if (base_state(state) == kCached) cache_block(b);  // withdrawn, or freed on a stream meanwhile
+  }
+  { MutexLock lock(move_mu_); }  // a waiter has either seen the claim gone or is waiting: wake it
+  move_cv_.notify_all();
+}
+
+bool DevicePool::withdraw_cached(Block* b) {
+  if (b->host_chunks == 0) {
+    if (!unbin(b)) return false;
+    chunks_cached_.fetch_sub(b->granules, std::memory_order_relaxed);
+    return true;
+  }
+  const bool host_only = b->host_chunks == b->granules;
+  {
+    MutexLock lock(spilled_mu_);
+    auto& bin = host_only ? host_bin_ : spilled_bin_;
+    auto [first, last] = bin.equal_range(b->granules);
+    const auto it = std::find_if(first, last, [b](const auto& kv) { return kv.second == b; });
+    if (it == last) return false;
+    bin.erase(it);
+  }
+  if (host_only) {
+    host_->premapped(-static_cast<std::ptrdiff_t>(b->granules));
+  } else {
+    host_cached_.fetch_sub(b->host_chunks, std::memory_order_relaxed);
+    chunks_cached_.fetch_sub(b->granules - b->host_chunks, std::memory_order_relaxed);
+  }
+  return true;
+}
+
+CUresult DevicePool::take_target(std::size_t n, Tier tier, std::vector<Chunk>* out) {
+  out->clear();
+  if (tier == Tier::Device) {
+    // Idle device memory first, then growth within the budget: as an allocation would.
+    if (take_device_chunks(n, true) < n) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (pull_device_pieces(n, out) < n) {  // the driver refused a step
+      return_chunks(*out);
+      out->clear();
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+  }
+  if (host_->size() < n) unmap_host_runs(n);
+  CUresult r = host_->take(n, out);
+  if (r != CUDA_SUCCESS && evict_spilled(false) != 0) r = host_->take(n, out);
+  if (r != CUDA_SUCCESS) out->clear();
+  return r == CUDA_SUCCESS ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+void DevicePool::fence_move(Entry owner) {
+  // Memory the program freed may still be used by work queued before the free (the pool's frees do
+  // not wait): as before any unmap, wait for it. Live memory is the caller's to order.
+  CUcontext pending = nullptr;
+  if (Block* b = as_block(owner)) {
+    const int state = base_state(b->state.load(std::memory_order_acquire));
+    if (state == kLive) return;
+    if (state == kPending) pending = b->context.load(std::memory_order_relaxed);
+  } else {
+    Slab* s = as_slab(owner);
+    MutexLock lock(classes_[s->cls].mu);
+    for (std::uint32_t i = 0; i < s->slots && pending == nullptr; ++i) {
+      if (s->info[i].pending) pending = s->info[i].context;
+    }
+  }
+  fence_unmap();
+  if (pending != nullptr) wait_for_context(pending);
+}
+
+void DevicePool::forget_range(const Move& m) {
+  if (Block* b = as_block(m.owner)) {
+    std::erase_if(b->moving, [&m](const auto& range) { return range.first == m.address; });
+  }
+}
+
+void DevicePool::swap_pieces(const Move& m, std::size_t first, std::span<const Chunk> old) {
+  const std::ptrdiff_t host_delta = static_cast<std::ptrdiff_t>(host_granules_of(m.target)) - static_cast<std::ptrdiff_t>(host_granules_of(old));
+  std::int64_t live_host_delta = 0;
+  if (Block* b = as_block(m.owner)) {
+    const bool live = base_state(b->state.load(std::memory_order_acquire)) == kLive;
+    const std::size_t size = b->size.load(std::memory_order_relaxed);
+    const std::uint64_t before = live ? host_bytes_of(b, size, chunk_) : 0;
+    const auto at = b->chunks.begin() + static_cast<std::ptrdiff_t>(first);
+    b->chunks.erase(at, at + static_cast<std::ptrdiff_t>(old.size()));
+    b->chunks.insert(b->chunks.begin() + static_cast<std::ptrdiff_t>(first), m.target.begin(), m.target.end());
+    b->host_chunks = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(b->host_chunks) + host_delta);
+    if (live) live_host_delta = static_cast<std::int64_t>(host_bytes_of(b, size, chunk_)) - static_cast<std::int64_t>(before);
+  } else {
+    Slab* s = as_slab(m.owner);
+    MutexLock lock(classes_[s->cls].mu);  // free_small reads the chunk's tier under it
+    std::uint64_t live = 0;
+    for (std::uint32_t i = 0; i < s->slots; ++i) {
+      if (((s->live[i / 64] >> (i % 64)) & 1) != 0 && !s->info[i].pending) live += s->info[i].size;
+    }
+    s->chunk = m.target.front();
+    live_host_delta = m.to == Tier::Host ? static_cast<std::int64_t>(live) : -static_cast<std::int64_t>(live);
+  }
+  host_mapped_.fetch_add(static_cast<std::uint64_t>(host_delta), std::memory_order_relaxed);
+  const std::uint64_t live_host =
+      live_host_bytes_.fetch_add(static_cast<std::uint64_t>(live_host_delta), std::memory_order_relaxed) +
+      static_cast<std::uint64_t>(live_host_delta);
+  (m.to == Tier::Device ? moved_to_device_ : moved_to_host_).fetch_add(m.bytes, std::memory_order_relaxed);
+  if (counters_) {
+    const std::uint64_t live = live_bytes_.load(std::memory_order_relaxed);
+    raise_peak(peak_live_host_, live_host);
+    raise_peak(peak_live_device_, live > live_host ? live - live_host : 0);
+  }
+}
+
+void DevicePool::wait_while_moving(const Block* b) {
+  UniqueMutexLock lock(move_mu_);
+  move_cv_.wait(lock.native(), [b] { return (b->state.load(std::memory_order_acquire) & kMoving) == 0; });
+}
+
+void DevicePool::wait_while_moving(const Slab* s) {
+  UniqueMutexLock lock(move_mu_);
+  move_cv_.wait(lock.native(), [s] { return !s->moving.load(std::memory_order_acquire); });
+}
+
+}  // namespace uvmpool::pool

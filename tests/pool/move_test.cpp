@@ -1,0 +1,614 @@
+// Moves between the tiers at the same address (pool.h: prepare_move, copy_move, commit_move,
+// abort_move; src/pool/move.cpp). Every kind of piece — a live allocation or part of it, a cached
+// mapping, a mapping freed on a stream, a slab, an extent, a mapping already in both tiers — moves
+// with its bytes intact; refusals and driver failures at every step leave the old mapping as it was;
+// frees wait for a move; the per-tier figures add up (check_invariants) after any sequence.
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "spill_test.h"
+
+namespace pooltest {
+namespace {
+
+using uvmpool::pool::Move;
+using uvmpool::pool::Tier;
+
+class Moves : public SpillTest {
+ protected:
+  void SetUp() override {
+    SpillTest::SetUp();
+    if (HasFatalFailure()) return;
+    ASSERT_CU(drv().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  }
+  void TearDown() override {
+    if (stream != nullptr) drv().cuStreamDestroy_v2(stream);
+    SpillTest::TearDown();
+  }
+
+  // The steps in order, the copy waited for; a failing copy or commit aborts.
+  CUresult move(Pool& pool, CUdeviceptr p, std::size_t bytes, Tier to) {
+    Move m;
+    CUresult r = pool.prepare_move(p, bytes, to, &m);
+    if (r != CUDA_SUCCESS) return r;
+    r = pool.copy_move(m, stream);
+    if (r == CUDA_SUCCESS) r = drv().cuStreamSynchronize(stream);
+    if (r == CUDA_SUCCESS) r = pool.commit_move(&m);
+    if (r != CUDA_SUCCESS) pool.abort_move(&m);
+    return r;
+  }
+
+  CUstream stream = nullptr;
+};
+
+TEST_F(Moves, ALiveAllocationGoesToHostAndBackWithItsBytes) {
+  auto pool = make_pool(spill_config(128 * kMiB));
+  pool->stop_background();
+  const std::size_t bytes = 8 * gran;
+  const CUdeviceptr p = must_allocate(*pool, bytes);
+  fill(p, bytes, 1);
+  ASSERT_EQ(tiers(p, bytes, gran), "DDDDDDDD");
+
+  ASSERT_CU(move(*pool, p, bytes, Tier::Host));
+  EXPECT_EQ(tiers(p, bytes, gran), "HHHHHHHH");
+  EXPECT_TRUE(holds(p, bytes, 1));
+  DeviceStats s = pool->stats(0);
+  EXPECT_EQ(s.live_host_bytes, bytes);
+  EXPECT_EQ(s.moved_to_host_bytes, bytes);
+  EXPECT_EQ(s.moves, 1u);
+  EXPECT_EQ(s.moves_in_flight, 0u);
+  EXPECT_EQ(pool->check_invariants(), "");
+  ASSERT_EQ(pool->find(p + bytes - 1)->base, p) << "the allocation is still one, at its address";
+
+  ASSERT_CU(move(*pool, p, bytes, Tier::Device));
+  EXPECT_EQ(tiers(p, bytes, gran), "DDDDDDDD");
+  EXPECT_TRUE(holds(p, bytes, 1));
+  s = pool->stats(0);
+  EXPECT_EQ(s.live_host_bytes, 0u);
+  EXPECT_EQ(s.moved_to_device_bytes, bytes);
+  EXPECT_EQ(s.peak_live_host_bytes, bytes);
+  EXPECT_EQ(pool->check_invariants(), "");
+  must_free(*pool, p);
+  EXPECT_EQ(pool->check_invariants(), "");
+}
+
+TEST_F(Moves, PartOfAnAllocationMovesAndTheHostFigureIsExact) {
+  auto pool = make_pool(spill_config(128 * kMiB));
+  pool->stop_background();
+  const std::size_t bytes = 7 * gran + 12345;  // the last chunk partly used
+  const CUdeviceptr p = must_allocate(*pool, bytes);
+  fill(p, bytes, 2);
+
+  // Any byte of a piece moves the whole piece: [2 gran + 100, 4 gran + 100) touches pieces 2, 3, 4.
+  ASSERT_CU(move(*pool, p + 2 * gran + 100, 2 * gran, Tier::Host));
+  EXPECT_EQ(tiers(p, bytes, gran), "DDHHHDDD");
+  EXPECT_EQ(pool->stats(0).live_host_bytes, 3 * gran);
+  ASSERT_CU(move(*pool, p + 7 * gran, 1, Tier::Host));  // the partly used last chunk
+  EXPECT_EQ(tiers(p, bytes, gran), "DDHHHDDH");
+  EXPECT_EQ(pool->stats(0).live_host_bytes, 3 * gran + 12345);
+  EXPECT_TRUE(holds(p, bytes, 2));
+  EXPECT_EQ(pool->check_invariants(), "");
+
+  ASSERT_CU(move(*pool, p + 3 * gran, gran, Tier::Device));  // a device piece between host ones
+  EXPECT_EQ(tiers(p, bytes, gran), "DDHDHDDH");
+  EXPECT_EQ(pool->stats(0).live_host_bytes, 2 * gran + 12345);
+  EXPECT_TRUE(holds(p, bytes, 2));
+  EXPECT_EQ(pool->check_invariants(), "");
+
+  must_free(*pool, p);  // a mapping in both tiers, cached as such
+  DeviceStats s = pool->stats(0);
+  EXPECT_EQ(s.live_host_bytes, 0u);
+  EXPECT_EQ(s.host_chunks_cached, 3u);
+  EXPECT_EQ(pool->check_invariants(), "");
+  const CUdeviceptr q = must_allocate(*pool, bytes);
+  fill(q, bytes, 3);
+  EXPECT_TRUE(holds(q, bytes, 3));
+  EXPECT_EQ(pool->check_invariants(), "");
+  must_free(*pool, q);
+}
+
+TEST_F(Moves, AMixedRangeIsRefusedAndOneAlreadyThereIsNothingToDo) {
+  auto pool = make_pool(spill_config(128 * kMiB));
+  pool->stop_background();
+  const CUdeviceptr p = must_allocate(*pool, 4 * gran);
+  ASSERT_CU(move(*pool, p + gran, gran, Tier::Host));
+  Move m;
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, pool->prepare_move(p, 2 * gran, Tier::Host, &m)) << " (pieces in both tiers)";
+  EXPECT_EQ(m.staging, 0u);
+  ASSERT_CU(pool->prepare_move(p + 2 * gran, 2 * gran, Tier::Device, &m));
+  EXPECT_EQ(m.staging, 0u) << "already on the device: nothing prepared";
+  EXPECT_EQ(m.address, p + 2 * gran);
+  EXPECT_EQ(m.bytes, 2 * gran);
+  EXPECT_CU(pool->commit_move(&m));
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, pool->prepare_move(p, 5 * gran, Tier::Device, &m)) << " (past the mapping)";
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, pool->prepare_move(p, 0, Tier::Device, &m));
+  EXPECT_EQ(pool->stats(0).moves_in_flight, 0u);
+  EXPECT_EQ(pool->check_invariants(), "");
+  must_free(*pool, p);
+}
+
+TEST_F(Moves, ForeignMemoryIsRefused) {
+  auto pool = make_pool(spill_config(128 * kMiB));
+  CUdeviceptr native = 0;
+  ASSERT_CU(drv().cuMemAlloc_v2(&native, gran));
+  Move m;
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, pool->prepare_move(native, gran, Tier::Host, &m));
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, pool->prepare_move(0x1000, gran, Tier::Host, &m));
+  EXPECT_CU(drv().cuMemFree_v2(native));
+}
+
+TEST_F(Moves, SeveralRangesOfOneMappingMoveAtOnce) {
+  auto pool = make_pool(spill_config(128 * kMiB));
+  pool->stop_background();
+  const std::size_t bytes = 6 * gran;
+  const CUdeviceptr p = must_allocate(*pool, bytes);
+  fill(p, bytes, 8);
+  std::vector<Move> moves(3);
+  for (std::size_t i = 0; i < moves.size(); ++i) ASSERT_CU(pool->prepare_move(p + 2 * i * gran, gran, Tier::Host, &moves[i]));
+  EXPECT_EQ(pool->stats(0).moves_in_flight, 3u);
+  for (const Move& m : moves) ASSERT_CU(pool->copy_move(m, stream));
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  // Out of order: each finds its pieces again by address.
+  ASSERT_CU(pool->commit_move(&moves[2]));
+  pool->abort_move(&moves[1]);
+  ASSERT_CU(pool->commit_move(&moves[0]));
+  EXPECT_EQ(tiers(p, bytes, gran), "HDDDHD");
+  EXPECT_TRUE(holds(p, bytes, 8));
+  EXPECT_EQ(pool->stats(0).moves_in_flight, 0u);
+  EXPECT_EQ(pool->stats(0).live_host_bytes, 2 * gran);
+  EXPECT_EQ(pool->check_invariants(), "");
+  must_free(*pool, p);  // the claim ended with the last move: the free does not wait
+  EXPECT_EQ(pool->check_invariants(), "");
+}
+
+TEST_F(Moves, AnExtentGoesToHostAsChunksAndComesBackAsAnExtent) {
+  PoolConfig config = spill_config(128 * kMiB);
+  config.extent_size = 32 * kMiB;
+  auto pool = make_pool(config);
+  pool->stop_background();
+  const std::size_t bytes = 64 * kMiB;
+  const CUdeviceptr p = must_allocate(*pool, bytes);
+  fill(p, bytes, 4);
+  ASSERT_EQ(pool->stats(0).extents_held, 2u);
+
+  ASSERT_CU(move(*pool, p + 40 * kMiB, 1, Tier::Host));  // one byte of the second extent: all of it
+  EXPECT_EQ(tiers(p, bytes, gran), std::string(16, 'D') + std::string(16, 'H'));
+  EXPECT_TRUE(holds(p, bytes, 4));
+  DeviceStats s = pool->stats(0);
+  EXPECT_EQ(s.moved_to_host_bytes, 32 * kMiB);
+  EXPECT_EQ(s.live_host_bytes, 32 * kMiB);
+  EXPECT_EQ(s.chunks_free, 16u) << "the extent is the pool's again, free";
+  EXPECT_EQ(pool->check_invariants(), "");
+
+  // Back: sixteen host chunks make one range again, served by the free extent.
+  ASSERT_CU(move(*pool, p + 32 * kMiB, 32 * kMiB, Tier::Device));
+  EXPECT_EQ(tiers(p, bytes, gran), std::string(32, 'D'));
+  EXPECT_TRUE(holds(p, bytes, 4));
+  s = pool->stats(0);
+  EXPECT_EQ(s.extents_held, 2u);
+  EXPECT_EQ(s.chunks_free, 0u);
+  EXPECT_EQ(pool->check_invariants(), "");
+  must_free(*pool, p);
+}
+
+TEST_F(Moves, ACachedMappingMovesAndServesTheNextAllocation) {
+  auto pool = make_pool(spill_config(128 * kMiB));
+  pool->stop_background();
+  const std::size_t bytes = 8 * gran;
+  const CUdeviceptr p = must_allocate(*pool, bytes);
+  must_free(*pool, p);
+  ASSERT_EQ(pool->stats(0).chunks_cached, 8u);
+
+  ASSERT_CU(move(*pool, p, bytes, Tier::Host));
+  DeviceStats s = pool->stats(0);
+  EXPECT_EQ(s.chunks_cached, 0u);
+  EXPECT_EQ(s.host_chunks_premapped, 8u) << "a cached mapping wholly in host memory is a host run";
+  EXPECT_EQ(tiers(p, bytes, gran), "HHHHHHHH");
+  EXPECT_EQ(pool->check_invariants(), "");
+
+  ASSERT_CU(move(*pool, p, bytes, Tier::Device));
+  s = pool->stats(0);
+  EXPECT_EQ(s.chunks_cached, 8u);
+  EXPECT_EQ(s.host_chunks_premapped, 0u);
+  EXPECT_EQ(pool->check_invariants(), "");
+  const std::uint64_t hits = s.cache_hits;
+  const CUdeviceptr q = must_allocate(*pool, bytes);
+  EXPECT_EQ(q, p) << "the moved mapping serves the same size again";
+  EXPECT_EQ(pool->stats(0).cache_hits, hits + 1);
+  EXPECT_EQ(tiers(q, bytes, gran), "DDDDDDDD");
+  EXPECT_EQ(pool->check_invariants(), "");
+  must_free(*pool, q);
+}
+
+TEST_F(Moves, AMappingFreedOnAStreamMovesAndIsCachedWhenItsWorkEnds) {
+  REQUIRE_SIM_CONTROL(hold_stream, "uvmpool_sim_hold_stream");
+  auto pool = make_pool(spill_config(128 * kMiB));
+  pool->stop_background();
+  CUstream a = nullptr;
+  ASSERT_CU(drv().cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+  const std::size_t bytes = 8 * gran;
+  CUdeviceptr p = 0;
+  ASSERT_CU(pool->allocate_async(&p, bytes, a));
+  hold_stream(a, true);
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  ASSERT_EQ(pool->deallocate_async(p, a, &r), Ownership::Ours);
+  ASSERT_CU(r);
+
+  Move m;
+  ASSERT_CU(pool->prepare_move(p, bytes, Tier::Host, &m));
+  ASSERT_CU(pool->copy_move(m, stream));
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  // The freeing stream's work ends while the mapping moves: an allocation elsewhere collects it, and
+  // must not be given it.
+  hold_stream(a, false);
+  const CUdeviceptr q = must_allocate(*pool, bytes);
+  EXPECT_NE(q, p) << "a mapping being moved was handed out";
+  ASSERT_CU(pool->commit_move(&m));
+  EXPECT_EQ(tiers(p, bytes, gran), "HHHHHHHH");
+  EXPECT_EQ(pool->stats(0).host_chunks_premapped, 8u) << "cached when the move ended, as a host run";
+  EXPECT_EQ(pool->check_invariants(), "");
+  must_free(*pool, q);
+  EXPECT_EQ(pool->check_invariants(), "");
+  drv().cuStreamDestroy_v2(a);
+}
+
+TEST_F(Moves, ASlabMovesWithEveryLiveSlotAndKeepsServing) {
+  auto pool = make_pool(spill_config(128 * kMiB));
+  pool->stop_background();
+  constexpr std::size_t kSlot = 4 * kKiB;
+  std::vector<CUdeviceptr> slots;
+  for (int i = 0; i < 20; ++i) {
+    slots.push_back(must_allocate(*pool, kSlot));
+    fill(slots.back(), kSlot, 100 + i);
+  }
+  for (CUdeviceptr s : slots) ASSERT_EQ(s / gran, slots[0] / gran) << "one slab";
+  for (int i = 0; i < 5; ++i) must_free(*pool, slots[i]);
+
+  ASSERT_CU(move(*pool, slots[10], 1, Tier::Host));
+  EXPECT_EQ(tiers(slots[10], 1, gran), "H");
+  for (int i = 5; i < 20; ++i) EXPECT_TRUE(holds(slots[i], kSlot, 100 + i)) << i;
+  EXPECT_EQ(pool->stats(0).live_host_bytes, 15 * kSlot);
+  EXPECT_EQ(pool->check_invariants(), "");
+
+  const CUdeviceptr more = must_allocate(*pool, kSlot);
+  EXPECT_EQ(more / gran, slots[0] / gran) << "the slab serves slots again after its move";
+  EXPECT_EQ(pool->stats(0).live_host_bytes, 16 * kSlot);
+  must_free(*pool, more);
+
+  ASSERT_CU(move(*pool, slots[19], kSlot, Tier::Device));
+  EXPECT_EQ(tiers(slots[10], 1, gran), "D");
+  for (int i = 5; i < 20; ++i) EXPECT_TRUE(holds(slots[i], kSlot, 100 + i)) << i;
+  EXPECT_EQ(pool->stats(0).live_host_bytes, 0u);
+  for (int i = 5; i < 20; ++i) must_free(*pool, slots[i]);
+  EXPECT_EQ(pool->check_invariants(), "");
+}
+
+TEST_F(Moves, RefusedWhenExportedDuringAnotherMoveOrWithSpillOff) {
+  auto pool = make_pool(spill_config(128 * kMiB));
+  pool->stop_background();
+  const CUdeviceptr p = must_allocate(*pool, 2 * gran);
+  const CUdeviceptr exported = must_allocate(*pool, 2 * gran);
+  ASSERT_TRUE(pool->chunks_of(exported).has_value());  // what CUDA IPC's export does
+  Move m, other;
+  EXPECT_CU_EQ(CUDA_ERROR_NOT_PERMITTED, pool->prepare_move(exported, gran, Tier::Host, &m));
+  ASSERT_CU(pool->prepare_move(p, gran, Tier::Host, &m));
+  EXPECT_CU_EQ(CUDA_ERROR_NOT_READY, pool->prepare_move(p + 100, 10, Tier::Host, &other)) << " (already moving)";
+  EXPECT_EQ(pool->stats(0).moves_in_flight, 1u);
+  pool->abort_move(&m);
+  EXPECT_EQ(pool->stats(0).moves_in_flight, 0u);
+  EXPECT_EQ(tiers(p, 2 * gran, gran), "DD");
+  EXPECT_EQ(pool->check_invariants(), "");
+  must_free(*pool, p);
+  must_free(*pool, exported);
+
+  auto no_spill = make_pool(limited_config(64 * kMiB));
+  const CUdeviceptr q = must_allocate(*no_spill, gran);
+  EXPECT_CU_EQ(CUDA_ERROR_NOT_SUPPORTED, no_spill->prepare_move(q, gran, Tier::Host, &m));
+  must_free(*no_spill, q);
+}
+
+TEST_F(Moves, NoRoomInTheTargetTierIsOutOfMemoryAndChangesNothing) {
+  const std::size_t budget = 32 * kMiB;
+  auto pool = make_pool(spill_config(budget));
+  pool->stop_background();
+  const CUdeviceptr full = must_allocate(*pool, room(budget));  // the device, all of it
+  const CUdeviceptr spilled = must_allocate(*pool, 2 * gran);    // on the host
+  ASSERT_EQ(tiers(spilled, 2 * gran, gran), "HH");
+  fill(spilled, 2 * gran, 5);
+  EXPECT_CU_EQ(CUDA_ERROR_OUT_OF_MEMORY, move(*pool, spilled, 2 * gran, Tier::Device));
+  EXPECT_EQ(tiers(spilled, 2 * gran, gran), "HH");
+  EXPECT_TRUE(holds(spilled, 2 * gran, 5));
+  DeviceStats s = pool->stats(0);
+  EXPECT_EQ(s.moves_failed, 1u);
+  EXPECT_EQ(s.moves_in_flight, 0u);
+  EXPECT_EQ(pool->check_invariants(), "");
+  // Room made by demoting part of the other: the promotion now fits.
+  ASSERT_CU(move(*pool, full, 2 * gran, Tier::Host));
+  ASSERT_CU(move(*pool, spilled, 2 * gran, Tier::Device));
+  EXPECT_EQ(tiers(spilled, 2 * gran, gran), "DD");
+  EXPECT_TRUE(holds(spilled, 2 * gran, 5));
+  EXPECT_EQ(pool->check_invariants(), "");
+  must_free(*pool, full);
+  must_free(*pool, spilled);
+  CUresult r = CUDA_SUCCESS;
+  EXPECT_EQ(pool->deallocate(spilled, &r), Ownership::Ours);
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, r) << " (a double free after a move is still one)";
+}
+
+// A free that meets a moving allocation waits for the move to end, then frees it.
+class MoveWait : public Moves, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(MoveWait, AFreeWaitsForTheMove) {
+  const std::string kind = GetParam();
+  auto pool = make_pool(spill_config(128 * kMiB));
+  pool->stop_background();
+  const std::size_t bytes = kind == "slot" ? 4 * kKiB : 4 * gran;
+  const CUdeviceptr p = must_allocate(*pool, bytes);
+  Move m;
+  ASSERT_CU(pool->prepare_move(p, bytes, Tier::Host, &m));
+  std::atomic<bool> done{false};
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  std::thread t([&] {
+    drv().cuCtxSetCurrent(ctx);
+    const Ownership o = kind == "async" ? pool->deallocate_async(p, stream, &r) : pool->deallocate(p, &r);
+    EXPECT_EQ(o, Ownership::Ours);
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(done.load()) << "the free did not wait for the move";
+  ASSERT_CU(pool->copy_move(m, stream));
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  ASSERT_CU(pool->commit_move(&m));
+  t.join();
+  EXPECT_CU(r);
+  EXPECT_EQ(pool->stats(0).live_bytes, 0u);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(pool->check_invariants(), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, MoveWait, ::testing::Values("large", "async", "slot"),
+                         [](const auto& info) { return std::string(info.param); });
+
+// A driver failure at every call a move makes, in each direction: the move fails with the error or
+// survives it; failing, the old mapping stands with its bytes, nothing is held, and the same move
+// then succeeds. After the pool is gone nothing leaked.
+struct Fault {
+  const char* function;
+  Tier to;
+};
+
+void PrintTo(const Fault& f, std::ostream* os) { *os << f.function << (f.to == Tier::Host ? " to host" : " to device"); }
+
+class MoveFault : public Moves, public ::testing::WithParamInterface<Fault> {};
+
+TEST_P(MoveFault, EveryStepRollsBack) {
+  const Fault f = GetParam();
+  const std::size_t bytes = 4 * gran;
+  const std::string from = f.to == Tier::Host ? "DDDD" : "HHHH";
+  const std::string to = f.to == Tier::Host ? "HHHH" : "DDDD";
+  int hits = 0;
+  for (unsigned n = 1; n <= 16 && !HasFailure(); ++n) {
+    const std::string when = std::string(f.function) + " failing at its call " + std::to_string(n);
+    SCOPED_TRACE(when);
+    bool survived_a_failure = false;
+    {
+      auto pool = make_pool(spill_config(128 * kMiB, 64 * kMiB, 0));  // no reserve: the host tier pins
+      pool->stop_background();
+      const CUdeviceptr p = must_allocate(*pool, bytes);
+      if (f.to == Tier::Device) {
+        ASSERT_CU(move(*pool, p, bytes, Tier::Host));
+      }
+      fill(p, bytes, 6);
+      const unsigned long long calls = sim().call_count(f.function);
+      ASSERT_EQ(sim().fail(f.function, n, CUDA_ERROR_UNKNOWN), 0);
+      const CUresult r = move(*pool, p, bytes, f.to);
+      const bool hit = sim().call_count(f.function) - calls >= n;
+      sim().clear_failures();
+      if (!hit) {
+        ASSERT_CU(r) << " (no failure was reached)";
+        break;
+      }
+      ++hits;
+      EXPECT_EQ(pool->stats(0).moves_in_flight, 0u);
+      EXPECT_EQ(pool->check_invariants(), "");
+      EXPECT_TRUE(holds(p, bytes, 6));
+      if (r == CUDA_SUCCESS) {
+        // Only the staging mapping's unmap, after the remap, can fail without failing the move: its
+        // range then stays reserved (and its chunks mapped there until the pool is gone).
+        EXPECT_STREQ(f.function, "cuMemUnmap");
+        EXPECT_EQ(tiers(p, bytes, gran), to);
+        survived_a_failure = true;
+      } else {
+        EXPECT_NE(r, CUDA_ERROR_NOT_READY);
+        EXPECT_EQ(tiers(p, bytes, gran), from) << "the old mapping did not stand";
+        ASSERT_CU(move(*pool, p, bytes, f.to)) << " (the same move, no failure armed)";
+        EXPECT_EQ(tiers(p, bytes, gran), to);
+        EXPECT_TRUE(holds(p, bytes, 6));
+      }
+      must_free(*pool, p);
+      EXPECT_EQ(pool->check_invariants(), "");
+    }
+    // A staging range left mapped holds its chunks for good: the calls after it are not tried.
+    if (survived_a_failure) break;
+    EXPECT_EQ(driver_free(), free_at_start) << "device memory leaked";
+    EXPECT_TRUE(host_memory_whole());
+  }
+  EXPECT_GT(hits, 0) << f.function << " is never called by this move";
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, MoveFault,
+                         ::testing::Values(Fault{"cuMemCreate", Tier::Host}, Fault{"cuMemMap", Tier::Host},
+                                           Fault{"cuMemSetAccess", Tier::Host}, Fault{"cuMemcpyDtoDAsync_v2", Tier::Host},
+                                           Fault{"cuMemUnmap", Tier::Host}, Fault{"cuMemMap", Tier::Device},
+                                           Fault{"cuMemSetAccess", Tier::Device}, Fault{"cuMemcpyDtoDAsync_v2", Tier::Device},
+                                           Fault{"cuMemUnmap", Tier::Device}),
+                         [](const auto& info) {
+                           return std::string(info.param.function) + (info.param.to == Tier::Host ? "_ToHost" : "_ToDevice");
+                         });
+
+// Random allocations, frees (plain and on a stream) and moves of random ranges to random tiers: the
+// figures add up after every step, and every live allocation keeps its bytes.
+TEST_F(Moves, RandomMovesAndFreesKeepEveryFigureExact) {
+  auto pool = make_pool(spill_config(48 * kMiB, 256 * kMiB, 8 * kMiB));
+  pool->stop_background();
+  std::mt19937_64 rng(20261124);
+  std::vector<Block> live;
+  std::uint64_t seed = 1000;
+  int moved = 0;
+  for (int step = 0; step < 400 && !HasFailure(); ++step) {
+    const std::string when = "step " + std::to_string(step);
+    const int op = static_cast<int>(rng() % 10);
+    if (op < 3 || live.empty()) {
+      const std::size_t bytes = rng() % 4 == 0 ? 256 + rng() % (64 * kKiB) : kMiB + rng() % (20 * kMiB);
+      CUdeviceptr p = 0;
+      if (pool->allocate(&p, bytes) != CUDA_SUCCESS) continue;  // both tiers full: fine
+      fill(p, bytes, ++seed);
+      live.push_back({p, bytes, seed});
+    } else if (op < 5) {
+      const std::size_t i = rng() % live.size();
+      ASSERT_TRUE(holds_sampled(live[i].p, live[i].bytes, live[i].seed, gran)) << when;
+      CUresult r = CUDA_ERROR_UNKNOWN;
+      if (rng() % 2 == 0) {
+        pool->deallocate(live[i].p, &r);
+      } else {
+        pool->deallocate_async(live[i].p, stream, &r);
+      }
+      ASSERT_CU(r) << when;
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      const Block& b = live[rng() % live.size()];
+      const std::size_t offset = rng() % b.bytes;
+      const std::size_t length = 1 + rng() % (b.bytes - offset);
+      const Tier to = rng() % 2 == 0 ? Tier::Host : Tier::Device;
+      const CUresult r = move(*pool, b.p + offset, length, to);
+      // Both tiers in the range, or no room in the target: refused, nothing changed.
+      if (r != CUDA_SUCCESS) {
+        ASSERT_TRUE(r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_OUT_OF_MEMORY) << when << ": " << cu_name(r);
+      } else {
+        ++moved;
+      }
+      ASSERT_TRUE(holds_sampled(b.p, b.bytes, b.seed, gran)) << when;
+    }
+    ASSERT_CU(drv().cuStreamSynchronize(stream));
+    ASSERT_EQ(pool->check_invariants(), "") << when;
+  }
+  EXPECT_GT(moved, 50) << "too few moves to mean anything";
+  const DeviceStats s = pool->stats(0);
+  EXPECT_GT(s.moved_to_host_bytes, 0u);
+  EXPECT_GT(s.moved_to_device_bytes, 0u);
+  for (const Block& b : live) {
+    EXPECT_TRUE(holds(b.p, b.bytes, b.seed));
+    must_free(*pool, b.p);
+  }
+  EXPECT_EQ(pool->check_invariants(), "");
+}
+
+// A mover thread moves allocations that worker threads allocate and free meanwhile. The mover only
+// picks memory a worker has filled and published, and checks the copy in the staging mapping before
+// committing; a worker frees what it published whether or not a move holds it (racing it: the free
+// waits), and checks the bytes of what no move held. Then the figures add up and nothing leaked.
+TEST_F(Moves, MovesRaceFreesAndAllocationsOnOtherThreads) {
+  auto pool = make_pool(spill_config(64 * kMiB, 256 * kMiB, 8 * kMiB));
+  pool->stop_background();
+  struct Published {
+    CUdeviceptr p;
+    std::size_t bytes;
+    std::uint64_t seed;
+    bool busy;
+  };
+  std::mutex mu;
+  std::vector<Published> published;
+  std::atomic<bool> stop{false};
+  std::atomic<int> moves{0}, raced_frees{0};
+
+  std::thread mover([&] {
+    drv().cuCtxSetCurrent(ctx);
+    CUstream s = nullptr;
+    ASSERT_CU(drv().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    std::mt19937_64 rng(7);
+    while (!stop.load()) {
+      Published pick{};
+      {
+        std::lock_guard lock(mu);
+        if (!published.empty()) {
+          Published& e = published[rng() % published.size()];
+          if (!e.busy) {
+            e.busy = true;
+            pick = e;
+          }
+        }
+      }
+      if (pick.p == 0) {
+        std::this_thread::yield();
+        continue;
+      }
+      Move m;
+      const Tier to = rng() % 2 == 0 ? Tier::Host : Tier::Device;
+      const CUresult r = pool->prepare_move(pick.p, pick.bytes, to, &m);
+      if (r == CUDA_SUCCESS && m.staging != 0) {
+        EXPECT_CU(pool->copy_move(m, s));
+        EXPECT_CU(drv().cuStreamSynchronize(s));
+        EXPECT_TRUE(holds(m.staging + (pick.p - m.address), pick.bytes, pick.seed)) << "the copy";
+        EXPECT_CU(pool->commit_move(&m));
+        ++moves;
+      } else if (r != CUDA_SUCCESS) {
+        EXPECT_TRUE(r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_OUT_OF_MEMORY) << cu_name(r);
+      }
+      std::lock_guard lock(mu);
+      for (Published& e : published) {
+        if (e.p == pick.p) e.busy = false;
+      }
+    }
+    drv().cuStreamDestroy_v2(s);
+  });
+
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 3; ++w) {
+    workers.emplace_back([&, w] {
+      drv().cuCtxSetCurrent(ctx);
+      std::mt19937_64 rng(100 + w);
+      for (int i = 0; i < 60; ++i) {
+        const std::size_t bytes = rng() % 3 == 0 ? 512 + rng() % (32 * kKiB) : gran + rng() % (6 * gran);
+        CUdeviceptr p = 0;
+        if (pool->allocate(&p, bytes) != CUDA_SUCCESS) continue;
+        const std::uint64_t seed = (static_cast<std::uint64_t>(w) << 32) | static_cast<std::uint64_t>(i);
+        fill(p, bytes, seed);
+        {
+          std::lock_guard lock(mu);
+          published.push_back({p, bytes, seed, false});
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+        bool busy = false;
+        {
+          std::lock_guard lock(mu);
+          for (auto it = published.begin(); it != published.end(); ++it) {
+            if (it->p != p) continue;
+            busy = it->busy;
+            published.erase(it);
+            break;
+          }
+        }
+        if (busy) {
+          ++raced_frees;
+        } else {
+          EXPECT_TRUE(holds(p, bytes, seed)) << "worker " << w << ", allocation " << i;
+        }
+        CUresult r = CUDA_ERROR_UNKNOWN;
+        pool->deallocate(p, &r);
+        EXPECT_CU(r);
+      }
+    });
+  }
+  for (std::thread& t : workers) t.join();
+  stop = true;
+  mover.join();
+  EXPECT_GT(moves.load(), 0);
+  std::printf("moves %d, frees that met a move %d\n", moves.load(), raced_frees.load());
+  EXPECT_EQ(pool->stats(0).live_bytes, 0u);
+  EXPECT_EQ(pool->stats(0).moves_in_flight, 0u);
+  EXPECT_EQ(pool->check_invariants(), "");
+}
+
+}  // namespace
+}  // namespace pooltest
