@@ -94,6 +94,8 @@ int main(int argc, char** argv) {
                  static_cast<unsigned long long>(dev.granularity));
     return 2;
   }
+  // A move takes whole pieces: units smaller than an extent need an allocation of units.
+  if (unit < config.extent_size) config.extent_size = unit >= 2 * dev.granularity ? unit : 0;
   config.host_reserve = bytes;  // every host chunk pinned before the clock starts
   pool::Pool pool(drv(), config);
   CUstream stream = nullptr;
