@@ -46,6 +46,7 @@
 #include "pool/device_pool.h"
 
 namespace uvmpool::pool {
+
 CUresult DevicePool::prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Move* m) {
   // Guard mode unmaps every free at once and keeps each allocation its own mapping: not worth moving.
   if (config_.guard || (to == Tier::Host && !host_)) return CUDA_ERROR_NOT_SUPPORTED;
