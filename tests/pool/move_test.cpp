@@ -24,6 +24,11 @@ class Moves : public SpillTest {
   }
   void TearDown() override {
     if (stream != nullptr) drv().cuStreamDestroy_v2(stream);
+    // No move remapped memory under unfinished work (the simulator's race detector).
+    using Violations = unsigned long long (*)();
+    auto violations = reinterpret_cast<Violations>(uvmpool::driver::real_symbol("uvmpool_sim_violations"));
+    EXPECT_NE(violations, nullptr) << "the simulated driver has no uvmpool_sim_violations";
+    if (violations != nullptr) EXPECT_EQ(violations(), 0u) << "the race detector saw memory change under work";
     SpillTest::TearDown();
   }
 
