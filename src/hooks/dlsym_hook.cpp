@@ -37,7 +37,7 @@ __attribute__((visibility("hidden"))) void* uvmpool_dlsym_in_handle(void* handle
   void* found = driver::system_dlsym(handle, name);
   if (found == nullptr || name == nullptr || name[0] != 'c' || name[1] != 'u' || hooks::disabled()) return found;
   const int entry = driver::find_symbol(name);
-  if (entry < 0 || driver::kFunctions[entry].kind != driver::Kind::Hook || !in_cuda_driver(found)) return found;
+  if (!hooks::hands_out(entry) || !in_cuda_driver(found)) return found;
   stats::count_route(stats::Route::dlsym);
   return hooks::hook_table().raw()[entry];
 }
@@ -57,5 +57,6 @@ namespace {
 void prepare_dlsym_override() {
   (void)uvmpool_dlsym_resolve();
   (void)uvmpool::hooks::hook_table();  // built now, not inside a program's dlsym call
+  (void)uvmpool::hooks::watches_launches();  // the options read now, likewise
 }
 }  // namespace

@@ -38,7 +38,7 @@ CUresult resolve(const char* symbol, void** pfn, int version, cuuint64_t flags,
   if (r != CUDA_SUCCESS || disabled() || *pfn == nullptr) return r;
 
   const int entry = entry_for_answer(*d, symbol, version, flags, *pfn);
-  if (entry >= 0 && driver::kFunctions[entry].kind == driver::Kind::Hook) {
+  if (hands_out(entry)) {
     *pfn = hook_table().raw()[entry];
     stats::count_route(stats::Route::getproc);
   }

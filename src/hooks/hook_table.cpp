@@ -22,6 +22,11 @@ const driver::Table& hook_table() {
   return table;
 }
 
+bool hands_out(int entry) {
+  if (entry < 0 || driver::kFunctions[entry].kind != driver::Kind::Hook) return false;
+  return !is_launch_hook(static_cast<driver::Fn>(entry)) || watches_launches();
+}
+
 bool disabled() { return g_disabled.load(std::memory_order_relaxed); }
 void set_disabled(bool value) { g_disabled.store(value, std::memory_order_relaxed); }
 

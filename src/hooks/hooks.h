@@ -36,6 +36,14 @@ CUresult answer_exception(const char* where) noexcept;
 // The hooks in list order (the guarded ones): a pointer for each Hook entry, nullptr for each Pass entry.
 const driver::Table& hook_table();
 
+// Whether the routes hand out the hook of list entry `entry` rather than the driver's own function:
+// every Hook entry, but the launch and unload hooks only while tiering watches launches
+// (UVMPOOL_TIERING not off), so that with it off a launch costs nothing at all.
+bool hands_out(int entry);
+// The launch and unload hooks (launch_hooks.cpp), and whether tiering wants them.
+bool is_launch_hook(driver::Fn fn);
+bool watches_launches();
+
 // UVMPOOL_DISABLE: every route hands out the driver's own functions and the exported symbols
 // forward straight to the driver.
 bool disabled();

@@ -9,21 +9,41 @@ AddressMap::~AddressMap() {
     auto* e = regions_[i].entries.load();
     const std::size_t n = regions_[i].size.load() >> regions_[i].shift;
     if (e != nullptr) munmap(e, n * sizeof(std::atomic<Entry>));
+    if (auto* h = regions_[i].host.load()) munmap(h, n);
   }
 }
 
+namespace {
+
+// Anonymous memory: zero-filled, committed only where it is written.
+void* zeroed(std::size_t bytes) {
+  void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return mem == MAP_FAILED ? nullptr : mem;
+}
+
+}  // namespace
+
 bool AddressMap::add_region(CUdeviceptr base, std::size_t size, unsigned shift) {
+  MutexLock lock(add_mu_);
   const int i = count_.load(std::memory_order_relaxed);
   if (i >= kMaxRegions) return false;
   const std::size_t n = size >> shift;
-  // Anonymous memory: zero-filled, committed only where entries are written.
-  void* mem = mmap(nullptr, n * sizeof(std::atomic<Entry>), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (mem == MAP_FAILED) return false;
+  void* entries = zeroed(n * sizeof(std::atomic<Entry>));
+  void* host = zeroed(n);
+  if (entries == nullptr || host == nullptr) {
+    if (entries != nullptr) munmap(entries, n * sizeof(std::atomic<Entry>));
+    if (host != nullptr) munmap(host, n);
+    return false;
+  }
   Region& r = regions_[i];
   r.shift = shift;
-  r.entries.store(static_cast<std::atomic<Entry>*>(mem), std::memory_order_relaxed);
+  r.entries.store(static_cast<std::atomic<Entry>*>(entries), std::memory_order_relaxed);
+  r.host.store(static_cast<std::atomic<std::uint8_t>*>(host), std::memory_order_relaxed);
   r.size.store(size, std::memory_order_relaxed);
   r.base.store(base, std::memory_order_relaxed);
+  // Widening the span before publishing the region: a probe that sees the region sees it inside.
+  if (base < low_.load(std::memory_order_relaxed)) low_.store(base, std::memory_order_relaxed);
+  if (base + size > high_.load(std::memory_order_relaxed)) high_.store(base + size, std::memory_order_relaxed);
   count_.store(i + 1, std::memory_order_release);  // publishes the region to lock-free lookups
   return true;
 }
@@ -46,6 +66,31 @@ void AddressMap::set(CUdeviceptr p, std::size_t bytes, Entry entry) {
   const std::size_t first = (p - base) >> r->shift;
   const std::size_t count = bytes >> r->shift;
   for (std::size_t i = 0; i < count; ++i) entries[first + i].store(entry, std::memory_order_release);
+  if (entry == 0) set_host(p, bytes, false);
+}
+
+void AddressMap::set_host(CUdeviceptr p, std::size_t bytes, bool host) {
+  const Region* r = find(p);
+  if (r == nullptr) return;
+  auto* marks = r->host.load(std::memory_order_relaxed);
+  const std::size_t first = (p - r->base.load(std::memory_order_relaxed)) >> r->shift;
+  const std::size_t count = bytes >> r->shift;
+  std::int64_t changed = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::uint8_t was = marks[first + i].exchange(host ? 1 : 0, std::memory_order_relaxed);
+    changed += static_cast<int>(host) - static_cast<int>(was);
+  }
+  if (changed != 0) host_granules_.fetch_add(static_cast<std::uint64_t>(changed), std::memory_order_relaxed);
+}
+
+AddressMap::Probe AddressMap::probe(CUdeviceptr p) const {
+  if (p < low_.load(std::memory_order_relaxed) || p >= high_.load(std::memory_order_relaxed)) return {};
+  const Region* r = find(p);
+  if (r == nullptr) return {};
+  const std::size_t i = (p - r->base.load(std::memory_order_relaxed)) >> r->shift;
+  const Entry e = r->entries.load(std::memory_order_relaxed)[i].load(std::memory_order_acquire);
+  if (e == 0) return {};
+  return {e, r->host.load(std::memory_order_relaxed)[i].load(std::memory_order_relaxed) != 0};
 }
 
 Entry AddressMap::lookup(CUdeviceptr p) const {

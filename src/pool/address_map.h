@@ -1,9 +1,13 @@
-// Where pool memory lives in the address space, and which descriptor owns each granule of it.
+// Where pool memory lives in the address space, which descriptor owns each granule of it, and in
+// which tier each granule lies.
 //
 // Each device reserves large virtual regions once; every pool mapping is carved out of them. A
 // region keeps a flat array with one entry per granule (chunk-sized piece of address space) naming
 // the descriptor mapped there, so finding the allocation behind any pointer — on the free path, for
-// cuPointerGetAttribute, for an interior pointer — is a few loads with no lock.
+// cuPointerGetAttribute, for an interior pointer — is a few loads with no lock. A second array holds
+// one byte per granule, set while host memory is mapped there: the launch hooks read it for every
+// pointer a kernel is given (src/tiering), so they tell spilled memory from device memory without a
+// lock, and skip looking at all while no granule is in host memory.
 #pragma once
 
 #include <atomic>
@@ -14,6 +18,7 @@
 #include <set>
 #include <utility>
 
+#include "config/thread_safety.h"
 #include "driver/driver_api.h"
 
 namespace uvmpool::pool {
@@ -35,23 +40,43 @@ class AddressMap {
   // is full or the entry array cannot be made.
   bool add_region(CUdeviceptr base, std::size_t size, unsigned shift);
 
-  // Sets the entry of every granule of [p, p + bytes) (granule-aligned, inside one region).
+  // Sets the entry of every granule of [p, p + bytes) (granule-aligned, inside one region). Entry 0
+  // (nothing mapped) also clears their host marks.
   void set(CUdeviceptr p, std::size_t bytes, Entry entry);
   // The entry of the granule holding p, 0 when p is not in pool address space or nothing is mapped.
   Entry lookup(CUdeviceptr p) const;
   bool contains(CUdeviceptr p) const;
+
+  // Marks [p, p + bytes) (granule-aligned, inside one region) as mapped to host memory or not. The
+  // owner of the mapping calls it whenever the pieces under an address change tier or are mapped.
+  void set_host(CUdeviceptr p, std::size_t bytes, bool host);
+  // What is at p, for the launch hooks: the entry (0: nothing of the pool) and whether its granule is
+  // in host memory. A pointer outside every region costs two loads.
+  struct Probe {
+    Entry entry = 0;
+    bool host = false;
+  };
+  Probe probe(CUdeviceptr p) const;
+  // Granules marked host, all regions together.
+  std::uint64_t host_granules() const { return host_granules_.load(std::memory_order_relaxed); }
 
  private:
   struct Region {
     std::atomic<CUdeviceptr> base{0};
     std::atomic<std::size_t> size{0};
     std::atomic<std::atomic<Entry>*> entries{nullptr};
+    std::atomic<std::atomic<std::uint8_t>*> host{nullptr};  // one byte per granule: 1 in host memory
     unsigned shift = 0;
   };
   const Region* find(CUdeviceptr p) const;
 
   Region regions_[kMaxRegions];
   std::atomic<int> count_{0};
+  Mutex add_mu_;  // devices add regions each under their own lock: one at a time here
+  // The span of every region, for rejecting most words of a launch's arguments at once.
+  std::atomic<CUdeviceptr> low_{~CUdeviceptr{0}};
+  std::atomic<CUdeviceptr> high_{0};
+  std::atomic<std::uint64_t> host_granules_{0};
 };
 
 // Address-ordered free ranges of one device's regions, best fit; the caller serializes. A range never

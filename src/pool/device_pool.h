@@ -208,6 +208,9 @@ class DevicePool {
   // space after it left unmapped.
   CUresult map_new_block(std::size_t granules, std::size_t guard, Block** out) UVMPOOL_REQUIRES(mu_);
   Block* make_block(CUdeviceptr va, std::vector<Chunk>&& chunks) UVMPOOL_REQUIRES(mu_);  // a descriptor for a new mapping
+  // The address map's host marks of the pieces mapped from `base` on, after they were mapped or moved.
+  void mark_tiers(CUdeviceptr base, std::span<const Chunk> pieces);
+  void check_marks(std::string& out, CUdeviceptr at, const Chunk& c) const;  // invariants.cpp
   void destroy_block(Block* b) UVMPOOL_REQUIRES(mu_);                      // unmaps; chunks back to the free list
   // Unmaps whole pieces from its end, at least n granules (all: destroyed), and caches the rest;
   // returns the granules given back.

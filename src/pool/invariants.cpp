@@ -21,6 +21,17 @@ void expect_equal(std::string& out, const char* what, std::uint64_t counter, std
 
 // Quiescent only (see above): it reads guarded fields under their locks but the analysis cannot see
 // the bins' and classes' locks taken in a loop.
+// The address map's host marks of one piece mapped at `at` against the piece's tier (the launch hooks
+// read the marks).
+void DevicePool::check_marks(std::string& out, CUdeviceptr at, const Chunk& c) const {
+  for (std::uint32_t g = 0; g < c.granules; ++g) {
+    const CUdeviceptr p = at + g * chunk_;
+    if (map_.probe(p).host != (c.tier == Tier::Host))
+      out += "the address map marks " + std::to_string(p) + (c.tier == Tier::Host ? " device" : " host") +
+             " memory, its piece is the other tier\n";
+  }
+}
+
 std::string DevicePool::check_invariants() UVMPOOL_NO_THREAD_SAFETY_ANALYSIS {
   std::string out;
   MutexLock lock(mu_);
@@ -33,6 +44,7 @@ std::string DevicePool::check_invariants() UVMPOOL_NO_THREAD_SAFETY_ANALYSIS {
     if (state == kDead) continue;
     std::size_t granules = 0, host = 0;
     for (const Chunk& c : b->chunks) {
+      check_marks(out, b->base + granules * chunk_, c);
       granules += c.granules;
       if (c.tier == Tier::Host) {
         host += c.granules;
@@ -55,6 +67,7 @@ std::string DevicePool::check_invariants() UVMPOOL_NO_THREAD_SAFETY_ANALYSIS {
   for (const Slab* s : all_slabs_) {
     if (s->state.load() == kDead) continue;
     (s->chunk.tier == Tier::Host ? host_granules : device_granules) += 1;
+    check_marks(out, s->base, s->chunk);
     std::uint32_t used = 0;
     for (std::uint32_t i = 0; i < s->slots; ++i) {
       if ((s->live[i / 64] >> (i % 64) & 1) == 0) continue;

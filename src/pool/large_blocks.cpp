@@ -270,7 +270,15 @@ Block* DevicePool::make_block(CUdeviceptr va, std::vector<Chunk>&& chunks) {
   b->exported = false;
   b->state.store(kDead, std::memory_order_relaxed);
   map_.set(va, b->granules * chunk_, reinterpret_cast<Entry>(b));
+  mark_tiers(va, b->chunks);
   return b;
+}
+
+void DevicePool::mark_tiers(CUdeviceptr base, std::span<const Chunk> pieces) {
+  for (const Chunk& c : pieces) {
+    map_.set_host(base, c.granules * chunk_, c.tier == Tier::Host);
+    base += c.granules * chunk_;
+  }
 }
 
 void DevicePool::destroy_block(Block* b) {

@@ -341,6 +341,7 @@ void DevicePool::swap_pieces(const Move& m, std::size_t first, std::span<const C
     s->chunk = m.target.front();
     live_host_delta = m.to == Tier::Host ? static_cast<std::int64_t>(live) : -static_cast<std::int64_t>(live);
   }
+  mark_tiers(m.address, m.target);
   host_mapped_.fetch_add(static_cast<std::uint64_t>(host_delta), std::memory_order_relaxed);
   const std::uint64_t live_host =
       live_host_bytes_.fetch_add(static_cast<std::uint64_t>(live_host_delta), std::memory_order_relaxed) +

@@ -290,6 +290,13 @@ void Pool::abort_move(Move* move) {
 
 bool Pool::in_pool_space(CUdeviceptr p) const { return devices_->map.contains(p); }
 
+Pool::Probe Pool::probe(CUdeviceptr p) const {
+  const AddressMap::Probe hit = devices_->map.probe(p);
+  return {hit.entry, hit.host};
+}
+
+bool Pool::any_host_mapped() const { return devices_->map.host_granules() != 0; }
+
 CUresult Pool::memory_info(std::size_t* free_bytes, std::size_t* total_bytes) {
   int device = -1;
   CUcontext ctx = nullptr;
@@ -402,11 +409,16 @@ DeviceStats Pool::stats(int device) const {
 
 std::string Pool::check_invariants() {
   std::string out;
+  std::uint64_t host_mapped = 0;
   for (int d = 0; d < kMaxDevices; ++d) {
     DevicePool* p = devices_->pools[d].load(std::memory_order_acquire);
     if (p == nullptr) continue;
     if (const std::string found = p->check_invariants(); !found.empty()) out += "device " + std::to_string(d) + ":\n" + found;
+    host_mapped += p->stats().host_chunks_mapped;
   }
+  if (devices_->map.host_granules() != host_mapped)
+    out += "the address map marks " + std::to_string(devices_->map.host_granules()) + " granules host memory, the pools map " +
+           std::to_string(host_mapped) + " host chunks\n";
   return out;
 }
 

@@ -180,6 +180,17 @@ class Pool {
   std::optional<ChunkView> chunks_of(CUdeviceptr p) const;
   // Whether p lies in address space the pool reserved (allocated or not).
   bool in_pool_space(CUdeviceptr p) const;
+  // For the launch hooks (src/tiering), lock-free: what is mapped at `p` (owner 0: nothing of the
+  // pool's; else the mapping or slab, named as a move names it) and whether it lies in host memory.
+  // An answer may be stale by the time it is read, as any pointer lookup racing a free would be.
+  struct Probe {
+    std::uintptr_t owner = 0;
+    bool host = false;
+  };
+  Probe probe(CUdeviceptr p) const;
+  // Whether host memory is mapped anywhere in pool address space (spilled memory, live or cached):
+  // while not, no launch can touch host memory through the pool, and the hooks look no further.
+  bool any_host_mapped() const;
 
   // cuMemGetInfo for the current context's device: total = the budget, free = what is left of it;
   // with report_host, the host limit and what is left of it are added.

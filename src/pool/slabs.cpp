@@ -214,6 +214,7 @@ CUresult DevicePool::new_slab(int cls, Slab** out) {
   s->prev = s->next = nullptr;
   s->state.store(kLive, std::memory_order_release);
   map_.set(va, chunk_, reinterpret_cast<Entry>(s) | kSlabTag);
+  mark_tiers(va, {&s->chunk, 1});
   *out = s;
   return CUDA_SUCCESS;
 }

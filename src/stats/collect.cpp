@@ -9,6 +9,7 @@
 #include "config/process_info.h"
 #include "stats/counters.h"
 #include "stats/process_labels.h"
+#include "tiering/tiering.h"
 #include "trace/trace.h"
 
 #ifndef UVMPOOL_VERSION_STRING
@@ -105,6 +106,25 @@ constexpr ProcessField kProcessFields[] = {
      &Counters::driver_allocations},
 };
 
+// What the launch hooks saw (src/tiering): process-wide, since a launch names no device up front.
+struct TieringField {
+  const char* name;
+  const char* help;
+  std::uint64_t tiering::Stats::*field;
+};
+constexpr TieringField kTieringFields[] = {
+    {"launches_read", "Kernel launches whose arguments were read for pool pointers (done while spilled memory exists)",
+     &tiering::Stats::launches_read},
+    {"launches_unread", "Launches whose arguments could not be read (the driver gave no parameter layout)",
+     &tiering::Stats::launches_unread},
+    {"launch_pointers", "Pool pointers found in the arguments of those launches", &tiering::Stats::pointers},
+    {"launch_host_pointers", "Of those pointers, the ones into host memory", &tiering::Stats::host_pointers},
+    {"launches_in_place", "Launches given memory in the host tier: they read it in place over PCIe",
+     &tiering::Stats::launches_in_place},
+    {"param_layouts_asked", "Kernels whose parameter layout was asked of the driver (once each)",
+     &tiering::Stats::layouts_asked},
+};
+
 std::vector<MetricInfo> make_process_infos() {
   std::vector<MetricInfo> infos;
   for (const ProcessField& f : kProcessFields) {
@@ -115,6 +135,7 @@ std::vector<MetricInfo> make_process_infos() {
   infos.push_back({"calls_via_export", "", C, N, "Calls to uvmpool's exported cu* symbols"});
   infos.push_back({"trace_events", "", C, N, "Events written to the UVMPOOL_TRACE file"});
   infos.push_back({"trace_dropped", "", C, N, "Trace events lost (a ring was full, or the file reached UVMPOOL_TRACE_MAX)"});
+  for (const TieringField& f : kTieringFields) infos.push_back({f.name, "", C, N, f.help});
   for (std::size_t i = 0; i < driver::kFunctionCount; ++i) {
     if (driver::kFunctions[i].kind == driver::Kind::Hook) {
       infos.push_back({"hook_calls", std::string("function=") + driver::kFunctions[i].symbol, C, N,
@@ -176,6 +197,9 @@ Report collect(const pool::Pool* pool) {
   const trace::Status t = trace::status();
   r.process_values.push_back(t.events);
   r.process_values.push_back(t.dropped);
+  const tiering::Tiering* tiering = tiering::Tiering::existing();
+  const tiering::Stats ts = tiering != nullptr ? tiering->stats() : tiering::Stats{};
+  for (const TieringField& f : kTieringFields) r.process_values.push_back(ts.*f.field);
   for (std::size_t i = 0; i < driver::kFunctionCount; ++i) {
     if (driver::kFunctions[i].kind == driver::Kind::Hook) r.process_values.push_back(c.hook_calls[i].load(std::memory_order_relaxed));
   }

@@ -28,7 +28,9 @@ class Moves : public SpillTest {
     using Violations = unsigned long long (*)();
     auto violations = reinterpret_cast<Violations>(uvmpool::driver::real_symbol("uvmpool_sim_violations"));
     EXPECT_NE(violations, nullptr) << "the simulated driver has no uvmpool_sim_violations";
-    if (violations != nullptr) EXPECT_EQ(violations(), 0u) << "the race detector saw memory change under work";
+    if (violations != nullptr) {
+      EXPECT_EQ(violations(), 0u) << "the race detector saw memory change under work";
+    }
     SpillTest::TearDown();
   }
 

@@ -1,0 +1,78 @@
+// Tiering: moving what kernels are about to touch into device memory ahead of them, and cold memory
+// out, at the same addresses (docs/tiering.md). This layer sits between the hooks and the pool.
+//
+// Built so far: seeing what each kernel touches. Every launch route (cuLaunchKernel, cuLaunchKernelEx,
+// cuLaunchCooperativeKernel and their per-thread variants) calls before_launch, which reads the
+// launch's argument bytes (launch_args.h, param_layouts.h) and looks every 8-aligned word up in the
+// pool's address map (Pool::probe, lock-free). While no pool memory lies in host memory, nothing a
+// kernel touches can need moving, and before_launch returns after two loads.
+// Still to come (issue 16): the mover that changes tiers in stream order, and the policy above it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "driver/driver_api.h"
+#include "pool/pool.h"
+#include "tiering/param_layouts.h"
+#include "tiering/touches.h"
+
+namespace uvmpool::tiering {
+
+// UVMPOOL_TIERING.
+enum class Mode {
+  Off,     // launches go straight to the driver: the hooks are not even handed out
+  Remote,  // launches are read and their touches counted; spilled memory is read in place
+  Auto,    // as Remote, and (when the mover lands) what launches touch moves ahead of them
+};
+std::optional<Mode> parse_mode(std::string_view text);
+// The mode the options ask for (UVMPOOL_TIERING; Off also with UVMPOOL_POOL=0 or UVMPOOL_DISABLE).
+Mode configured_mode();
+
+struct Stats {
+  std::uint64_t launches_read = 0;      // launches whose arguments were read (host memory was mapped)
+  std::uint64_t launches_unread = 0;    // ... that could not be read (no parameter layout from the driver)
+  std::uint64_t pointers = 0;           // pool pointers found in arguments
+  std::uint64_t host_pointers = 0;      // ... lying in host memory
+  std::uint64_t launches_in_place = 0;  // launches given host memory: they read it over PCIe
+  std::uint64_t layouts_asked = 0;      // functions whose parameter layout the driver was asked for
+};
+
+class Tiering {
+ public:
+  // `driver` and `pool` must outlive this (the process's do).
+  Tiering(const driver::Table& driver, pool::Pool& pool, Mode mode);
+  Tiering(const Tiering&) = delete;
+  Tiering& operator=(const Tiering&) = delete;
+
+  // The process's tiering once the process's pool exists; nullptr before, or when Mode is Off.
+  static Tiering* process();
+  static Tiering* existing();
+
+  // Before a kernel launch reaches the driver, on the launching thread. `f` may be a CUkernel cast
+  // to a CUfunction; null arguments are left for the driver to refuse.
+  void before_launch(CUfunction f, CUstream stream, void** params, void** extra);
+  // After cuModuleUnload / cuLibraryUnload succeeded.
+  void unloaded() { layouts_.forget_all(); }
+
+  // What a launch touched, for tests now and for the policy next. Called on the launching thread for
+  // each launch whose arguments were read; must not call the driver.
+  using Observer = void (*)(void* context, CUfunction f, CUstream stream, const LaunchTouches& touches);
+  void set_observer(Observer observer, void* context);
+
+  Mode mode() const { return mode_; }
+  Stats stats() const;
+
+ private:
+  pool::Pool& pool_;
+  const Mode mode_;
+  ParamLayouts layouts_;
+  std::atomic<Observer> observer_{nullptr};
+  std::atomic<void*> observer_context_{nullptr};
+  std::atomic<std::uint64_t> launches_read_{0}, launches_unread_{0}, pointers_{0}, host_pointers_{0},
+      launches_in_place_{0};
+};
+
+}  // namespace uvmpool::tiering

@@ -1,0 +1,121 @@
+// A runtime-like program (every driver function from cuGetProcAddress, as the CUDA runtime gets them)
+// that spills past UVMPOOL_DEVICE_LIMIT and launches a kernel on the spilled memory through each
+// launch route: cuLaunchKernel, its per-thread variant, cuLaunchKernelEx and cuLaunchCooperativeKernel,
+// in the kernelParams and the extra forms. It checks the kernels' results, then prints what uvmpool's
+// statistics say the launch hooks saw, for the hooks tests (tests/hooks/CMakeLists.txt) to match:
+//   launch client: ok; hook calls <n>; launches_read <n>; launches_in_place <n>; launch_host_pointers <n>
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "client_common.h"
+#include "driver/driver_api.h"
+
+namespace {
+
+using GetProc = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+GetProc get_proc = nullptr;
+
+template <typename F>
+F resolve(const char* name, int version, cuuint64_t flags = CU_GET_PROC_ADDRESS_DEFAULT) {
+  void* p = nullptr;
+  CUdriverProcAddressQueryResult found{};
+  const CUresult r = get_proc(name, &p, version, flags, &found);
+  CLIENT_CHECK(r == CUDA_SUCCESS && p != nullptr, "cuGetProcAddress(%s, %d) -> %d", name, version, int(r));
+  return reinterpret_cast<F>(p);
+}
+
+// A process-wide figure of uvmpool's JSON statistics ("name": value), or -1 when absent.
+long long figure(void* libcuda, const char* name) {
+  using Json = unsigned long long (*)(char*, unsigned long long);
+  auto json = reinterpret_cast<Json>(uvmpool_api(libcuda, "uvmpool_stats_json"));
+  if (json == nullptr) return -1;
+  std::string text(json(nullptr, 0) + 1, '\0');
+  json(text.data(), text.size());
+  const std::string key = std::string("\"") + name + "\":";
+  const auto at = text.find(key);
+  if (at == std::string::npos) return -1;
+  return std::atoll(text.c_str() + at + key.size());
+}
+
+}  // namespace
+
+int main() {
+  void* libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  CLIENT_CHECK(libcuda != nullptr, "dlopen(libcuda.so.1): %s", dlerror());
+  get_proc = reinterpret_cast<GetProc>(dlsym(libcuda, "cuGetProcAddress_v2"));
+  CLIENT_CHECK(get_proc != nullptr, "no cuGetProcAddress_v2");
+
+  namespace s = uvmpool::driver::sig;
+  CU(resolve<s::cuInit>("cuInit", 2000)(0));
+  CUdevice dev = 0;
+  CU(resolve<s::cuDeviceGet>("cuDeviceGet", 2000)(&dev, 0));
+  CUcontext ctx = nullptr;
+  CU(resolve<s::cuDevicePrimaryCtxRetain>("cuDevicePrimaryCtxRetain", 7000)(&ctx, dev));
+  CU(resolve<s::cuCtxSetCurrent>("cuCtxSetCurrent", 4000)(ctx));
+  auto mem_alloc = resolve<s::cuMemAlloc_v2>("cuMemAlloc", 3020);
+  auto mem_free = resolve<s::cuMemFree_v2>("cuMemFree", 3020);
+  auto dtoh = resolve<s::cuMemcpyDtoH_v2>("cuMemcpyDtoH", 3020);
+  auto sync = resolve<s::cuCtxSynchronize>("cuCtxSynchronize", 2000);
+  auto load = resolve<s::cuModuleLoadData>("cuModuleLoadData", 2000);
+  auto get_function = resolve<s::cuModuleGetFunction>("cuModuleGetFunction", 2000);
+  auto unload = resolve<s::cuModuleUnload>("cuModuleUnload", 2000);
+  auto launch = resolve<s::cuLaunchKernel>("cuLaunchKernel", 4000);
+  auto launch_ptsz = resolve<s::cuLaunchKernel_ptsz>("cuLaunchKernel", 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+  auto launch_ex = resolve<s::cuLaunchKernelEx>("cuLaunchKernelEx", 11060);
+  auto launch_coop = resolve<s::cuLaunchCooperativeKernel>("cuLaunchCooperativeKernel", 9000);
+
+  // Past the limit the test sets (UVMPOOL_DEVICE_LIMIT=64M): the last chunk lies in host memory.
+  constexpr std::size_t kBytes = 96u << 20;
+  CUdeviceptr buffer = 0;
+  CU(mem_alloc(&buffer, kBytes));
+  CUmodule module = nullptr;
+  CU(load(&module, "uvmpool-sim-module 1\n"));
+  CUfunction fill = nullptr;
+  CU(get_function(&fill, module, "uvmpool_fill_u32"));
+
+  // Each route fills its own 4 KiB of the last MiB with its own value.
+  const CUdeviceptr tail = buffer + kBytes - (1u << 20);
+  std::uint64_t count = 1024;
+  for (std::uint32_t route = 0; route < 5; ++route) {
+    CUdeviceptr dst = tail + route * 4096;
+    std::uint32_t value = 100 + route;
+    void* params[] = {&dst, &count, &value};
+    struct {
+      CUdeviceptr dst;
+      std::uint64_t count;
+      std::uint32_t value, pad;
+    } packed{dst, count, value, 0};
+    std::size_t size = sizeof packed;
+    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+    CUlaunchConfig config{};
+    config.gridDimX = config.gridDimY = config.gridDimZ = 1;
+    config.blockDimX = 32;
+    config.blockDimY = config.blockDimZ = 1;
+    switch (route) {
+      case 0: CU(launch(fill, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr)); break;
+      case 1: CU(launch(fill, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, extra)); break;
+      case 2: CU(launch_ptsz(fill, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr)); break;
+      case 3: CU(launch_ex(&config, fill, params, nullptr)); break;
+      case 4: CU(launch_coop(fill, 1, 1, 1, 32, 1, 1, 0, nullptr, params)); break;
+    }
+  }
+  CU(sync());
+  for (std::uint32_t route = 0; route < 5; ++route) {
+    std::vector<std::uint32_t> got(count);
+    CU(dtoh(got.data(), tail + route * 4096, count * 4));
+    for (std::uint32_t v : got) CLIENT_CHECK(v == 100 + route, "route %u wrote %u", route, v);
+  }
+  CU(unload(module));
+  CU(mem_free(buffer));
+
+  const unsigned long long hook_calls = uvmpool_calls(libcuda, "cuLaunchKernel") + uvmpool_calls(libcuda, "cuLaunchKernelEx") +
+                                        uvmpool_calls(libcuda, "cuLaunchCooperativeKernel");
+  std::printf("launch client: ok; hook calls %llu; launches_read %lld; launches_in_place %lld; launch_host_pointers %lld\n",
+              hook_calls, figure(libcuda, "launches_read"), figure(libcuda, "launches_in_place"),
+              figure(libcuda, "launch_host_pointers"));
+  return 0;
+}

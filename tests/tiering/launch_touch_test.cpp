@@ -1,0 +1,271 @@
+// What the launch hooks see (src/tiering/tiering.h), on the simulated driver with kernels: a pool
+// spilling into host memory, real launches of the simulator's catalog in both argument forms, through
+// CUfunction and CUkernel handles, and the touches each launch reports against the tier each pointer
+// really lies in (as the driver says).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "spill_test.h"  // first: the driver's declarations come before cuda.h's
+#include "sim/sim_control.h"
+#include "tiering/tiering.h"
+
+namespace {
+
+using namespace pooltest;
+using uvmpool::tiering::LaunchTouches;
+using uvmpool::tiering::Mode;
+using uvmpool::tiering::Tiering;
+using uvmpool::tiering::Touch;
+
+class LaunchTouches_ : public SpillTest {
+ protected:
+  static constexpr std::size_t kBudget = 64 * kMiB;
+
+  void SetUp() override {
+    SpillTest::SetUp();
+    if (HasFatalFailure()) return;
+    pool = make_pool(spill_config(kBudget));
+    ASSERT_CU(drv().cuModuleLoadData(&module, UVMPOOL_SIM_MODULE_IMAGE));
+    ASSERT_CU(drv().cuModuleGetFunction(&fill, module, "uvmpool_fill_u32"));
+    ASSERT_CU(drv().cuModuleGetFunction(&struct_fill, module, "uvmpool_struct_fill_u32"));
+    ASSERT_CU(drv().cuModuleGetFunction(&gather, module, "uvmpool_gather_u32"));
+    ASSERT_CU(drv().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    tiering = std::make_unique<Tiering>(drv(), *pool, Mode::Auto);
+    tiering->set_observer(&LaunchTouches_::observe, this);
+  }
+  void TearDown() override {
+    if (stream != nullptr) drv().cuStreamSynchronize(stream);
+    if (stream != nullptr) drv().cuStreamDestroy_v2(stream);
+    if (module != nullptr) drv().cuModuleUnload(module);
+    for (CUdeviceptr p : allocated) must_free(*pool, p);
+    if (pool) {
+      EXPECT_EQ(pool->check_invariants(), "");
+    }
+    tiering.reset();
+    pool.reset();
+    SpillTest::TearDown();
+  }
+
+  static void observe(void* self, CUfunction, CUstream stream, const LaunchTouches& t) {
+    auto* test = static_cast<LaunchTouches_*>(self);
+    test->seen.emplace_back(t.touches, t.touches + t.count);
+    test->seen_streams.push_back(stream);
+  }
+
+  CUdeviceptr allocate(std::size_t bytes) {
+    const CUdeviceptr p = must_allocate(*pool, bytes);
+    if (p != 0) allocated.push_back(p);
+    return p;
+  }
+  // A device allocation, then one past the budget whose last chunk lies in host memory.
+  void allocate_both_tiers() {
+    on_device = allocate(8 * kMiB);
+    spilled = allocate(kBudget);
+    ASSERT_NE(spilled, 0u);
+    in_host = spilled + kBudget - kMiB;
+    ASSERT_EQ(tier_at(on_device), 'D');
+    ASSERT_EQ(tier_at(in_host), 'H');
+  }
+
+  // Reports the launch to tiering, as the hooks do, then launches it.
+  CUresult launch(CUfunction f, void** params, void** extra = nullptr) {
+    tiering->before_launch(f, stream, params, extra);
+    return drv().cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, stream, params, extra);
+  }
+
+  // The touches of the one launch seen since the last call.
+  std::vector<Touch> last_touches() {
+    EXPECT_EQ(seen.size(), 1u) << "launches seen";
+    std::vector<Touch> t = seen.empty() ? std::vector<Touch>{} : seen.back();
+    seen.clear();
+    return t;
+  }
+  static const Touch* find(const std::vector<Touch>& touches, CUdeviceptr p) {
+    for (const Touch& t : touches)
+      if (t.address == p) return &t;
+    return nullptr;
+  }
+
+  std::unique_ptr<Pool> pool;
+  std::unique_ptr<Tiering> tiering;
+  CUmodule module = nullptr;
+  CUfunction fill = nullptr, struct_fill = nullptr, gather = nullptr;
+  CUstream stream = nullptr;
+  std::vector<CUdeviceptr> allocated;
+  CUdeviceptr on_device = 0, spilled = 0, in_host = 0;
+  std::vector<std::vector<Touch>> seen;
+  std::vector<CUstream> seen_streams;
+};
+
+TEST_F(LaunchTouches_, KernelParamsFormShowsEachPointerAndItsTier) {
+  allocate_both_tiers();
+  std::uint64_t count = kMiB / 4;
+  std::uint32_t value = 7;
+  for (CUdeviceptr dst : {on_device, in_host}) {
+    void* params[] = {&dst, &count, &value};
+    ASSERT_CU(launch(fill, params));
+    const std::vector<Touch> t = last_touches();
+    ASSERT_EQ(t.size(), 1u) << "the count and the value are no pool pointers";
+    EXPECT_EQ(t[0].address, dst);
+    EXPECT_NE(t[0].owner, 0u);
+    EXPECT_EQ(t[0].host, dst == in_host);
+  }
+  EXPECT_EQ(seen_streams.back(), stream);
+  const auto s = tiering->stats();
+  EXPECT_EQ(s.launches_read, 2u);
+  EXPECT_EQ(s.pointers, 2u);
+  EXPECT_EQ(s.host_pointers, 1u);
+  EXPECT_EQ(s.launches_in_place, 1u);
+  EXPECT_EQ(s.layouts_asked, 1u) << "one function, asked once";
+}
+
+TEST_F(LaunchTouches_, ExtraFormShowsTheSame) {
+  allocate_both_tiers();
+  struct {
+    CUdeviceptr dst;
+    std::uint64_t count;
+    std::uint32_t value, pad;
+  } args{in_host, 16, 3, 0};
+  std::size_t size = sizeof args;
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &args, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  ASSERT_CU(launch(fill, nullptr, extra));
+  const std::vector<Touch> t = last_touches();
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].address, in_host);
+  EXPECT_TRUE(t[0].host);
+}
+
+TEST_F(LaunchTouches_, PointersInsideAByValueStructAreFound) {
+  allocate_both_tiers();
+  const CUdeviceptr small = allocate(4 * kKiB);  // a slab slot
+  UvmpoolSimStructFill arg{};
+  arg.p[0] = reinterpret_cast<std::uint32_t*>(on_device);
+  arg.p[1] = reinterpret_cast<std::uint32_t*>(in_host);
+  arg.p[2] = reinterpret_cast<std::uint32_t*>(small);
+  arg.count = 16;
+  arg.value = 9;
+  void* params[] = {&arg};
+  ASSERT_CU(launch(struct_fill, params));
+  const std::vector<Touch> t = last_touches();
+  EXPECT_EQ(t.size(), 3u);
+  ASSERT_NE(find(t, on_device), nullptr);
+  ASSERT_NE(find(t, in_host), nullptr);
+  ASSERT_NE(find(t, small), nullptr);
+  EXPECT_FALSE(find(t, on_device)->host);
+  EXPECT_TRUE(find(t, in_host)->host);
+  EXPECT_NE(find(t, small)->owner, find(t, on_device)->owner);
+}
+
+TEST_F(LaunchTouches_, LibraryKernelsAreReadThroughKernelGetParamInfo) {
+  allocate_both_tiers();
+  CUlibrary library = nullptr;
+  CUkernel kernel = nullptr;
+  ASSERT_CU(drv().cuLibraryLoadData(&library, UVMPOOL_SIM_MODULE_IMAGE, nullptr, nullptr, 0, nullptr, nullptr, 0));
+  ASSERT_CU(drv().cuLibraryGetKernel(&kernel, library, "uvmpool_fill_u32"));
+  std::uint64_t count = 16;
+  std::uint32_t value = 1;
+  CUdeviceptr dst = in_host;
+  void* params[] = {&dst, &count, &value};
+  ASSERT_CU(launch(reinterpret_cast<CUfunction>(kernel), params));
+  const std::vector<Touch> t = last_touches();
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_TRUE(t[0].host);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  ASSERT_CU(drv().cuLibraryUnload(library));
+}
+
+TEST_F(LaunchTouches_, PointersKeptInDeviceMemoryAreNotSeen) {
+  // The gather kernel reads its rows through an array of pointers in device memory: the launch shows
+  // the array and the output, never the rows. Addresses never change, so the kernel still works;
+  // only tiering cannot move the rows ahead of it (docs/tiering.md).
+  allocate_both_tiers();
+  const CUdeviceptr rows = allocate(4 * kKiB);
+  const CUdeviceptr out = allocate(4 * kKiB);
+  const CUdeviceptr row_pointers[2] = {in_host, on_device};
+  ASSERT_CU(drv().cuMemcpyHtoD_v2(rows, row_pointers, sizeof row_pointers));
+  std::uint64_t row_count = 2, row_len = 4;
+  CUdeviceptr rows_arg = rows, out_arg = out;
+  void* params[] = {&rows_arg, &row_count, &row_len, &out_arg};
+  ASSERT_CU(launch(gather, params));
+  const std::vector<Touch> t = last_touches();
+  EXPECT_EQ(t.size(), 2u);
+  EXPECT_NE(find(t, rows), nullptr);
+  EXPECT_NE(find(t, out), nullptr);
+  EXPECT_EQ(find(t, in_host), nullptr);
+}
+
+TEST_F(LaunchTouches_, ForeignPointersAreNoTouches) {
+  allocate_both_tiers();
+  CUdeviceptr foreign = 0;
+  ASSERT_CU(drv().cuMemAlloc_v2(&foreign, kMiB));
+  std::uint64_t count = 16;
+  std::uint32_t value = 1;
+  void* params[] = {&foreign, &count, &value};
+  ASSERT_CU(launch(fill, params));
+  EXPECT_TRUE(last_touches().empty());
+  EXPECT_EQ(tiering->stats().launches_read, 1u);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  ASSERT_CU(drv().cuMemFree_v2(foreign));
+}
+
+TEST_F(LaunchTouches_, NothingIsReadWhileNoPoolMemoryLiesInHostMemory) {
+  on_device = allocate(8 * kMiB);
+  std::uint64_t count = 16;
+  std::uint32_t value = 1;
+  void* params[] = {&on_device, &count, &value};
+  ASSERT_CU(launch(fill, params));
+  EXPECT_TRUE(seen.empty());
+  EXPECT_EQ(tiering->stats().launches_read, 0u);
+  EXPECT_EQ(tiering->stats().layouts_asked, 0u) << "not even the layout is asked for";
+
+  // Host memory mapped, then given back: reading stops again.
+  allocate_both_tiers();
+  ASSERT_CU(launch(fill, params));
+  EXPECT_EQ(last_touches().size(), 1u);
+  for (CUdeviceptr p : allocated)
+    if (p != on_device) must_free(*pool, p);
+  allocated = {on_device};
+  EXPECT_TRUE(pool->any_host_mapped()) << "the freed spilled mapping stays cached, host chunks and all";
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  pool->release_idle();
+  EXPECT_FALSE(pool->any_host_mapped());
+  ASSERT_CU(launch(fill, params));
+  EXPECT_TRUE(seen.empty());
+}
+
+TEST_F(LaunchTouches_, AMoveChangesTheTierTheLaunchesSee) {
+  allocate_both_tiers();
+  ASSERT_CU(pool->fill_host_reserve(0, 8 * kMiB));
+  // Make room on the device, then promote the spilled chunk.
+  must_free(*pool, on_device);
+  allocated.erase(allocated.begin());
+  pool->release_idle();
+  uvmpool::pool::Move m;
+  ASSERT_CU(pool->prepare_move(in_host, kMiB, uvmpool::pool::Tier::Device, &m));
+  ASSERT_NE(m.staging, 0u);
+  ASSERT_CU(pool->copy_move(m, stream));
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  ASSERT_CU(pool->commit_move(&m));
+  ASSERT_EQ(tier_at(in_host), 'D');
+  std::uint64_t count = 16;
+  std::uint32_t value = 1;
+  void* params[] = {&in_host, &count, &value};
+  ASSERT_CU(launch(fill, params));
+  const std::vector<Touch> t = last_touches();
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_FALSE(t[0].host);
+}
+
+TEST_F(LaunchTouches_, ALaunchOfManyPointersKeepsSixtyFourAndCountsTheRest) {
+  allocate_both_tiers();
+  std::vector<CUdeviceptr> words;
+  for (int i = 0; i < 80; ++i) words.push_back(spilled + static_cast<CUdeviceptr>(i) * 4096);
+  std::size_t size = words.size() * sizeof(CUdeviceptr);
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, words.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  tiering->before_launch(fill, stream, nullptr, extra);  // read only: the buffer is no fill's arguments
+  EXPECT_EQ(last_touches().size(), LaunchTouches::kMax);
+  EXPECT_EQ(tiering->stats().pointers, 80u);
+}
+
+}  // namespace
