@@ -46,6 +46,13 @@ void show(CUfunction f, CUstream stream, void** params, void** extra) {
 
 CUstream config_stream(const CUlaunchConfig* config) { return config != nullptr ? config->hStream : nullptr; }
 
+// After an unload the driver may reuse its function handles: tiering forgets every parameter layout.
+CUresult forget_layouts_if(CUresult unloaded) {
+  if (unloaded == CUDA_SUCCESS)
+    if (tiering::Tiering* t = tiering::Tiering::existing()) t->unloaded();
+  return unloaded;
+}
+
 }  // namespace
 
 // As the exported hooks answer without a driver.
@@ -100,20 +107,14 @@ CUresult CUDAAPI cuModuleUnload(CUmodule module) {
   stats::count_hook(Fn::cuModuleUnload);
   const driver::Table* d = real_table();
   if (d == nullptr || d->cuModuleUnload == nullptr) return CUDA_ERROR_NO_DEVICE;
-  const CUresult r = d->cuModuleUnload(module);
-  if (r == CUDA_SUCCESS)
-    if (tiering::Tiering* t = tiering::Tiering::existing()) t->unloaded();
-  return r;
+  return forget_layouts_if(d->cuModuleUnload(module));
 }
 
 CUresult CUDAAPI cuLibraryUnload(CUlibrary library) {
   stats::count_hook(Fn::cuLibraryUnload);
   const driver::Table* d = real_table();
   if (d == nullptr || d->cuLibraryUnload == nullptr) return CUDA_ERROR_NO_DEVICE;
-  const CUresult r = d->cuLibraryUnload(library);
-  if (r == CUDA_SUCCESS)
-    if (tiering::Tiering* t = tiering::Tiering::existing()) t->unloaded();
-  return r;
+  return forget_layouts_if(d->cuLibraryUnload(library));
 }
 
 #undef UVMPOOL_FORWARD

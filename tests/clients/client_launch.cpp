@@ -11,22 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "client_common.h"
-#include "driver/driver_api.h"
+#include "getproc_client.h"
 
 namespace {
-
-using GetProc = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
-GetProc get_proc = nullptr;
-
-template <typename F>
-F resolve(const char* name, int version, cuuint64_t flags = CU_GET_PROC_ADDRESS_DEFAULT) {
-  void* p = nullptr;
-  CUdriverProcAddressQueryResult found{};
-  const CUresult r = get_proc(name, &p, version, flags, &found);
-  CLIENT_CHECK(r == CUDA_SUCCESS && p != nullptr, "cuGetProcAddress(%s, %d) -> %d", name, version, int(r));
-  return reinterpret_cast<F>(p);
-}
 
 // A process-wide figure of uvmpool's JSON statistics ("name": value), or -1 when absent.
 long long figure(void* libcuda, const char* name) {

@@ -11,26 +11,13 @@
 #include <cstring>
 #include <vector>
 
-#include "client_common.h"
-#include "driver/driver_api.h"
+#include "getproc_client.h"
 
 // The GLIBC_2.2.5 version of dlsym, as a program linked against glibc < 2.34 would bind it.
 extern "C" void* dlsym_glibc_2_2_5(void*, const char*);
 __asm__(".symver dlsym_glibc_2_2_5, dlsym@GLIBC_2.2.5");
 
 namespace {
-
-using GetProc = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
-GetProc get_proc = nullptr;
-
-template <typename F>
-F resolve(const char* name, int version, cuuint64_t flags = CU_GET_PROC_ADDRESS_DEFAULT) {
-  void* p = nullptr;
-  CUdriverProcAddressQueryResult found{};
-  const CUresult r = get_proc(name, &p, version, flags, &found);
-  CLIENT_CHECK(r == CUDA_SUCCESS && p != nullptr, "cuGetProcAddress(%s, %d) -> %d", name, version, int(r));
-  return reinterpret_cast<F>(p);
-}
 
 // Every hook takes at most five integer or pointer arguments; called with zeros it must answer with
 // an error code (or success for frees of 0), never crash.
