@@ -55,8 +55,11 @@ CUresult forget_layouts_if(CUresult unloaded) {
 
 }  // namespace
 
-// As the exported hooks answer without a driver.
+// As the exported hooks answer without a driver. A null function (or launch configuration) is answered
+// here, as the driver documents it, rather than handed on: the H200's driver (580) crashed on a launch
+// of a null function whose other arguments were garbage.
 #define UVMPOOL_FORWARD(symbol, ...)                                   \
+  if (f == nullptr) return CUDA_ERROR_INVALID_HANDLE;                  \
   const driver::Table* d = real_table();                               \
   if (d == nullptr || d->symbol == nullptr) return CUDA_ERROR_NO_DEVICE; \
   return d->symbol(__VA_ARGS__)
@@ -78,6 +81,7 @@ CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, uns
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
   stats::count_hook(Fn::cuLaunchKernelEx);
   show(f, config_stream(config), params, extra);
+  if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
   UVMPOOL_FORWARD(cuLaunchKernelEx, config, f, params, extra);
 }
 
@@ -85,6 +89,7 @@ CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction 
   stats::count_hook(Fn::cuLaunchKernelEx_ptsz);
   const CUstream s = config_stream(config);
   show(f, s == nullptr ? CU_STREAM_PER_THREAD : s, params, extra);
+  if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
   UVMPOOL_FORWARD(cuLaunchKernelEx_ptsz, config, f, params, extra);
 }
 

@@ -9,6 +9,7 @@
 //   --check-routes     also call every hook through each route and check that it counted
 #include <cstdint>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "getproc_client.h"
@@ -19,15 +20,28 @@ __asm__(".symver dlsym_glibc_2_2_5, dlsym@GLIBC_2.2.5");
 
 namespace {
 
-// Every hook takes at most five integer or pointer arguments; called with zeros it must answer with
+// Every hook but the launches takes at most five integer or pointer arguments; called with zeros it must answer with
 // an error code (or success for frees of 0), never crash.
 using AnyHook = CUresult (*)(std::uintptr_t, std::uintptr_t, std::uintptr_t, std::uintptr_t, std::uintptr_t);
+
+// Calls `fn`, the hook of `symbol`, with every argument zero in its own arity: the launches take up to
+// eleven arguments, and a five-argument call would hand the driver stack garbage as the rest.
+CUresult call_with_nulls(const char* symbol, void* fn) {
+  namespace s = uvmpool::driver::sig;
+  const std::string_view name(symbol);
+  if (name.starts_with("cuLaunchKernelEx")) return reinterpret_cast<s::cuLaunchKernelEx>(fn)(nullptr, nullptr, nullptr, nullptr);
+  if (name.starts_with("cuLaunchKernel"))
+    return reinterpret_cast<s::cuLaunchKernel>(fn)(nullptr, 0, 0, 0, 0, 0, 0, 0, nullptr, nullptr, nullptr);
+  if (name.starts_with("cuLaunchCooperativeKernel"))
+    return reinterpret_cast<s::cuLaunchCooperativeKernel>(fn)(nullptr, 0, 0, 0, 0, 0, 0, 0, nullptr, nullptr);
+  return reinterpret_cast<AnyHook>(fn)(0, 0, 0, 0, 0);
+}
 
 void expect_counts(void* libcuda, const char* route, const char* symbol, void* fn) {
   CLIENT_CHECK(fn != nullptr, "route %s gave no %s", route, symbol);
   std::fprintf(stderr, "calling %s through %s with null arguments\n", symbol, route);  // names a crash
   const auto before = uvmpool_calls(libcuda, symbol);
-  (void)reinterpret_cast<AnyHook>(fn)(0, 0, 0, 0, 0);
+  (void)call_with_nulls(symbol, fn);
   const auto after = uvmpool_calls(libcuda, symbol);
   CLIENT_CHECK(after == before + 1, "route %s: calling %s did not reach its hook (%llu -> %llu)", route, symbol,
                before, after);
