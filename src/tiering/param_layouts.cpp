@@ -37,6 +37,12 @@ std::atomic<std::uint64_t> g_next_generation{1};
 ParamLayouts::ParamLayouts(const driver::Table& driver)
     : driver_(driver), generation_(g_next_generation.fetch_add(1, std::memory_order_relaxed)) {}
 
+ParamLayouts::~ParamLayouts() {
+  MutexLock lock(mu_);
+  for (const auto& [f, layout] : known_) delete layout;
+  for (const ParamLayout* layout : retired_) delete layout;
+}
+
 const ParamLayout* ParamLayouts::find(CUfunction f) {
   const std::uint64_t generation = generation_.load(std::memory_order_acquire);
   CachedLayout& slot = thread_table()[slot_of(f)];

@@ -9,8 +9,9 @@
 //
 // Handles are addresses the driver may reuse once a module or library is unloaded, so an unload
 // forgets every answer (forget_all); a stale answer would make the hooks read past the end of a
-// program's kernelParams array. Answers are never freed: a thread may still be reading one it found
-// just before the unload (each is a few dozen bytes; programs unload rarely).
+// program's kernelParams array. Forgotten answers are kept until the table is destroyed: a thread may
+// still be reading one it found just before the unload (each is a few dozen bytes; programs unload
+// rarely). The process's table is never destroyed (launches may come during exit).
 #pragma once
 
 #include <atomic>
@@ -39,6 +40,7 @@ class ParamLayouts {
   static constexpr std::size_t kMaxParams = 32764;
 
   explicit ParamLayouts(const driver::Table& driver);
+  ~ParamLayouts();  // frees every answer: no launch may be reading through this table any more
   ParamLayouts(const ParamLayouts&) = delete;
   ParamLayouts& operator=(const ParamLayouts&) = delete;
 
@@ -60,7 +62,7 @@ class ParamLayouts {
   std::atomic<std::uint64_t> queries_{0};     // functions the driver was asked about
   Mutex mu_;
   std::unordered_map<CUfunction, const ParamLayout*> known_ UVMPOOL_GUARDED_BY(mu_);
-  std::vector<const ParamLayout*> retired_ UVMPOOL_GUARDED_BY(mu_);  // forgotten, never freed (see above)
+  std::vector<const ParamLayout*> retired_ UVMPOOL_GUARDED_BY(mu_);  // forgotten, freed with the table (see above)
 };
 
 }  // namespace uvmpool::tiering
