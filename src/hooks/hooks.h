@@ -37,10 +37,10 @@ CUresult answer_exception(const char* where) noexcept;
 const driver::Table& hook_table();
 
 // Whether the routes hand out the hook of list entry `entry` rather than the driver's own function:
-// every Hook entry, but the launch and unload hooks only while tiering watches launches
-// (UVMPOOL_TIERING not off), so that with it off a launch costs nothing at all.
+// every Hook entry, but tiering's (launches, unloads, stream creation) only while tiering watches
+// launches (UVMPOOL_TIERING not off), so that with it off a launch costs nothing at all.
 bool hands_out(int entry);
-// The launch and unload hooks (launch_hooks.cpp), and whether tiering wants them.
+// Tiering's hooks (launch_hooks.cpp), and whether tiering wants them.
 bool is_launch_hook(driver::Fn fn);
 bool watches_launches();
 

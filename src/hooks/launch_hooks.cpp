@@ -1,5 +1,6 @@
-// Hooks of the kernel launches and of the unloads: each launch is shown to tiering (src/tiering)
-// before the driver gets it, unchanged. Every launch route is here, since programs use all of them:
+// Hooks of the kernel launches, the unloads and stream creation: each launch is shown to tiering
+// (src/tiering) before and after the driver gets it, unchanged; each new stream is listed for the
+// mover's holds (tiering/streams.h). Every launch route is here, since programs use all of them:
 // the CUDA runtime resolves cuLaunchKernel (and its per-thread variant) through cuGetProcAddress,
 // cuBLAS and CUTLASS sm90 GEMMs launch through cuLaunchKernelEx, cooperative kernels through
 // cuLaunchCooperativeKernel.
@@ -25,7 +26,9 @@ bool is_launch_hook(driver::Fn fn) {
     case Fn::cuLaunchCooperativeKernel:
     case Fn::cuLaunchCooperativeKernel_ptsz:
     case Fn::cuModuleUnload:
-    case Fn::cuLibraryUnload: return true;
+    case Fn::cuLibraryUnload:
+    case Fn::cuStreamCreate:
+    case Fn::cuStreamCreateWithPriority: return true;
     default: return false;
   }
 }
@@ -40,9 +43,24 @@ const driver::Table* real_table() {
   return d != nullptr ? &d->table : nullptr;
 }
 
-void show(CUfunction f, CUstream stream, void** params, void** extra) {
-  if (tiering::Tiering* t = tiering::Tiering::process()) t->before_launch(f, stream, params, extra);
-}
+// Shows one launch to tiering: before the driver gets it (what it touches) and after (a move whose
+// memory it touched meanwhile is dropped; mover.h). Lives across the forwarded call.
+class Shown {
+ public:
+  Shown(CUfunction f, CUstream stream, void** params, void** extra) : tiering_(tiering::Tiering::process()), stream_(stream) {
+    if (tiering_ != nullptr) tiering_->before_launch(f, stream, params, extra, &seen_);
+  }
+  ~Shown() {
+    if (tiering_ != nullptr) tiering_->after_launch(seen_, stream_);
+  }
+  Shown(const Shown&) = delete;
+  Shown& operator=(const Shown&) = delete;
+
+ private:
+  tiering::Tiering* tiering_;
+  CUstream stream_;
+  tiering::LaunchSeen seen_;  // not zeroed: before_launch fills what after_launch reads
+};
 
 CUstream config_stream(const CUlaunchConfig* config) { return config != nullptr ? config->hStream : nullptr; }
 
@@ -67,20 +85,20 @@ CUresult forget_layouts_if(CUresult unloaded) {
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                 unsigned bz, unsigned shared, CUstream s, void** params, void** extra) {
   stats::count_hook(Fn::cuLaunchKernel);
-  show(f, s, params, extra);
+  const Shown shown(f, s, params, extra);
   UVMPOOL_FORWARD(cuLaunchKernel, f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
 }
 
 CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                      unsigned bz, unsigned shared, CUstream s, void** params, void** extra) {
   stats::count_hook(Fn::cuLaunchKernel_ptsz);
-  show(f, s == nullptr ? CU_STREAM_PER_THREAD : s, params, extra);
+  const Shown shown(f, s == nullptr ? CU_STREAM_PER_THREAD : s, params, extra);
   UVMPOOL_FORWARD(cuLaunchKernel_ptsz, f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
 }
 
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
   stats::count_hook(Fn::cuLaunchKernelEx);
-  show(f, config_stream(config), params, extra);
+  const Shown shown(f, config_stream(config), params, extra);
   if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
   UVMPOOL_FORWARD(cuLaunchKernelEx, config, f, params, extra);
 }
@@ -88,7 +106,7 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, vo
 CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
   stats::count_hook(Fn::cuLaunchKernelEx_ptsz);
   const CUstream s = config_stream(config);
-  show(f, s == nullptr ? CU_STREAM_PER_THREAD : s, params, extra);
+  const Shown shown(f, s == nullptr ? CU_STREAM_PER_THREAD : s, params, extra);
   if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
   UVMPOOL_FORWARD(cuLaunchKernelEx_ptsz, config, f, params, extra);
 }
@@ -96,7 +114,7 @@ CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction 
 CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                            unsigned by, unsigned bz, unsigned shared, CUstream s, void** params) {
   stats::count_hook(Fn::cuLaunchCooperativeKernel);
-  show(f, s, params, nullptr);
+  const Shown shown(f, s, params, nullptr);
   UVMPOOL_FORWARD(cuLaunchCooperativeKernel, f, gx, gy, gz, bx, by, bz, shared, s, params);
 }
 
@@ -104,7 +122,7 @@ CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsig
                                                 unsigned by, unsigned bz, unsigned shared, CUstream s,
                                                 void** params) {
   stats::count_hook(Fn::cuLaunchCooperativeKernel_ptsz);
-  show(f, s == nullptr ? CU_STREAM_PER_THREAD : s, params, nullptr);
+  const Shown shown(f, s == nullptr ? CU_STREAM_PER_THREAD : s, params, nullptr);
   UVMPOOL_FORWARD(cuLaunchCooperativeKernel_ptsz, f, gx, gy, gz, bx, by, bz, shared, s, params);
 }
 
@@ -120,6 +138,36 @@ CUresult CUDAAPI cuLibraryUnload(CUlibrary library) {
   const driver::Table* d = real_table();
   if (d == nullptr || d->cuLibraryUnload == nullptr) return CUDA_ERROR_NO_DEVICE;
   return forget_layouts_if(d->cuLibraryUnload(library));
+}
+
+namespace {
+// A stream made while the mover holds the program's streams waits for the hold's end too.
+CUresult listed(const driver::Table& d, CUresult made, CUstream stream, unsigned flags) {
+  if (made != CUDA_SUCCESS) return made;
+  CUcontext context = nullptr;
+  if (d.cuCtxGetCurrent(&context) != CUDA_SUCCESS || context == nullptr) return made;
+  const tiering::StreamRegistry::Hold hold =
+      tiering::StreamRegistry::process().created(stream, context, (flags & CU_STREAM_NON_BLOCKING) != 0);
+  if (hold.flag != 0 && d.cuStreamWaitValue32_v2 != nullptr)
+    d.cuStreamWaitValue32_v2(stream, hold.flag, hold.value, CU_STREAM_WAIT_VALUE_GEQ);
+  return made;
+}
+}  // namespace
+
+CUresult CUDAAPI cuStreamCreate(CUstream* stream, unsigned int flags) {
+  stats::count_hook(Fn::cuStreamCreate);
+  const driver::Table* d = real_table();
+  if (d == nullptr || d->cuStreamCreate == nullptr) return CUDA_ERROR_NO_DEVICE;
+  const CUresult r = d->cuStreamCreate(stream, flags);
+  return r == CUDA_SUCCESS ? listed(*d, r, *stream, flags) : r;
+}
+
+CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* stream, unsigned int flags, int priority) {
+  stats::count_hook(Fn::cuStreamCreateWithPriority);
+  const driver::Table* d = real_table();
+  if (d == nullptr || d->cuStreamCreateWithPriority == nullptr) return CUDA_ERROR_NO_DEVICE;
+  const CUresult r = d->cuStreamCreateWithPriority(stream, flags, priority);
+  return r == CUDA_SUCCESS ? listed(*d, r, *stream, flags) : r;
 }
 
 #undef UVMPOOL_FORWARD

@@ -1,6 +1,7 @@
 // Hooks of the allocation calls: count, hand to the backend, return its answer.
 #include "hooks/backend.h"
 #include "hooks/hooks.h"
+#include "tiering/streams.h"
 #include "stats/counters.h"
 
 namespace uvmpool::hooks::impl {
@@ -114,6 +115,8 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, 
 
 CUresult CUDAAPI cuStreamDestroy_v2(CUstream stream) {
   stats::count_hook(Fn::cuStreamDestroy_v2);
+  // Off the mover's list first: once destroyed, the handle may name another stream.
+  if (watches_launches()) tiering::StreamRegistry::process().destroying(stream);
   return backend().stream_destroy(stream);
 }
 

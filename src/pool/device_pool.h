@@ -170,6 +170,7 @@ class DevicePool {
   CUresult copy_move(const Move& move, CUstream stream);
   CUresult commit_move(Move* move);
   void abort_move(Move* move);
+  void commit_quiesced(std::span<Move* const> moves, const Quiesce& quiesce, std::span<CUresult> results);
   // The program's own cuMemCreate of `bytes` on this device: Device when the budget takes it (idle
   // pool memory is released to make room), Host when it must spill (counted against the host limit
   // until external_released), OUT_OF_MEMORY when neither can.
@@ -247,6 +248,10 @@ class DevicePool {
   CUresult take_target(std::size_t n, Tier tier, std::vector<Chunk>* out) UVMPOOL_REQUIRES(mu_);
   // Waits for work that may still use freed memory the move is about to unmap.
   void fence_move(Entry owner) UVMPOOL_REQUIRES(mu_);
+  // commit_move and abort_move under mu_; `quiesced`: the caller has stopped all work that could
+  // touch the memory (commit_quiesced), so the pool waits for none.
+  CUresult commit_locked(Move* m, bool quiesced) UVMPOOL_REQUIRES(mu_);
+  void abort_locked(Move* m) UVMPOOL_REQUIRES(mu_);
   // The owner's pieces [first, first + old.size()) replaced by `fresh`, and every figure a move changes,
   // here and nowhere else.
   void swap_pieces(const Move& m, std::size_t first, std::span<const Chunk> old) UVMPOOL_REQUIRES(mu_);

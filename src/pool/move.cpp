@@ -129,6 +129,33 @@ CUresult DevicePool::copy_move(const Move& m, CUstream stream) {
 
 CUresult DevicePool::commit_move(Move* m) {
   MutexLock lock(mu_);
+  return commit_locked(m, false);
+}
+
+void DevicePool::abort_move(Move* m) {
+  MutexLock lock(mu_);
+  abort_locked(m);
+}
+
+void DevicePool::commit_quiesced(std::span<Move* const> moves, const Quiesce& quiesce, std::span<CUresult> results) {
+  MutexLock lock(mu_);
+  // Nothing below waits for the program's work (a quiesced commit skips fence_move, and no other step
+  // of a commit or abort waits): once `quiesce` holds the program's streams, a wait for them would
+  // never end. mu_ stays held so that no thread of this pool is inside such a wait meanwhile.
+  std::vector<char> commit(moves.size(), 0);
+  const bool quiet = quiesce(std::span<char>(commit));
+  for (std::size_t i = 0; i < moves.size(); ++i) {
+    Move* m = moves[i];
+    if (m->staging == 0) {
+      results[i] = CUDA_SUCCESS;  // nothing was to move
+      continue;
+    }
+    results[i] = quiet && commit[i] != 0 ? commit_locked(m, true) : CUDA_ERROR_NOT_READY;
+    if (results[i] != CUDA_SUCCESS) abort_locked(m);
+  }
+}
+
+CUresult DevicePool::commit_locked(Move* m, bool quiesced) {
   // The pieces at the move's range, found again: other moves of the same mapping (of other ranges)
   // may have changed the pieces before them since.
   Block* b = as_block(m->owner);
@@ -139,7 +166,7 @@ CUresult DevicePool::commit_move(Move* m) {
   while (at < m->address + m->bytes) at += pieces[first + count++].granules * chunk_;
   const std::vector<Chunk> old(pieces.begin() + static_cast<std::ptrdiff_t>(first),
                                pieces.begin() + static_cast<std::ptrdiff_t>(first + count));
-  fence_move(m->owner);
+  if (!quiesced) fence_move(m->owner);
   if (const CUresult r = vmm_.remap(m->address, old, m->target, chunk_); r != CUDA_SUCCESS) {
     moves_failed_.fetch_add(1, std::memory_order_relaxed);
     log::warn("device {}: a move of {} bytes at {:#x} failed at its remap ({}); the old mapping stands", device_,
@@ -158,8 +185,7 @@ CUresult DevicePool::commit_move(Move* m) {
   return CUDA_SUCCESS;
 }
 
-void DevicePool::abort_move(Move* m) {
-  MutexLock lock(mu_);
+void DevicePool::abort_locked(Move* m) {
   drop_staging(*m);
   return_chunks(m->target);
   forget_range(*m);

@@ -288,6 +288,20 @@ void Pool::abort_move(Move* move) {
   if (DevicePool* p = mover(*move)) p->abort_move(move);
 }
 
+void Pool::commit_quiesced(int device, std::span<Move* const> moves, const Quiesce& quiesce,
+                           std::span<CUresult> results) {
+  DevicePool* p = device >= 0 && device < device_count() ? device_pool(device) : nullptr;
+  const bool ours = p != nullptr && results.size() >= moves.size() &&
+                    std::all_of(moves.begin(), moves.end(), [&](const Move* m) {
+                      return m != nullptr && (m->staging == 0 || (m->device == device && mover(*m) == p));
+                    });
+  if (!ours) {
+    for (std::size_t i = 0; i < results.size(); ++i) results[i] = CUDA_ERROR_INVALID_VALUE;
+    return;
+  }
+  p->commit_quiesced(moves, quiesce, results);
+}
+
 bool Pool::in_pool_space(CUdeviceptr p) const { return devices_->map.contains(p); }
 
 Pool::Probe Pool::probe(CUdeviceptr p) const {

@@ -16,9 +16,11 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <string>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "config/options.h"
@@ -84,6 +86,9 @@ struct Move {
   std::uintptr_t owner = 0;              // the address map's entry: a mapping or a slab
   std::vector<Chunk> target;             // the new pieces
 };
+
+// Tiering's way of stopping the program's work around commits (Pool::commit_quiesced).
+using Quiesce = std::function<bool(std::span<char> commit)>;
 
 // Per-device figures (bytes unless said otherwise); a consistent-enough snapshot, not atomic.
 struct DeviceStats {
@@ -225,6 +230,15 @@ class Pool {
   CUresult copy_move(const Move& move, CUstream stream);
   CUresult commit_move(Move* move);
   void abort_move(Move* move);
+  // Commits prepared moves of one device (their copies finished) while the caller holds the program's
+  // work still (tiering/mover.cpp). The device's pool lock is held across `quiesce` and the commits,
+  // so no thread of the pool can be inside a wait for the stopped work meanwhile, and the commits wait
+  // for no work themselves (the caller's hold has let all earlier work finish).
+  // `quiesce` stops the work and sets commit[i] nonzero for each move to commit; it answers false when
+  // it could not stop the work (then every move is aborted). results[i]: CUDA_SUCCESS, committed (or
+  // nothing was to move); otherwise aborted (NOT_READY: not asked to commit; or the remap's error),
+  // the old mapping in place. Every move ends: none stays prepared.
+  void commit_quiesced(int device, std::span<Move* const> moves, const Quiesce& quiesce, std::span<CUresult> results);
 
   // Pins host chunks into `device`'s reserve until it holds `bytes` (tests, benchmarks: a warm
   // reserve without waiting for the background thread). OUT_OF_MEMORY past UVMPOOL_HOST_LIMIT.

@@ -159,7 +159,9 @@ CUresult impl::cuMemRelease(CUmemGenericAllocationHandle_v1 handle) {
   if (physical == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const bool host = physical->device < 0;
   const std::size_t size = physical->size;
-  if (physical->mappings != 0 && detector::any_records())
+  // The last reference going while mapped: the next unmap frees the memory, so it counts as a change
+  // now. Dropping a reference cuMemRetainAllocationHandle added changes nothing (a query's).
+  if (physical->mappings != 0 && physical->handle_refs == 1 && detector::any_records())
     for (const auto& [base, m] : space.mappings)
       if (m.physical == handle) detector::check("cuMemRelease of a handle mapped at", m.base, m.base + m.size);
   --physical->handle_refs;

@@ -1,12 +1,15 @@
 // Tiering: moving what kernels are about to touch into device memory ahead of them, and cold memory
 // out, at the same addresses (docs/tiering.md). This layer sits between the hooks and the pool.
 //
-// Built so far: seeing what each kernel touches. Every launch route (cuLaunchKernel, cuLaunchKernelEx,
-// cuLaunchCooperativeKernel and their per-thread variants) calls before_launch, which reads the
-// launch's argument bytes (launch_args.h, param_layouts.h) and looks every 8-aligned word up in the
-// pool's address map (Pool::probe, lock-free). While no pool memory lies in host memory, nothing a
-// kernel touches can need moving, and before_launch returns after two loads.
-// Still to come (issue 16): the mover that changes tiers in stream order, and the policy above it.
+// Seeing: every launch route (cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel and their
+// per-thread variants) calls before_launch, which reads the launch's argument bytes (launch_args.h,
+// param_layouts.h) and looks every 8-aligned word up in the pool's address map (Pool::probe,
+// lock-free), and after_launch once the driver has it. While no pool memory lies in host memory and
+// no overlapped move is copying, nothing a kernel touches can need moving or spoil a move, and
+// before_launch returns after two loads.
+// Moving: the mover (mover.h) changes tiers in batches while it holds the program's streams still;
+// requests come from prefetch() (cuMemPrefetchAsync, uvmpool_prefetch). Still to come (issue 16):
+// the policy that asks for moves on its own.
 #pragma once
 
 #include <atomic>
@@ -16,7 +19,9 @@
 
 #include "driver/driver_api.h"
 #include "pool/pool.h"
+#include "tiering/mover.h"
 #include "tiering/param_layouts.h"
+#include "tiering/streams.h"
 #include "tiering/touches.h"
 
 namespace uvmpool::tiering {
@@ -25,7 +30,13 @@ namespace uvmpool::tiering {
 enum class Mode {
   Off,     // launches go straight to the driver: the hooks are not even handed out
   Remote,  // launches are read and their touches counted; spilled memory is read in place
-  Auto,    // as Remote, and (when the mover lands) what launches touch moves ahead of them
+  Auto,    // as Remote, and (when the policy lands) what launches touch moves ahead of them
+};
+
+// What before_launch saw of one launch, for after_launch.
+struct LaunchSeen {
+  enum class Read { Skipped, Read, Unread } read = Read::Skipped;  // Skipped: nothing could need it
+  LaunchTouches touches;
 };
 std::optional<Mode> parse_mode(std::string_view text);
 // The mode the options ask for (UVMPOOL_TIERING; Off also with UVMPOOL_POOL=0 or UVMPOOL_DISABLE).
@@ -42,8 +53,9 @@ struct Stats {
 
 class Tiering {
  public:
-  // `driver` and `pool` must outlive this (the process's do).
-  Tiering(const driver::Table& driver, pool::Pool& pool, Mode mode);
+  // `driver`, `pool` and `streams` must outlive this (the process's do).
+  Tiering(const driver::Table& driver, pool::Pool& pool, Mode mode, StreamRegistry& streams,
+          MoverConfig mover = {});
   Tiering(const Tiering&) = delete;
   Tiering& operator=(const Tiering&) = delete;
 
@@ -52,8 +64,15 @@ class Tiering {
   static Tiering* existing();
 
   // Before a kernel launch reaches the driver, on the launching thread. `f` may be a CUkernel cast
-  // to a CUfunction; null arguments are left for the driver to refuse.
-  void before_launch(CUfunction f, CUstream stream, void** params, void** extra);
+  // to a CUfunction; null arguments are left for the driver to refuse. Fills `seen` (only its `read`
+  // when it answers Skipped: the common case costs no more than two loads).
+  void before_launch(CUfunction f, CUstream stream, void** params, void** extra, LaunchSeen* seen);
+  // After the driver took the launch (whatever it answered): an overlapped move whose memory the
+  // launch touched is dropped (mover.h); a default stream's context is noted for the mover's holds.
+  void after_launch(const LaunchSeen& seen, CUstream stream);
+  // Asks for [p, p + bytes) of pool memory to move to `to` (cuMemPrefetchAsync, uvmpool_prefetch).
+  // False: not pool memory, or the mover's queue is full.
+  bool prefetch(CUdeviceptr p, std::size_t bytes, pool::Tier to);
   // After cuModuleUnload / cuLibraryUnload succeeded.
   void unloaded() { layouts_.forget_all(); }
 
@@ -64,11 +83,17 @@ class Tiering {
 
   Mode mode() const { return mode_; }
   Stats stats() const;
+  Mover& mover() { return mover_; }
+  // At exit (before the driver goes away): the mover's thread stops.
+  void stop() { mover_.stop(); }
 
  private:
+  const driver::Table& driver_;
   pool::Pool& pool_;
   const Mode mode_;
+  StreamRegistry& streams_;
   ParamLayouts layouts_;
+  Mover mover_;
   std::atomic<Observer> observer_{nullptr};
   std::atomic<void*> observer_context_{nullptr};
   std::atomic<std::uint64_t> launches_read_{0}, launches_unread_{0}, pointers_{0}, host_pointers_{0},

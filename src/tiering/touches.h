@@ -8,10 +8,12 @@
 
 namespace uvmpool::tiering {
 
+// No default member initializers: a LaunchTouches on the launching thread's stack is not zeroed (64
+// entries, on every launch); add() writes whole entries. Touch{} still zeroes one.
 struct Touch {
-  CUdeviceptr address = 0;  // the pointer as the kernel was given it (maybe inside an allocation)
-  std::uintptr_t owner = 0; // the mapping or slab holding it (Pool::Probe::owner)
-  bool host = false;        // its granule lay in host memory at the launch: the kernel reads it over PCIe
+  CUdeviceptr address;   // the pointer as the kernel was given it (maybe inside an allocation)
+  std::uintptr_t owner;  // the mapping or slab holding it (Pool::Probe::owner)
+  bool host;             // its granule lay in host memory at the launch: the kernel reads it over PCIe
 };
 
 // A fixed array, filled on the launching thread with no allocation. A kernel rarely gets more than a

@@ -128,7 +128,8 @@ int main(int argc, char** argv) {
     bare_spilled.push_back(ns_per_call(batch, 1, launches(false), drain));  // its own baseline, interleaved
     hooked_spilled.push_back(ns_per_call(batch, 1, launches(true), drain));
     read_only.push_back(ns_per_call(batch * 10, 1, [&] {
-      for (int i = 0; i < batch * 10; ++i) tiering->before_launch(fill, stream, nullptr, extra);
+      tiering::LaunchSeen seen;
+      for (int i = 0; i < batch * 10; ++i) tiering->before_launch(fill, stream, nullptr, extra, &seen);
     }, nothing));
   }
   const tiering::Stats ts = tiering->stats();

@@ -86,6 +86,9 @@ void make_pattern_fast(std::vector<unsigned char>& out, std::size_t bytes, std::
   for (; i < bytes; ++i) out[i] = static_cast<unsigned char>(word(seed, i / 8) >> (8 * (i % 8)));
 }
 
+
+}  // namespace
+
 ::testing::AssertionResult window_holds(CUdeviceptr p, std::size_t offset, std::size_t bytes, std::uint64_t seed) {
   std::vector<unsigned char> expected;
   make_pattern(expected, offset, bytes, seed);
@@ -99,8 +102,6 @@ void make_pattern_fast(std::vector<unsigned char>& out, std::size_t bytes, std::
                                            << std::dec << " reads " << int(got[i]) << ", wrote " << int(expected[i]);
   return ::testing::AssertionSuccess();
 }
-
-}  // namespace
 
 const Table& drv() {
   static const Table empty{};

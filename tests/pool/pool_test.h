@@ -75,6 +75,8 @@ void release_external(Pool& pool, CUmemGenericAllocationHandle handle);
 // different seeds never look alike, and a shifted copy does not match either.
 void fill(CUdeviceptr p, std::size_t bytes, std::uint64_t seed);
 ::testing::AssertionResult holds(CUdeviceptr p, std::size_t bytes, std::uint64_t seed);
+// [p + offset, p + offset + bytes) of an allocation filled with `seed` (`fill` at p) holds its pattern.
+::testing::AssertionResult window_holds(CUdeviceptr p, std::size_t offset, std::size_t bytes, std::uint64_t seed);
 // Only a few windows (start, end, each chunk boundary): cheap enough to run after every step.
 ::testing::AssertionResult holds_sampled(CUdeviceptr p, std::size_t bytes, std::uint64_t seed,
                                          std::size_t chunk);

@@ -6,8 +6,7 @@
 
 #include <vector>
 
-#include "spill_test.h"  // first: the driver's declarations come before cuda.h's
-#include "sim/sim_control.h"
+#include "tiering_test.h"  // first: the driver's declarations come before cuda.h's
 #include "tiering/tiering.h"
 
 namespace {
@@ -18,33 +17,20 @@ using uvmpool::tiering::Mode;
 using uvmpool::tiering::Tiering;
 using uvmpool::tiering::Touch;
 
-class LaunchTouches_ : public SpillTest {
+class LaunchTouches_ : public TieringTest {
  protected:
-  static constexpr std::size_t kBudget = 64 * kMiB;
-
   void SetUp() override {
-    SpillTest::SetUp();
+    TieringTest::SetUp();
     if (HasFatalFailure()) return;
-    pool = make_pool(spill_config(kBudget));
-    ASSERT_CU(drv().cuModuleLoadData(&module, UVMPOOL_SIM_MODULE_IMAGE));
-    ASSERT_CU(drv().cuModuleGetFunction(&fill, module, "uvmpool_fill_u32"));
-    ASSERT_CU(drv().cuModuleGetFunction(&struct_fill, module, "uvmpool_struct_fill_u32"));
-    ASSERT_CU(drv().cuModuleGetFunction(&gather, module, "uvmpool_gather_u32"));
-    ASSERT_CU(drv().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-    tiering = std::make_unique<Tiering>(drv(), *pool, Mode::Auto);
+    fill = kernel("uvmpool_fill_u32");
+    struct_fill = kernel("uvmpool_struct_fill_u32");
+    gather = kernel("uvmpool_gather_u32");
+    tiering = std::make_unique<Tiering>(drv(), *pool, Mode::Auto, streams);
     tiering->set_observer(&LaunchTouches_::observe, this);
   }
   void TearDown() override {
-    if (stream != nullptr) drv().cuStreamSynchronize(stream);
-    if (stream != nullptr) drv().cuStreamDestroy_v2(stream);
-    if (module != nullptr) drv().cuModuleUnload(module);
-    for (CUdeviceptr p : allocated) must_free(*pool, p);
-    if (pool) {
-      EXPECT_EQ(pool->check_invariants(), "");
-    }
     tiering.reset();
-    pool.reset();
-    SpillTest::TearDown();
+    TieringTest::TearDown();
   }
 
   static void observe(void* self, CUfunction, CUstream stream, const LaunchTouches& t) {
@@ -53,11 +39,6 @@ class LaunchTouches_ : public SpillTest {
     test->seen_streams.push_back(stream);
   }
 
-  CUdeviceptr allocate(std::size_t bytes) {
-    const CUdeviceptr p = must_allocate(*pool, bytes);
-    if (p != 0) allocated.push_back(p);
-    return p;
-  }
   // A device allocation, then one past the budget whose last chunk lies in host memory.
   void allocate_both_tiers() {
     on_device = allocate(8 * kMiB);
@@ -70,8 +51,11 @@ class LaunchTouches_ : public SpillTest {
 
   // Reports the launch to tiering, as the hooks do, then launches it.
   CUresult launch(CUfunction f, void** params, void** extra = nullptr) {
-    tiering->before_launch(f, stream, params, extra);
-    return drv().cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, stream, params, extra);
+    uvmpool::tiering::LaunchSeen seen;
+    tiering->before_launch(f, stream, params, extra, &seen);
+    const CUresult r = drv().cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, stream, params, extra);
+    tiering->after_launch(seen, stream);
+    return r;
   }
 
   // The touches of the one launch seen since the last call.
@@ -87,12 +71,9 @@ class LaunchTouches_ : public SpillTest {
     return nullptr;
   }
 
-  std::unique_ptr<Pool> pool;
+  uvmpool::tiering::StreamRegistry streams;
   std::unique_ptr<Tiering> tiering;
-  CUmodule module = nullptr;
   CUfunction fill = nullptr, struct_fill = nullptr, gather = nullptr;
-  CUstream stream = nullptr;
-  std::vector<CUdeviceptr> allocated;
   CUdeviceptr on_device = 0, spilled = 0, in_host = 0;
   std::vector<std::vector<Touch>> seen;
   std::vector<CUstream> seen_streams;
@@ -263,7 +244,8 @@ TEST_F(LaunchTouches_, ALaunchOfManyPointersKeepsSixtyFourAndCountsTheRest) {
   for (int i = 0; i < 80; ++i) words.push_back(spilled + static_cast<CUdeviceptr>(i) * 4096);
   std::size_t size = words.size() * sizeof(CUdeviceptr);
   void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, words.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
-  tiering->before_launch(fill, stream, nullptr, extra);  // read only: the buffer is no fill's arguments
+  uvmpool::tiering::LaunchSeen seen;
+  tiering->before_launch(fill, stream, nullptr, extra, &seen);  // read only: the buffer is no fill's arguments
   EXPECT_EQ(last_touches().size(), LaunchTouches::kMax);
   EXPECT_EQ(tiering->stats().pointers, 80u);
 }

@@ -1,0 +1,429 @@
+#include "tiering/mover.h"
+
+#include <algorithm>
+
+#include "config/log.h"
+
+namespace uvmpool::tiering {
+
+// The events of one hold (or fence), each in the context it was recorded in.
+struct Mover::Held {
+  struct Recorded {
+    CUcontext context;
+    CUevent event;
+  };
+  std::vector<Recorded> events;
+};
+
+namespace {
+
+// The calling thread in `context` for a scope (pushed only when it is not current already).
+class ContextScope {
+ public:
+  ContextScope(const driver::Table& d, CUcontext context) : d_(d) {
+    CUcontext current = nullptr;
+    if (d_.cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == context) return;
+    status_ = d_.cuCtxPushCurrent_v2(context);
+    pushed_ = status_ == CUDA_SUCCESS;
+  }
+  ~ContextScope() {
+    CUcontext popped = nullptr;
+    if (pushed_) d_.cuCtxPopCurrent_v2(&popped);
+  }
+  ContextScope(const ContextScope&) = delete;
+  ContextScope& operator=(const ContextScope&) = delete;
+  CUresult status() const { return status_; }
+
+ private:
+  const driver::Table& d_;
+  CUresult status_ = CUDA_SUCCESS;
+  bool pushed_ = false;
+};
+
+bool context_gone(CUresult r) {
+  return r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_CONTEXT_IS_DESTROYED;
+}
+
+// Whether `stream` is capturing a graph. Asking about the legacy stream while another stream captures
+// in global mode is itself refused (STREAM_CAPTURE_IMPLICIT): that counts as capturing too.
+bool capturing(const driver::Table& d, CUstream stream) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUresult r = d.cuStreamIsCapturing(stream, &status);
+  if (r == CUDA_SUCCESS) return status != CU_STREAM_CAPTURE_STATUS_NONE;
+  return r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+}
+
+}  // namespace
+
+Mover::Mover(const driver::Table& driver, pool::Pool& pool, StreamRegistry& streams, MoverConfig config)
+    : d_(driver), pool_(pool), streams_(streams), config_(config) {}
+
+Mover::~Mover() {
+  stop();
+  MutexLock lock(epoch_mu_);
+  for (DeviceResources& r : devices_) {
+    if (r.context == nullptr) continue;
+    {
+      ContextScope in(d_, r.context);
+      if (r.copy != nullptr) d_.cuStreamDestroy_v2(r.copy);
+      if (flag_ != nullptr && &r == &devices_.front()) {
+        d_.cuMemFreeHost(const_cast<std::uint32_t*>(flag_));
+        flag_ = nullptr;
+      }
+    }
+    CUdevice device = 0;
+    if (d_.cuDeviceGet(&device, static_cast<int>(&r - devices_.data())) == CUDA_SUCCESS) d_.cuDevicePrimaryCtxRelease_v2(device);
+  }
+}
+
+bool Mover::request(CUdeviceptr p, std::size_t bytes, pool::Tier to) {
+  if (p == 0 || bytes == 0) return false;
+  {
+    MutexLock lock(queue_mu_);
+    if (queue_.size() >= kMaxQueued) {
+      refused_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    queue_.push_back({p, bytes, to});
+    if (config_.thread && !stopping_ && !thread_.joinable()) thread_ = std::thread(&Mover::thread_main, this);
+  }
+  requested_.fetch_add(1, std::memory_order_relaxed);
+  queue_cv_.notify_one();
+  return true;
+}
+
+void Mover::stop() {
+  std::thread t;
+  {
+    MutexLock lock(queue_mu_);
+    stopping_ = true;
+    t = std::move(thread_);
+  }
+  queue_cv_.notify_all();
+  if (t.joinable()) t.join();
+}
+
+void Mover::thread_main() {
+  for (;;) {
+    {
+      UniqueMutexLock lock(queue_mu_);
+      queue_cv_.wait(lock.native(), [this]() UVMPOOL_NO_THREAD_SAFETY_ANALYSIS { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+    }
+    // Put off by a graph capture: try again shortly (captures are short).
+    if (run_epoch() == CUDA_ERROR_NOT_READY) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+CUresult Mover::run_until_idle() {
+  for (;;) {
+    {
+      MutexLock lock(queue_mu_);
+      if (queue_.empty()) return CUDA_SUCCESS;
+    }
+    if (const CUresult r = run_epoch(); r != CUDA_SUCCESS) return r;
+  }
+}
+
+bool Mover::take_batch(std::vector<Request>* batch) {
+  MutexLock lock(queue_mu_);
+  std::size_t bytes = 0;
+  while (!queue_.empty() && batch->size() < kMaxFlight &&
+         (batch->empty() || bytes + queue_.front().bytes <= config_.max_batch_bytes)) {
+    bytes += queue_.front().bytes;
+    batch->push_back(queue_.front());
+    queue_.pop_front();
+  }
+  return !batch->empty();
+}
+
+CUresult Mover::ensure_resources(int device) {
+  if (device < 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (devices_.size() <= static_cast<std::size_t>(device)) devices_.resize(static_cast<std::size_t>(device) + 1);
+  DeviceResources& r = devices_[static_cast<std::size_t>(device)];
+  if (r.context != nullptr && r.copy != nullptr && flag_ != nullptr) return CUDA_SUCCESS;
+  if (r.context == nullptr) {
+    CUdevice dev = 0;
+    CUresult s = d_.cuDeviceGet(&dev, device);
+    if (s == CUDA_SUCCESS) s = d_.cuDevicePrimaryCtxRetain(&r.context, dev);
+    if (s != CUDA_SUCCESS) {
+      r.context = nullptr;
+      return s;
+    }
+  }
+  ContextScope in(d_, r.context);
+  if (in.status() != CUDA_SUCCESS) return in.status();
+  if (r.copy == nullptr) {
+    if (const CUresult s = d_.cuStreamCreate(&r.copy, CU_STREAM_NON_BLOCKING); s != CUDA_SUCCESS) {
+      r.copy = nullptr;
+      return s;
+    }
+  }
+  if (flag_ == nullptr) {
+    // Pinned, portable (every context's streams wait on it) and mapped for the devices.
+    void* p = nullptr;
+    CUresult s = d_.cuMemHostAlloc(&p, 64, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+    if (s != CUDA_SUCCESS) return s;
+    s = d_.cuMemHostGetDevicePointer_v2(&flag_device_, p, 0);
+    if (s != CUDA_SUCCESS) {
+      d_.cuMemFreeHost(p);
+      return s;
+    }
+    flag_ = static_cast<volatile std::uint32_t*>(p);
+    __atomic_store_n(flag_, epoch_, __ATOMIC_RELEASE);
+  }
+  return CUDA_SUCCESS;
+}
+
+bool Mover::record_on_streams(bool gate, std::uint32_t value, Held* held) {
+  std::vector<CUcontext> gone;
+  const CUdeviceptr flag = flag_device_;
+  const bool recorded = streams_.with_targets([&](const std::vector<StreamRegistry::Target>& targets,
+                                                  StreamRegistry::Hold& hold) {
+    // A capture forbids work on the legacy stream, and ours would be recorded into the graph: put off.
+    for (const StreamRegistry::Target& t : targets) {
+      ContextScope in(d_, t.context);
+      if (in.status() == CUDA_SUCCESS && capturing(d_, t.stream)) return false;
+    }
+    // From here on a stream made by the program waits for this hold too (StreamRegistry::created).
+    if (gate) hold = {flag, value};
+    for (const StreamRegistry::Target& t : targets) {
+      if (!t.fence) continue;
+      ContextScope in(d_, t.context);
+      if (context_gone(in.status())) {
+        gone.push_back(t.context);  // its work is gone with it
+        continue;
+      }
+      CUevent e = nullptr;
+      CUresult r = in.status();
+      if (r == CUDA_SUCCESS) r = d_.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
+      if (r == CUDA_SUCCESS) r = d_.cuEventRecord(e, t.stream);
+      if (r == CUDA_SUCCESS) held->events.push_back({t.context, e});
+      if (r == CUDA_SUCCESS && gate)
+        r = d_.cuStreamWaitValue32_v2(t.stream, flag, value, CU_STREAM_WAIT_VALUE_GEQ);
+      if (r != CUDA_SUCCESS) {
+        if (e != nullptr && (held->events.empty() || held->events.back().event != e)) d_.cuEventDestroy_v2(e);
+        if (context_gone(r)) {
+          gone.push_back(t.context);
+          continue;
+        }
+        log::warn("tiering: a stream of the program refused the mover's {} (error {}); the moves wait",
+                  gate ? "hold" : "fence", static_cast<int>(r));
+        return false;
+      }
+    }
+    return true;
+  });
+  for (CUcontext c : gone) streams_.forget_context(c);
+  return recorded;
+}
+
+bool Mover::wait_for(Held* held) {
+  bool all = true;
+  for (const Held::Recorded& e : held->events) {
+    ContextScope in(d_, e.context);
+    const CUresult r = d_.cuEventSynchronize(e.event);
+    d_.cuEventDestroy_v2(e.event);
+    if (r != CUDA_SUCCESS && !context_gone(r)) {
+      log::warn("tiering: waiting for the program's work before a move failed (error {}); the moves are dropped",
+                static_cast<int>(r));
+      all = false;
+    }
+  }
+  held->events.clear();
+  return all;
+}
+
+void Mover::release(std::uint32_t value) {
+  streams_.end_hold();
+  __atomic_store_n(flag_, value, __ATOMIC_RELEASE);
+  // The held streams go on as the devices see the flag. A query lets a driver that looks for written
+  // values only on calls (the simulator) see it too.
+  for (const DeviceResources& r : devices_) {
+    if (r.copy == nullptr) continue;
+    ContextScope in(d_, r.context);
+    d_.cuStreamQuery(r.copy);
+    break;
+  }
+}
+
+CUresult Mover::copy_all(int device, std::vector<pool::Move>& moves, std::vector<char>* copied, const Held* after) {
+  const DeviceResources& res = devices_[static_cast<std::size_t>(device)];
+  ContextScope in(d_, res.context);
+  if (in.status() != CUDA_SUCCESS) return in.status();
+  if (after != nullptr) {
+    for (const Held::Recorded& e : after->events) {
+      if (const CUresult r = d_.cuStreamWaitEvent(res.copy, e.event, 0); r != CUDA_SUCCESS) return r;
+    }
+  }
+  for (std::size_t i = 0; i < moves.size(); ++i) (*copied)[i] = pool_.copy_move(moves[i], res.copy) == CUDA_SUCCESS;
+  // The staging mappings may be dropped only once no copy writes them any more: a failed wait is
+  // asked again (a copy that really failed keeps failing: stream errors are sticky).
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  for (int attempt = 0; attempt < 3 && r != CUDA_SUCCESS; ++attempt) r = d_.cuStreamSynchronize(res.copy);
+  if (r != CUDA_SUCCESS) {
+    log::error("tiering: waiting for the mover's copies failed (error {}); the moves are dropped", static_cast<int>(r));
+    std::fill(copied->begin(), copied->end(), 0);
+  }
+  return r;
+}
+
+CUresult Mover::run_epoch() {
+  MutexLock epoch(epoch_mu_);
+  std::vector<Request> batch;
+  if (!take_batch(&batch)) return CUDA_SUCCESS;
+
+  // Prepared, one device per epoch (the first request's); requests for another wait for the next.
+  std::vector<pool::Move> moves;
+  std::vector<Request> taken, later;
+  int device = -1;
+  for (const Request& r : batch) {
+    pool::Move m;
+    const CUresult s = pool_.prepare_move(r.address, r.bytes, r.to, &m);
+    if (s != CUDA_SUCCESS) {
+      // A move is an optimization: a refused one (no room, being freed, moving already) is dropped.
+      failed_.fetch_add(1, std::memory_order_relaxed);
+      log::debug("tiering: a move of {} bytes at {:#x} refused by the pool ({})", r.bytes, r.address, static_cast<int>(s));
+      continue;
+    }
+    if (m.staging == 0) continue;  // there already
+    if (device < 0) device = m.device;
+    if (m.device != device) {
+      pool_.abort_move(&m);
+      later.push_back(r);
+      continue;
+    }
+    moves.push_back(std::move(m));
+    taken.push_back(r);
+  }
+  const auto put_back = [this](const std::vector<Request>& requests) {
+    MutexLock lock(queue_mu_);
+    queue_.insert(queue_.begin(), requests.begin(), requests.end());
+  };
+  put_back(later);
+  if (moves.empty()) return CUDA_SUCCESS;
+  const auto abort_all = [&] {
+    for (pool::Move& m : moves) pool_.abort_move(&m);
+  };
+  if (const CUresult s = ensure_resources(device); s != CUDA_SUCCESS) {
+    log::warn("tiering: the mover could not set up on device {} (error {}); {} moves dropped", device,
+              static_cast<int>(s), moves.size());
+    abort_all();
+    failed_.fetch_add(moves.size(), std::memory_order_relaxed);
+    return s;
+  }
+  // The contexts the memory was made in run the program's work: their default streams are fenced.
+  for (const pool::Move& m : moves) {
+    if (const auto info = pool_.find(m.address)) streams_.saw_context(info->context);
+  }
+
+  const bool overlap = config_.overlap;
+  std::vector<char> copied(moves.size(), 0);
+  if (overlap) {
+    for (std::size_t i = 0; i < moves.size(); ++i) {
+      flight_owner_[i].store(moves[i].owner, std::memory_order_relaxed);
+      flight_touched_[i].store(false, std::memory_order_relaxed);
+    }
+    // Published before the fence is recorded: a launch queued after the fence finds its move in
+    // flight (launched() reads after its launch is queued; both sides order through seq_cst).
+    flight_count_.store(moves.size(), std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    Held fence;
+    if (!record_on_streams(false, 0, &fence)) {
+      wait_for(&fence);
+      flight_count_.store(0, std::memory_order_seq_cst);
+      abort_all();
+      put_back(taken);
+      postponed_.fetch_add(1, std::memory_order_relaxed);
+      return CUDA_ERROR_NOT_READY;
+    }
+    copy_all(device, moves, &copied, &fence);
+    wait_for(&fence);
+    if (config_.after_copy) config_.after_copy();
+  }
+
+  const std::uint32_t value = epoch_ + 1;
+  bool put_off = false;
+  std::chrono::steady_clock::time_point held_at{};
+  // Called by the pool inside this epoch (epoch_mu_ held throughout).
+  const pool::Quiesce quiesce = [&](std::span<char> commit) UVMPOOL_REQUIRES(epoch_mu_) {
+    Held hold;
+    held_at = std::chrono::steady_clock::now();
+    if (!record_on_streams(true, value, &hold)) {
+      put_off = true;
+      wait_for(&hold);
+      return false;
+    }
+    // Launches queued from here on wait behind the hold: only those before it can have touched the
+    // memory during the copy.
+    for (std::size_t i = 0; i < moves.size(); ++i)
+      commit[i] = copied[i] != 0 && !flight_touched_[i].load(std::memory_order_seq_cst);
+    if (config_.inside_hold) config_.inside_hold();
+    if (!wait_for(&hold)) return false;
+    if (!overlap) {
+      copy_all(device, moves, &copied, nullptr);
+      for (std::size_t i = 0; i < moves.size(); ++i) commit[i] = copied[i];
+    }
+    return true;
+  };
+  std::vector<pool::Move*> pointers;
+  for (pool::Move& m : moves) pointers.push_back(&m);
+  std::vector<CUresult> results(moves.size(), CUDA_ERROR_NOT_READY);
+  pool_.commit_quiesced(device, pointers, quiesce, results);
+  epoch_ = value;
+  release(value);  // always: a hold may stand on some streams even when quiesce failed half-way
+  if (held_at != std::chrono::steady_clock::time_point{}) {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - held_at);
+    held_ns_.fetch_add(static_cast<std::uint64_t>(ns.count()), std::memory_order_relaxed);
+  }
+  std::vector<char> touched(moves.size(), 0);
+  if (overlap) {
+    for (std::size_t i = 0; i < moves.size(); ++i) touched[i] = flight_touched_[i].load(std::memory_order_relaxed);
+    flight_count_.store(0, std::memory_order_seq_cst);
+  }
+  if (put_off) {
+    put_back(taken);
+    postponed_.fetch_add(1, std::memory_order_relaxed);
+    return CUDA_ERROR_NOT_READY;
+  }
+  epochs_.fetch_add(1, std::memory_order_relaxed);
+  for (std::size_t i = 0; i < moves.size(); ++i) {
+    if (results[i] == CUDA_SUCCESS) {
+      moves_.fetch_add(1, std::memory_order_relaxed);
+      (moves[i].to == pool::Tier::Device ? promoted_ : demoted_).fetch_add(moves[i].bytes, std::memory_order_relaxed);
+    } else if (touched[i] != 0) {
+      touched_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      failed_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+void Mover::launched(const LaunchTouches& touches, bool all) {
+  const std::size_t n = flight_count_.load(std::memory_order_seq_cst);
+  if (n == 0) return;
+  for (std::size_t i = 0; i < n && i < kMaxFlight; ++i) {
+    const std::uintptr_t owner = flight_owner_[i].load(std::memory_order_relaxed);
+    bool hit = all || touches.dropped != 0;  // pointers past the cap are unknown: assume the worst
+    for (std::size_t k = 0; !hit && k < touches.count; ++k) hit = touches.touches[k].owner == owner;
+    if (hit) flight_touched_[i].store(true, std::memory_order_seq_cst);
+  }
+}
+
+MoverStats Mover::stats() const {
+  MoverStats s;
+  s.requested = requested_.load(std::memory_order_relaxed);
+  s.refused = refused_.load(std::memory_order_relaxed);
+  s.epochs = epochs_.load(std::memory_order_relaxed);
+  s.epochs_postponed = postponed_.load(std::memory_order_relaxed);
+  s.moves = moves_.load(std::memory_order_relaxed);
+  s.promoted_bytes = promoted_.load(std::memory_order_relaxed);
+  s.demoted_bytes = demoted_.load(std::memory_order_relaxed);
+  s.moves_touched = touched_.load(std::memory_order_relaxed);
+  s.moves_failed = failed_.load(std::memory_order_relaxed);
+  s.held_ns = held_ns_.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace uvmpool::tiering

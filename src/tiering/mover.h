@@ -1,0 +1,159 @@
+// The mover: changes the tier of pool memory at its addresses, in batches ("epochs"), while keeping
+// the invariant tiering rests on:
+//
+//   No work that is queued or running touches memory while its mapping changes, and no write the
+//   program makes to memory being moved is lost.
+//
+// The driver has no stream-ordered remap: cuMemUnmap, cuMemMap and cuMemSetAccess act at once and do
+// not wait for kernels still using the range (../shared/FACTS.md). And a kernel may reach any memory
+// through pointers kept in device memory (a gather's index rows, batched GEMMs' pointer arrays), which
+// no hook sees. So the mover never relies on knowing what a kernel touches for correctness; it holds
+// the program's work still instead, without blocking the program's threads:
+//
+//   1. prepare (Pool::prepare_move): the target pieces, mapped at a staging address.
+//   2. hold: on every stream of the program (streams.h: each context's legacy stream, which orders
+//      every blocking stream, and each non-blocking stream) an event is recorded, then a
+//      cuStreamWaitValue32 on a pinned flag: later work queues behind the wait, on the GPU. The mover
+//      thread waits for the events: then nothing the program queued before runs any more.
+//   3. copy to the staging mapping on the mover's own stream (a copy engine), and wait for it.
+//   4. commit (Pool::commit_quiesced): unmap the old pieces, map the new at the same address.
+//   5. release: the flag is written; the held work goes on, on the new pieces.
+// The program's launching threads never wait; its streams pause for one epoch (the copy and the
+// remaps of its batch). Promotions and demotions of one batch copy in opposite PCIe directions at once.
+//
+// With `overlap`, step 3 runs before step 2 instead, beside the program's work: the copy waits for
+// events recorded on every stream (all earlier writes are in), and a move whose memory a launch the
+// hooks saw touched meanwhile (launched()) is dropped at the commit, since the launch may have written
+// the old pieces after the copy read them. The streams then pause only for the remaps. But a write
+// the hooks cannot see (through a pointer kept in device memory, or a copy or memset, which are not
+// hooked yet) would be lost: overlap is for programs whose writes are all kernel arguments.
+//
+// Requests come from the policy (next), cuMemPrefetchAsync and uvmpool_prefetch; each is carried out
+// at the next epoch, on the mover's thread or (tests) on the caller's (run_epoch).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "config/thread_safety.h"
+#include "driver/driver_api.h"
+#include "pool/pool.h"
+#include "tiering/streams.h"
+#include "tiering/touches.h"
+
+namespace uvmpool::tiering {
+
+struct MoverConfig {
+  bool overlap = false;                               // copy beside the program's work (see above)
+  std::size_t max_batch_bytes = std::size_t{256} << 20;  // moved per epoch at most
+  bool thread = true;                                 // epochs on a thread of the mover's own
+  // For tests, to place program work inside an epoch: called on the epoch's thread right after the
+  // overlapped copies finished (overlap), and right after the hold was recorded on every stream.
+  std::function<void()> after_copy;
+  std::function<void()> inside_hold;
+};
+
+struct MoverStats {
+  std::uint64_t requested = 0;        // requests accepted
+  std::uint64_t refused = 0;          // requests refused: the queue was full
+  std::uint64_t epochs = 0;           // epochs that held the program's streams
+  std::uint64_t epochs_postponed = 0;  // ... put off: a stream was capturing a graph
+  std::uint64_t moves = 0;            // committed
+  std::uint64_t promoted_bytes = 0;   // to device memory
+  std::uint64_t demoted_bytes = 0;    // to host memory
+  std::uint64_t moves_touched = 0;    // dropped: a launch touched the memory during its copy (overlap)
+  std::uint64_t moves_failed = 0;     // refused by the pool or the driver (no room, a failing step)
+  std::uint64_t held_ns = 0;          // host time the program's streams were held, summed over epochs
+};
+
+class Mover {
+ public:
+  static constexpr std::size_t kMaxFlight = 64;  // moves per epoch at most
+  static constexpr std::size_t kMaxQueued = 4096;
+
+  Mover(const driver::Table& driver, pool::Pool& pool, StreamRegistry& streams, MoverConfig config = {});
+  ~Mover();  // stops the thread (after its epoch: the streams are never left held)
+  Mover(const Mover&) = delete;
+  Mover& operator=(const Mover&) = delete;
+
+  // Asks for the pieces covering [p, p + bytes) to move to `to`, at the next epoch. False when the
+  // queue is full (the request is dropped: a move is only ever an optimization).
+  bool request(CUdeviceptr p, std::size_t bytes, pool::Tier to);
+  // One epoch on the calling thread: the requests queued so far, up to a batch, for one device.
+  // CUDA_SUCCESS also when nothing was queued; NOT_READY: put off (a graph capture), still queued.
+  CUresult run_epoch();
+  // Epochs on the calling thread until nothing is queued (or an epoch is put off).
+  CUresult run_until_idle();
+  // Stops the thread (at exit, before the driver goes away); requests are then only queued.
+  void stop();
+
+  // After a launch reached the driver, on the launching thread (overlap only; cheap otherwise): the
+  // moves whose memory it touched are dropped at their commit. `all`: the launch's pointers are not
+  // all known (its arguments were not read), so every move in flight is dropped.
+  void launched(const LaunchTouches& touches, bool all);
+  // Whether an overlapped copy is in flight (launches must then be read and reported).
+  bool copying() const { return flight_count_.load(std::memory_order_seq_cst) != 0; }
+
+  MoverStats stats() const;
+  const MoverConfig& config() const { return config_; }
+
+ private:
+  struct Request {
+    CUdeviceptr address;
+    std::size_t bytes;
+    pool::Tier to;
+  };
+  struct Held;  // the events of one hold (mover.cpp)
+
+  bool take_batch(std::vector<Request>* batch);
+  CUresult ensure_resources(int device) UVMPOOL_REQUIRES(epoch_mu_);
+  // Records an event on every fenced stream, and with `gate` a wait for the flag to reach `value`
+  // behind it. False (nothing held) when a stream captures a graph or a stream refuses.
+  bool record_on_streams(bool gate, std::uint32_t value, Held* held) UVMPOOL_REQUIRES(epoch_mu_);
+  bool wait_for(Held* held);
+  void release(std::uint32_t value) UVMPOOL_REQUIRES(epoch_mu_);
+  CUresult copy_all(int device, std::vector<pool::Move>& moves, std::vector<char>* copied, const Held* after)
+      UVMPOOL_REQUIRES(epoch_mu_);
+  void thread_main();
+  void wake_thread();
+
+  const driver::Table& d_;
+  pool::Pool& pool_;
+  StreamRegistry& streams_;
+  const MoverConfig config_;
+
+  Mutex queue_mu_;
+  std::deque<Request> queue_ UVMPOOL_GUARDED_BY(queue_mu_);
+  std::condition_variable queue_cv_;
+  bool stopping_ UVMPOOL_GUARDED_BY(queue_mu_) = false;
+  std::thread thread_ UVMPOOL_GUARDED_BY(queue_mu_);
+
+  // One epoch at a time (the thread's or a caller's of run_epoch).
+  Mutex epoch_mu_;
+  std::uint32_t epoch_ UVMPOOL_GUARDED_BY(epoch_mu_) = 0;
+  volatile std::uint32_t* flag_ UVMPOOL_GUARDED_BY(epoch_mu_) = nullptr;  // pinned; streams wait on it
+  CUdeviceptr flag_device_ UVMPOOL_GUARDED_BY(epoch_mu_) = 0;
+  struct DeviceResources {
+    CUcontext context = nullptr;  // the device's primary context (retained)
+    CUstream copy = nullptr;      // the mover's copy stream in it
+  };
+  std::vector<DeviceResources> devices_ UVMPOOL_GUARDED_BY(epoch_mu_);
+
+  // The owners of the moves whose overlapped copy is in flight, read by launched() without a lock:
+  // written before flight_count_ is raised, cleared after it drops to 0.
+  std::array<std::atomic<std::uintptr_t>, kMaxFlight> flight_owner_{};
+  std::array<std::atomic<bool>, kMaxFlight> flight_touched_{};
+  std::atomic<std::size_t> flight_count_{0};
+
+  std::atomic<std::uint64_t> requested_{0}, refused_{0}, epochs_{0}, postponed_{0}, moves_{0}, promoted_{0},
+      demoted_{0}, touched_{0}, failed_{0}, held_ns_{0};
+};
+
+}  // namespace uvmpool::tiering

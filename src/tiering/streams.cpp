@@ -1,0 +1,65 @@
+#include "tiering/streams.h"
+
+#include <algorithm>
+
+namespace uvmpool::tiering {
+namespace {
+
+// The context the calling thread reported last, and the registry's generation then: 16 bytes of TLS
+// (the library's TLS must stay small: src/trace/rings.cpp says why).
+struct LastSeen {
+  CUcontext context = nullptr;
+  std::uint64_t generation = 0;
+};
+thread_local LastSeen t_last_seen;
+
+}  // namespace
+
+StreamRegistry& StreamRegistry::process() {
+  static StreamRegistry* const instance = new StreamRegistry;  // never destroyed: hooks may run during exit
+  return *instance;
+}
+
+void StreamRegistry::add_context_locked(CUcontext context) {
+  const bool known = std::any_of(targets_.begin(), targets_.end(), [&](const Target& t) {
+    return t.context == context && t.stream == CU_STREAM_LEGACY;
+  });
+  if (!known) targets_.push_back({context, CU_STREAM_LEGACY});
+}
+
+StreamRegistry::Hold StreamRegistry::created(CUstream stream, CUcontext context, bool non_blocking) {
+  if (context == nullptr) return {};
+  MutexLock lock(mu_);
+  add_context_locked(context);
+  if (stream != nullptr) targets_.push_back({context, stream, non_blocking});
+  return hold_;
+}
+
+void StreamRegistry::destroying(CUstream stream) {
+  if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return;
+  MutexLock lock(mu_);
+  std::erase_if(targets_, [&](const Target& t) { return t.stream == stream; });
+}
+
+void StreamRegistry::saw_context(CUcontext context) {
+  const std::uint64_t generation = generation_.load(std::memory_order_acquire);
+  if (context == nullptr || (t_last_seen.context == context && t_last_seen.generation == generation)) return;
+  {
+    MutexLock lock(mu_);
+    add_context_locked(context);
+  }
+  t_last_seen = {context, generation};
+}
+
+void StreamRegistry::forget_context(CUcontext context) {
+  MutexLock lock(mu_);
+  std::erase_if(targets_, [&](const Target& t) { return t.context == context; });
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+std::size_t StreamRegistry::size() const {
+  MutexLock lock(mu_);
+  return targets_.size();
+}
+
+}  // namespace uvmpool::tiering

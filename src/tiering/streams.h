@@ -1,0 +1,78 @@
+// The program's streams, as the mover must know them to hold the program's work still around a remap
+// (mover.h says why). It needs, for every context the program runs work in, a handle through which
+// an event covers all work queued so far and a wait holds all work queued later:
+//   - the legacy default stream of each context covers every *blocking* stream of it: work on the
+//     legacy stream waits for all earlier work of the blocking streams, and they for it. That includes
+//     the per-thread default streams (blocking by definition), which another thread cannot name;
+//   - each stream created CU_STREAM_NON_BLOCKING (PyTorch's side streams, NCCL's) is ordered with
+//     nothing, so it is fenced by its own handle.
+// The hooks report streams as they are made and destroyed (cuStreamCreate, cuStreamCreateWithPriority,
+// cuStreamDestroy) and the contexts launches run in; the mover fences what is listed, under the
+// registry's lock, so no listed stream is destroyed while it records on it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "config/thread_safety.h"
+#include "driver/driver_api.h"
+
+namespace uvmpool::tiering {
+
+class StreamRegistry {
+ public:
+  // The process's registry (exists from the first call on: streams made before the pool are listed).
+  static StreamRegistry& process();
+
+  // The mover's hold in force (mover.h): streams wait for the flag at `flag` to reach `value`.
+  struct Hold {
+    CUdeviceptr flag = 0;  // 0: no hold
+    std::uint32_t value = 0;
+  };
+  // After a stream was made in `context` (the creating thread's current one). Answers the hold in
+  // force, if any: the caller makes the new stream wait for it too (a stream made during a hold must
+  // not run work on memory being remapped); if the hold ends meanwhile, the wait passes at once.
+  Hold created(CUstream stream, CUcontext context, bool non_blocking);
+  // Before cuStreamDestroy: once destroyed, the handle may name another stream.
+  void destroying(CUstream stream);
+  // A context the program runs work in (its legacy stream is fenced). Cheap when the calling thread
+  // reported the same context last.
+  void saw_context(CUcontext context);
+  // A context that is gone (fencing it failed): forgotten with its streams.
+  void forget_context(CUcontext context);
+  // A stream handle the driver no longer knows (fencing it failed): forgotten.
+  void forget_stream(CUstream stream) { destroying(stream); }
+
+  // A stream of the program: a created one, or CU_STREAM_LEGACY of `context`. The mover fences those
+  // marked `fence` (the legacy streams and the non-blocking ones) and asks every one whether it is
+  // capturing a graph (then nothing may be recorded on the legacy stream).
+  struct Target {
+    CUcontext context = nullptr;
+    CUstream stream = nullptr;
+    bool fence = true;
+  };
+  // Runs fn(const std::vector<Target>&, Hold&) with the registry locked: no listed stream is destroyed,
+  // and none is made unseen, meanwhile. The mover sets the Hold when it holds the streams.
+  template <typename Fn>
+  auto with_targets(Fn&& fn) {
+    MutexLock lock(mu_);
+    return fn(static_cast<const std::vector<Target>&>(targets_), hold_);
+  }
+  void end_hold() {
+    MutexLock lock(mu_);
+    hold_ = {};
+  }
+
+  std::size_t size() const;
+
+ private:
+  void add_context_locked(CUcontext context) UVMPOOL_REQUIRES(mu_);
+
+  mutable Mutex mu_;
+  std::vector<Target> targets_ UVMPOOL_GUARDED_BY(mu_);  // a few dozen entries
+  Hold hold_ UVMPOOL_GUARDED_BY(mu_);
+  std::atomic<std::uint64_t> generation_{1};  // renewed when a context is forgotten (see saw_context)
+};
+
+}  // namespace uvmpool::tiering

@@ -1,0 +1,373 @@
+// The mover (src/tiering/mover.h) on the simulated driver with kernels: moves both ways with their
+// bytes intact while kernels run on a non-blocking stream; work queued during the hold runs after
+// the remap, on the new pieces; the overlapped copy drops a move a launch touched; a free during a
+// move; a gather through pointers kept in device memory; a failing driver step at each step of the
+// protocol; a graph capture putting an epoch off; the mover's own thread. Every test ends with the
+// race detector having seen no memory change under unfinished work (TearDown).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "tiering_test.h"  // first: the driver's declarations come before cuda.h's
+#include "tiering/mover.h"
+
+namespace {
+
+using namespace pooltest;
+using uvmpool::pool::Tier;
+using uvmpool::tiering::LaunchTouches;
+using uvmpool::tiering::Mover;
+using uvmpool::tiering::MoverConfig;
+using uvmpool::tiering::StreamRegistry;
+
+class Mover_ : public TieringTest {
+ protected:
+  void SetUp() override {
+    TieringTest::SetUp();
+    if (HasFatalFailure()) return;
+    pool->stop_background();  // the host reserve stays as the tests leave it
+    fill_kernel = kernel("uvmpool_fill_u32");
+    touch_kernel = kernel("uvmpool_touch");
+    gather_kernel = kernel("uvmpool_gather_u32");
+    CUcontext context = nullptr;
+    ASSERT_CU(drv().cuCtxGetCurrent(&context));
+    streams.created(stream, context, true);  // as the cuStreamCreate hook lists it
+  }
+  void TearDown() override {
+    mover.reset();
+    streams.destroying(stream);
+    TieringTest::TearDown();
+  }
+
+  void make_mover(MoverConfig config = {}) {
+    config.thread = false;
+    mover = std::make_unique<Mover>(drv(), *pool, streams, config);
+  }
+  // 8 MiB in device memory, then 16 MiB past the budget, in host memory; then 16 MiB of device memory
+  // freed (held by the pool, idle), the room a promotion takes.
+  void allocate_both_tiers() {
+    on_device = allocate(8 * kMiB);
+    filler = allocate(device_chunks(kBudget) * gran - 24 * kMiB);
+    const CUdeviceptr room = must_allocate(*pool, 16 * kMiB);
+    in_host = allocate(16 * kMiB);
+    ASSERT_EQ(tiers(on_device, 8 * kMiB, gran), "DDDD");
+    ASSERT_EQ(tiers(room, 16 * kMiB, gran), "DDDDDDDD");
+    ASSERT_EQ(tiers(in_host, 16 * kMiB, gran), "HHHHHHHH");
+    must_free(*pool, room);
+  }
+  // A long kernel on `stream` reading [p, p + bytes) `passes` times: unfinished work on that memory,
+  // for longer (in virtual time) than any copy of the mover's takes.
+  void busy(CUdeviceptr p, std::size_t bytes, std::uint32_t passes = 4096) {
+    std::uint64_t n = bytes;
+    std::uint32_t write = 0;
+    void* params[] = {&p, &n, &passes, &write};
+    ASSERT_CU(drv().cuLaunchKernel(touch_kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
+  }
+  CUresult fill_on_stream(CUdeviceptr p, std::size_t bytes, std::uint32_t value) {
+    std::uint64_t count = bytes / 4;
+    void* params[] = {&p, &count, &value};
+    return drv().cuLaunchKernel(fill_kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
+  }
+  ::testing::AssertionResult all_equal(CUdeviceptr p, std::size_t bytes, std::uint32_t value) {
+    std::vector<std::uint32_t> got(bytes / 4);
+    if (const CUresult r = drv().cuMemcpyDtoH_v2(got.data(), p, bytes); r != CUDA_SUCCESS)
+      return ::testing::AssertionFailure() << "cuMemcpyDtoH answered " << cu_name(r);
+    for (std::size_t i = 0; i < got.size(); ++i)
+      if (got[i] != value) return ::testing::AssertionFailure() << "word " << i << " reads " << got[i] << ", not " << value;
+    return ::testing::AssertionSuccess();
+  }
+
+  StreamRegistry streams;
+  std::unique_ptr<Mover> mover;
+  CUfunction fill_kernel = nullptr, touch_kernel = nullptr, gather_kernel = nullptr;
+  CUdeviceptr on_device = 0, filler = 0, in_host = 0;
+};
+
+TEST_F(Mover_, MovesGoBothWaysWithTheirBytesWhileKernelsRunOnThem) {
+  make_mover();
+  allocate_both_tiers();
+  fill(on_device, 8 * kMiB, 1);
+  fill(in_host, 16 * kMiB, 2);
+  busy(on_device, 8 * kMiB);  // unfinished when the epoch starts: the hold must wait for it
+  ASSERT_TRUE(mover->request(on_device, 8 * kMiB, Tier::Host));
+  ASSERT_CU(mover->run_epoch());
+  EXPECT_EQ(tiers(on_device, 8 * kMiB, gran), "HHHH");
+
+  busy(in_host, 16 * kMiB);
+  ASSERT_TRUE(mover->request(in_host, 16 * kMiB, Tier::Device));
+  ASSERT_CU(mover->run_until_idle());
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "DDDDDDDD");
+  EXPECT_TRUE(holds(on_device, 8 * kMiB, 1));
+  EXPECT_TRUE(holds(in_host, 16 * kMiB, 2));
+  const auto s = mover->stats();
+  EXPECT_EQ(s.requested, 2u);
+  EXPECT_EQ(s.epochs, 2u);
+  EXPECT_EQ(s.moves, 2u);
+  EXPECT_EQ(s.demoted_bytes, 8 * kMiB);
+  EXPECT_EQ(s.promoted_bytes, 16 * kMiB);
+  EXPECT_EQ(s.moves_failed, 0u);
+  EXPECT_GT(s.held_ns, 0u);
+}
+
+TEST_F(Mover_, WorkQueuedDuringTheHoldRunsAfterTheRemapOnTheNewPieces) {
+  allocate_both_tiers();
+  fill(in_host, 16 * kMiB, 3);
+  CUresult queued = CUDA_ERROR_UNKNOWN;
+  MoverConfig config;
+  config.inside_hold = [&] {
+    // The program goes on launching: this write must land in the new (device) pieces, and the long
+    // read after it must not start before the remap.
+    queued = fill_on_stream(in_host, 4 * kMiB, 0xabcd);
+    busy(in_host, 4 * kMiB);
+  };
+  make_mover(config);
+  busy(in_host, 16 * kMiB);
+  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+  ASSERT_CU(mover->run_epoch());
+  ASSERT_CU(queued);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "DDHHHHHH");
+  EXPECT_TRUE(all_equal(in_host, 4 * kMiB, 0xabcd)) << "the held write was lost";
+  EXPECT_TRUE(window_holds(in_host, 4 * kMiB, 12 * kMiB, 3));
+}
+
+TEST_F(Mover_, AStreamMadeDuringAHoldWaitsForItToo) {
+  allocate_both_tiers();
+  CUstream late = nullptr;
+  StreamRegistry::Hold seen;
+  MoverConfig config;
+  config.inside_hold = [&] {
+    ASSERT_CU(drv().cuStreamCreate(&late, CU_STREAM_NON_BLOCKING));
+    CUcontext context = nullptr;
+    ASSERT_CU(drv().cuCtxGetCurrent(&context));
+    seen = streams.created(late, context, true);
+  };
+  make_mover(config);
+  ASSERT_TRUE(mover->request(in_host, 2 * kMiB, Tier::Device));
+  ASSERT_CU(mover->run_epoch());
+  EXPECT_NE(seen.flag, 0u) << "a stream made during the hold was not told to wait";
+  EXPECT_EQ(seen.value, 1u);
+  EXPECT_EQ(streams.with_targets([](const auto&, StreamRegistry::Hold& h) { return h.flag; }), 0u)
+      << "the hold outlived its epoch";
+  streams.destroying(late);
+  ASSERT_CU(drv().cuStreamDestroy_v2(late));
+}
+
+TEST_F(Mover_, OverlapDropsAMoveThatALaunchTouchedDuringItsCopy) {
+  allocate_both_tiers();
+  fill(in_host, 16 * kMiB, 4);
+  MoverConfig config;
+  config.overlap = true;
+  config.after_copy = [&] {
+    // A launch the hooks saw, writing memory whose copy has already been taken.
+    ASSERT_TRUE(mover->copying());
+    ASSERT_CU(fill_on_stream(in_host, 2 * kMiB, 0x77));
+    LaunchTouches t;
+    t.add({in_host, pool->probe(in_host).owner, true});
+    mover->launched(t, false);
+  };
+  make_mover(config);
+  ASSERT_TRUE(mover->request(in_host, 2 * kMiB, Tier::Device));
+  ASSERT_CU(mover->run_epoch());
+  EXPECT_FALSE(mover->copying());
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(tiers(in_host, 4 * kMiB, gran), "HH") << "the touched move was committed";
+  EXPECT_TRUE(all_equal(in_host, 2 * kMiB, 0x77)) << "the launch's write was lost";
+  const auto s = mover->stats();
+  EXPECT_EQ(s.moves, 0u);
+  EXPECT_EQ(s.moves_touched, 1u);
+}
+
+TEST_F(Mover_, OverlapCommitsWhatNoLaunchTouched) {
+  allocate_both_tiers();
+  fill(in_host, 16 * kMiB, 5);
+  fill(on_device, 8 * kMiB, 6);
+  MoverConfig config;
+  config.overlap = true;
+  config.after_copy = [&] {
+    // Other memory, and a launch whose pointers are known: neither spoils the move.
+    ASSERT_CU(fill_on_stream(on_device, 2 * kMiB, 0x55));
+    LaunchTouches t;
+    t.add({on_device, pool->probe(on_device).owner, false});
+    mover->launched(t, false);
+  };
+  make_mover(config);
+  busy(in_host, 16 * kMiB);
+  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+  ASSERT_CU(mover->run_epoch());
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "DDHHHHHH");
+  EXPECT_TRUE(holds(in_host, 16 * kMiB, 5));
+  EXPECT_TRUE(all_equal(on_device, 2 * kMiB, 0x55));
+  EXPECT_EQ(mover->stats().moves, 1u);
+}
+
+TEST_F(Mover_, OverlapDropsEveryMoveForALaunchItCouldNotRead) {
+  allocate_both_tiers();
+  MoverConfig config;
+  config.overlap = true;
+  config.after_copy = [&] { mover->launched(LaunchTouches{}, true); };
+  make_mover(config);
+  ASSERT_TRUE(mover->request(in_host, 2 * kMiB, Tier::Device));
+  ASSERT_CU(mover->run_epoch());
+  EXPECT_EQ(tiers(in_host, 2 * kMiB, gran), "H");
+  EXPECT_EQ(mover->stats().moves_touched, 1u);
+}
+
+TEST_F(Mover_, AFreeDuringAMoveWaitsForItAndLosesNothing) {
+  allocate_both_tiers();
+  const CUdeviceptr victim = in_host;
+  allocated.erase(std::find(allocated.begin(), allocated.end(), victim));
+  std::thread freer;
+  std::atomic<bool> freed{false};
+  MoverConfig config;
+  config.inside_hold = [&] {
+    freer = std::thread([&] {
+      CUresult r = CUDA_ERROR_UNKNOWN;
+      pool->deallocate(victim, &r);
+      EXPECT_CU(r);
+      freed = true;
+    });
+  };
+  make_mover(config);
+  ASSERT_TRUE(mover->request(victim, 8 * kMiB, Tier::Device));   // moves
+  ASSERT_TRUE(mover->request(victim, 16 * kMiB, Tier::Device));  // refused: those pieces already move
+  ASSERT_CU(mover->run_epoch());
+  freer.join();
+  EXPECT_TRUE(freed);
+  EXPECT_EQ(mover->stats().moves, 1u);
+  EXPECT_EQ(mover->stats().moves_failed, 1u);
+  EXPECT_FALSE(pool->find(victim).has_value());
+}
+
+TEST_F(Mover_, AGatherThroughPointersKeptInDeviceMemoryStaysCorrect) {
+  allocate_both_tiers();
+  // Rows in host memory, their addresses in a device array: the launch shows only the array.
+  constexpr std::uint64_t kRows = 4, kRowLen = 1024;
+  fill(in_host, 16 * kMiB, 7);
+  const CUdeviceptr rows = allocate(kRows * sizeof(CUdeviceptr));
+  const CUdeviceptr out = allocate(kRows * kRowLen * 4);
+  std::vector<CUdeviceptr> row_ptrs;
+  for (std::uint64_t r = 0; r < kRows; ++r) row_ptrs.push_back(in_host + r * 3 * kMiB);
+  ASSERT_CU(drv().cuMemcpyHtoD_v2(rows, row_ptrs.data(), row_ptrs.size() * sizeof(CUdeviceptr)));
+  const auto gather = [&] {
+    CUdeviceptr r = rows, o = out;
+    std::uint64_t count = kRows, len = kRowLen;
+    void* params[] = {&r, &count, &len, &o};
+    return drv().cuLaunchKernel(gather_kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
+  };
+  CUresult during = CUDA_ERROR_UNKNOWN;
+  MoverConfig config;
+  config.inside_hold = [&] { during = gather(); };
+  make_mover(config);
+  ASSERT_CU(gather());  // unfinished when the hold begins
+  ASSERT_TRUE(mover->request(in_host, 8 * kMiB, Tier::Device));  // rows 0 and 1 move, 2 and 3 stay
+  ASSERT_CU(mover->run_epoch());
+  ASSERT_CU(during);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "DDDDHHHH");
+  for (std::uint64_t r = 0; r < kRows; ++r)
+    EXPECT_TRUE(window_holds(in_host, r * 3 * kMiB, kRowLen * 4, 7));
+  std::vector<unsigned char> got(kRows * kRowLen * 4), want(kRowLen * 4);
+  ASSERT_CU(drv().cuMemcpyDtoH_v2(got.data(), out, got.size()));
+  for (std::uint64_t r = 0; r < kRows; ++r) {
+    ASSERT_CU(drv().cuMemcpyDtoH_v2(want.data(), in_host + r * 3 * kMiB, want.size()));
+    EXPECT_EQ(0, std::memcmp(got.data() + r * want.size(), want.data(), want.size())) << "row " << r;
+  }
+}
+
+// Each driver step of an epoch failing once: the old mapping stands (or the move completes), the
+// bytes are intact, the program's stream is released, and nothing is left prepared.
+class MoverFaults : public Mover_, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(MoverFaults, AFailingStepLosesNothingAndReleasesTheStreams) {
+  allocate_both_tiers();
+  fill(in_host, 16 * kMiB, 8);
+  make_mover();
+  busy(in_host, 16 * kMiB);
+  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+  ASSERT_EQ(sim().fail(GetParam(), 1, CUDA_ERROR_UNKNOWN), 0) << GetParam();
+  const CUresult first = mover->run_epoch();
+  sim().clear_failures();
+  EXPECT_TRUE(first == CUDA_SUCCESS || first == CUDA_ERROR_NOT_READY) << cu_name(first);
+  ASSERT_CU(mover->run_until_idle());  // what was put off goes now
+  ASSERT_CU(fill_on_stream(in_host + 12 * kMiB, 4 * kMiB, 0x99));
+  ASSERT_CU(drv().cuStreamSynchronize(stream)) << "the stream stayed held";
+  EXPECT_TRUE(window_holds(in_host, 0, 12 * kMiB, 8));
+  EXPECT_TRUE(all_equal(in_host + 12 * kMiB, 4 * kMiB, 0x99));
+  const std::string t = tiers(in_host, 4 * kMiB, gran);
+  EXPECT_TRUE(t == "DD" || t == "HH") << t;
+  const auto s = mover->stats();
+  EXPECT_EQ(s.moves + s.moves_failed, 1u) << "each request ends once";
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryStep, MoverFaults,
+                         ::testing::Values("cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemUnmap",
+                                           "cuMemcpyDtoDAsync_v2", "cuEventRecord", "cuStreamWaitValue32_v2",
+                                           "cuEventSynchronize", "cuStreamSynchronize"),
+                         [](const auto& info) { return std::string(info.param); });
+
+TEST_F(Mover_, AGraphCapturePutsTheEpochOff) {
+  REQUIRE_SIM_CONTROL(set_capture_status, "uvmpool_sim_set_capture_status");
+  allocate_both_tiers();
+  make_mover();
+  ASSERT_TRUE(mover->request(in_host, 2 * kMiB, Tier::Device));
+  set_capture_status(stream, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  EXPECT_EQ(mover->run_epoch(), CUDA_ERROR_NOT_READY);
+  EXPECT_EQ(tiers(in_host, 2 * kMiB, gran), "H");
+  EXPECT_EQ(mover->stats().epochs_postponed, 1u);
+  set_capture_status(stream, CU_STREAM_CAPTURE_STATUS_NONE);
+  ASSERT_CU(mover->run_epoch());
+  EXPECT_EQ(tiers(in_host, 2 * kMiB, gran), "D");
+}
+
+TEST_F(Mover_, ItsThreadCarriesRequestsOut) {
+  allocate_both_tiers();
+  fill(in_host, 16 * kMiB, 9);
+  mover = std::make_unique<Mover>(drv(), *pool, streams, MoverConfig{});
+  ASSERT_TRUE(mover->request(in_host, 2 * kMiB, Tier::Device));
+  EXPECT_TRUE(eventually([&] { return mover->stats().moves == 1; }));
+  mover->stop();
+  EXPECT_EQ(tiers(in_host, 2 * kMiB, gran), "D");
+  EXPECT_TRUE(holds(in_host, 16 * kMiB, 9));
+}
+
+TEST_F(Mover_, AFullQueueRefusesAndForeignMemoryIsRefusedByThePool) {
+  make_mover();
+  std::uint32_t host_word = 0;
+  ASSERT_TRUE(mover->request(reinterpret_cast<CUdeviceptr>(&host_word), 4, Tier::Device));
+  ASSERT_CU(mover->run_epoch());
+  EXPECT_EQ(mover->stats().moves_failed, 1u);
+  EXPECT_FALSE(mover->request(0, 4, Tier::Device));
+  for (std::size_t i = 0; i < Mover::kMaxQueued; ++i) ASSERT_TRUE(mover->request(1, 1, Tier::Device));
+  EXPECT_FALSE(mover->request(1, 1, Tier::Device));
+  EXPECT_EQ(mover->stats().refused, 1u);
+  ASSERT_CU(mover->run_until_idle());
+}
+
+TEST(StreamRegistry_, ListsContextsOnceAndForgetsDestroyedStreams) {
+  StreamRegistry r;
+  auto* c1 = reinterpret_cast<CUcontext>(0x1000);
+  auto* s1 = reinterpret_cast<CUstream>(0x2000);
+  auto* s2 = reinterpret_cast<CUstream>(0x3000);
+  r.saw_context(c1);
+  r.saw_context(c1);
+  EXPECT_EQ(r.size(), 1u) << "the context's legacy stream, once";
+  EXPECT_EQ(r.created(s1, c1, true).flag, 0u);
+  r.created(s2, c1, false);
+  const auto fenced = r.with_targets([](const std::vector<StreamRegistry::Target>& t, StreamRegistry::Hold&) {
+    std::size_t n = 0;
+    for (const auto& x : t) n += x.fence ? 1 : 0;
+    return n;
+  });
+  EXPECT_EQ(fenced, 2u) << "the legacy stream and the non-blocking one; the blocking one is ordered by legacy";
+  r.destroying(s1);
+  EXPECT_EQ(r.size(), 2u);
+  r.forget_context(c1);
+  EXPECT_EQ(r.size(), 0u);
+  r.saw_context(c1);  // seen again after it was forgotten: listed again
+  EXPECT_EQ(r.size(), 1u);
+}
+
+}  // namespace

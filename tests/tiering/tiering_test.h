@@ -1,0 +1,70 @@
+// The fixture of tiering's tests on the simulated driver: a pool spilling into host memory past a
+// 64 MiB budget, the simulator's kernel module, a non-blocking stream, and allocations freed at the
+// end, with the pool's invariants and the race detector checked then.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "spill_test.h"  // first: the driver's declarations come before cuda.h's
+#include "sim/sim_control.h"
+
+namespace pooltest {
+
+// Violations the simulator's race detector found (sim_control.h), or ~0 without one.
+inline unsigned long long race_violations() {
+  using Violations = unsigned long long (*)();
+  auto violations = reinterpret_cast<Violations>(uvmpool::driver::real_symbol("uvmpool_sim_violations"));
+  return violations != nullptr ? violations() : ~0ull;
+}
+
+class TieringTest : public SpillTest {
+ protected:
+  static constexpr std::size_t kBudget = 64 * kMiB;
+
+  void SetUp() override {
+    SpillTest::SetUp();
+    if (HasFatalFailure()) return;
+    ASSERT_EQ(race_violations(), 0u);
+    pool = make_pool(spill_config(kBudget));
+    ASSERT_CU(drv().cuModuleLoadData(&module, UVMPOOL_SIM_MODULE_IMAGE));
+    ASSERT_CU(drv().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  }
+  // Derived fixtures drop what uses the pool first, then call this.
+  void TearDown() override {
+    if (stream != nullptr) {
+      EXPECT_CU(drv().cuStreamSynchronize(stream)) << "the stream's work failed, or it was left held";
+      drv().cuStreamDestroy_v2(stream);
+    }
+    if (module != nullptr) drv().cuModuleUnload(module);
+    for (CUdeviceptr p : allocated) must_free(*pool, p);
+    if (pool) {
+      EXPECT_EQ(pool->stats(0).moves_in_flight, 0u);
+      EXPECT_EQ(pool->check_invariants(), "");
+    }
+    pool.reset();
+    EXPECT_EQ(race_violations(), 0u) << "the race detector saw memory change under unfinished work";
+    SpillTest::TearDown();
+  }
+
+  CUfunction kernel(const char* name) {
+    CUfunction f = nullptr;
+    EXPECT_CU(drv().cuModuleGetFunction(&f, module, name)) << name;
+    return f;
+  }
+  // A pool allocation freed at the end.
+  CUdeviceptr allocate(std::size_t bytes) {
+    const CUdeviceptr p = must_allocate(*pool, bytes);
+    if (p != 0) allocated.push_back(p);
+    return p;
+  }
+
+  std::unique_ptr<Pool> pool;
+  CUmodule module = nullptr;
+  CUstream stream = nullptr;
+  std::vector<CUdeviceptr> allocated;
+};
+
+}  // namespace pooltest
