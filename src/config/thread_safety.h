@@ -27,6 +27,7 @@
 #define UVMPOOL_ACQUIRE(...) UVMPOOL_TSA(acquire_capability(__VA_ARGS__))
 #define UVMPOOL_RELEASE(...) UVMPOOL_TSA(release_capability(__VA_ARGS__))
 // For the few places the analysis cannot follow (fork handlers, destructors): say why beside it.
+#define UVMPOOL_TRY_ACQUIRE(...) UVMPOOL_TSA(try_acquire_capability(__VA_ARGS__))
 #define UVMPOOL_NO_THREAD_SAFETY_ANALYSIS UVMPOOL_TSA(no_thread_safety_analysis)
 
 namespace uvmpool {
@@ -35,6 +36,7 @@ class UVMPOOL_CAPABILITY("mutex") Mutex {
  public:
   void lock() UVMPOOL_ACQUIRE() { m_.lock(); }
   void unlock() UVMPOOL_RELEASE() { m_.unlock(); }
+  bool try_lock() UVMPOOL_TRY_ACQUIRE(true) { return m_.try_lock(); }
   std::mutex& native() { return m_; }  // for std::condition_variable, through UniqueMutexLock
 
  private:

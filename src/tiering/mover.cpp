@@ -6,15 +6,6 @@
 
 namespace uvmpool::tiering {
 
-// The events of one hold (or fence), each in the context it was recorded in.
-struct Mover::Held {
-  struct Recorded {
-    CUcontext context;
-    CUevent event;
-  };
-  std::vector<Recorded> events;
-};
-
 namespace {
 
 // The calling thread in `context` for a scope (pushed only when it is not current already).
@@ -61,6 +52,12 @@ Mover::Mover(const driver::Table& driver, pool::Pool& pool, StreamRegistry& stre
 Mover::~Mover() {
   stop();
   MutexLock lock(epoch_mu_);
+  if (epoch_state_.active) {  // begun by poll(): the copies must end before the staging goes
+    if (epoch_state_.copying) copies_done(true);
+    wait_for(&epoch_state_.fence);
+    flight_count_.store(0, std::memory_order_seq_cst);
+    abort_all();
+  }
   for (DeviceResources& r : devices_) {
     if (r.context == nullptr) continue;
     {
@@ -127,14 +124,22 @@ CUresult Mover::run_until_idle() {
 
 bool Mover::take_batch(std::vector<Request>* batch) {
   MutexLock lock(queue_mu_);
+  if (queue_.empty()) return false;
+  // One direction per epoch, the oldest request's: a demotion frees the device pieces a promotion
+  // asked for after it takes, only once committed.
+  const pool::Tier to = queue_.front().to;
   std::size_t bytes = 0;
-  while (!queue_.empty() && batch->size() < kMaxFlight &&
-         (batch->empty() || bytes + queue_.front().bytes <= config_.max_batch_bytes)) {
-    bytes += queue_.front().bytes;
-    batch->push_back(queue_.front());
-    queue_.pop_front();
+  for (auto it = queue_.begin(); it != queue_.end() && batch->size() < kMaxFlight;) {
+    if (it->to != to) {
+      ++it;
+      continue;
+    }
+    if (!batch->empty() && bytes + it->bytes > config_.max_batch_bytes) break;
+    bytes += it->bytes;
+    batch->push_back(*it);
+    it = queue_.erase(it);
   }
-  return !batch->empty();
+  return true;
 }
 
 CUresult Mover::ensure_resources(int device) {
@@ -247,36 +252,53 @@ void Mover::release(std::uint32_t value) {
   }
 }
 
-CUresult Mover::copy_all(int device, std::vector<pool::Move>& moves, std::vector<char>* copied, const Held* after) {
-  const DeviceResources& res = devices_[static_cast<std::size_t>(device)];
+CUresult Mover::enqueue_copies(const Held* after) {
+  Epoch& e = epoch_state_;
+  const DeviceResources& res = devices_[static_cast<std::size_t>(e.device)];
   ContextScope in(d_, res.context);
   if (in.status() != CUDA_SUCCESS) return in.status();
   if (after != nullptr) {
-    for (const Held::Recorded& e : after->events) {
-      if (const CUresult r = d_.cuStreamWaitEvent(res.copy, e.event, 0); r != CUDA_SUCCESS) return r;
+    for (const Held::Recorded& f : after->events) {
+      if (const CUresult r = d_.cuStreamWaitEvent(res.copy, f.event, 0); r != CUDA_SUCCESS) return r;
     }
   }
-  for (std::size_t i = 0; i < moves.size(); ++i) (*copied)[i] = pool_.copy_move(moves[i], res.copy) == CUDA_SUCCESS;
+  for (std::size_t i = 0; i < e.moves.size(); ++i) e.copied[i] = pool_.copy_move(e.moves[i], res.copy) == CUDA_SUCCESS;
+  return CUDA_SUCCESS;
+}
+
+bool Mover::copies_done(bool wait) {
+  Epoch& e = epoch_state_;
+  const DeviceResources& res = devices_[static_cast<std::size_t>(e.device)];
+  ContextScope in(d_, res.context);
+  if (!wait) {
+    const CUresult r = d_.cuStreamQuery(res.copy);
+    if (r == CUDA_ERROR_NOT_READY) return false;
+    if (r == CUDA_SUCCESS) return true;
+  }
   // The staging mappings may be dropped only once no copy writes them any more: a failed wait is
   // asked again (a copy that really failed keeps failing: stream errors are sticky).
   CUresult r = CUDA_ERROR_UNKNOWN;
   for (int attempt = 0; attempt < 3 && r != CUDA_SUCCESS; ++attempt) r = d_.cuStreamSynchronize(res.copy);
   if (r != CUDA_SUCCESS) {
     log::error("tiering: waiting for the mover's copies failed (error {}); the moves are dropped", static_cast<int>(r));
-    std::fill(copied->begin(), copied->end(), 0);
+    std::fill(e.copied.begin(), e.copied.end(), 0);
   }
-  return r;
+  return true;
 }
 
-CUresult Mover::run_epoch() {
-  MutexLock epoch(epoch_mu_);
+void Mover::put_back(const std::vector<Request>& requests) {
+  MutexLock lock(queue_mu_);
+  queue_.insert(queue_.begin(), requests.begin(), requests.end());
+}
+
+CUresult Mover::begin() {
+  Epoch& e = epoch_state_;
   std::vector<Request> batch;
   if (!take_batch(&batch)) return CUDA_SUCCESS;
 
   // Prepared, one device per epoch (the first request's); requests for another wait for the next.
-  std::vector<pool::Move> moves;
-  std::vector<Request> taken, later;
-  int device = -1;
+  std::vector<Request> later;
+  e = Epoch{};
   for (const Request& r : batch) {
     pool::Move m;
     const CUresult s = pool_.prepare_move(r.address, r.bytes, r.to, &m);
@@ -287,61 +309,66 @@ CUresult Mover::run_epoch() {
       continue;
     }
     if (m.staging == 0) continue;  // there already
-    if (device < 0) device = m.device;
-    if (m.device != device) {
+    if (e.device < 0) e.device = m.device;
+    if (m.device != e.device) {
       pool_.abort_move(&m);
       later.push_back(r);
       continue;
     }
-    moves.push_back(std::move(m));
-    taken.push_back(r);
+    e.moves.push_back(std::move(m));
+    e.taken.push_back(r);
   }
-  const auto put_back = [this](const std::vector<Request>& requests) {
-    MutexLock lock(queue_mu_);
-    queue_.insert(queue_.begin(), requests.begin(), requests.end());
-  };
   put_back(later);
-  if (moves.empty()) return CUDA_SUCCESS;
-  const auto abort_all = [&] {
-    for (pool::Move& m : moves) pool_.abort_move(&m);
-  };
-  if (const CUresult s = ensure_resources(device); s != CUDA_SUCCESS) {
-    log::warn("tiering: the mover could not set up on device {} (error {}); {} moves dropped", device,
-              static_cast<int>(s), moves.size());
+  if (e.moves.empty()) return CUDA_SUCCESS;
+  if (const CUresult s = ensure_resources(e.device); s != CUDA_SUCCESS) {
+    log::warn("tiering: the mover could not set up on device {} (error {}); {} moves dropped", e.device,
+              static_cast<int>(s), e.moves.size());
+    failed_.fetch_add(e.moves.size(), std::memory_order_relaxed);
     abort_all();
-    failed_.fetch_add(moves.size(), std::memory_order_relaxed);
     return s;
   }
   // The contexts the memory was made in run the program's work: their default streams are fenced.
-  for (const pool::Move& m : moves) {
+  for (const pool::Move& m : e.moves) {
     if (const auto info = pool_.find(m.address)) streams_.saw_context(info->context);
   }
+  e.copied.assign(e.moves.size(), 0);
+  e.active = true;
+  if (!config_.overlap) return CUDA_SUCCESS;  // copied under the hold (finish)
 
+  for (std::size_t i = 0; i < e.moves.size(); ++i) {
+    flight_owner_[i].store(e.moves[i].owner, std::memory_order_relaxed);
+    flight_touched_[i].store(false, std::memory_order_relaxed);
+  }
+  // Published before the fence is recorded: a launch queued after the fence finds its move in
+  // flight (launched() reads after its launch is queued; both sides order through seq_cst).
+  flight_count_.store(e.moves.size(), std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!record_on_streams(false, 0, &e.fence)) {
+    wait_for(&e.fence);
+    flight_count_.store(0, std::memory_order_seq_cst);
+    abort_all();
+    put_back(e.taken);
+    postponed_.fetch_add(1, std::memory_order_relaxed);
+    return CUDA_ERROR_NOT_READY;
+  }
+  if (enqueue_copies(&e.fence) != CUDA_SUCCESS) std::fill(e.copied.begin(), e.copied.end(), 0);
+  e.copying = true;
+  return CUDA_SUCCESS;
+}
+
+void Mover::abort_all() {
+  Epoch& e = epoch_state_;
+  for (pool::Move& m : e.moves) pool_.abort_move(&m);
+  e = Epoch{};
+}
+
+CUresult Mover::finish() {
+  Epoch& e = epoch_state_;
   const bool overlap = config_.overlap;
-  std::vector<char> copied(moves.size(), 0);
   if (overlap) {
-    for (std::size_t i = 0; i < moves.size(); ++i) {
-      flight_owner_[i].store(moves[i].owner, std::memory_order_relaxed);
-      flight_touched_[i].store(false, std::memory_order_relaxed);
-    }
-    // Published before the fence is recorded: a launch queued after the fence finds its move in
-    // flight (launched() reads after its launch is queued; both sides order through seq_cst).
-    flight_count_.store(moves.size(), std::memory_order_seq_cst);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    Held fence;
-    if (!record_on_streams(false, 0, &fence)) {
-      wait_for(&fence);
-      flight_count_.store(0, std::memory_order_seq_cst);
-      abort_all();
-      put_back(taken);
-      postponed_.fetch_add(1, std::memory_order_relaxed);
-      return CUDA_ERROR_NOT_READY;
-    }
-    copy_all(device, moves, &copied, &fence);
-    wait_for(&fence);
+    wait_for(&e.fence);  // complete: the copies waited for them
     if (config_.after_copy) config_.after_copy();
   }
-
   const std::uint32_t value = epoch_ + 1;
   bool put_off = false;
   std::chrono::steady_clock::time_point held_at{};
@@ -356,41 +383,44 @@ CUresult Mover::run_epoch() {
     }
     // Launches queued from here on wait behind the hold: only those before it can have touched the
     // memory during the copy.
-    for (std::size_t i = 0; i < moves.size(); ++i)
-      commit[i] = copied[i] != 0 && !flight_touched_[i].load(std::memory_order_seq_cst);
+    for (std::size_t i = 0; i < e.moves.size(); ++i)
+      commit[i] = e.copied[i] != 0 && !flight_touched_[i].load(std::memory_order_seq_cst);
     if (config_.inside_hold) config_.inside_hold();
     if (!wait_for(&hold)) return false;
     if (!overlap) {
-      copy_all(device, moves, &copied, nullptr);
-      for (std::size_t i = 0; i < moves.size(); ++i) commit[i] = copied[i];
+      if (enqueue_copies(nullptr) != CUDA_SUCCESS) std::fill(e.copied.begin(), e.copied.end(), 0);
+      copies_done(true);
+      for (std::size_t i = 0; i < e.moves.size(); ++i) commit[i] = e.copied[i];
     }
     return true;
   };
   std::vector<pool::Move*> pointers;
-  for (pool::Move& m : moves) pointers.push_back(&m);
-  std::vector<CUresult> results(moves.size(), CUDA_ERROR_NOT_READY);
-  pool_.commit_quiesced(device, pointers, quiesce, results);
+  for (pool::Move& m : e.moves) pointers.push_back(&m);
+  std::vector<CUresult> results(e.moves.size(), CUDA_ERROR_NOT_READY);
+  pool_.commit_quiesced(e.device, pointers, quiesce, results);
   epoch_ = value;
   release(value);  // always: a hold may stand on some streams even when quiesce failed half-way
   if (held_at != std::chrono::steady_clock::time_point{}) {
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - held_at);
     held_ns_.fetch_add(static_cast<std::uint64_t>(ns.count()), std::memory_order_relaxed);
   }
-  std::vector<char> touched(moves.size(), 0);
+  std::vector<char> touched(e.moves.size(), 0);
   if (overlap) {
-    for (std::size_t i = 0; i < moves.size(); ++i) touched[i] = flight_touched_[i].load(std::memory_order_relaxed);
+    for (std::size_t i = 0; i < e.moves.size(); ++i) touched[i] = flight_touched_[i].load(std::memory_order_relaxed);
     flight_count_.store(0, std::memory_order_seq_cst);
   }
+  const Epoch done = std::move(e);
+  e = Epoch{};
   if (put_off) {
-    put_back(taken);
+    put_back(done.taken);
     postponed_.fetch_add(1, std::memory_order_relaxed);
     return CUDA_ERROR_NOT_READY;
   }
   epochs_.fetch_add(1, std::memory_order_relaxed);
-  for (std::size_t i = 0; i < moves.size(); ++i) {
+  for (std::size_t i = 0; i < done.moves.size(); ++i) {
     if (results[i] == CUDA_SUCCESS) {
       moves_.fetch_add(1, std::memory_order_relaxed);
-      (moves[i].to == pool::Tier::Device ? promoted_ : demoted_).fetch_add(moves[i].bytes, std::memory_order_relaxed);
+      (done.moves[i].to == pool::Tier::Device ? promoted_ : demoted_).fetch_add(done.moves[i].bytes, std::memory_order_relaxed);
     } else if (touched[i] != 0) {
       touched_.fetch_add(1, std::memory_order_relaxed);
     } else {
@@ -398,6 +428,33 @@ CUresult Mover::run_epoch() {
     }
   }
   return CUDA_SUCCESS;
+}
+
+CUresult Mover::run_epoch() {
+  MutexLock epoch(epoch_mu_);
+  if (!epoch_state_.active) {
+    if (const CUresult r = begin(); r != CUDA_SUCCESS) return r;
+    if (!epoch_state_.active) return CUDA_SUCCESS;  // nothing to move
+  }
+  if (epoch_state_.copying) copies_done(true);
+  return finish();
+}
+
+CUresult Mover::poll() {
+  if (!epoch_mu_.try_lock()) return CUDA_ERROR_NOT_READY;  // an epoch is under way on another thread
+  const CUresult r = poll_locked();
+  epoch_mu_.unlock();
+  return r;
+}
+
+CUresult Mover::poll_locked() {
+  if (!epoch_state_.active) {
+    if (const CUresult r = begin(); r != CUDA_SUCCESS) return r;
+    if (!epoch_state_.active) return CUDA_SUCCESS;
+    if (epoch_state_.copying) return CUDA_ERROR_NOT_READY;  // copies go on beside the program's work
+  }
+  if (epoch_state_.copying && !copies_done(false)) return CUDA_ERROR_NOT_READY;
+  return finish();
 }
 
 void Mover::launched(const LaunchTouches& touches, bool all) {

@@ -89,6 +89,10 @@ class Mover {
   // One epoch on the calling thread: the requests queued so far, up to a batch, for one device.
   // CUDA_SUCCESS also when nothing was queued; NOT_READY: put off (a graph capture), still queued.
   CUresult run_epoch();
+  // The same without waiting for the copies (overlap): starts an epoch, or ends the one whose copies
+  // have finished. NOT_READY while copies go on (or another thread runs an epoch). For a caller that
+  // drives the mover between its own launches (the modeled benchmarks).
+  CUresult poll();
   // Epochs on the calling thread until nothing is queued (or an epoch is put off).
   CUresult run_until_idle();
   // Stops the thread (at exit, before the driver goes away); requests are then only queued.
@@ -110,17 +114,38 @@ class Mover {
     std::size_t bytes;
     pool::Tier to;
   };
-  struct Held;  // the events of one hold (mover.cpp)
+  struct Held {  // the events of one hold or fence, each in the context it was recorded in
+    struct Recorded {
+      CUcontext context;
+      CUevent event;
+    };
+    std::vector<Recorded> events;
+  };
+  // The epoch under way: from begin (prepared; with overlap, copies enqueued) to finish.
+  struct Epoch {
+    bool active = false;
+    bool copying = false;  // overlap: copies enqueued behind `fence`, not yet seen done
+    int device = -1;
+    std::vector<Request> taken;
+    std::vector<pool::Move> moves;
+    std::vector<char> copied;
+    Held fence;
+  };
 
   bool take_batch(std::vector<Request>* batch);
+  CUresult begin() UVMPOOL_REQUIRES(epoch_mu_);
+  bool copies_done(bool wait) UVMPOOL_REQUIRES(epoch_mu_);
+  CUresult finish() UVMPOOL_REQUIRES(epoch_mu_);
+  CUresult poll_locked() UVMPOOL_REQUIRES(epoch_mu_);
+  void abort_all() UVMPOOL_REQUIRES(epoch_mu_);
+  void put_back(const std::vector<Request>& requests);
   CUresult ensure_resources(int device) UVMPOOL_REQUIRES(epoch_mu_);
   // Records an event on every fenced stream, and with `gate` a wait for the flag to reach `value`
   // behind it. False (nothing held) when a stream captures a graph or a stream refuses.
   bool record_on_streams(bool gate, std::uint32_t value, Held* held) UVMPOOL_REQUIRES(epoch_mu_);
   bool wait_for(Held* held);
   void release(std::uint32_t value) UVMPOOL_REQUIRES(epoch_mu_);
-  CUresult copy_all(int device, std::vector<pool::Move>& moves, std::vector<char>* copied, const Held* after)
-      UVMPOOL_REQUIRES(epoch_mu_);
+  CUresult enqueue_copies(const Held* after) UVMPOOL_REQUIRES(epoch_mu_);
   void thread_main();
   void wake_thread();
 
@@ -145,6 +170,7 @@ class Mover {
     CUstream copy = nullptr;      // the mover's copy stream in it
   };
   std::vector<DeviceResources> devices_ UVMPOOL_GUARDED_BY(epoch_mu_);
+  Epoch epoch_state_ UVMPOOL_GUARDED_BY(epoch_mu_);
 
   // The owners of the moves whose overlapped copy is in flight, read by launched() without a lock:
   // written before flight_count_ is raised, cleared after it drops to 0.

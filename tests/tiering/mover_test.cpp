@@ -203,6 +203,40 @@ TEST_F(Mover_, OverlapCommitsWhatNoLaunchTouched) {
   EXPECT_EQ(mover->stats().moves, 1u);
 }
 
+TEST_F(Mover_, PollingLetsTheProgramLaunchWhileTheCopiesRun) {
+  allocate_both_tiers();
+  fill(in_host, 16 * kMiB, 10);
+  MoverConfig config;
+  config.overlap = true;
+  make_mover(config);
+  ASSERT_TRUE(mover->request(in_host, 8 * kMiB, Tier::Device));
+  EXPECT_EQ(mover->poll(), CUDA_ERROR_NOT_READY) << "the copies were not left running";
+  EXPECT_TRUE(mover->copying());
+  busy(on_device, 8 * kMiB);  // the program's work goes on beside the copies
+  CUresult r = CUDA_ERROR_NOT_READY;
+  for (int i = 0; i < 1000 && r == CUDA_ERROR_NOT_READY; ++i) {
+    r = mover->poll();
+    if (r == CUDA_ERROR_NOT_READY) busy(on_device, kMiB, 1);  // host time passes as the program launches
+  }
+  ASSERT_CU(r);
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "DDDDHHHH");
+  EXPECT_TRUE(holds(in_host, 16 * kMiB, 10));
+  EXPECT_EQ(mover->stats().moves, 1u);
+}
+
+TEST_F(Mover_, AMoverDestroyedMidEpochLeavesTheOldMapping) {
+  allocate_both_tiers();
+  fill(in_host, 16 * kMiB, 11);
+  MoverConfig config;
+  config.overlap = true;
+  make_mover(config);
+  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+  EXPECT_EQ(mover->poll(), CUDA_ERROR_NOT_READY);
+  mover.reset();
+  EXPECT_EQ(tiers(in_host, 4 * kMiB, gran), "HH");
+  EXPECT_TRUE(holds(in_host, 16 * kMiB, 11));
+}
+
 TEST_F(Mover_, OverlapDropsEveryMoveForALaunchItCouldNotRead) {
   allocate_both_tiers();
   MoverConfig config;

@@ -1,0 +1,198 @@
+#include "tiering/policy.h"
+
+#include <algorithm>
+
+namespace uvmpool::tiering {
+namespace {
+
+std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdull;
+}
+
+constexpr std::uint64_t kNever = ~std::uint64_t{0};
+
+}  // namespace
+
+Policy::Policy(World& world, PolicyConfig config) : world_(world), config_(config) {}
+
+void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) {
+  ++count_;
+  ++stats_.launches;
+  std::uint64_t signature = mix(0, function);
+  for (const Buffer& b : buffers) {
+    signature = mix(signature, b.address);
+    Known& k = known_[b.address];
+    k.buffer = b;
+    k.last_touch = count_;
+    if (!b.host) k.promotion_asked = 0;  // arrived (or never left)
+  }
+  if (learned_.empty()) {
+    learn(signature, buffers);
+    if (learned_.empty()) {
+      plan_recency(buffers);
+      return;
+    }
+  } else {
+    if (learned_[phase_].signature == signature) {
+      misses_ = 0;
+    } else if (++misses_ > config_.max_misses) {
+      // The program does something else now: learn again.
+      learned_.clear();
+      for (auto& [address, k] : known_) k.uses.clear();
+      ++stats_.periods_dropped;
+      stats_.period = 0;
+      misses_ = 0;
+      learn(signature, buffers);
+      return;
+    }
+    phase_ = (phase_ + 1) % learned_.size();
+  }
+  plan_ahead();
+}
+
+void Policy::learn(std::uint64_t signature, std::span<const Buffer> buffers) {
+  if (history_.size() >= 2 * config_.max_period) {  // no period that short: start over
+    history_.clear();
+    last_seen_.clear();
+    candidate_ = run_ = 0;
+  }
+  const std::size_t i = history_.size();
+  Launch launch{signature, {}};
+  for (const Buffer& b : buffers) launch.buffers.push_back(b.address);
+  history_.push_back(std::move(launch));
+  const auto seen = last_seen_.find(signature);
+  if (candidate_ != 0 && i >= candidate_ && history_[i - candidate_].signature == signature) {
+    ++run_;  // the sequence goes on repeating with the same period
+  } else if (seen != last_seen_.end()) {
+    candidate_ = i - seen->second;
+    run_ = 1;
+  } else {
+    candidate_ = run_ = 0;
+  }
+  last_seen_[signature] = i;
+  if (candidate_ != 0 && candidate_ <= config_.max_period && run_ >= candidate_) adopt_period(candidate_);
+}
+
+void Policy::adopt_period(std::size_t period) {
+  learned_.assign(std::make_move_iterator(history_.end() - static_cast<std::ptrdiff_t>(period)),
+                  std::make_move_iterator(history_.end()));
+  history_.clear();
+  last_seen_.clear();
+  candidate_ = run_ = 0;
+  for (auto& [address, k] : known_) k.uses.clear();
+  for (std::size_t pos = 0; pos < learned_.size(); ++pos) {
+    for (CUdeviceptr address : learned_[pos].buffers) {
+      std::vector<std::uint32_t>& uses = known_[address].uses;
+      if (uses.empty() || uses.back() != pos) uses.push_back(static_cast<std::uint32_t>(pos));
+    }
+  }
+  phase_ = 0;  // the launch just seen closed a period: the next one opens the next
+  misses_ = 0;
+  ++stats_.periods_learned;
+  stats_.period = period;
+}
+
+std::uint64_t Policy::next_use(const Known& k) const {
+  if (k.uses.empty() || learned_.empty()) return kNever;
+  const auto it = std::lower_bound(k.uses.begin(), k.uses.end(), static_cast<std::uint32_t>(phase_));
+  if (it != k.uses.end()) return *it - phase_;
+  return learned_.size() - phase_ + k.uses.front();
+}
+
+std::uint64_t Policy::pending_bytes() {
+  std::uint64_t bytes = 0;
+  const std::uint64_t horizon = std::max<std::uint64_t>(learned_.size(), config_.lookahead);
+  for (auto& [address, k] : known_) {
+    if (k.promotion_asked == 0) continue;
+    if (count_ - k.promotion_asked > horizon || !world_.in_host(k.buffer)) {
+      k.promotion_asked = 0;  // done, or dropped by the mover
+      continue;
+    }
+    bytes += k.buffer.bytes;
+  }
+  return bytes;
+}
+
+bool Policy::make_room(std::uint64_t bytes, std::uint64_t needed_at) {
+  std::uint64_t room = world_.device_room();
+  if (room >= bytes) return true;
+  // Device buffers that may go: with a period, those needed after `needed_at` (farthest first); by
+  // recency, those not touched within the lookahead (least recently used first).
+  std::vector<std::pair<std::uint64_t, Known*>> victims;
+  for (auto& [address, k] : known_) {
+    if (k.promotion_asked != 0 || k.last_touch == count_) continue;
+    std::uint64_t rank = 0;
+    if (needed_at != kNever && !learned_.empty()) {
+      const std::uint64_t next = next_use(k);
+      if (next <= needed_at || next < config_.lookahead) continue;
+      rank = next;
+    } else {
+      if (count_ - k.last_touch < config_.lookahead) continue;
+      rank = count_ - k.last_touch;
+    }
+    victims.emplace_back(rank, &k);
+  }
+  std::sort(victims.begin(), victims.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [rank, k] : victims) {
+    if (room >= bytes) break;
+    if (world_.in_host(k->buffer)) continue;
+    if (!world_.move(k->buffer, pool::Tier::Host)) continue;
+    ++stats_.demotions;
+    if (learned_.empty()) ++k->demotions;
+    room += k->buffer.bytes;
+  }
+  return room >= bytes;
+}
+
+void Policy::plan_ahead() {
+  std::uint64_t pending = pending_bytes();
+  const std::size_t period = learned_.size();
+  const std::size_t depth = std::min(config_.lookahead, period);
+  for (std::size_t d = 0; d < depth; ++d) {
+    for (CUdeviceptr address : learned_[(phase_ + d) % period].buffers) {
+      Known& k = known_[address];
+      if (k.promotion_asked != 0 || k.buffer.bytes == 0) continue;
+      if (k.kept_at != 0 && count_ - k.kept_at < period) continue;  // decided for this period
+      if (!world_.in_host(k.buffer)) continue;
+      if (pending + k.buffer.bytes > config_.in_flight_bytes) return;  // the rest at later launches
+      // Thrash guard: used once a period, and staying would push out others: read it in place.
+      if (k.uses.size() < 2 && world_.device_room() < k.buffer.bytes) {
+        ++stats_.kept_in_place;
+        k.kept_at = count_;
+        continue;
+      }
+      if (!make_room(k.buffer.bytes, d)) continue;
+      if (!world_.move(k.buffer, pool::Tier::Device)) continue;
+      k.promotion_asked = count_;
+      pending += k.buffer.bytes;
+      ++stats_.promotions;
+    }
+  }
+}
+
+void Policy::plan_recency(std::span<const Buffer> buffers) {
+  std::uint64_t pending = 0;
+  bool counted = false;
+  for (const Buffer& b : buffers) {
+    if (!b.host || b.bytes == 0) continue;
+    Known& k = known_[b.address];
+    if (k.promotion_asked != 0 || k.kept_at != 0) continue;
+    if (k.demotions >= 2) {  // it went back and forth: read it in place from now on
+      ++stats_.kept_in_place;
+      k.kept_at = count_;
+      continue;
+    }
+    if (!counted) {
+      pending = pending_bytes();
+      counted = true;
+    }
+    if (pending + b.bytes > config_.in_flight_bytes || !make_room(b.bytes, kNever)) continue;
+    if (!world_.move(b, pool::Tier::Device)) continue;
+    k.promotion_asked = count_;
+    pending += b.bytes;
+    ++stats_.promotions;
+  }
+}
+
+}  // namespace uvmpool::tiering

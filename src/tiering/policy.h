@@ -1,0 +1,121 @@
+// The policy: what to move, and when, from the launches alone (docs/tiering.md).
+//
+// Training steps and decoding steps repeat one launch sequence on the same addresses (PyTorch's
+// caching allocator hands out the same blocks every iteration). The policy learns that sequence:
+//
+//   - Every launch gets a signature: its function and the pool pointers it was given, in order. A
+//     period P is a candidate when a launch's signature was last seen P launches ago; it is learned
+//     once P launches in a row matched the launch P before them (a whole period repeated).
+//   - With a period learned, the policy knows each buffer's next use. Ahead of each launch it looks
+//     `lookahead` launches further: a buffer those will touch that lies in host memory is promoted,
+//     within a budget for promotions in flight. Room is made by demoting the device buffers whose next
+//     use is farthest away (Belady's rule on the learned sequence), never ones needed before the
+//     buffer promoted.
+//   - Thrash guard: a buffer touched by only one launch a period and not able to stay (no room
+//     without demoting others) is read in place instead: moving it costs its bytes twice over PCIe
+//     (in and out), reading it in place once (GMEM's remote-access rule).
+//   - A launch that breaks the sequence counts as a miss; after `max_misses` in a row the period is
+//     forgotten and learning starts again. Without a period, recency rules: a host buffer a launch
+//     touched is promoted for its next use if there is room or a buffer unused for the longest time
+//     can go (least recently used), and a buffer demoted twice under recency is left in place.
+//
+// A buffer is named by the pointer a launch passes (its address; the pool tells its allocation's
+// size). The policy is single-threaded: the caller serializes on_launch (Tiering holds a lock).
+// It only asks (World::move): the mover decides whether a move can be made.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "pool/pool.h"
+
+namespace uvmpool::tiering {
+
+struct PolicyConfig {
+  std::size_t lookahead = 32;                       // launches looked ahead for what to promote
+  std::uint64_t in_flight_bytes = std::uint64_t{512} << 20;  // promotions asked for, not yet seen done
+  std::size_t max_period = std::size_t{1} << 16;    // longest sequence learned (launches)
+  std::size_t max_misses = 16;                      // launches off the sequence before it is dropped
+};
+
+struct PolicyStats {
+  std::uint64_t launches = 0;
+  std::uint64_t periods_learned = 0;
+  std::uint64_t period = 0;          // launches in the period learned now (0: none)
+  std::uint64_t periods_dropped = 0;
+  std::uint64_t promotions = 0;      // asked for
+  std::uint64_t demotions = 0;
+  std::uint64_t kept_in_place = 0;   // thrash-guard decisions: a buffer left in host memory, read in place
+};
+
+class Policy {
+ public:
+  // A buffer a launch touched.
+  struct Buffer {
+    CUdeviceptr address = 0;  // the pointer the launch passed
+    CUdeviceptr base = 0;     // its allocation
+    std::uint64_t bytes = 0;
+    bool host = false;        // lies in host memory now
+  };
+  // What the policy asks of the world (Tiering's answers are the pool's and the mover's; tests fake it).
+  class World {
+   public:
+    virtual ~World() = default;
+    virtual bool in_host(const Buffer& b) = 0;     // the buffer's tier now
+    virtual std::uint64_t device_room() = 0;       // device bytes a promotion may take without a demotion
+    virtual bool move(const Buffer& b, pool::Tier to) = 0;  // asks; false when refused at once
+  };
+
+  Policy(World& world, PolicyConfig config = {});
+
+  // A launch of `function` touching `buffers` (in argument order), before or as it is queued.
+  void on_launch(std::uint64_t function, std::span<const Buffer> buffers);
+
+  PolicyStats stats() const { return stats_; }
+  bool has_period() const { return !learned_.empty(); }
+
+ private:
+  struct Launch {
+    std::uint64_t signature;
+    std::vector<CUdeviceptr> buffers;
+  };
+  struct Known {
+    Buffer buffer;
+    std::uint64_t last_touch = 0;       // launch count at its last touch
+    std::uint64_t promotion_asked = 0;  // launch count when a promotion was asked (0: none pending)
+    std::uint64_t kept_at = 0;          // launch count when the thrash guard left it in place (0: never)
+    std::uint32_t demotions = 0;        // under recency
+    std::vector<std::uint32_t> uses;    // positions in the learned period (sorted)
+  };
+
+  void learn(std::uint64_t signature, std::span<const Buffer> buffers);
+  void adopt_period(std::size_t period);
+  void plan_ahead();
+  void plan_recency(std::span<const Buffer> buffers);
+  // Device room for `bytes`, demoting buffers whose next use is after `needed_at` (farthest first);
+  // with `needed_at` 0, least recently used first. False when not enough can go.
+  bool make_room(std::uint64_t bytes, std::uint64_t needed_at);
+  std::uint64_t next_use(const Known& k) const;  // in launches from the current position; ~0: never
+  std::uint64_t pending_bytes();
+
+  World& world_;
+  const PolicyConfig config_;
+  PolicyStats stats_;
+  std::uint64_t count_ = 0;  // launches seen
+
+  // Learning: the launches since learning (re)started, and where each signature was seen last.
+  std::vector<Launch> history_;
+  std::unordered_map<std::uint64_t, std::size_t> last_seen_;
+  std::size_t candidate_ = 0, run_ = 0;
+
+  // The learned period and the position in it.
+  std::vector<Launch> learned_;
+  std::size_t phase_ = 0;
+  std::size_t misses_ = 0;
+
+  std::unordered_map<CUdeviceptr, Known> known_;
+};
+
+}  // namespace uvmpool::tiering

@@ -1,0 +1,221 @@
+// The policy (src/tiering/policy.h) on synthetic launch sequences, against a fake world of two tiers
+// where a move happens at once: cyclic sequences larger than device memory, a training-shaped step
+// (forward, backward in reverse, optimizer), a change of program, and random launches.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <vector>
+
+#include "tiering/policy.h"
+
+namespace {
+
+using uvmpool::pool::Tier;
+using uvmpool::tiering::Policy;
+using uvmpool::tiering::PolicyConfig;
+
+constexpr std::uint64_t kUnit = 2 << 20;
+
+// Buffers in two tiers with `capacity` bytes of device memory; moves happen when asked (refused past
+// the capacity, as the pool would). Counts what launches found where.
+class FakeWorld : public Policy::World {
+ public:
+  explicit FakeWorld(std::uint64_t capacity) : capacity_(capacity) {}
+
+  CUdeviceptr add(std::uint64_t bytes, bool host) {
+    const CUdeviceptr a = next_;
+    next_ += 1 << 30;
+    buffers_[a] = {a, a, bytes, host};
+    if (!host) used_ += bytes;
+    return a;
+  }
+  bool in_host(const Policy::Buffer& b) override { return buffers_.at(b.address).host; }
+  std::uint64_t device_room() override { return used_ < capacity_ ? capacity_ - used_ : 0; }
+  bool move(const Policy::Buffer& b, Tier to) override {
+    Policy::Buffer& x = buffers_.at(b.address);
+    if (x.host == (to == Tier::Host)) return true;
+    if (to == Tier::Device) {
+      if (used_ + x.bytes > capacity_) return false;
+      used_ += x.bytes;
+      promoted += x.bytes;
+    } else {
+      used_ -= x.bytes;
+      demoted += x.bytes;
+    }
+    x.host = to == Tier::Host;
+    return true;
+  }
+  // One launch of `function` over `addresses`: counts hits (on device) and bytes read in place.
+  void launch(Policy& policy, std::uint64_t function, const std::vector<CUdeviceptr>& addresses) {
+    std::vector<Policy::Buffer> seen;
+    for (CUdeviceptr a : addresses) {
+      const Policy::Buffer& b = buffers_.at(a);
+      seen.push_back(b);
+      if (b.host) {
+        ++misses;
+        in_place += b.bytes;
+      } else {
+        ++hits;
+      }
+    }
+    policy.on_launch(function, seen);
+  }
+  void reset_counts() { hits = misses = in_place = promoted = demoted = 0; }
+  std::uint64_t used() const { return used_; }
+
+  std::uint64_t hits = 0, misses = 0, in_place = 0, promoted = 0, demoted = 0;
+
+ private:
+  std::uint64_t capacity_, used_ = 0;
+  CUdeviceptr next_ = 1ull << 40;
+  std::map<CUdeviceptr, Policy::Buffer> buffers_;
+};
+
+// A step over `n` buffers of one unit where each buffer is used by two launches in a row (an op and
+// the next one reading its output): a cyclic sequence with reuse.
+std::vector<std::vector<CUdeviceptr>> pairs_step(const std::vector<CUdeviceptr>& b) {
+  std::vector<std::vector<CUdeviceptr>> step;
+  for (std::size_t i = 0; i + 1 < b.size(); ++i) step.push_back({b[i], b[i + 1]});
+  return step;
+}
+
+void run(FakeWorld& w, Policy& p, const std::vector<std::vector<CUdeviceptr>>& step, int steps) {
+  for (int s = 0; s < steps; ++s)
+    for (std::size_t i = 0; i < step.size(); ++i) w.launch(p, 100 + i, step[i]);
+}
+
+TEST(Policy_, LearnsTheStepAndPromotesAheadOfTheLaunches) {
+  FakeWorld w(8 * kUnit);
+  std::vector<CUdeviceptr> b;
+  for (int i = 0; i < 24; ++i) b.push_back(w.add(kUnit, i >= 8));  // 3x what fits
+  PolicyConfig c;
+  c.lookahead = 4;
+  Policy p(w, c);
+  const auto step = pairs_step(b);
+  run(w, p, step, 3);
+  ASSERT_TRUE(p.has_period());
+  EXPECT_EQ(p.stats().period, step.size());
+  w.reset_counts();
+  run(w, p, step, 5);
+  // Each buffer is promoted ahead of its first use and used twice on the device: almost every touch
+  // hits, and what crosses PCIe is each buffer in and out once a step.
+  const double hit_rate = static_cast<double>(w.hits) / static_cast<double>(w.hits + w.misses);
+  EXPECT_GT(hit_rate, 0.9) << w.hits << " hits, " << w.misses << " misses";
+  EXPECT_LE(w.promoted, 5 * 24 * kUnit);
+  EXPECT_LE(w.used(), 8 * kUnit);
+}
+
+TEST(Policy_, BeladyKeepsWhatIsNeededSoonest) {
+  // A hot buffer used in every launch and a cold sweep: the hot one is never demoted.
+  FakeWorld w(4 * kUnit);
+  const CUdeviceptr hot = w.add(kUnit, false);
+  std::vector<CUdeviceptr> cold;
+  for (int i = 0; i < 12; ++i) cold.push_back(w.add(kUnit, i >= 3));
+  std::vector<std::vector<CUdeviceptr>> step;
+  for (std::size_t i = 0; i < cold.size(); ++i) {
+    step.push_back({hot, cold[i]});
+    step.push_back({hot, cold[i]});
+  }
+  PolicyConfig c;
+  c.lookahead = 3;
+  Policy p(w, c);
+  run(w, p, step, 3);
+  ASSERT_TRUE(p.has_period());
+  w.reset_counts();
+  for (int s = 0; s < 4; ++s) {
+    for (std::size_t i = 0; i < step.size(); ++i) {
+      w.launch(p, 100 + i, step[i]);
+      ASSERT_FALSE(w.in_host({hot, hot, kUnit, false})) << "the buffer every launch uses was demoted";
+    }
+  }
+  EXPECT_GT(w.hits, w.misses * 3);
+}
+
+TEST(Policy_, ABufferUsedOnceAPeriodThatCannotStayIsReadInPlace) {
+  // A decoding-shaped sweep: each weight read once a token, 1.5x what fits. Moving the excess in and
+  // out every token would cost twice its bytes; reading it in place costs them once.
+  FakeWorld w(8 * kUnit);
+  std::vector<CUdeviceptr> weights;
+  for (int i = 0; i < 12; ++i) weights.push_back(w.add(kUnit, i >= 8));
+  std::vector<std::vector<CUdeviceptr>> token;
+  for (CUdeviceptr x : weights) token.push_back({x});
+  Policy p(w);
+  run(w, p, token, 3);
+  ASSERT_TRUE(p.has_period());
+  w.reset_counts();
+  run(w, p, token, 10);
+  EXPECT_EQ(w.promoted, 0u) << "weights moved back and forth every token";
+  EXPECT_EQ(w.demoted, 0u);
+  EXPECT_EQ(w.in_place, 10 * 4 * kUnit) << "the excess is read in place, once a token";
+  EXPECT_GT(p.stats().kept_in_place, 0u);
+}
+
+TEST(Policy_, TrainingShapedStepHitsMostlyOnTheDevice) {
+  // Forward over layers (weight, activation in, activation out), backward in reverse (weight, saved
+  // activation, gradients), then the optimizer (weight, its state): 2.6x what fits.
+  constexpr int kLayers = 12;
+  FakeWorld w(20 * kUnit);
+  std::vector<CUdeviceptr> weight, act, grad, state;
+  for (int l = 0; l < kLayers; ++l) {
+    weight.push_back(w.add(kUnit, l >= 6));
+    state.push_back(w.add(kUnit, true));
+    grad.push_back(w.add(kUnit, true));
+  }
+  for (int l = 0; l <= kLayers; ++l) act.push_back(w.add(kUnit, l >= 6));
+  ASSERT_LE(w.used(), 20 * kUnit);
+  std::vector<std::vector<CUdeviceptr>> step;
+  for (int l = 0; l < kLayers; ++l) step.push_back({weight[l], act[l], act[l + 1]});
+  for (int l = kLayers - 1; l >= 0; --l) step.push_back({weight[l], act[l], grad[l]});
+  for (int l = 0; l < kLayers; ++l) step.push_back({weight[l], grad[l], state[l]});
+  PolicyConfig c;
+  c.lookahead = 6;
+  Policy p(w, c);
+  run(w, p, step, 3);
+  ASSERT_TRUE(p.has_period());
+  EXPECT_EQ(p.stats().period, step.size());
+  w.reset_counts();
+  const std::uint64_t kept_before = p.stats().kept_in_place;
+  run(w, p, step, 4);
+  // Misses left: the optimizer state and the last activation, each used once a step and read in
+  // place (13 of the 108 touches a step).
+  EXPECT_EQ(w.misses, 4u * 13u);
+  EXPECT_EQ(p.stats().kept_in_place - kept_before, 4u * 13u);
+  // A buffer crosses at most twice each way a step (a weight: forward, then backward and optimizer).
+  EXPECT_LE(w.promoted, 4 * 2 * (3 * kLayers + 1) * kUnit);
+  EXPECT_EQ(w.promoted, w.demoted) << "every promotion made its own room";
+}
+
+TEST(Policy_, AChangedProgramDropsThePeriodAndLearnsTheNewOne) {
+  FakeWorld w(4 * kUnit);
+  std::vector<CUdeviceptr> a, b;
+  for (int i = 0; i < 6; ++i) a.push_back(w.add(kUnit, i >= 4));
+  for (int i = 0; i < 9; ++i) b.push_back(w.add(kUnit, true));
+  PolicyConfig c;
+  c.max_misses = 4;
+  Policy p(w, c);
+  run(w, p, pairs_step(a), 3);
+  ASSERT_EQ(p.stats().period, 5u);
+  run(w, p, pairs_step(b), 3);
+  EXPECT_EQ(p.stats().periods_dropped, 1u);
+  EXPECT_EQ(p.stats().periods_learned, 2u);
+  EXPECT_EQ(p.stats().period, 8u);
+}
+
+TEST(Policy_, RandomLaunchesFallBackToRecencyAndStopThrashing) {
+  FakeWorld w(4 * kUnit);
+  std::vector<CUdeviceptr> b;
+  for (int i = 0; i < 16; ++i) b.push_back(w.add(kUnit, i >= 4));
+  Policy p(w);
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<std::size_t> pick(0, b.size() - 1);
+  for (int i = 0; i < 4000; ++i) w.launch(p, pick(rng), {b[pick(rng)], b[pick(rng)]});
+  EXPECT_FALSE(p.has_period());
+  EXPECT_GT(p.stats().promotions, 0u) << "recency promoted nothing";
+  EXPECT_LE(w.used(), 4 * kUnit);
+  // Each buffer goes back and forth at most twice before it is read in place.
+  EXPECT_LE(p.stats().demotions, 2 * b.size() + 4);
+  EXPECT_GT(p.stats().kept_in_place, 0u);
+}
+
+}  // namespace
