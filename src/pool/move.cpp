@@ -155,6 +155,13 @@ void DevicePool::commit_quiesced(std::span<Move* const> moves, const Quiesce& qu
   }
 }
 
+std::uint64_t DevicePool::promotion_room() {
+  // What take_target(Device) can take: free chunks, cached mappings and empty slabs taken apart, and
+  // growth within the budget (as the driver's free memory allows).
+  MutexLock lock(mu_);
+  return (free_granules() + chunks_cached_.load(std::memory_order_relaxed) + growable_chunks()) * chunk_;
+}
+
 CUresult DevicePool::commit_locked(Move* m, bool quiesced) {
   // The pieces at the move's range, found again: other moves of the same mapping (of other ranges)
   // may have changed the pieces before them since.

@@ -302,6 +302,12 @@ void Pool::commit_quiesced(int device, std::span<Move* const> moves, const Quies
   p->commit_quiesced(moves, quiesce, results);
 }
 
+std::uint64_t Pool::promotion_room(int device) {
+  if (device < 0 || device >= kMaxDevices) return 0;
+  DevicePool* p = devices_->pools[device].load(std::memory_order_acquire);
+  return p != nullptr ? p->promotion_room() : 0;
+}
+
 bool Pool::in_pool_space(CUdeviceptr p) const { return devices_->map.contains(p); }
 
 Pool::Probe Pool::probe(CUdeviceptr p) const {

@@ -239,6 +239,9 @@ class Pool {
   // nothing was to move); otherwise aborted (NOT_READY: not asked to commit; or the remap's error),
   // the old mapping in place. Every move ends: none stays prepared.
   void commit_quiesced(int device, std::span<Move* const> moves, const Quiesce& quiesce, std::span<CUresult> results);
+  // Device bytes a move to the device tier could take now without a demotion first (idle device
+  // memory and growth within the budget); the calling thread's context should be on `device`.
+  std::uint64_t promotion_room(int device);
 
   // Pins host chunks into `device`'s reserve until it holds `bytes` (tests, benchmarks: a warm
   // reserve without waiting for the background thread). OUT_OF_MEMORY past UVMPOOL_HOST_LIMIT.

@@ -111,6 +111,7 @@ struct TieringField {
   const char* name;
   const char* help;
   std::uint64_t tiering::Stats::*field;
+  bool bytes = false;
 };
 constexpr TieringField kTieringFields[] = {
     {"launches_read", "Kernel launches whose arguments were read for pool pointers (done while spilled memory exists)",
@@ -123,6 +124,18 @@ constexpr TieringField kTieringFields[] = {
      &tiering::Stats::launches_in_place},
     {"param_layouts_asked", "Kernels whose parameter layout was asked of the driver (once each)",
      &tiering::Stats::layouts_asked},
+    {"tiering_moves", "Moves between the tiers the tiering mover committed", &tiering::Stats::moves},
+    {"tiering_promoted_bytes", "Bytes the tiering mover moved into device memory", &tiering::Stats::promoted_bytes, true},
+    {"tiering_demoted_bytes", "Bytes the tiering mover moved into host memory", &tiering::Stats::demoted_bytes, true},
+    {"tiering_moves_touched", "Overlapped moves dropped because a launch touched their memory during the copy",
+     &tiering::Stats::moves_touched},
+    {"tiering_moves_failed", "Moves refused by the pool or a failing driver step (the old mapping kept)",
+     &tiering::Stats::moves_failed},
+    {"tiering_epochs", "Times the mover held the program's streams to commit moves", &tiering::Stats::epochs},
+    {"tiering_period", "Launches in the launch sequence the policy learned (0: none yet, recency rules)",
+     &tiering::Stats::policy_period},
+    {"tiering_kept_in_place", "Thrash-guard decisions: memory left in host memory and read in place",
+     &tiering::Stats::kept_in_place},
 };
 
 std::vector<MetricInfo> make_process_infos() {
@@ -135,7 +148,7 @@ std::vector<MetricInfo> make_process_infos() {
   infos.push_back({"calls_via_export", "", C, N, "Calls to uvmpool's exported cu* symbols"});
   infos.push_back({"trace_events", "", C, N, "Events written to the UVMPOOL_TRACE file"});
   infos.push_back({"trace_dropped", "", C, N, "Trace events lost (a ring was full, or the file reached UVMPOOL_TRACE_MAX)"});
-  for (const TieringField& f : kTieringFields) infos.push_back({f.name, "", C, N, f.help});
+  for (const TieringField& f : kTieringFields) infos.push_back({f.name, "", f.field == &tiering::Stats::policy_period ? G : C, f.bytes ? B : N, f.help});
   for (std::size_t i = 0; i < driver::kFunctionCount; ++i) {
     if (driver::kFunctions[i].kind == driver::Kind::Hook) {
       infos.push_back({"hook_calls", std::string("function=") + driver::kFunctions[i].symbol, C, N,

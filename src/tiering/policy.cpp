@@ -100,13 +100,14 @@ std::uint64_t Policy::next_use(const Known& k) const {
   return learned_.size() - phase_ + k.uses.front();
 }
 
-std::uint64_t Policy::pending_bytes() {
+std::uint64_t Policy::pending_bytes(bool to_device) {
   std::uint64_t bytes = 0;
   const std::uint64_t horizon = std::max<std::uint64_t>(learned_.size(), config_.lookahead);
   for (auto& [address, k] : known_) {
-    if (k.promotion_asked == 0) continue;
-    if (count_ - k.promotion_asked > horizon || !world_.in_host(k.buffer)) {
-      k.promotion_asked = 0;  // done, or dropped by the mover
+    std::uint64_t& asked = to_device ? k.promotion_asked : k.demotion_asked;
+    if (asked == 0) continue;
+    if (count_ - asked > horizon || world_.in_host(k.buffer) != to_device) {
+      asked = 0;  // done, or dropped by the mover
       continue;
     }
     bytes += k.buffer.bytes;
@@ -114,14 +115,20 @@ std::uint64_t Policy::pending_bytes() {
   return bytes;
 }
 
+std::uint64_t Policy::room() {
+  const std::uint64_t free = world_.device_room() + pending_bytes(false);
+  const std::uint64_t taken = pending_bytes(true);
+  return free > taken ? free - taken : 0;
+}
+
 bool Policy::make_room(std::uint64_t bytes, std::uint64_t needed_at) {
-  std::uint64_t room = world_.device_room();
+  std::uint64_t room = this->room();
   if (room >= bytes) return true;
   // Device buffers that may go: with a period, those needed after `needed_at` (farthest first); by
   // recency, those not touched within the lookahead (least recently used first).
   std::vector<std::pair<std::uint64_t, Known*>> victims;
   for (auto& [address, k] : known_) {
-    if (k.promotion_asked != 0 || k.last_touch == count_) continue;
+    if (k.promotion_asked != 0 || k.demotion_asked != 0 || k.last_touch == count_) continue;
     std::uint64_t rank = 0;
     if (needed_at != kNever && !learned_.empty()) {
       const std::uint64_t next = next_use(k);
@@ -138,6 +145,7 @@ bool Policy::make_room(std::uint64_t bytes, std::uint64_t needed_at) {
     if (room >= bytes) break;
     if (world_.in_host(k->buffer)) continue;
     if (!world_.move(k->buffer, pool::Tier::Host)) continue;
+    k->demotion_asked = count_;
     ++stats_.demotions;
     if (learned_.empty()) ++k->demotions;
     room += k->buffer.bytes;
@@ -146,7 +154,7 @@ bool Policy::make_room(std::uint64_t bytes, std::uint64_t needed_at) {
 }
 
 void Policy::plan_ahead() {
-  std::uint64_t pending = pending_bytes();
+  std::uint64_t pending = pending_bytes(true);
   const std::size_t period = learned_.size();
   const std::size_t depth = std::min(config_.lookahead, period);
   for (std::size_t d = 0; d < depth; ++d) {
@@ -157,7 +165,7 @@ void Policy::plan_ahead() {
       if (!world_.in_host(k.buffer)) continue;
       if (pending + k.buffer.bytes > config_.in_flight_bytes) return;  // the rest at later launches
       // Thrash guard: used once a period, and staying would push out others: read it in place.
-      if (k.uses.size() < 2 && world_.device_room() < k.buffer.bytes) {
+      if (k.uses.size() < 2 && room() < k.buffer.bytes) {
         ++stats_.kept_in_place;
         k.kept_at = count_;
         continue;
@@ -184,7 +192,7 @@ void Policy::plan_recency(std::span<const Buffer> buffers) {
       continue;
     }
     if (!counted) {
-      pending = pending_bytes();
+      pending = pending_bytes(true);
       counted = true;
     }
     if (pending + b.bytes > config_.in_flight_bytes || !make_room(b.bytes, kNever)) continue;

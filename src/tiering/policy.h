@@ -85,6 +85,7 @@ class Policy {
     Buffer buffer;
     std::uint64_t last_touch = 0;       // launch count at its last touch
     std::uint64_t promotion_asked = 0;  // launch count when a promotion was asked (0: none pending)
+    std::uint64_t demotion_asked = 0;   // ... a demotion
     std::uint64_t kept_at = 0;          // launch count when the thrash guard left it in place (0: never)
     std::uint32_t demotions = 0;        // under recency
     std::vector<std::uint32_t> uses;    // positions in the learned period (sorted)
@@ -98,7 +99,11 @@ class Policy {
   // with `needed_at` 0, least recently used first. False when not enough can go.
   bool make_room(std::uint64_t bytes, std::uint64_t needed_at);
   std::uint64_t next_use(const Known& k) const;  // in launches from the current position; ~0: never
-  std::uint64_t pending_bytes();
+  // Bytes asked to move to the device (`to_device`) or to the host and not seen there yet; asks older
+  // than a period (or the lookahead) are taken as dropped by the mover.
+  std::uint64_t pending_bytes(bool to_device);
+  // device_room, counting what is asked and not done yet: promotions take room, demotions make it.
+  std::uint64_t room();
 
   World& world_;
   const PolicyConfig config_;

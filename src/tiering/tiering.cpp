@@ -1,5 +1,6 @@
 #include "tiering/tiering.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 
@@ -18,20 +19,78 @@ std::mutex g_process_mu;
 std::optional<Mode> parse_mode(std::string_view text) {
   if (text == "off") return Mode::Off;
   if (text == "remote") return Mode::Remote;
-  if (text == "auto" || text.empty()) return Mode::Auto;
+  if (text == "auto") return Mode::Auto;
+  if (text.empty()) return Mode::Remote;  // the default (options.def says why)
   return std::nullopt;
 }
 
 Mode configured_mode() {
   const config::Options& o = config::options();
   if (o.disable || !o.pool) return Mode::Off;
-  return parse_mode(o.tiering).value_or(Mode::Auto);  // the option table refuses other values
+  return parse_mode(o.tiering).value_or(Mode::Remote);  // the option table refuses other values
 }
 
+MoverConfig configured_mover() {
+  const config::Options& o = config::options();
+  MoverConfig c;
+  c.overlap = o.tiering_copy == "overlap";
+  c.max_batch_bytes = o.tiering_batch.bytes;
+  return c;
+}
+
+PolicyConfig configured_policy() {
+  const config::Options& o = config::options();
+  PolicyConfig c;
+  c.lookahead = static_cast<std::size_t>(o.tiering_lookahead);
+  c.in_flight_bytes = o.tiering_in_flight.bytes;
+  return c;
+}
+
+// The policy's questions answered by the pool, its requests handed to the mover.
+class Tiering::PoolWorld : public Policy::World {
+ public:
+  PoolWorld(pool::Pool& pool, Mover& mover) : pool_(pool), mover_(mover) {}
+
+  bool in_host(const Policy::Buffer& b) override { return pool_.probe(b.address).host; }
+
+  std::uint64_t device_room() override { return pool_.promotion_room(device_); }
+
+  // The allocation's pieces in the other tier, one request per run of them (a move takes pieces of
+  // one tier).
+  bool move(const Policy::Buffer& b, pool::Tier to) override {
+    const std::uint64_t granule = std::max<std::uint64_t>(pool_.stats(device_).chunk_size, 1);
+    const bool want_host_pieces = to == pool::Tier::Device;
+    bool asked = false;
+    CUdeviceptr run = 0;
+    const CUdeviceptr end = b.base + b.bytes;
+    for (CUdeviceptr at = b.base; at < end; at += granule) {
+      const bool match = pool_.probe(at).host == want_host_pieces;
+      if (match && run == 0) run = at;
+      if (!match && run != 0) {
+        asked |= mover_.request(run, at - run, to);
+        run = 0;
+      }
+    }
+    if (run != 0) asked |= mover_.request(run, end - run, to);
+    return asked;
+  }
+
+  void set_device(int device) { device_ = device; }
+
+ private:
+  pool::Pool& pool_;
+  Mover& mover_;
+  int device_ = 0;
+};
+
 Tiering::Tiering(const driver::Table& driver, pool::Pool& pool, Mode mode, StreamRegistry& streams,
-                 MoverConfig mover)
+                 MoverConfig mover, PolicyConfig policy)
     : driver_(driver), pool_(pool), mode_(mode), streams_(streams), layouts_(driver),
-      mover_(driver, pool, streams, mover) {}
+      mover_(driver, pool, streams, mover), world_(std::make_unique<PoolWorld>(pool, mover_)) {
+  if (mode == Mode::Auto) policy_ = std::make_unique<Policy>(*world_, policy);
+}
+
+Tiering::~Tiering() { mover_.stop(); }
 
 Tiering* Tiering::process() {
   if (Tiering* t = g_process.load(std::memory_order_acquire)) return t;
@@ -45,7 +104,7 @@ Tiering* Tiering::process() {
   if (real == nullptr) return nullptr;
   // Never destroyed: launches may come during exit. Its mover's thread stops at exit (registered after
   // the pool's handler, so it runs first: the thread is out of the pool before the pool stops).
-  auto* t = new Tiering(real->table, *pool, mode, StreamRegistry::process());
+  auto* t = new Tiering(real->table, *pool, mode, StreamRegistry::process(), configured_mover(), configured_policy());
   g_process.store(t, std::memory_order_release);
   std::atexit([] {
     if (Tiering* p = g_process.load(std::memory_order_acquire)) p->stop();
@@ -58,6 +117,7 @@ Tiering* Tiering::existing() { return g_process.load(std::memory_order_acquire);
 void Tiering::before_launch(CUfunction f, CUstream stream, void** params, void** extra, LaunchSeen* seen) {
   // The common case when everything fits: nothing in host memory, nothing to see.
   seen->read = LaunchSeen::Read::Skipped;
+  seen->function = f;
   if (f == nullptr || (!pool_.any_host_mapped() && !mover_.copying())) return;
   LaunchTouches& touches = seen->touches;
   touches.count = touches.dropped = touches.host = 0;
@@ -93,6 +153,30 @@ void Tiering::after_launch(const LaunchSeen& seen, CUstream stream) {
   // Read after the launch is queued: a move published before this load sees the launch marked; one
   // published after it recorded its fence behind the launch (mover.cpp).
   if (mover_.copying()) mover_.launched(seen.touches, seen.read != LaunchSeen::Read::Read);
+  if (mode_ == Mode::Auto && seen.read == LaunchSeen::Read::Read && seen.touches.count != 0) show_policy(seen);
+}
+
+void Tiering::show_policy(const LaunchSeen& seen) {
+  // Each pointer as the buffer it lies in: the live allocation's base and size (the pool's answer).
+  Policy::Buffer buffers[LaunchTouches::kMax];
+  std::size_t n = 0;
+  int device = -1;
+  for (std::size_t i = 0; i < seen.touches.count; ++i) {
+    const Touch& t = seen.touches.touches[i];
+    const std::optional<pool::AllocationInfo> info = pool_.find(t.address);
+    if (!info) continue;  // a cached mapping or a slab's free slot: nothing live to plan for
+    if (device < 0) device = info->device;
+    buffers[n++] = {t.address, info->base, info->size, t.host};
+  }
+  if (n == 0) return;
+  MutexLock lock(policy_mu_);
+  world_->set_device(device);
+  policy_->on_launch(reinterpret_cast<std::uintptr_t>(seen.function), std::span<const Policy::Buffer>(buffers, n));
+}
+
+PolicyStats Tiering::policy_stats() {
+  MutexLock lock(policy_mu_);
+  return policy_ != nullptr ? policy_->stats() : PolicyStats{};
 }
 
 bool Tiering::prefetch(CUdeviceptr p, std::size_t bytes, pool::Tier to) {
@@ -113,6 +197,19 @@ Stats Tiering::stats() const {
   s.host_pointers = host_pointers_.load(std::memory_order_relaxed);
   s.launches_in_place = launches_in_place_.load(std::memory_order_relaxed);
   s.layouts_asked = layouts_.driver_queries();
+  const MoverStats m = mover_.stats();
+  s.moves = m.moves;
+  s.promoted_bytes = m.promoted_bytes;
+  s.demoted_bytes = m.demoted_bytes;
+  s.moves_touched = m.moves_touched;
+  s.moves_failed = m.moves_failed;
+  s.epochs = m.epochs;
+  if (mode_ == Mode::Auto) {
+    MutexLock lock(policy_mu_);
+    const PolicyStats p = policy_->stats();
+    s.policy_period = p.period;
+    s.kept_in_place = p.kept_in_place;
+  }
   return s;
 }
 

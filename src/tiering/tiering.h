@@ -7,12 +7,13 @@
 // lock-free), and after_launch once the driver has it. While no pool memory lies in host memory and
 // no overlapped move is copying, nothing a kernel touches can need moving or spoil a move, and
 // before_launch returns after two loads.
-// Moving: the mover (mover.h) changes tiers in batches while it holds the program's streams still;
-// requests come from prefetch() (cuMemPrefetchAsync, uvmpool_prefetch). Still to come (issue 16):
-// the policy that asks for moves on its own.
+// Moving: the policy (policy.h) learns the launch sequence from what after_launch reports and asks
+// the mover (mover.h) for moves, which it makes in batches while it holds the program's streams
+// still; prefetch() asks for moves too.
 #pragma once
 
 #include <atomic>
+#include <memory>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -21,6 +22,7 @@
 #include "pool/pool.h"
 #include "tiering/mover.h"
 #include "tiering/param_layouts.h"
+#include "tiering/policy.h"
 #include "tiering/streams.h"
 #include "tiering/touches.h"
 
@@ -29,15 +31,20 @@ namespace uvmpool::tiering {
 // UVMPOOL_TIERING.
 enum class Mode {
   Off,     // launches go straight to the driver: the hooks are not even handed out
-  Remote,  // launches are read and their touches counted; spilled memory is read in place
-  Auto,    // as Remote, and (when the policy lands) what launches touch moves ahead of them
+  Remote,  // the default: launches are read and their touches counted; spilled memory is read in place
+  Auto,    // as Remote, and the policy moves what launches touch ahead of them
 };
 
 // What before_launch saw of one launch, for after_launch.
 struct LaunchSeen {
   enum class Read { Skipped, Read, Unread } read = Read::Skipped;  // Skipped: nothing could need it
+  CUfunction function;
   LaunchTouches touches;
 };
+
+// The mover's and the policy's settings from the options (UVMPOOL_TIERING_*).
+MoverConfig configured_mover();
+PolicyConfig configured_policy();
 std::optional<Mode> parse_mode(std::string_view text);
 // The mode the options ask for (UVMPOOL_TIERING; Off also with UVMPOOL_POOL=0 or UVMPOOL_DISABLE).
 Mode configured_mode();
@@ -49,13 +56,23 @@ struct Stats {
   std::uint64_t host_pointers = 0;      // ... lying in host memory
   std::uint64_t launches_in_place = 0;  // launches given host memory: they read it over PCIe
   std::uint64_t layouts_asked = 0;      // functions whose parameter layout the driver was asked for
+  // The mover (mover.h) and the policy (policy.h).
+  std::uint64_t moves = 0;              // committed
+  std::uint64_t promoted_bytes = 0;     // moved to device memory
+  std::uint64_t demoted_bytes = 0;      // moved to host memory
+  std::uint64_t moves_touched = 0;      // dropped: a launch touched the memory during its overlapped copy
+  std::uint64_t moves_failed = 0;       // refused by the pool or a failing driver step (nothing lost)
+  std::uint64_t epochs = 0;             // times the program's streams were held for commits
+  std::uint64_t policy_period = 0;      // launches in the learned period (0: none, recency rules)
+  std::uint64_t kept_in_place = 0;      // thrash-guard decisions: memory left in host memory, read in place
 };
 
 class Tiering {
  public:
   // `driver`, `pool` and `streams` must outlive this (the process's do).
   Tiering(const driver::Table& driver, pool::Pool& pool, Mode mode, StreamRegistry& streams,
-          MoverConfig mover = {});
+          MoverConfig mover = {}, PolicyConfig policy = {});
+  ~Tiering();
   Tiering(const Tiering&) = delete;
   Tiering& operator=(const Tiering&) = delete;
 
@@ -84,6 +101,7 @@ class Tiering {
   Mode mode() const { return mode_; }
   Stats stats() const;
   Mover& mover() { return mover_; }
+  PolicyStats policy_stats();
   // At exit (before the driver goes away): the mover's thread stops.
   void stop() { mover_.stop(); }
 
@@ -94,6 +112,12 @@ class Tiering {
   StreamRegistry& streams_;
   ParamLayouts layouts_;
   Mover mover_;
+  // The policy's view of the world: the pool's tiers and room, the mover's requests.
+  class PoolWorld;
+  std::unique_ptr<PoolWorld> world_;
+  mutable Mutex policy_mu_;  // the policy is single-threaded; launches come from any thread
+  std::unique_ptr<Policy> policy_ UVMPOOL_GUARDED_BY(policy_mu_);
+  void show_policy(const LaunchSeen& seen);
   std::atomic<Observer> observer_{nullptr};
   std::atomic<void*> observer_context_{nullptr};
   std::atomic<std::uint64_t> launches_read_{0}, launches_unread_{0}, pointers_{0}, host_pointers_{0},

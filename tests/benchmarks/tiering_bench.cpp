@@ -1,0 +1,279 @@
+// uvmpool-bench-tiering: kernel-sequence replays of programs that do not fit, modeled on the
+// simulated driver (docs/benchmarks.md). Each replay launches the simulator's uvmpool_touch kernel
+// over the tensors each operation of the program touches, through tiering as the launch hooks do
+// (Tiering::before_launch / after_launch), with the mover driven between launches (Mover::poll, as
+// its thread would), and times steady-state steps on the virtual clock:
+//
+// - training: a GPT-style step at 2.6x the device budget, shaped as GPT-2-medium's at save_on_cpu's
+//   memory (weights, gradients and AdamW state fit; most activations do not): forward over layers
+//   (weights read, the layer's input read, its activation written), backward in reverse (weights,
+//   saved activation, the activation gradient ping-pong, weight gradient written), then AdamW per
+//   layer (weights, gradients, state);
+// - decoding: batch-1 token steps over weights 1.5x the budget, each layer's weights read once a
+//   token, and a small KV cache per layer.
+//
+// Each is run: with everything fitting (the compute time at HBM speed), with today's first-come
+// placement (UVMPOOL_TIERING=remote: what spilled is read in place on every touch), and with the
+// tiering policy and mover (auto), copies held and overlapped. Reported: time / floor, where the floor
+// is the larger of the fitting run's time and the bytes that cannot fit crossing PCIe each way at
+// copy speed; auto against first-come; for training, a modeled save_on_cpu (activations out after the
+// forward and back before the backward, on the compute stream).
+//
+// Every figure is MODELED: the simulator's cost model with the H200 constants it was calibrated with
+// (docs/simulator.md; printed in the header). Activations are kept across steps (a caching
+// allocator's steady state), and each tensor is its own allocation.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_common.h"
+#include "config/options.h"
+#include "driver/real_driver.h"
+#include "pool/pool.h"
+#include "sim/sim_control.h"
+#include "tiering/tiering.h"
+
+using namespace uvmpool;
+using namespace uvmpool::bench;
+
+namespace {
+
+constexpr std::uint64_t kMiB = 1 << 20;
+std::uint64_t g_queue_depth_ops = 0;  // --queue-depth
+
+// One operation: the tensors its kernel touches, each with passes and whether it writes.
+struct Touch {
+  std::size_t tensor;
+  std::uint32_t passes;
+  bool write;
+};
+struct Workload {
+  std::string name;
+  std::vector<std::uint64_t> tensors;         // bytes of each tensor, in allocation order
+  std::vector<std::vector<Touch>> step;       // the operations of one step
+  std::uint64_t activation_bytes = 0;         // training: what save_on_cpu offloads
+  std::uint64_t need() const {
+    std::uint64_t n = 0;
+    for (std::uint64_t b : tensors) n += b;
+    return n;
+  }
+};
+
+Workload training(std::uint64_t unit) {
+  // Per layer, as GPT-2-medium's proportions at save_on_cpu's memory: weights 1 unit (bf16),
+  // gradients 1, AdamW master weights and moments 4 (fp32), saved activations 22.
+  constexpr int kLayers = 24;
+  Workload w{"training", {}, {}, 0};
+  std::vector<std::size_t> weight, grad, state, act;
+  const auto add = [&](std::uint64_t bytes) {
+    w.tensors.push_back(bytes);
+    return w.tensors.size() - 1;
+  };
+  for (int l = 0; l < kLayers; ++l) {
+    weight.push_back(add(unit));
+    grad.push_back(add(unit));
+    state.push_back(add(4 * unit));
+  }
+  const std::size_t d0 = add(22 * unit), d1 = add(22 * unit);  // activation gradients, ping-pong
+  const std::size_t input = add(22 * unit);
+  for (int l = 0; l < kLayers; ++l) {
+    act.push_back(add(22 * unit));
+    w.activation_bytes += 22 * unit;
+  }
+  for (int l = 0; l < kLayers; ++l)
+    w.step.push_back({{weight[l], 16, false}, {l == 0 ? input : act[l - 1], 4, false}, {act[l], 1, true}});
+  for (int l = kLayers - 1; l >= 0; --l) {
+    const std::size_t in = l % 2 == 0 ? d0 : d1, out = l % 2 == 0 ? d1 : d0;
+    w.step.push_back({{weight[l], 16, false}, {act[l], 4, false}, {in, 2, false}, {out, 1, true}, {grad[l], 1, true}});
+  }
+  for (int l = 0; l < kLayers; ++l) w.step.push_back({{weight[l], 1, true}, {grad[l], 1, false}, {state[l], 2, true}});
+  return w;
+}
+
+Workload decoding(std::uint64_t unit) {
+  constexpr int kLayers = 24;
+  Workload w{"decoding", {}, {}, 0};
+  std::vector<std::size_t> weight, kv;
+  for (int l = 0; l < kLayers; ++l) {
+    w.tensors.push_back(16 * unit);  // 1.5x a 256-unit budget over 24 layers
+    weight.push_back(w.tensors.size() - 1);
+    w.tensors.push_back(unit / 2);
+    kv.push_back(w.tensors.size() - 1);
+  }
+  for (int l = 0; l < kLayers; ++l) w.step.push_back({{weight[l], 1, false}, {kv[l], 1, true}});
+  return w;
+}
+
+struct Run {
+  double step_seconds = 0;
+  tiering::MoverStats mover;
+  tiering::PolicyStats policy;
+  std::uint64_t in_place = 0;  // launches given host memory, over the timed steps
+};
+
+// One replay: `budget` bytes of device memory, tiering `mode` (auto: with the policy), copies
+// overlapped or held. Times the last `timed` of `steps` steps.
+Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool overlap, int steps, int timed,
+           const tiering::PolicyConfig& policy, std::uint64_t batch) {
+  pool::PoolConfig config = pool::PoolConfig::from_options(config::options());
+  config.device_limit = {budget, 0, false};
+  config.headroom = 0;
+  config.spill = true;
+  config.host_limit = {w.need() * 2 + (256 * kMiB), 0, false};
+  auto pool = std::make_unique<pool::Pool>(drv(), config);
+  CUmodule module = nullptr;
+  CUfunction touch = nullptr;
+  check(drv().cuModuleLoadData(&module, UVMPOOL_SIM_MODULE_IMAGE), "cuModuleLoadData");
+  check(drv().cuModuleGetFunction(&touch, module, "uvmpool_touch"), "cuModuleGetFunction");
+  CUstream stream = nullptr;
+  check(drv().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  CUcontext context = nullptr;
+  check(drv().cuCtxGetCurrent(&context), "cuCtxGetCurrent");
+  tiering::StreamRegistry streams;
+  streams.created(stream, context, true);
+  tiering::MoverConfig mover;
+  mover.thread = false;
+  mover.overlap = overlap;
+  mover.max_batch_bytes = batch;
+  auto t = std::make_unique<tiering::Tiering>(drv(), *pool, mode, streams, mover, policy);
+
+  std::vector<CUdeviceptr> tensors;
+  for (std::uint64_t bytes : w.tensors) {
+    CUdeviceptr p = 0;
+    check(pool->allocate(&p, bytes), "allocate");
+    tensors.push_back(p);
+  }
+  Run run;
+  std::uint64_t queued = 0;
+  double started = 0;
+  std::uint64_t in_place_before = 0;
+  for (int s = 0; s < steps; ++s) {
+    if (s == steps - timed) {
+      check(drv().cuStreamSynchronize(stream), "cuStreamSynchronize");
+      started = modeled_now();
+      in_place_before = t->stats().launches_in_place;
+    }
+    for (const std::vector<Touch>& op : w.step) {
+      for (const Touch& x : op) {
+        CUdeviceptr p = tensors[x.tensor];
+        std::uint64_t bytes = w.tensors[x.tensor];
+        std::uint32_t passes = x.passes, write = x.write ? 1 : 0;
+        void* params[] = {&p, &bytes, &passes, &write};
+        tiering::LaunchSeen seen;
+        t->before_launch(touch, stream, params, nullptr, &seen);
+        check(drv().cuLaunchKernel(touch, 1, 1, 1, 128, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
+        t->after_launch(seen, stream);
+      }
+      // What the policy asked for after this operation, as the mover's thread would take it up.
+      if (mode == tiering::Mode::Auto) t->mover().poll();
+      if (g_queue_depth_ops != 0 && ++queued % g_queue_depth_ops == 0) check(drv().cuStreamSynchronize(stream), "sync");
+    }
+    check(drv().cuStreamSynchronize(stream), "cuStreamSynchronize");  // the loss, read each step
+  }
+  run.step_seconds = (modeled_now() - started) / timed;
+  run.mover = t->mover().stats();
+  run.policy = t->policy_stats();
+  run.in_place = t->stats().launches_in_place - in_place_before;
+  t->mover().run_until_idle();
+  t.reset();
+  for (CUdeviceptr p : tensors) {
+    CUresult r = CUDA_SUCCESS;
+    pool->deallocate(p, &r);
+  }
+  streams.destroying(stream);
+  drv().cuStreamDestroy_v2(stream);
+  drv().cuModuleUnload(module);
+  return run;
+}
+
+unsigned long long violations() {
+  using Fn = unsigned long long (*)();
+  auto f = reinterpret_cast<Fn>(driver::real_symbol("uvmpool_sim_violations"));
+  return f != nullptr ? f() : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options("uvmpool-bench-tiering", "Kernel-sequence replays that do not fit: tiering against first-come placement (modeled).");
+  options.add("unit", "2M", "the replay's size unit: the training budget is 256 units, decoding weights 384");
+  options.add("steps", "8", "steps replayed; the last --timed are timed");
+  options.add("timed", "3", "steps timed");
+  options.add("lookahead", "32", "tiering policy: launches looked ahead");
+  options.add("in-flight", "256M", "tiering policy: promotion bytes in flight");
+  options.add("batch", "128M", "mover: bytes per epoch");
+  options.add("workloads", "training,decoding", "which replays");
+  options.add("queue-depth", "0", "operations the program runs ahead of the GPU before it waits (0: a whole step)");
+  options.parse(&argc, argv);
+  const Device dev = open_device();
+  print_header("uvmpool-bench-tiering", dev);
+  if (!dev.simulated) {
+    std::printf("This benchmark replays the simulator's kernels: it runs on the simulated driver only.\n");
+    return 0;
+  }
+  const config::Options& o = config::options();
+  std::printf("MODELED on the simulator (docs/simulator.md): HBM read/write %.0f/%.0f GB/s, copy engine %.1f GB/s, "
+              "kernels reading/writing host memory in place %.1f/%.1f GB/s, launch %.1f us (H200 constants)\n",
+              o.sim_hbm_read_gbps, o.sim_hbm_write_gbps, o.sim_copy_gbps, o.sim_host_read_gbps, o.sim_host_write_gbps,
+              static_cast<double>(o.sim_launch_ns.ns) / 1000.0);
+  const std::uint64_t unit = options.size("unit");
+  const int steps = static_cast<int>(options.integer("steps"));
+  const int timed = static_cast<int>(std::min<std::int64_t>(options.integer("timed"), steps));
+  tiering::PolicyConfig policy;
+  policy.lookahead = static_cast<std::size_t>(options.integer("lookahead"));
+  policy.in_flight_bytes = options.size("in-flight");
+  const std::uint64_t batch = options.size("batch");
+  g_queue_depth_ops = static_cast<std::uint64_t>(options.integer("queue-depth"));
+  const double copy_rate = o.sim_copy_gbps * 1e9;
+
+  std::vector<Workload> workloads;
+  const std::string which = options.text("workloads");
+  if (which.find("training") != std::string::npos) workloads.push_back(training(unit));
+  if (which.find("decoding") != std::string::npos) workloads.push_back(decoding(unit));
+  bool ok = true;
+  for (const Workload& w : workloads) {
+    const std::uint64_t budget = 256 * unit;
+    const Run fits = replay(w, w.need() + 64 * unit, tiering::Mode::Remote, false, steps, timed, policy, batch);
+    const Run first_come = replay(w, budget, tiering::Mode::Remote, false, steps, timed, policy, batch);
+    const Run held = replay(w, budget, tiering::Mode::Auto, false, steps, timed, policy, batch);
+    const Run overlap = replay(w, budget, tiering::Mode::Auto, true, steps, timed, policy, batch);
+    const double pcie = static_cast<double>(w.need() - budget) / copy_rate;  // each way, in parallel
+    const double floor = std::max(fits.step_seconds, pcie);
+    std::printf("\n%s: %s needed, device budget %s (%.2fx); floor %s a step (fits: %s, PCIe each way: %s)\n",
+                w.name.c_str(), format_size(w.need()).c_str(), format_size(budget).c_str(),
+                static_cast<double>(w.need()) / static_cast<double>(budget), format_seconds(floor).c_str(),
+                format_seconds(fits.step_seconds).c_str(), format_seconds(pcie).c_str());
+    std::printf("  %-30s %12s %10s %12s %14s %14s %8s\n", "run", "per step", "/ floor", "vs first-come", "promoted/step",
+                "demoted/step", "in place");
+    const auto row = [&](const char* name, const Run& r) {
+      const double per = static_cast<double>(steps);
+      std::printf("  %-30s %12s %10s %12s %14s %14s %8.1f\n", name, format_seconds(r.step_seconds).c_str(),
+                  fixed(r.step_seconds / floor, 2).c_str(), fixed(first_come.step_seconds / r.step_seconds, 2).c_str(),
+                  format_size(static_cast<std::uint64_t>(static_cast<double>(r.mover.promoted_bytes) / per)).c_str(),
+                  format_size(static_cast<std::uint64_t>(static_cast<double>(r.mover.demoted_bytes) / per)).c_str(),
+                  static_cast<double>(r.in_place) / timed);
+    };
+    row("first-come (tiering remote)", first_come);
+    row("tiering auto, copies held", held);
+    row("tiering auto, copies overlap", overlap);
+    if (w.activation_bytes != 0) {
+      const double save_on_cpu = fits.step_seconds + 2.0 * static_cast<double>(w.activation_bytes) / copy_rate;
+      std::printf("  %-30s %12s %10s %12s   (modeled: the fitting step + activations out and back on its stream)\n",
+                  "save_on_cpu", format_seconds(save_on_cpu).c_str(), fixed(save_on_cpu / floor, 2).c_str(),
+                  fixed(first_come.step_seconds / save_on_cpu, 2).c_str());
+    }
+    std::printf("  policy (copies held): period %llu launches, %llu promotions, %llu demotions, %llu kept in place; "
+                "mover: %llu epochs, %llu moves, %llu failed\n",
+                static_cast<unsigned long long>(held.policy.period), static_cast<unsigned long long>(held.policy.promotions),
+                static_cast<unsigned long long>(held.policy.demotions), static_cast<unsigned long long>(held.policy.kept_in_place),
+                static_cast<unsigned long long>(held.mover.epochs), static_cast<unsigned long long>(held.mover.moves),
+                static_cast<unsigned long long>(held.mover.moves_failed));
+    std::printf("  target: auto at most 1.25 of the floor\n");
+  }
+  const unsigned long long v = violations();
+  std::printf("\nrace detector violations: %llu\n", v);
+  if (v != 0) ok = false;
+  return ok ? 0 : 1;
+}
