@@ -71,7 +71,8 @@ void Policy::learn(std::uint64_t signature, std::span<const Buffer> buffers) {
     candidate_ = run_ = 0;
   }
   last_seen_[signature] = i;
-  if (candidate_ != 0 && candidate_ <= config_.max_period && run_ >= candidate_) adopt_period(candidate_);
+  if (candidate_ != 0 && candidate_ <= config_.max_period && run_ >= std::max(candidate_, config_.min_repeat))
+    adopt_period(candidate_);
 }
 
 void Policy::adopt_period(std::size_t period) {

@@ -5,7 +5,7 @@
 //
 //   - Every launch gets a signature: its function and the pool pointers it was given, in order. A
 //     period P is a candidate when a launch's signature was last seen P launches ago; it is learned
-//     once P launches in a row matched the launch P before them (a whole period repeated).
+//     once P launches in a row (and at least min_repeat) matched the launch P before them.
 //   - With a period learned, the policy knows each buffer's next use. Ahead of each launch it looks
 //     `lookahead` launches further: a buffer those will touch that lies in host memory is promoted,
 //     within a budget for promotions in flight. Room is made by demoting the device buffers whose next
@@ -38,6 +38,8 @@ struct PolicyConfig {
   std::uint64_t in_flight_bytes = std::uint64_t{512} << 20;  // promotions asked for, not yet seen done
   std::size_t max_period = std::size_t{1} << 16;    // longest sequence learned (launches)
   std::size_t max_misses = 16;                      // launches off the sequence before it is dropped
+  std::size_t min_repeat = 32;                      // launches that must repeat before a period is learned
+                                                    // (a short one too: the same launch twice is no period)
 };
 
 struct PolicyStats {

@@ -141,7 +141,7 @@ TEST(Policy_, ABufferUsedOnceAPeriodThatCannotStayIsReadInPlace) {
   std::vector<std::vector<CUdeviceptr>> token;
   for (CUdeviceptr x : weights) token.push_back({x});
   Policy p(w);
-  run(w, p, token, 3);
+  run(w, p, token, 5);
   ASSERT_TRUE(p.has_period());
   w.reset_counts();
   run(w, p, token, 10);
@@ -186,6 +186,18 @@ TEST(Policy_, TrainingShapedStepHitsMostlyOnTheDevice) {
   EXPECT_EQ(w.promoted, w.demoted) << "every promotion made its own room";
 }
 
+TEST(Policy_, TheSameLaunchRepeatedIsNoPeriodUntilItRepeatsEnough) {
+  FakeWorld w(4 * kUnit);
+  const CUdeviceptr a = w.add(kUnit, false), b = w.add(kUnit, true);
+  Policy p(w);
+  for (int i = 0; i < 8; ++i) w.launch(p, 1, {a});
+  EXPECT_FALSE(p.has_period()) << "eight identical launches taken for a period of one";
+  w.launch(p, 2, {b});
+  for (int i = 0; i < 40; ++i) w.launch(p, 1, {a});
+  EXPECT_TRUE(p.has_period());
+  EXPECT_EQ(p.stats().period, 1u);
+}
+
 TEST(Policy_, AChangedProgramDropsThePeriodAndLearnsTheNewOne) {
   FakeWorld w(4 * kUnit);
   std::vector<CUdeviceptr> a, b;
@@ -194,9 +206,9 @@ TEST(Policy_, AChangedProgramDropsThePeriodAndLearnsTheNewOne) {
   PolicyConfig c;
   c.max_misses = 4;
   Policy p(w, c);
-  run(w, p, pairs_step(a), 3);
+  run(w, p, pairs_step(a), 10);
   ASSERT_EQ(p.stats().period, 5u);
-  run(w, p, pairs_step(b), 3);
+  run(w, p, pairs_step(b), 8);
   EXPECT_EQ(p.stats().periods_dropped, 1u);
   EXPECT_EQ(p.stats().periods_learned, 2u);
   EXPECT_EQ(p.stats().period, 8u);
