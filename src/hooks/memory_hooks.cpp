@@ -1,4 +1,5 @@
 // Hooks of the allocation calls: count, hand to the backend, return its answer.
+#include "driver/real_driver.h"
 #include "hooks/backend.h"
 #include "hooks/hooks.h"
 #include "tiering/streams.h"
@@ -115,8 +116,12 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, 
 
 CUresult CUDAAPI cuStreamDestroy_v2(CUstream stream) {
   stats::count_hook(Fn::cuStreamDestroy_v2);
-  // Off the mover's list first: once destroyed, the handle may name another stream.
-  if (watches_launches()) tiering::StreamRegistry::process().destroying(stream);
+  // Off the mover's list first (once destroyed, the handle may name another stream), its queued work
+  // covered by an event the mover waits for.
+  if (watches_launches()) {
+    const driver::RealDriver* real = driver::real();
+    tiering::StreamRegistry::process().destroying(stream, real != nullptr ? &real->table : nullptr);
+  }
   return backend().stream_destroy(stream);
 }
 

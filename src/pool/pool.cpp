@@ -295,7 +295,8 @@ void Pool::commit_quiesced(int device, std::span<Move* const> moves, const Quies
                     std::all_of(moves.begin(), moves.end(), [&](const Move* m) {
                       return m != nullptr && (m->staging == 0 || (m->device == device && mover(*m) == p));
                     });
-  if (!ours) {
+  if (!ours) {  // every move still ends: none stays claimed
+    for (Move* m : moves) abort_move(m);
     for (std::size_t i = 0; i < results.size(); ++i) results[i] = CUDA_ERROR_INVALID_VALUE;
     return;
   }

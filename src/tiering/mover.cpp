@@ -1,6 +1,7 @@
 #include "tiering/mover.h"
 
 #include <algorithm>
+#include <mutex>
 
 #include "config/log.h"
 
@@ -63,7 +64,7 @@ Mover::~Mover() {
     {
       ContextScope in(d_, r.context);
       if (r.copy != nullptr) d_.cuStreamDestroy_v2(r.copy);
-      if (flag_ != nullptr && &r == &devices_.front()) {
+      if (flag_ != nullptr) {  // pinned memory is portable: freed in whichever context comes first
         d_.cuMemFreeHost(const_cast<std::uint32_t*>(flag_));
         flag_ = nullptr;
       }
@@ -184,7 +185,20 @@ bool Mover::record_on_streams(bool gate, std::uint32_t value, Held* held) {
   std::vector<CUcontext> gone;
   const CUdeviceptr flag = flag_device_;
   const bool recorded = streams_.with_targets([&](const std::vector<StreamRegistry::Target>& targets,
-                                                  StreamRegistry::Hold& hold) {
+                                                  StreamRegistry::Hold& hold,
+                                                  std::vector<StreamRegistry::Retiring>& retiring) {
+    // Destroyed streams whose queued work may still run: waited for like the listed streams' (their
+    // later work cannot exist), then forgotten once complete.
+    std::erase_if(retiring, [&](const StreamRegistry::Retiring& r) {
+      ContextScope in(d_, r.context);
+      const CUresult q = in.status() == CUDA_SUCCESS ? d_.cuEventQuery(r.event) : in.status();
+      if (q == CUDA_ERROR_NOT_READY) {
+        held->events.push_back({r.context, r.event, false});
+        return false;
+      }
+      d_.cuEventDestroy_v2(r.event);
+      return true;
+    });
     // A capture forbids work on the legacy stream, and ours would be recorded into the graph: put off.
     for (const StreamRegistry::Target& t : targets) {
       ContextScope in(d_, t.context);
@@ -228,7 +242,7 @@ bool Mover::wait_for(Held* held) {
   for (const Held::Recorded& e : held->events) {
     ContextScope in(d_, e.context);
     const CUresult r = d_.cuEventSynchronize(e.event);
-    d_.cuEventDestroy_v2(e.event);
+    if (e.owned) d_.cuEventDestroy_v2(e.event);
     if (r != CUDA_SUCCESS && !context_gone(r)) {
       log::warn("tiering: waiting for the program's work before a move failed (error {}); the moves are dropped",
                 static_cast<int>(r));
@@ -237,6 +251,32 @@ bool Mover::wait_for(Held* held) {
   }
   held->events.clear();
   return all;
+}
+
+bool Mover::wait_bounded(Held* hold, std::uint32_t value) {
+  // A watchdog gives the hold up if the program's earlier work does not drain in time: it writes the
+  // flag (the held work goes on, so the wait below ends), and the epoch commits nothing.
+  volatile std::uint32_t* const flag = flag_;
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  std::atomic<bool> gave_up{false};
+  std::thread watchdog([&] {
+    std::unique_lock lock(m);
+    if (cv.wait_for(lock, config_.hold_timeout, [&] { return done; })) return;
+    gave_up.store(true, std::memory_order_release);
+    __atomic_store_n(flag, value, __ATOMIC_RELEASE);
+    log::warn("tiering: the program's work did not drain within {} ms of a hold; the hold is given up, nothing moves",
+              config_.hold_timeout.count());
+  });
+  const bool drained = wait_for(hold);
+  {
+    std::lock_guard lock(m);
+    done = true;
+  }
+  cv.notify_one();
+  watchdog.join();
+  return drained && !gave_up.load(std::memory_order_acquire);
 }
 
 void Mover::release(std::uint32_t value) {
@@ -286,6 +326,32 @@ bool Mover::copies_done(bool wait) {
   return true;
 }
 
+CUresult Mover::put_off(const std::vector<Request>& requests) {
+  postponed_.fetch_add(1, std::memory_order_relaxed);
+  // A stream that keeps refusing (or a capture that never ends) must not keep the mover busy
+  // forever: after kMaxPutOffs epochs in a row put off, the batch is dropped.
+  if (++put_offs_ >= kMaxPutOffs) {
+    put_offs_ = 0;
+    failed_.fetch_add(requests.size(), std::memory_order_relaxed);
+    log::warn("tiering: {} moves dropped after {} epochs put off in a row (a graph capture, or a stream refusing the hold)",
+              requests.size(), kMaxPutOffs);
+    return CUDA_SUCCESS;
+  }
+  put_back(requests);
+  return CUDA_ERROR_NOT_READY;
+}
+
+bool Mover::capture_in_progress() {
+  return streams_.with_targets([&](const std::vector<StreamRegistry::Target>& targets, StreamRegistry::Hold&,
+                                   std::vector<StreamRegistry::Retiring>&) {
+    for (const StreamRegistry::Target& t : targets) {
+      ContextScope in(d_, t.context);
+      if (in.status() == CUDA_SUCCESS && capturing(d_, t.stream)) return true;
+    }
+    return false;
+  });
+}
+
 void Mover::put_back(const std::vector<Request>& requests) {
   MutexLock lock(queue_mu_);
   queue_.insert(queue_.begin(), requests.begin(), requests.end());
@@ -295,6 +361,8 @@ CUresult Mover::begin() {
   Epoch& e = epoch_state_;
   std::vector<Request> batch;
   if (!take_batch(&batch)) return CUDA_SUCCESS;
+  // Nothing is prepared (mapped) while a graph is captured: VMM calls may invalidate a capture.
+  if (capture_in_progress()) return put_off(batch);
 
   // Prepared, one device per epoch (the first request's); requests for another wait for the next.
   std::vector<Request> later;
@@ -327,7 +395,9 @@ CUresult Mover::begin() {
     abort_all();
     return s;
   }
-  // The contexts the memory was made in run the program's work: their default streams are fenced.
+  // The contexts the memory was made in run the program's work: their default streams are fenced,
+  // as is the device's primary context's (the runtime's, which most programs use).
+  streams_.saw_context(devices_[static_cast<std::size_t>(e.device)].context);
   for (const pool::Move& m : e.moves) {
     if (const auto info = pool_.find(m.address)) streams_.saw_context(info->context);
   }
@@ -346,10 +416,9 @@ CUresult Mover::begin() {
   if (!record_on_streams(false, 0, &e.fence)) {
     wait_for(&e.fence);
     flight_count_.store(0, std::memory_order_seq_cst);
+    const std::vector<Request> taken = e.taken;  // abort_all forgets the epoch
     abort_all();
-    put_back(e.taken);
-    postponed_.fetch_add(1, std::memory_order_relaxed);
-    return CUDA_ERROR_NOT_READY;
+    return put_off(taken);
   }
   if (enqueue_copies(&e.fence) != CUDA_SUCCESS) std::fill(e.copied.begin(), e.copied.end(), 0);
   e.copying = true;
@@ -370,23 +439,31 @@ CUresult Mover::finish() {
     if (config_.after_copy) config_.after_copy();
   }
   const std::uint32_t value = epoch_ + 1;
-  bool put_off = false;
+  bool held_off = false;
   std::chrono::steady_clock::time_point held_at{};
   // Called by the pool inside this epoch (epoch_mu_ held throughout).
   const pool::Quiesce quiesce = [&](std::span<char> commit) UVMPOOL_REQUIRES(epoch_mu_) {
     Held hold;
     held_at = std::chrono::steady_clock::now();
     if (!record_on_streams(true, value, &hold)) {
-      put_off = true;
+      held_off = true;
       wait_for(&hold);
       return false;
     }
     // Launches queued from here on wait behind the hold: only those before it can have touched the
-    // memory during the copy.
+    // memory during the copy, and each of those has reported once no launch is under way (a launch
+    // counts itself before it is queued and stops after it reported). Not drained soon (threads
+    // launching without pause): nothing is committed.
+    bool reported = true;
+    if (overlap) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(5);
+      while (launching_.load(std::memory_order_seq_cst) > 0 && (reported = std::chrono::steady_clock::now() < until))
+        std::this_thread::yield();
+    }
     for (std::size_t i = 0; i < e.moves.size(); ++i)
-      commit[i] = e.copied[i] != 0 && !flight_touched_[i].load(std::memory_order_seq_cst);
+      commit[i] = reported && e.copied[i] != 0 && !flight_touched_[i].load(std::memory_order_seq_cst);
     if (config_.inside_hold) config_.inside_hold();
-    if (!wait_for(&hold)) return false;
+    if (!wait_bounded(&hold, value)) return false;
     if (!overlap) {
       if (enqueue_copies(nullptr) != CUDA_SUCCESS) std::fill(e.copied.begin(), e.copied.end(), 0);
       copies_done(true);
@@ -411,11 +488,8 @@ CUresult Mover::finish() {
   }
   const Epoch done = std::move(e);
   e = Epoch{};
-  if (put_off) {
-    put_back(done.taken);
-    postponed_.fetch_add(1, std::memory_order_relaxed);
-    return CUDA_ERROR_NOT_READY;
-  }
+  if (held_off) return put_off(done.taken);
+  put_offs_ = 0;
   epochs_.fetch_add(1, std::memory_order_relaxed);
   for (std::size_t i = 0; i < done.moves.size(); ++i) {
     if (results[i] == CUDA_SUCCESS) {

@@ -54,6 +54,9 @@ struct MoverConfig {
   bool overlap = false;                               // copy beside the program's work (see above)
   std::size_t max_batch_bytes = std::size_t{256} << 20;  // moved per epoch at most
   bool thread = true;                                 // epochs on a thread of the mover's own
+  // A hold not drained by then is given up (released, nothing committed): work queued before it may
+  // wait for work queued after it (a kernel on one device waiting for one on another, both held).
+  std::chrono::milliseconds hold_timeout{10000};
   // For tests, to place program work inside an epoch: called on the epoch's thread right after the
   // overlapped copies finished (overlap), and right after the hold was recorded on every stream.
   std::function<void()> after_copy;
@@ -102,6 +105,10 @@ class Mover {
   // moves whose memory it touched are dropped at their commit. `all`: the launch's pointers are not
   // all known (its arguments were not read), so every move in flight is dropped.
   void launched(const LaunchTouches& touches, bool all);
+  // With overlap, around each launch (before_launch to after_launch): an epoch reads which moves
+  // launches touched only once no launch is between the two, so none is reported too late.
+  void launch_begins() { launching_.fetch_add(1, std::memory_order_seq_cst); }
+  void launch_ends() { launching_.fetch_sub(1, std::memory_order_seq_cst); }
   // Whether an overlapped copy is in flight (launches must then be read and reported).
   bool copying() const { return flight_count_.load(std::memory_order_seq_cst) != 0; }
 
@@ -118,6 +125,7 @@ class Mover {
     struct Recorded {
       CUcontext context;
       CUevent event;
+      bool owned = true;  // false: a retiring stream's, the registry's to destroy
     };
     std::vector<Recorded> events;
   };
@@ -139,11 +147,14 @@ class Mover {
   CUresult poll_locked() UVMPOOL_REQUIRES(epoch_mu_);
   void abort_all() UVMPOOL_REQUIRES(epoch_mu_);
   void put_back(const std::vector<Request>& requests);
+  CUresult put_off(const std::vector<Request>& requests) UVMPOOL_REQUIRES(epoch_mu_);
+  bool capture_in_progress();
   CUresult ensure_resources(int device) UVMPOOL_REQUIRES(epoch_mu_);
   // Records an event on every fenced stream, and with `gate` a wait for the flag to reach `value`
   // behind it. False (nothing held) when a stream captures a graph or a stream refuses.
   bool record_on_streams(bool gate, std::uint32_t value, Held* held) UVMPOOL_REQUIRES(epoch_mu_);
   bool wait_for(Held* held);
+  bool wait_bounded(Held* hold, std::uint32_t value) UVMPOOL_REQUIRES(epoch_mu_);
   void release(std::uint32_t value) UVMPOOL_REQUIRES(epoch_mu_);
   CUresult enqueue_copies(const Held* after) UVMPOOL_REQUIRES(epoch_mu_);
   void thread_main();
@@ -171,12 +182,15 @@ class Mover {
   };
   std::vector<DeviceResources> devices_ UVMPOOL_GUARDED_BY(epoch_mu_);
   Epoch epoch_state_ UVMPOOL_GUARDED_BY(epoch_mu_);
+  static constexpr int kMaxPutOffs = 1000;
+  int put_offs_ UVMPOOL_GUARDED_BY(epoch_mu_) = 0;  // epochs put off in a row
 
   // The owners of the moves whose overlapped copy is in flight, read by launched() without a lock:
   // written before flight_count_ is raised, cleared after it drops to 0.
   std::array<std::atomic<std::uintptr_t>, kMaxFlight> flight_owner_{};
   std::array<std::atomic<bool>, kMaxFlight> flight_touched_{};
   std::atomic<std::size_t> flight_count_{0};
+  std::atomic<std::int64_t> launching_{0};  // launches between launch_begins and launch_ends
 
   std::atomic<std::uint64_t> requested_{0}, refused_{0}, epochs_{0}, postponed_{0}, moves_{0}, promoted_{0},
       demoted_{0}, touched_{0}, failed_{0}, held_ns_{0};

@@ -19,14 +19,29 @@ Policy::Policy(World& world, PolicyConfig config) : world_(world), config_(confi
 void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) {
   ++count_;
   ++stats_.launches;
+  if (count_ % kPruneEvery == 0) prune();
+  // A buffer is an allocation: pointers into the same one (tensors of one caching-allocator segment)
+  // are one buffer, named by its base, so its bytes are counted and moved once.
   std::uint64_t signature = mix(0, function);
+  std::vector<Buffer> touched;
+  touched.reserve(buffers.size());
   for (const Buffer& b : buffers) {
     signature = mix(signature, b.address);
+    const CUdeviceptr key = b.base != 0 ? b.base : b.address;
+    auto same = std::find_if(touched.begin(), touched.end(), [&](const Buffer& t) { return t.address == key; });
+    if (same != touched.end()) {
+      same->host = same->host || b.host;
+      continue;
+    }
+    touched.push_back({key, key, b.bytes, b.host});
+  }
+  for (const Buffer& b : touched) {
     Known& k = known_[b.address];
     k.buffer = b;
     k.last_touch = count_;
     if (!b.host) k.promotion_asked = 0;  // arrived (or never left)
   }
+  buffers = touched;
   if (learned_.empty()) {
     learn(signature, buffers);
     if (learned_.empty()) {
@@ -49,6 +64,16 @@ void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) 
     phase_ = (phase_ + 1) % learned_.size();
   }
   plan_ahead();
+}
+
+void Policy::prune() {
+  // Buffers not touched for a long while and not in the learned period: freed, most likely. Kept,
+  // they would only grow the map (and the victims' scan).
+  const std::uint64_t idle = 2 * std::max<std::uint64_t>(learned_.size(), kPruneEvery);
+  std::erase_if(known_, [&](const auto& entry) {
+    const Known& k = entry.second;
+    return k.uses.empty() && k.promotion_asked == 0 && k.demotion_asked == 0 && count_ - k.last_touch > idle;
+  });
 }
 
 void Policy::learn(std::uint64_t signature, std::span<const Buffer> buffers) {
@@ -102,56 +127,85 @@ std::uint64_t Policy::next_use(const Known& k) const {
 }
 
 std::uint64_t Policy::pending_bytes(bool to_device) {
+  // Only the buffers asked for (a few dozen), not every buffer known: this runs on every launch.
+  std::vector<CUdeviceptr>& asked_list = to_device ? asked_up_ : asked_down_;
   std::uint64_t bytes = 0;
   const std::uint64_t horizon = std::max<std::uint64_t>(learned_.size(), config_.lookahead);
-  for (auto& [address, k] : known_) {
+  std::erase_if(asked_list, [&](CUdeviceptr address) {
+    const auto it = known_.find(address);
+    if (it == known_.end()) return true;
+    Known& k = it->second;
     std::uint64_t& asked = to_device ? k.promotion_asked : k.demotion_asked;
-    if (asked == 0) continue;
+    if (asked == 0) return true;
     if (count_ - asked > horizon || world_.in_host(k.buffer) != to_device) {
       asked = 0;  // done, or dropped by the mover
-      continue;
+      return true;
     }
     bytes += k.buffer.bytes;
-  }
+    return false;
+  });
   return bytes;
 }
 
 std::uint64_t Policy::room() {
-  const std::uint64_t free = world_.device_room() + pending_bytes(false);
-  const std::uint64_t taken = pending_bytes(true);
-  return free > taken ? free - taken : 0;
+  // Asked of the pool once a launch (it takes the pool's lock); the asks made since adjust it.
+  if (room_at_ != count_) {
+    const std::uint64_t free = world_.device_room() + pending_bytes(false);
+    const std::uint64_t taken = pending_bytes(true);
+    room_ = free > taken ? free - taken : 0;
+    room_at_ = count_;
+  }
+  return room_;
 }
 
-bool Policy::make_room(std::uint64_t bytes, std::uint64_t needed_at) {
-  std::uint64_t room = this->room();
-  if (room >= bytes) return true;
-  // Device buffers that may go: with a period, those needed after `needed_at` (farthest first); by
-  // recency, those not touched within the lookahead (least recently used first).
-  std::vector<std::pair<std::uint64_t, Known*>> victims;
+void Policy::find_victims(std::uint64_t needed_at) {
+  // Device buffers that may go, best first: with a period, those not needed within the lookahead,
+  // farthest next use first (Belady); by recency, those not touched within the lookahead, least
+  // recently used first. Once a launch: make_room takes from the front.
+  victims_.clear();
+  victims_taken_ = 0;
+  victims_at_ = count_;
+  const bool by_period = needed_at != kNever && !learned_.empty();
   for (auto& [address, k] : known_) {
-    if (k.promotion_asked != 0 || k.demotion_asked != 0 || k.last_touch == count_) continue;
+    if (k.promotion_asked != 0 || k.demotion_asked != 0 || k.last_touch == count_ || k.buffer.bytes == 0) continue;
     std::uint64_t rank = 0;
-    if (needed_at != kNever && !learned_.empty()) {
-      const std::uint64_t next = next_use(k);
-      if (next <= needed_at || next < config_.lookahead) continue;
-      rank = next;
+    if (by_period) {
+      rank = next_use(k);
+      if (rank < config_.lookahead) continue;
     } else {
       if (count_ - k.last_touch < config_.lookahead) continue;
       rank = count_ - k.last_touch;
     }
-    victims.emplace_back(rank, &k);
+    victims_.emplace_back(rank, address);
   }
-  std::sort(victims.begin(), victims.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (const auto& [rank, k] : victims) {
-    if (room >= bytes) break;
-    if (world_.in_host(k->buffer)) continue;
-    if (!world_.move(k->buffer, pool::Tier::Host)) continue;
-    k->demotion_asked = count_;
+  std::sort(victims_.begin(), victims_.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+}
+
+bool Policy::make_room(std::uint64_t bytes, std::uint64_t needed_at) {
+  if (room() >= bytes) return true;
+  if (victims_at_ != count_) find_victims(needed_at);
+  // Only if enough can go: demoting and then not promoting would move bytes for nothing.
+  std::uint64_t freed = 0;
+  std::size_t last = victims_taken_;
+  for (; last < victims_.size() && room() + freed < bytes; ++last) {
+    if (needed_at != kNever && victims_[last].first <= needed_at) return false;  // needed sooner
+    const auto it = known_.find(victims_[last].second);
+    if (it == known_.end() || it->second.demotion_asked != 0 || world_.in_host(it->second.buffer)) continue;
+    freed += it->second.buffer.bytes;
+  }
+  if (room() + freed < bytes) return false;
+  for (; victims_taken_ < last; ++victims_taken_) {
+    const auto it = known_.find(victims_[victims_taken_].second);
+    if (it == known_.end() || it->second.demotion_asked != 0 || world_.in_host(it->second.buffer)) continue;
+    Known& k = it->second;
+    if (!world_.move(k.buffer, pool::Tier::Host)) continue;
+    k.demotion_asked = count_;
+    asked_down_.push_back(k.buffer.address);
     ++stats_.demotions;
-    if (learned_.empty()) ++k->demotions;
-    room += k->buffer.bytes;
+    if (learned_.empty()) ++k.demotions;
+    room_ += k.buffer.bytes;
   }
-  return room >= bytes;
+  return room() >= bytes;
 }
 
 void Policy::plan_ahead() {
@@ -164,7 +218,8 @@ void Policy::plan_ahead() {
       if (k.promotion_asked != 0 || k.buffer.bytes == 0) continue;
       if (k.kept_at != 0 && count_ - k.kept_at < period) continue;  // decided for this period
       if (!world_.in_host(k.buffer)) continue;
-      if (pending + k.buffer.bytes > config_.in_flight_bytes) return;  // the rest at later launches
+      // Within the budget for promotions in flight (one larger than it goes alone).
+      if (pending != 0 && pending + k.buffer.bytes > config_.in_flight_bytes) continue;
       // Thrash guard: used once a period, and staying would push out others: read it in place.
       if (k.uses.size() < 2 && room() < k.buffer.bytes) {
         ++stats_.kept_in_place;
@@ -174,7 +229,9 @@ void Policy::plan_ahead() {
       if (!make_room(k.buffer.bytes, d)) continue;
       if (!world_.move(k.buffer, pool::Tier::Device)) continue;
       k.promotion_asked = count_;
+      asked_up_.push_back(address);
       pending += k.buffer.bytes;
+      room_ = room_ > k.buffer.bytes ? room_ - k.buffer.bytes : 0;
       ++stats_.promotions;
     }
   }
@@ -186,8 +243,12 @@ void Policy::plan_recency(std::span<const Buffer> buffers) {
   for (const Buffer& b : buffers) {
     if (!b.host || b.bytes == 0) continue;
     Known& k = known_[b.address];
+    if (k.kept_at != 0 && count_ - k.kept_at >= kPruneEvery) {  // decided long ago: think again
+      k.kept_at = 0;
+      k.demotions = 0;
+    }
     if (k.promotion_asked != 0 || k.kept_at != 0) continue;
-    if (k.demotions >= 2) {  // it went back and forth: read it in place from now on
+    if (k.demotions >= 2) {  // it went back and forth: read it in place for a while
       ++stats_.kept_in_place;
       k.kept_at = count_;
       continue;
@@ -196,10 +257,12 @@ void Policy::plan_recency(std::span<const Buffer> buffers) {
       pending = pending_bytes(true);
       counted = true;
     }
-    if (pending + b.bytes > config_.in_flight_bytes || !make_room(b.bytes, kNever)) continue;
+    if ((pending != 0 && pending + b.bytes > config_.in_flight_bytes) || !make_room(b.bytes, kNever)) continue;
     if (!world_.move(b, pool::Tier::Device)) continue;
     k.promotion_asked = count_;
+    asked_up_.push_back(b.address);
     pending += b.bytes;
+    room_ = room_ > b.bytes ? room_ - b.bytes : 0;
     ++stats_.promotions;
   }
 }

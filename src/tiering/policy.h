@@ -19,8 +19,8 @@
 //     touched is promoted for its next use if there is room or a buffer unused for the longest time
 //     can go (least recently used), and a buffer demoted twice under recency is left in place.
 //
-// A buffer is named by the pointer a launch passes (its address; the pool tells its allocation's
-// size). The policy is single-threaded: the caller serializes on_launch (Tiering holds a lock).
+// A buffer is an allocation, named by its base: pointers into one allocation (the tensors of one
+// caching-allocator segment) are one buffer. The policy is single-threaded: the caller serializes on_launch (Tiering holds a lock).
 // It only asks (World::move): the mover decides whether a move can be made.
 #pragma once
 
@@ -77,6 +77,7 @@ class Policy {
 
   PolicyStats stats() const { return stats_; }
   bool has_period() const { return !learned_.empty(); }
+  std::size_t known_buffers() const { return known_.size(); }
 
  private:
   struct Launch {
@@ -93,6 +94,8 @@ class Policy {
     std::vector<std::uint32_t> uses;    // positions in the learned period (sorted)
   };
 
+  static constexpr std::uint64_t kPruneEvery = 4096;  // launches between two prunes of known_
+  void prune();
   void learn(std::uint64_t signature, std::span<const Buffer> buffers);
   void adopt_period(std::size_t period);
   void plan_ahead();
@@ -100,6 +103,7 @@ class Policy {
   // Device room for `bytes`, demoting buffers whose next use is after `needed_at` (farthest first);
   // with `needed_at` 0, least recently used first. False when not enough can go.
   bool make_room(std::uint64_t bytes, std::uint64_t needed_at);
+  void find_victims(std::uint64_t needed_at);
   std::uint64_t next_use(const Known& k) const;  // in launches from the current position; ~0: never
   // Bytes asked to move to the device (`to_device`) or to the host and not seen there yet; asks older
   // than a period (or the lookahead) are taken as dropped by the mover.
@@ -123,6 +127,12 @@ class Policy {
   std::size_t misses_ = 0;
 
   std::unordered_map<CUdeviceptr, Known> known_;
+  std::vector<CUdeviceptr> asked_up_, asked_down_;  // buffers with a promotion / demotion asked
+  // Per launch: the room (room_at_: the launch it was asked at) and the ranked victims.
+  std::uint64_t room_ = 0, room_at_ = 0;
+  std::vector<std::pair<std::uint64_t, CUdeviceptr>> victims_;
+  std::size_t victims_taken_ = 0;
+  std::uint64_t victims_at_ = 0;
 };
 
 }  // namespace uvmpool::tiering

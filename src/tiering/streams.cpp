@@ -35,10 +35,28 @@ StreamRegistry::Hold StreamRegistry::created(CUstream stream, CUcontext context,
   return hold_;
 }
 
-void StreamRegistry::destroying(CUstream stream) {
+void StreamRegistry::destroying(CUstream stream, const driver::Table* driver) {
   if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return;
   MutexLock lock(mu_);
-  std::erase_if(targets_, [&](const Target& t) { return t.stream == stream; });
+  const auto it = std::find_if(targets_.begin(), targets_.end(), [&](const Target& t) { return t.stream == stream; });
+  if (it == targets_.end()) return;
+  const Target gone = *it;
+  targets_.erase(it);
+  if (driver == nullptr || !gone.fence) return;  // a blocking stream's work is ordered by its legacy stream
+  const driver::Table& d = *driver;
+  CUcontext current = nullptr;
+  const bool push = d.cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != gone.context;
+  if (push && d.cuCtxPushCurrent_v2(gone.context) != CUDA_SUCCESS) return;
+  CUevent e = nullptr;
+  if (d.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
+    if (d.cuEventRecord(e, stream) == CUDA_SUCCESS) {
+      retiring_.push_back({gone.context, e});
+    } else {
+      d.cuEventDestroy_v2(e);
+    }
+  }
+  CUcontext popped = nullptr;
+  if (push) d.cuCtxPopCurrent_v2(&popped);
 }
 
 void StreamRegistry::saw_context(CUcontext context) {

@@ -34,8 +34,10 @@ class StreamRegistry {
   // force, if any: the caller makes the new stream wait for it too (a stream made during a hold must
   // not run work on memory being remapped); if the hold ends meanwhile, the wait passes at once.
   Hold created(CUstream stream, CUcontext context, bool non_blocking);
-  // Before cuStreamDestroy: once destroyed, the handle may name another stream.
-  void destroying(CUstream stream);
+  // Before cuStreamDestroy: once destroyed, the handle may name another stream. The driver still runs
+  // what the stream has queued, so a listed non-blocking stream gets an event recorded on it first,
+  // which the mover's fences and holds wait for until it has completed (retiring).
+  void destroying(CUstream stream, const driver::Table* driver = nullptr);
   // A context the program runs work in (its legacy stream is fenced). Cheap when the calling thread
   // reported the same context last.
   void saw_context(CUcontext context);
@@ -52,12 +54,18 @@ class StreamRegistry {
     CUstream stream = nullptr;
     bool fence = true;
   };
-  // Runs fn(const std::vector<Target>&, Hold&) with the registry locked: no listed stream is destroyed,
-  // and none is made unseen, meanwhile. The mover sets the Hold when it holds the streams.
+  // The work of a destroyed stream still queued: an event after it, in the stream's context.
+  struct Retiring {
+    CUcontext context = nullptr;
+    CUevent event = nullptr;  // the registry's: the mover queries it, the registry destroys it
+  };
+  // Runs fn(const std::vector<Target>&, Hold&, std::vector<Retiring>&) with the registry locked: no
+  // listed stream is destroyed, and none is made unseen, meanwhile. The mover sets the Hold when it
+  // holds the streams, and drops the retiring entries it found complete.
   template <typename Fn>
   auto with_targets(Fn&& fn) {
     MutexLock lock(mu_);
-    return fn(static_cast<const std::vector<Target>&>(targets_), hold_);
+    return fn(static_cast<const std::vector<Target>&>(targets_), hold_, retiring_);
   }
   void end_hold() {
     MutexLock lock(mu_);
@@ -72,6 +80,7 @@ class StreamRegistry {
   mutable Mutex mu_;
   std::vector<Target> targets_ UVMPOOL_GUARDED_BY(mu_);  // a few dozen entries
   Hold hold_ UVMPOOL_GUARDED_BY(mu_);
+  std::vector<Retiring> retiring_ UVMPOOL_GUARDED_BY(mu_);
   std::atomic<std::uint64_t> generation_{1};  // renewed when a context is forgotten (see saw_context)
 };
 

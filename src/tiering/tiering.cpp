@@ -51,27 +51,36 @@ class Tiering::PoolWorld : public Policy::World {
  public:
   PoolWorld(pool::Pool& pool, Mover& mover) : pool_(pool), mover_(mover) {}
 
-  bool in_host(const Policy::Buffer& b) override { return pool_.probe(b.address).host; }
+  // Spilled allocations lie in host memory from some point to their end (placement fills the device
+  // first), and moves move whole allocations: the first and last granules tell.
+  bool in_host(const Policy::Buffer& b) override {
+    return pool_.probe(b.address).host || (b.bytes != 0 && pool_.probe(b.address + b.bytes - 1).host);
+  }
 
   std::uint64_t device_room() override { return pool_.promotion_room(device_); }
 
   // The allocation's pieces in the other tier, one request per run of them (a move takes pieces of
-  // one tier).
+  // one tier), none larger than a batch (an epoch's hold grows with what it moves).
   bool move(const Policy::Buffer& b, pool::Tier to) override {
     const std::uint64_t granule = std::max<std::uint64_t>(pool_.stats(device_).chunk_size, 1);
+    const std::uint64_t most = std::max<std::uint64_t>(mover_.config().max_batch_bytes / granule, 1) * granule;
     const bool want_host_pieces = to == pool::Tier::Device;
     bool asked = false;
     CUdeviceptr run = 0;
     const CUdeviceptr end = b.base + b.bytes;
-    for (CUdeviceptr at = b.base; at < end; at += granule) {
-      const bool match = pool_.probe(at).host == want_host_pieces;
-      if (match && run == 0) run = at;
+    const auto ask = [&](CUdeviceptr from, CUdeviceptr to_end) {
+      for (CUdeviceptr at = from; at < to_end; at += most) asked |= mover_.request(at, std::min<CUdeviceptr>(most, to_end - at), to);
+    };
+    for (CUdeviceptr at = b.base / granule * granule; at < end; at += granule) {
+      const CUdeviceptr piece = std::max<CUdeviceptr>(at, b.base);
+      const bool match = pool_.probe(piece).host == want_host_pieces;
+      if (match && run == 0) run = piece;
       if (!match && run != 0) {
-        asked |= mover_.request(run, at - run, to);
+        ask(run, piece);
         run = 0;
       }
     }
-    if (run != 0) asked |= mover_.request(run, end - run, to);
+    if (run != 0) ask(run, end);
     return asked;
   }
 
@@ -118,6 +127,7 @@ void Tiering::before_launch(CUfunction f, CUstream stream, void** params, void**
   // The common case when everything fits: nothing in host memory, nothing to see.
   seen->read = LaunchSeen::Read::Skipped;
   seen->function = f;
+  if (mover_.config().overlap) mover_.launch_begins();  // launch_ends in after_launch
   if (f == nullptr || (!pool_.any_host_mapped() && !mover_.copying())) return;
   LaunchTouches& touches = seen->touches;
   touches.count = touches.dropped = touches.host = 0;
@@ -153,6 +163,7 @@ void Tiering::after_launch(const LaunchSeen& seen, CUstream stream) {
   // Read after the launch is queued: a move published before this load sees the launch marked; one
   // published after it recorded its fence behind the launch (mover.cpp).
   if (mover_.copying()) mover_.launched(seen.touches, seen.read != LaunchSeen::Read::Read);
+  if (mover_.config().overlap) mover_.launch_ends();
   if (mode_ == Mode::Auto && seen.read == LaunchSeen::Read::Read && seen.touches.count != 0) show_policy(seen);
 }
 

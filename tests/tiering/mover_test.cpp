@@ -149,7 +149,7 @@ TEST_F(Mover_, AStreamMadeDuringAHoldWaitsForItToo) {
   ASSERT_CU(mover->run_epoch());
   EXPECT_NE(seen.flag, 0u) << "a stream made during the hold was not told to wait";
   EXPECT_EQ(seen.value, 1u);
-  EXPECT_EQ(streams.with_targets([](const auto&, StreamRegistry::Hold& h) { return h.flag; }), 0u)
+  EXPECT_EQ(streams.with_targets([](const auto&, StreamRegistry::Hold& h, auto&) { return h.flag; }), 0u)
       << "the hold outlived its epoch";
   streams.destroying(late);
   ASSERT_CU(drv().cuStreamDestroy_v2(late));
@@ -342,6 +342,61 @@ INSTANTIATE_TEST_SUITE_P(EveryStep, MoverFaults,
                                            "cuEventSynchronize", "cuStreamSynchronize"),
                          [](const auto& info) { return std::string(info.param); });
 
+TEST_F(Mover_, AHoldThatCannotDrainIsGivenUpAndNothingMoves) {
+  // Work queued before the hold waits for work queued after it, on another stream (as a kernel on one
+  // device may wait for one on another): the hold would never drain.
+  allocate_both_tiers();
+  fill(in_host, 16 * kMiB, 12);
+  CUstream other = nullptr;
+  ASSERT_CU(drv().cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  CUcontext context = nullptr;
+  ASSERT_CU(drv().cuCtxGetCurrent(&context));
+  streams.created(other, context, true);
+  void* signal = nullptr;
+  ASSERT_CU(drv().cuMemHostAlloc(&signal, 64, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+  *static_cast<volatile std::uint32_t*>(signal) = 0;
+  CUdeviceptr signal_device = 0;
+  ASSERT_CU(drv().cuMemHostGetDevicePointer_v2(&signal_device, signal, 0));
+  ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, signal_device, 1, CU_STREAM_WAIT_VALUE_GEQ));
+  MoverConfig config;
+  config.hold_timeout = std::chrono::milliseconds(100);
+  config.inside_hold = [&] { ASSERT_CU(drv().cuStreamWriteValue32_v2(other, signal_device, 1, 0)); };
+  make_mover(config);
+  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+  ASSERT_CU(mover->run_epoch());
+  EXPECT_EQ(mover->stats().moves, 0u);
+  EXPECT_EQ(mover->stats().moves_failed, 1u);
+  EXPECT_EQ(tiers(in_host, 4 * kMiB, gran), "HH");
+  ASSERT_CU(drv().cuStreamSynchronize(other));
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_TRUE(holds(in_host, 16 * kMiB, 12));
+  streams.destroying(other);
+  ASSERT_CU(drv().cuStreamDestroy_v2(other));
+  ASSERT_CU(drv().cuMemFreeHost(signal));
+}
+
+TEST_F(Mover_, WorkOfADestroyedStreamStillQueuedIsWaitedFor) {
+  allocate_both_tiers();
+  fill(on_device, 8 * kMiB, 13);
+  CUstream temporary = nullptr;
+  ASSERT_CU(drv().cuStreamCreate(&temporary, CU_STREAM_NON_BLOCKING));
+  CUcontext context = nullptr;
+  ASSERT_CU(drv().cuCtxGetCurrent(&context));
+  streams.created(temporary, context, true);
+  CUdeviceptr p = on_device;
+  std::uint64_t bytes = 8 * kMiB;
+  std::uint32_t passes = 4096, write = 0;
+  void* params[] = {&p, &bytes, &passes, &write};
+  ASSERT_CU(drv().cuLaunchKernel(touch_kernel, 1, 1, 1, 32, 1, 1, 0, temporary, params, nullptr));
+  streams.destroying(temporary, &drv());  // as the cuStreamDestroy hook does
+  ASSERT_CU(drv().cuStreamDestroy_v2(temporary));  // its kernel still runs
+  make_mover();
+  ASSERT_TRUE(mover->request(on_device, 8 * kMiB, Tier::Host));
+  ASSERT_CU(mover->run_epoch());
+  EXPECT_EQ(tiers(on_device, 8 * kMiB, gran), "HHHH");
+  EXPECT_TRUE(holds(on_device, 8 * kMiB, 13));
+}
+
 TEST_F(Mover_, AGraphCapturePutsTheEpochOff) {
   REQUIRE_SIM_CONTROL(set_capture_status, "uvmpool_sim_set_capture_status");
   allocate_both_tiers();
@@ -390,7 +445,7 @@ TEST(StreamRegistry_, ListsContextsOnceAndForgetsDestroyedStreams) {
   EXPECT_EQ(r.size(), 1u) << "the context's legacy stream, once";
   EXPECT_EQ(r.created(s1, c1, true).flag, 0u);
   r.created(s2, c1, false);
-  const auto fenced = r.with_targets([](const std::vector<StreamRegistry::Target>& t, StreamRegistry::Hold&) {
+  const auto fenced = r.with_targets([](const std::vector<StreamRegistry::Target>& t, StreamRegistry::Hold&, auto&) {
     std::size_t n = 0;
     for (const auto& x : t) n += x.fence ? 1 : 0;
     return n;

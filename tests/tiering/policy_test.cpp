@@ -214,6 +214,14 @@ TEST(Policy_, AChangedProgramDropsThePeriodAndLearnsTheNewOne) {
   EXPECT_EQ(p.stats().period, 8u);
 }
 
+TEST(Policy_, BuffersLongUnusedAreForgotten) {
+  // A program that keeps making new buffers (each launch a fresh one): the policy's map stays bounded.
+  FakeWorld w(4 * kUnit);
+  Policy p(w);
+  for (int i = 0; i < 20000; ++i) w.launch(p, 1, {w.add(kUnit / 2, true)});
+  EXPECT_LE(p.known_buffers(), 3u * 4096u);
+}
+
 TEST(Policy_, RandomLaunchesFallBackToRecencyAndStopThrashing) {
   FakeWorld w(4 * kUnit);
   std::vector<CUdeviceptr> b;
