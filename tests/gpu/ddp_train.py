@@ -20,7 +20,7 @@ Every process keeps NVLink multicast off (NCCL_NVLS_ENABLE=0 and the like): the 
 require it. Deterministic: CUBLAS_WORKSPACE_CONFIG=:4096:8, fixed seeds, the same data per rank.
 Last line: UVMPOOL_DDP ok|FAIL <what failed>.
 """
-import argparse, datetime, json, os, signal, statistics, subprocess, sys, tempfile, time
+import argparse, re, datetime, json, os, signal, statistics, subprocess, sys, tempfile, time
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 # NVLink multicast can take the host's shared GPUs out of service: off, in every child too.
@@ -136,20 +136,36 @@ def worker(args):
 def launch(args, label, env, extra, steps):
     """torchrun --nproc-per-node 2 of this file's worker; returns (per-rank results or None, why)."""
     out = os.path.join(tempfile.mkdtemp(), "result.json")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+    # --tee 3: each worker line comes prefixed with its rank ("[default0]:..."), so a failure can name
+    # each rank's first error rather than torchrun's last line.
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--tee", "3",
            os.path.abspath(__file__), "--worker", "--out", out, "--batch", str(args.batch), "--seq", str(args.seq),
            "--warmup", str(args.warmup), "--steps", str(steps)] + extra
     env = dict(env, **MULTICAST_OFF)
     _, code, _, text = run_child(cmd, env, args.timeout, f"{label} {' '.join(extra)}".strip())
     lines = text.splitlines()
     if code != 0 or not os.path.exists(out):
-        return None, f"exit {code}: {(lines or [''])[-1][:200]}"
+        return None, f"exit {code}: " + first_errors(lines)
     with open(out) as f:
         ranks = json.load(f)
     if env.get("LD_PRELOAD") or env.get("LD_LIBRARY_PATH", "").endswith("dropin"):
         if not all(r["uvmpool"] for r in ranks):
             return None, "uvmpool was not loaded in every rank"
     return ranks, None
+
+
+def first_errors(lines):
+    """Each rank's first error line (torchrun --tee prefixes worker lines with [defaultN]: or
+    [rankN]:), else the last line."""
+    found = {}
+    for line in lines:
+        m = re.match(r"\[(?:default|rank)(\d+)\]:(.*)", line)
+        if m and m.group(1) not in found and re.search(r"Error|error|Traceback|CUDA|out of memory", m.group(2)) \
+                and "Traceback" not in m.group(2):
+            found[m.group(1)] = m.group(2).strip()[:220]
+    if not found:
+        return (lines or [""])[-1][:200]
+    return "; ".join(f"rank {r}: {e}" for r, e in sorted(found.items()))
 
 
 def losses_equal(a, b, n=None):
