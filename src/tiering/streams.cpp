@@ -13,6 +13,19 @@ struct LastSeen {
 };
 thread_local LastSeen t_last_seen;
 
+// Runs fn with `context` current on the calling thread (pushed only if it is not already); false,
+// without running it, if the context cannot be made current (it is gone, and its work with it).
+template <typename Fn>
+bool in_context(const driver::Table& d, CUcontext context, Fn&& fn) {
+  CUcontext current = nullptr;
+  const bool push = d.cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != context;
+  if (push && d.cuCtxPushCurrent_v2(context) != CUDA_SUCCESS) return false;
+  fn();
+  CUcontext popped = nullptr;
+  if (push) d.cuCtxPopCurrent_v2(&popped);
+  return true;
+}
+
 }  // namespace
 
 StreamRegistry& StreamRegistry::process() {
@@ -44,19 +57,25 @@ void StreamRegistry::destroying(CUstream stream, const driver::Table* driver) {
   targets_.erase(it);
   if (driver == nullptr || !gone.fence) return;  // a blocking stream's work is ordered by its legacy stream
   const driver::Table& d = *driver;
-  CUcontext current = nullptr;
-  const bool push = d.cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != gone.context;
-  if (push && d.cuCtxPushCurrent_v2(gone.context) != CUDA_SUCCESS) return;
-  CUevent e = nullptr;
-  if (d.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
+  // The ones whose work has completed go first (whether or not a mover ever runs, the list stays as
+  // long as the streams destroyed with work still running).
+  std::erase_if(retiring_, [&](const Retiring& r) {
+    bool done = false;
+    const bool reachable = in_context(d, r.context, [&] {
+      done = d.cuEventQuery(r.event) != CUDA_ERROR_NOT_READY;
+      if (done) d.cuEventDestroy_v2(r.event);
+    });
+    return done || !reachable;
+  });
+  in_context(d, gone.context, [&] {
+    CUevent e = nullptr;
+    if (d.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return;
     if (d.cuEventRecord(e, stream) == CUDA_SUCCESS) {
       retiring_.push_back({gone.context, e});
     } else {
       d.cuEventDestroy_v2(e);
     }
-  }
-  CUcontext popped = nullptr;
-  if (push) d.cuCtxPopCurrent_v2(&popped);
+  });
 }
 
 void StreamRegistry::saw_context(CUcontext context) {
