@@ -148,6 +148,7 @@ CUresult Mover::ensure_resources(int device) {
   if (devices_.size() <= static_cast<std::size_t>(device)) devices_.resize(static_cast<std::size_t>(device) + 1);
   DeviceResources& r = devices_[static_cast<std::size_t>(device)];
   if (r.context != nullptr && r.copy != nullptr && flag_ != nullptr) return CUDA_SUCCESS;
+  streams_.keep_retiring();  // from now on destroyed streams' queued work is waited for
   if (r.context == nullptr) {
     CUdevice dev = 0;
     CUresult s = d_.cuDeviceGet(&dev, device);

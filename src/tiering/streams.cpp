@@ -55,7 +55,8 @@ void StreamRegistry::destroying(CUstream stream, const driver::Table* driver) {
   if (it == targets_.end()) return;
   const Target gone = *it;
   targets_.erase(it);
-  if (driver == nullptr || !gone.fence) return;  // a blocking stream's work is ordered by its legacy stream
+  // A blocking stream's work is ordered by its legacy stream; with nothing ever moving, no one waits.
+  if (driver == nullptr || !gone.fence || !keep_retiring_.load(std::memory_order_acquire)) return;
   const driver::Table& d = *driver;
   // The ones whose work has completed go first (whether or not a mover ever runs, the list stays as
   // long as the streams destroyed with work still running).

@@ -43,6 +43,9 @@ class StreamRegistry {
   void saw_context(CUcontext context);
   // A context that is gone (fencing it failed): forgotten with its streams.
   void forget_context(CUcontext context);
+  // Whether destroyed streams get a retiring event: once something may move (a Tiering in auto mode
+  // made, or a mover's first epoch); until then nothing waits for them and the destroy stays as it was.
+  void keep_retiring() { keep_retiring_.store(true, std::memory_order_release); }
   // A stream handle the driver no longer knows (fencing it failed): forgotten.
   void forget_stream(CUstream stream) { destroying(stream); }
 
@@ -81,7 +84,8 @@ class StreamRegistry {
   std::vector<Target> targets_ UVMPOOL_GUARDED_BY(mu_);  // a few dozen entries
   Hold hold_ UVMPOOL_GUARDED_BY(mu_);
   std::vector<Retiring> retiring_ UVMPOOL_GUARDED_BY(mu_);
-  std::atomic<std::uint64_t> generation_{1};  // renewed when a context is forgotten (see saw_context)
+  std::atomic<std::uint64_t> generation_{1};
+  std::atomic<bool> keep_retiring_{false};  // renewed when a context is forgotten (see saw_context)
 };
 
 }  // namespace uvmpool::tiering

@@ -96,7 +96,10 @@ Tiering::Tiering(const driver::Table& driver, pool::Pool& pool, Mode mode, Strea
                  MoverConfig mover, PolicyConfig policy)
     : driver_(driver), pool_(pool), mode_(mode), streams_(streams), layouts_(driver),
       mover_(driver, pool, streams, mover), world_(std::make_unique<PoolWorld>(pool, mover_)) {
-  if (mode == Mode::Auto) policy_ = std::make_unique<Policy>(*world_, policy);
+  if (mode == Mode::Auto) {
+    policy_ = std::make_unique<Policy>(*world_, policy);
+    streams.keep_retiring();  // moves will come: destroyed streams' queued work must be waited for
+  }
 }
 
 Tiering::~Tiering() { mover_.stop(); }

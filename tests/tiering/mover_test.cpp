@@ -388,6 +388,7 @@ TEST_F(Mover_, WorkOfADestroyedStreamStillQueuedIsWaitedFor) {
   std::uint32_t passes = 4096, write = 0;
   void* params[] = {&p, &bytes, &passes, &write};
   ASSERT_CU(drv().cuLaunchKernel(touch_kernel, 1, 1, 1, 32, 1, 1, 0, temporary, params, nullptr));
+  streams.keep_retiring();  // as a mover or an auto-mode Tiering sets it
   streams.destroying(temporary, &drv());  // as the cuStreamDestroy hook does
   ASSERT_CU(drv().cuStreamDestroy_v2(temporary));  // its kernel still runs
   make_mover();
