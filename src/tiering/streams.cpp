@@ -68,15 +68,17 @@ void StreamRegistry::destroying(CUstream stream, const driver::Table* driver) {
     });
     return done || !reachable;
   });
+  CUevent recorded = nullptr;
   in_context(d, gone.context, [&] {
     CUevent e = nullptr;
     if (d.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return;
     if (d.cuEventRecord(e, stream) == CUDA_SUCCESS) {
-      retiring_.push_back({gone.context, e});
+      recorded = e;
     } else {
       d.cuEventDestroy_v2(e);
     }
   });
+  if (recorded != nullptr) retiring_.push_back({gone.context, recorded});
 }
 
 void StreamRegistry::saw_context(CUcontext context) {
