@@ -5,31 +5,11 @@
 // its frees since, so freeing costs no driver call. The per-thread default stream can only be named
 // by its own thread, so its frees record their event at once.
 #include "config/log.h"
+#include "driver/context_scope.h"
 #include "pool/device_pool.h"
 
 namespace uvmpool::pool {
-namespace {
-
-// Makes `context` current for a scope when it is not already.
-class ScopedContext {
- public:
-  ScopedContext(const driver::Table& d, CUcontext context) : d_(d) {
-    CUcontext current = nullptr;
-    if (d_.cuCtxGetCurrent(&current) == CUDA_SUCCESS && current != context && context != nullptr) {
-      pushed_ = d_.cuCtxPushCurrent_v2(context) == CUDA_SUCCESS;
-    }
-  }
-  ~ScopedContext() {
-    CUcontext popped = nullptr;
-    if (pushed_) d_.cuCtxPopCurrent_v2(&popped);
-  }
-
- private:
-  const driver::Table& d_;
-  bool pushed_ = false;
-};
-
-}  // namespace
+using ScopedContext = driver::ContextScope;
 
 void DevicePool::note_sync_free(CUcontext context) {
   // On every free: a shared load, and stores only when the flag turns on (once per fence), so that

@@ -4,33 +4,13 @@
 #include <mutex>
 
 #include "config/log.h"
+#include "driver/context_scope.h"
 
 namespace uvmpool::tiering {
 
 namespace {
 
-// The calling thread in `context` for a scope (pushed only when it is not current already).
-class ContextScope {
- public:
-  ContextScope(const driver::Table& d, CUcontext context) : d_(d) {
-    CUcontext current = nullptr;
-    if (d_.cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == context) return;
-    status_ = d_.cuCtxPushCurrent_v2(context);
-    pushed_ = status_ == CUDA_SUCCESS;
-  }
-  ~ContextScope() {
-    CUcontext popped = nullptr;
-    if (pushed_) d_.cuCtxPopCurrent_v2(&popped);
-  }
-  ContextScope(const ContextScope&) = delete;
-  ContextScope& operator=(const ContextScope&) = delete;
-  CUresult status() const { return status_; }
-
- private:
-  const driver::Table& d_;
-  CUresult status_ = CUDA_SUCCESS;
-  bool pushed_ = false;
-};
+using driver::ContextScope;
 
 bool context_gone(CUresult r) {
   return r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_CONTEXT_IS_DESTROYED;

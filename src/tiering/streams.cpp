@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "driver/context_scope.h"
+
 namespace uvmpool::tiering {
 namespace {
 
@@ -13,16 +15,13 @@ struct LastSeen {
 };
 thread_local LastSeen t_last_seen;
 
-// Runs fn with `context` current on the calling thread (pushed only if it is not already); false,
-// without running it, if the context cannot be made current (it is gone, and its work with it).
+// Runs fn with `context` current on the calling thread; false, without running it, if the context
+// cannot be made current (it is gone, and its work with it).
 template <typename Fn>
 bool in_context(const driver::Table& d, CUcontext context, Fn&& fn) {
-  CUcontext current = nullptr;
-  const bool push = d.cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != context;
-  if (push && d.cuCtxPushCurrent_v2(context) != CUDA_SUCCESS) return false;
+  const driver::ContextScope in(d, context);
+  if (in.status() != CUDA_SUCCESS) return false;
   fn();
-  CUcontext popped = nullptr;
-  if (push) d.cuCtxPopCurrent_v2(&popped);
   return true;
 }
 
