@@ -285,13 +285,13 @@ void DevicePool::destroy_block(Block* b) {
   fence_unmap();
   const std::size_t bytes = b->granules * chunk_;
   map_.set(b->base, bytes, 0);
-  vmm_.unmap(b->base, b->chunks, chunk_);
+  const bool unmapped = vmm_.unmap(b->base, b->chunks, chunk_);
   trace::record(trace::Kind::Unmap, device_, b->base, bytes, b->host_chunks * chunk_);
   if (b->guard != 0) {
     retire_guarded(b->base, bytes + b->guard);
-  } else {
+  } else if (unmapped) {
     ranges_.give_back(b->base, bytes);
-  }
+  }  // else still mapped there: the range stays out of use, as Vmm::unmap said
   return_chunks(b->chunks);
   host_mapped_.fetch_sub(b->host_chunks, std::memory_order_relaxed);
   b->chunks.clear();

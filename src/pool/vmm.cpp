@@ -125,9 +125,10 @@ bool Vmm::unmap(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk
   bool all = true;
   for (const Chunk& c : pieces) {
     const std::size_t bytes = c.granules * chunk_size;
-    const CUresult r = d_.cuMemUnmap(va + at, bytes);
+    CUresult r = d_.cuMemUnmap(va + at, bytes);
+    if (r != CUDA_SUCCESS) r = d_.cuMemUnmap(va + at, bytes);  // once more: a passing failure
     if (r != CUDA_SUCCESS) {
-      log::warn("cuMemUnmap of a pool chunk failed ({})", static_cast<int>(r));
+      log::warn("cuMemUnmap of a pool chunk failed ({}); its range stays out of use", static_cast<int>(r));
       all = false;
     }
     at += bytes;

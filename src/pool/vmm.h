@@ -78,9 +78,9 @@ class Vmm {
   // cheaper than one per piece, though its cost still grows with the mappings it covers). All or
   // nothing.
   CUresult map(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk_size) const;
-  // Unmaps the pieces mapped one after another from va. Errors are logged, not rolled back (there is
-  // nothing to roll back to); false when any piece stayed mapped, so the caller keeps that address
-  // range out of reuse.
+  // Unmaps the pieces mapped one after another from va, asking once more where the driver refuses.
+  // Errors are logged, not rolled back (there is nothing to roll back to); false when any piece
+  // stayed mapped, so the caller keeps that address range out of reuse.
   bool unmap(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk_size) const;
   // The pieces mapped one after another from va (`old`) replaced by `fresh`, which cover the same
   // bytes, at the same addresses, with access set as map() sets it: the last step of a move

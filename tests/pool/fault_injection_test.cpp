@@ -231,5 +231,41 @@ INSTANTIATE_TEST_SUITE_P(Pool, FaultInjection, ::testing::ValuesIn(all_cases()),
          (c.error == CUDA_ERROR_OUT_OF_MEMORY ? "OutOfMemory" : "Unknown");
 });
 
+// cuMemUnmap when a mapping is taken apart (release_idle here). There is nothing to roll back to, so
+// the pool asks once more; a range still mapped after that must never be handed out again (a new
+// mapping there would fail, or alias the old chunks).
+class UnmapFailure : public PoolTest {
+ protected:
+  // A two-chunk allocation, freed and taken apart with cuMemUnmap failing at the calls listed; then
+  // the same size again, filled and checked. Returns the two addresses.
+  std::pair<CUdeviceptr, CUdeviceptr> free_and_allocate_again(std::initializer_list<unsigned> failing) {
+    auto pool = make_pool();
+    const std::size_t bytes = 2 * gran;
+    const CUdeviceptr first = must_allocate(*pool, bytes);
+    must_free(*pool, first);
+    const unsigned long long calls = sim().call_count("cuMemUnmap");
+    for (unsigned n : failing) EXPECT_EQ(sim().fail("cuMemUnmap", n, CUDA_ERROR_UNKNOWN), 0);
+    pool->release_idle();
+    EXPECT_GE(sim().call_count("cuMemUnmap") - calls, failing.size() + 1) << "the failed unmap was not asked again";
+    sim().clear_failures();
+    const CUdeviceptr again = must_allocate(*pool, bytes);
+    fill(again, bytes, 99);
+    EXPECT_TRUE(holds(again, bytes, 99));
+    EXPECT_EQ(pool->check_invariants(), "");
+    must_free(*pool, again);
+    return {first, again};
+  }
+};
+
+TEST_F(UnmapFailure, APassingFailureIsAskedAgainAndTheRangeIsReused) {
+  const auto [first, again] = free_and_allocate_again({1});
+  EXPECT_EQ(again, first) << "the range was unmapped on the second try, so it is free again";
+}
+
+TEST_F(UnmapFailure, ARangeStillMappedIsNeverHandedOutAgain) {
+  const auto [first, again] = free_and_allocate_again({1, 2});
+  EXPECT_NE(again, first) << "the range is still mapped: a mapping there again would fail or alias";
+}
+
 }  // namespace
 }  // namespace pooltest
