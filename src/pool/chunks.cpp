@@ -471,7 +471,7 @@ DeviceStats DevicePool::stats() const {
   if (host_) {
     s.host_chunks_held = host_->held();
     s.host_held_bytes = s.host_chunks_held * chunk_;
-    s.host_chunks_reserve = host_->size();
+    s.host_chunks_reserve = host_->size() + host_->extent_granules();  // host extents stocked for moves too
     s.host_chunks_premapped = host_->premapped();
     s.host_chunks_cached = host_cached_.load(std::memory_order_relaxed);
     s.host_chunks_mapped = host_mapped_.load(std::memory_order_relaxed);

@@ -72,6 +72,9 @@ struct Block {
   std::size_t granules = 0;
   std::vector<Chunk> chunks;  // its pieces in address order, of either tier (moves change them one by one)
   std::size_t host_chunks = 0;  // granules in host pieces
+  // All host chunks, no host extent: the shape of a premapped run, which take_host_run may cut at any
+  // granule. A cached mapping of this shape is binned as a run, any other with host pieces as spilled.
+  bool host_run() const { return host_chunks == granules && chunks.size() == granules; }
   bool exported = false;  // handed to CUDA IPC (chunks_of): another process maps its chunks, so they never move (mu_)
   // Ranges of moves in flight (start, bytes): several moves of one mapping run at once, over disjoint
   // pieces; the state has kMoving while this is not empty (mu_).

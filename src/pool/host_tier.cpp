@@ -79,6 +79,8 @@ HostReserve::~HostReserve() {
   MutexLock lock(mu_);
   unpin(chunks_);
   chunks_.clear();
+  unpin_extents(extents_);
+  extents_.clear();
 }
 
 CUresult HostReserve::pin(std::size_t n, std::vector<Handle>* out) {
@@ -92,11 +94,36 @@ CUresult HostReserve::pin(std::size_t n, std::vector<Handle>* out) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   out->insert(out->end(), made.begin(), made.end());
-  const std::uint64_t held = held_.fetch_add(n, std::memory_order_relaxed) + n;
+  note_pinned(n);
+  return CUDA_SUCCESS;
+}
+
+void HostReserve::note_pinned(std::uint64_t granules) {
+  const std::uint64_t held = held_.fetch_add(granules, std::memory_order_relaxed) + granules;
   std::uint64_t peak = peak_held_.load(std::memory_order_relaxed);
   while (held > peak && !peak_held_.compare_exchange_weak(peak, held, std::memory_order_relaxed)) {
   }
-  return CUDA_SUCCESS;
+}
+
+void HostReserve::unpin_extents(std::span<const Chunk> extents) {
+  std::size_t granules = 0;
+  for (const Chunk& c : extents) {
+    vmm_.release_chunks({&c.handle, 1});
+    granules += c.granules;
+  }
+  held_.fetch_sub(granules, std::memory_order_relaxed);
+  tier_.uncharge(static_cast<std::uint64_t>(granules) * chunk_);
+}
+
+bool HostReserve::release_extents() {
+  std::vector<Chunk> extents;
+  {
+    MutexLock lock(mu_);
+    extents.swap(extents_);
+    extent_granules_.store(0, std::memory_order_relaxed);
+  }
+  unpin_extents(extents);
+  return !extents.empty();
 }
 
 void HostReserve::unpin(std::span<const Handle> chunks) {
@@ -128,6 +155,10 @@ CUresult HostReserve::take(std::size_t n, std::vector<Chunk>* out) {
     if (pin(short_by, &pinned) == CUDA_SUCCESS) {
       inline_.fetch_add(pinned.size(), std::memory_order_relaxed);
       got.insert(got.end(), pinned.begin(), pinned.end());
+    } else if (std::vector<Handle> again; release_extents() && pin(short_by, &again) == CUDA_SUCCESS) {
+      // At the host limit with host extents stocked for moves: a spill comes first, so they go.
+      inline_.fetch_add(again.size(), std::memory_order_relaxed);
+      got.insert(got.end(), again.begin(), again.end());
     } else {
       // At the host limit: the thread may just have pinned what is missing (it was counted against
       // the limit while in flight), so look once more before giving up.
@@ -211,9 +242,46 @@ bool HostReserve::idle() const {
   return target_ != 0 && Clock::now() - last_take_ > tier_.idle();
 }
 
+std::size_t HostReserve::take_extents(std::size_t count, std::uint32_t granules, std::vector<Chunk>* out) {
+  std::size_t taken = 0;
+  {
+    MutexLock lock(mu_);
+    last_take_ = Clock::now();
+    for (auto it = extents_.end(); taken < count && it != extents_.begin();) {
+      if ((--it)->granules != granules) continue;
+      out->push_back(*it);
+      it = extents_.erase(it);
+      ++taken;
+    }
+    extent_granules_.fetch_sub(taken * granules, std::memory_order_relaxed);
+  }
+  // The rest pinned now, one handle each, against the host limit like any host memory.
+  const std::uint64_t bytes = static_cast<std::uint64_t>(granules) * chunk_;
+  for (; taken < count; ++taken) {
+    if (!tier_.charge(bytes)) break;
+    Handle h = 0;
+    if (const CUresult r = vmm_.create_chunks({&h, 1}, bytes, Tier::Host); r != CUDA_SUCCESS) {
+      tier_.uncharge(bytes);
+      log::debug("device {}: pinning a host extent of {} chunks failed ({})", vmm_.device(), granules, static_cast<int>(r));
+      break;
+    }
+    out->push_back(Chunk{h, Tier::Host, granules});
+    inline_.fetch_add(granules, std::memory_order_relaxed);
+    note_pinned(granules);
+  }
+  return taken;
+}
+
 void HostReserve::give_back(std::span<const Chunk> chunks) {
   MutexLock lock(mu_);
-  for (const Chunk& c : chunks) chunks_.push_back(c.handle);
+  for (const Chunk& c : chunks) {
+    if (c.granules == 1) {
+      chunks_.push_back(c.handle);
+    } else {
+      extents_.push_back(c);
+      extent_granules_.fetch_add(c.granules, std::memory_order_relaxed);
+    }
+  }
   size_.store(chunks_.size(), std::memory_order_relaxed);
 }
 
@@ -252,11 +320,30 @@ void HostReserve::drain() {
     size_.store(0, std::memory_order_relaxed);
   }
   unpin(all);
+  release_extents();
 }
 
 bool HostReserve::upkeep() {
   std::size_t to_pin = 0;
   std::vector<Handle> to_release;
+  std::vector<Chunk> extents_to_release;
+  {
+    MutexLock lock(mu_);
+    if (abandoned_) return false;
+    // Extents are kept only while moves cycle them: once idle they all go back.
+    if (!extents_.empty() && Clock::now() - last_take_ > tier_.idle()) {
+      const std::size_t n = std::min(kBatch, extents_.size());
+      extents_to_release.assign(extents_.end() - static_cast<std::ptrdiff_t>(n), extents_.end());
+      extents_.resize(extents_.size() - n);
+      std::size_t granules = 0;
+      for (const Chunk& c : extents_to_release) granules += c.granules;
+      extent_granules_.fetch_sub(granules, std::memory_order_relaxed);
+    }
+  }
+  if (!extents_to_release.empty()) {
+    unpin_extents(extents_to_release);
+    return true;
+  }
   {
     MutexLock lock(mu_);
     if (target_ == 0 || abandoned_) return false;

@@ -80,7 +80,15 @@ class HostReserve {
   // Appends n host chunks to `out`: from the reserve, pinning the shortfall inline when it is empty.
   // OUT_OF_MEMORY (nothing appended) when the host limit or the system cannot pin them.
   CUresult take(std::size_t n, std::vector<Chunk>* out);
-  // Host chunks no longer mapped come back here (and go back to the system once idle).
+  // Host extents, for moves to the host tier only: pinned handles of `granules` chunks each, one
+  // mapping apiece where chunks would make one each (cuMemSetAccess and cuMemUnmap cost per mapping,
+  // of any size: a demoted 1 GiB remaps as 32 extents instead of 512 chunks). Appends up to `count`
+  // to `out` from the stock, pinning what it lacks inline (a move is prepared off the program's
+  // threads), and returns how many: fewer where the host limit or the system says no. Promoted
+  // ranges give theirs back (give_back) for the next demotion; an idle reserve releases them.
+  std::size_t take_extents(std::size_t count, std::uint32_t granules, std::vector<Chunk>* out);
+  // Host pieces no longer mapped come back here, chunks and extents (and go back to the system once
+  // idle).
   void give_back(std::span<const Chunk> chunks);
   // Up to n chunks the reserve holds now, without pinning (the device pool premaps them); how many.
   std::size_t take_ready(std::size_t n, std::vector<Chunk>* out);
@@ -117,6 +125,7 @@ class HostReserve {
   bool wait_until_landed();
 
   std::size_t size() const { return size_.load(std::memory_order_relaxed); }         // chunks in the reserve
+  std::size_t extent_granules() const { return extent_granules_.load(std::memory_order_relaxed); }  // in its extents
   std::uint64_t held() const { return held_.load(std::memory_order_relaxed); }       // pinned, mapped or not
   std::uint64_t peak_held() const { return peak_held_.load(std::memory_order_relaxed); }
   std::uint64_t pinned_inline() const { return inline_.load(std::memory_order_relaxed); }
@@ -128,6 +137,9 @@ class HostReserve {
   std::size_t unmapped_target_locked() const UVMPOOL_REQUIRES(mu_);
   void grow_target_locked(std::size_t n) UVMPOOL_REQUIRES(mu_);
   void unpin(std::span<const Handle> chunks);
+  void unpin_extents(std::span<const Chunk> extents);
+  void note_pinned(std::uint64_t granules);  // held_ and its peak, after pinning
+  bool release_extents();  // the stock of host extents back to the system; false when it was empty
 
   const Vmm& vmm_;
   HostTier& tier_;
@@ -137,6 +149,7 @@ class HostReserve {
 
   mutable Mutex mu_;
   std::vector<Handle> chunks_ UVMPOOL_GUARDED_BY(mu_);
+  std::vector<Chunk> extents_ UVMPOOL_GUARDED_BY(mu_);  // host extents not mapped (take_extents)
   std::size_t target_ UVMPOOL_GUARDED_BY(mu_) = 0;  // 0 until armed
   std::size_t in_flight_ UVMPOOL_GUARDED_BY(mu_) = 0;  // chunks being pinned by upkeep or premapped
   std::condition_variable landed_cv_;  // in_flight_ fell to 0 (mu_)
@@ -144,6 +157,7 @@ class HostReserve {
   bool abandoned_ = false;
 
   std::atomic<std::size_t> size_{0};
+  std::atomic<std::size_t> extent_granules_{0};
   std::atomic<std::size_t> premapped_{0};
   std::atomic<std::uint64_t> held_{0};
   std::atomic<std::uint64_t> peak_held_{0};

@@ -108,7 +108,7 @@ void DevicePool::cache_block(Block* b, bool count_free) {
   chunks_cached_.fetch_add(b->granules - b->host_chunks, std::memory_order_relaxed);
   if (b->host_chunks != 0) {
     MutexLock lock(spilled_mu_);
-    if (b->host_chunks == b->granules) {
+    if (b->host_run()) {
       host_bin_.emplace(b->granules, b);
       host_->premapped(static_cast<std::ptrdiff_t>(b->granules));
     } else {
@@ -180,11 +180,17 @@ std::size_t DevicePool::evict_spilled(bool only_with_device_chunks) {
   std::vector<Block*> victims;
   {
     MutexLock lock(spilled_mu_);
-    for (const auto& [granules, b] : spilled_bin_) {
+    for (auto it = spilled_bin_.begin(); it != spilled_bin_.end();) {
+      Block* b = it->second;
+      // Wholly in host memory (host extents: not a run) frees no device room.
+      if (only_with_device_chunks && b->host_chunks == b->granules) {
+        ++it;
+        continue;
+      }
       victims.push_back(b);
       host_cached_.fetch_sub(b->host_chunks, std::memory_order_relaxed);
+      it = spilled_bin_.erase(it);
     }
-    spilled_bin_.clear();
     if (!only_with_device_chunks) {
       for (const auto& [granules, b] : host_bin_) {
         victims.push_back(b);

@@ -15,9 +15,9 @@
 //      swap_pieces updates the descriptor and every figure.
 //   abort (instead of 3): the target goes back; the old mapping was never touched.
 //
-// Piece shapes: the target is made the way the tier makes memory — on the device whole extents while
-// they fit, chunks for the rest; on the host chunks — so a 32 MiB extent demoted becomes 16 host
-// chunks and may come back as one extent. The mapping's piece boundaries change accordingly; only
+// Piece shapes: the target is whole extents while they fit, chunks for the rest, in either tier (on
+// the host, extents are made for moves only: HostReserve::take_extents), so a remap costs one
+// mapping per extent rather than per chunk. The mapping's piece boundaries change accordingly; only
 // the range moved is remapped.
 //
 // The claim. A mapping's state gains kMoving: a Live or Pending one by compare-and-swap; a Cached one
@@ -295,7 +295,7 @@ bool DevicePool::withdraw_cached(Block* b) {
     chunks_cached_.fetch_sub(b->granules, std::memory_order_relaxed);
     return true;
   }
-  const bool host_only = b->host_chunks == b->granules;
+  const bool host_only = b->host_run();
   {
     MutexLock lock(spilled_mu_);
     auto& bin = host_only ? host_bin_ : spilled_bin_;
@@ -325,11 +325,22 @@ CUresult DevicePool::take_target(std::size_t n, Tier tier, std::vector<Chunk>* o
     }
     return CUDA_SUCCESS;
   }
-  if (host_->size() < n) unmap_host_runs(n);
-  CUresult r = host_->take(n, out);
-  if (r != CUDA_SUCCESS && evict_spilled(false) != 0) r = host_->take(n, out);
-  if (r != CUDA_SUCCESS) out->clear();
-  return r == CUDA_SUCCESS ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+  // Whole host extents while n holds one, as on the device (each is one mapping at the staging
+  // address and one at the commit, where chunks cost a mapping each), then chunks for the rest.
+  if (extent_granules_ != 0 && n >= extent_granules_) {
+    host_->take_extents(n / extent_granules_, static_cast<std::uint32_t>(extent_granules_), out);
+  }
+  const std::size_t rest = n - granules_of(*out);
+  if (rest == 0) return CUDA_SUCCESS;
+  if (host_->size() < rest) unmap_host_runs(rest);
+  CUresult r = host_->take(rest, out);
+  if (r != CUDA_SUCCESS && evict_spilled(false) != 0) r = host_->take(rest, out);
+  if (r != CUDA_SUCCESS) {
+    return_chunks(*out);  // the extents taken go back to the stock
+    out->clear();
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  return CUDA_SUCCESS;
 }
 
 void DevicePool::fence_move(Entry owner) {

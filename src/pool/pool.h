@@ -120,7 +120,7 @@ struct DeviceStats {
   // The host tier (spill).
   std::uint64_t host_held_bytes = 0;       // host_chunks_held * chunk_size
   std::uint64_t host_chunks_held = 0;      // pinned host chunks the pool owns: mapped or in the reserve
-  std::uint64_t host_chunks_reserve = 0;   // of those, pinned but not mapped: ready for the next spill
+  std::uint64_t host_chunks_reserve = 0;   // of those, pinned but not mapped: ready for the next spill (host extents kept for moves included)
   std::uint64_t host_chunks_mapped = 0;    // of those, mapped: in live or cached allocations, or premapped
   std::uint64_t host_chunks_premapped = 0; // of the mapped, in host-only runs ready for the next spill
   std::uint64_t host_chunks_cached = 0;    // of the mapped, in freed part-host mappings kept for reuse

@@ -169,7 +169,7 @@ TEST_F(Moves, SeveralRangesOfOneMappingMoveAtOnce) {
   EXPECT_EQ(pool->check_invariants(), "");
 }
 
-TEST_F(Moves, AnExtentGoesToHostAsChunksAndComesBackAsAnExtent) {
+TEST_F(Moves, AnExtentGoesToHostAsAHostExtentAndComesBackAsAnExtent) {
   PoolConfig config = spill_config(128 * kMiB);
   config.extent_size = 32 * kMiB;
   auto pool = make_pool(config);
@@ -179,24 +179,92 @@ TEST_F(Moves, AnExtentGoesToHostAsChunksAndComesBackAsAnExtent) {
   fill(p, bytes, 4);
   ASSERT_EQ(pool->stats(0).extents_held, 2u);
 
-  ASSERT_CU(move(*pool, p + 40 * kMiB, 1, Tier::Host));  // one byte of the second extent: all of it
+  // One byte of the second extent: all of it, to one host extent (one mapping, not sixteen), pinned
+  // at the move since the stock is empty.
+  const std::uint64_t pinned_before = pool->stats(0).host_chunks_pinned_inline;
+  ASSERT_CU(move(*pool, p + 40 * kMiB, 1, Tier::Host));
   EXPECT_EQ(tiers(p, bytes, gran), std::string(16, 'D') + std::string(16, 'H'));
   EXPECT_TRUE(holds(p, bytes, 4));
   DeviceStats s = pool->stats(0);
   EXPECT_EQ(s.moved_to_host_bytes, 32 * kMiB);
   EXPECT_EQ(s.live_host_bytes, 32 * kMiB);
+  EXPECT_EQ(s.host_chunks_mapped, 16u);
+  EXPECT_EQ(s.host_chunks_pinned_inline, pinned_before + 16) << "one host extent of sixteen chunks";
   EXPECT_EQ(s.chunks_free, 16u) << "the extent is the pool's again, free";
   EXPECT_EQ(pool->check_invariants(), "");
 
-  // Back: sixteen host chunks make one range again, served by the free extent.
+  // Back: served by the free device extent; the host extent goes back to the stock.
   ASSERT_CU(move(*pool, p + 32 * kMiB, 32 * kMiB, Tier::Device));
   EXPECT_EQ(tiers(p, bytes, gran), std::string(32, 'D'));
   EXPECT_TRUE(holds(p, bytes, 4));
   s = pool->stats(0);
   EXPECT_EQ(s.extents_held, 2u);
   EXPECT_EQ(s.chunks_free, 0u);
+  EXPECT_EQ(s.host_chunks_mapped, 0u);
+  EXPECT_EQ(s.host_chunks_held, 16u) << "kept for the next demotion";
+  EXPECT_EQ(pool->check_invariants(), "");
+
+  // Out again: the stock's extent, nothing pinned.
+  ASSERT_CU(move(*pool, p, 32 * kMiB, Tier::Host));
+  EXPECT_EQ(tiers(p, bytes, gran), std::string(16, 'H') + std::string(16, 'D'));
+  EXPECT_TRUE(holds(p, bytes, 4));
+  s = pool->stats(0);
+  EXPECT_EQ(s.host_chunks_pinned_inline, pinned_before + 16);
+  EXPECT_EQ(s.host_chunks_held, 16u);
   EXPECT_EQ(pool->check_invariants(), "");
   must_free(*pool, p);
+  EXPECT_EQ(pool->check_invariants(), "");
+}
+
+TEST_F(Moves, HostExtentsKeptForMovesGiveWayToASpillAtTheHostLimit) {
+  // 64 MiB of host memory in all: 32 MiB stay pinned as a host extent after a round trip, and a spill
+  // of 48 MiB then needs them.
+  PoolConfig config = spill_config(64 * kMiB, 64 * kMiB);
+  config.extent_size = 32 * kMiB;
+  config.host_reserve = 0;
+  auto pool = make_pool(config);
+  pool->stop_background();
+  const CUdeviceptr p = must_allocate(*pool, 32 * kMiB);
+  ASSERT_CU(move(*pool, p, 32 * kMiB, Tier::Host));
+  ASSERT_CU(move(*pool, p, 32 * kMiB, Tier::Device));
+  ASSERT_EQ(pool->stats(0).host_chunks_held, 16u) << "the extent, kept";
+  EXPECT_EQ(pool->stats(0).host_chunks_reserve, 16u);
+  const CUdeviceptr filler = must_allocate(*pool, 32 * kMiB);  // the device is full
+  const CUdeviceptr spilled = must_allocate(*pool, 48 * kMiB);
+  ASSERT_NE(spilled, 0u) << "the kept extent was released for the spill";
+  EXPECT_EQ(tiers(spilled, 48 * kMiB, gran), std::string(24, 'H'));
+  EXPECT_EQ(pool->stats(0).host_chunks_reserve, 0u);
+  EXPECT_EQ(pool->check_invariants(), "");
+  must_free(*pool, spilled);
+  must_free(*pool, filler);
+  must_free(*pool, p);
+}
+
+TEST_F(Moves, AHostExtentInACachedMappingIsNeverCutAsARun) {
+  // A mapping wholly in host memory is cached as a premapped run, which spills cut at any chunk; one
+  // holding a host extent cannot be cut there, so it is cached as a spilled mapping (reused whole or
+  // taken apart, never cut).
+  PoolConfig config = spill_config(128 * kMiB);
+  config.extent_size = 32 * kMiB;
+  auto pool = make_pool(config);
+  pool->stop_background();
+  const std::size_t bytes = 32 * kMiB;
+  const CUdeviceptr p = must_allocate(*pool, bytes);
+  fill(p, bytes, 5);
+  ASSERT_CU(move(*pool, p, bytes, Tier::Host));
+  EXPECT_EQ(tiers(p, bytes, gran), std::string(16, 'H'));
+  must_free(*pool, p);
+  DeviceStats s = pool->stats(0);
+  EXPECT_EQ(s.host_chunks_premapped, 0u) << "not a run";
+  EXPECT_EQ(s.host_chunks_cached, 16u) << "a spilled mapping, cached";
+  EXPECT_EQ(pool->check_invariants(), "");
+
+  // Taken apart whole: the extent goes back to the reserve's stock.
+  pool->release_idle();
+  s = pool->stats(0);
+  EXPECT_EQ(s.host_chunks_mapped, 0u);
+  EXPECT_EQ(s.host_chunks_cached, 0u);
+  EXPECT_EQ(pool->check_invariants(), "");
 }
 
 TEST_F(Moves, ACachedMappingMovesAndServesTheNextAllocation) {
