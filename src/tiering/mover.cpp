@@ -43,7 +43,9 @@ Mover::~Mover() {
     if (r.context == nullptr) continue;
     {
       ContextScope in(d_, r.context);
-      if (r.copy != nullptr) d_.cuStreamDestroy_v2(r.copy);
+      for (CUstream c : r.copy) {
+        if (c != nullptr) d_.cuStreamDestroy_v2(c);
+      }
       if (flag_ != nullptr) {  // pinned memory is portable: freed in whichever context comes first
         d_.cuMemFreeHost(const_cast<std::uint32_t*>(flag_));
         flag_ = nullptr;
@@ -55,7 +57,7 @@ Mover::~Mover() {
 }
 
 bool Mover::request(CUdeviceptr p, std::size_t bytes, pool::Tier to) {
-  if (p == 0 || bytes == 0) return false;
+  if (p == 0 || bytes == 0 || off_.load(std::memory_order_relaxed)) return false;
   {
     MutexLock lock(queue_mu_);
     if (queue_.size() >= kMaxQueued) {
@@ -106,17 +108,25 @@ CUresult Mover::run_until_idle() {
 bool Mover::take_batch(std::vector<Request>* batch) {
   MutexLock lock(queue_mu_);
   if (queue_.empty()) return false;
-  // One direction per epoch, the oldest request's: a demotion frees the device pieces a promotion
-  // asked for after it takes, only once committed.
-  const pool::Tier to = queue_.front().to;
-  std::size_t bytes = 0;
-  for (auto it = queue_.begin(); it != queue_.end() && batch->size() < kMaxFlight;) {
-    if (it->to != to) {
+  // Oldest first, up to a batch in each direction.
+  std::array<std::size_t, 2> bytes{0, 0};
+  std::array<bool, 2> full{false, false};
+  for (auto it = queue_.begin(); it != queue_.end() && batch->size() < kMaxFlight && !(full[0] && full[1]);) {
+    const std::size_t d = direction(it->to);
+    if (full[d] || (bytes[d] != 0 && bytes[d] + it->bytes > config_.max_batch_bytes)) {
+      full[d] = true;
       ++it;
       continue;
     }
-    if (!batch->empty() && bytes + it->bytes > config_.max_batch_bytes) break;
-    bytes += it->bytes;
+    // The same memory asked both ways: the later ask waits for the next epoch, so they run in order.
+    const bool crossed = std::any_of(batch->begin(), batch->end(), [&](const Request& r) {
+      return r.to != it->to && r.address < it->address + it->bytes && it->address < r.address + r.bytes;
+    });
+    if (crossed) {
+      ++it;
+      continue;
+    }
+    bytes[d] += it->bytes;
     batch->push_back(*it);
     it = queue_.erase(it);
   }
@@ -127,7 +137,7 @@ CUresult Mover::ensure_resources(int device) {
   if (device < 0) return CUDA_ERROR_INVALID_DEVICE;
   if (devices_.size() <= static_cast<std::size_t>(device)) devices_.resize(static_cast<std::size_t>(device) + 1);
   DeviceResources& r = devices_[static_cast<std::size_t>(device)];
-  if (r.context != nullptr && r.copy != nullptr && flag_ != nullptr) return CUDA_SUCCESS;
+  if (r.context != nullptr && r.copy[0] != nullptr && r.copy[1] != nullptr && flag_ != nullptr) return CUDA_SUCCESS;
   streams_.keep_retiring();  // from now on destroyed streams' queued work is waited for
   if (r.context == nullptr) {
     CUdevice dev = 0;
@@ -140,9 +150,10 @@ CUresult Mover::ensure_resources(int device) {
   }
   ContextScope in(d_, r.context);
   if (in.status() != CUDA_SUCCESS) return in.status();
-  if (r.copy == nullptr) {
-    if (const CUresult s = d_.cuStreamCreate(&r.copy, CU_STREAM_NON_BLOCKING); s != CUDA_SUCCESS) {
-      r.copy = nullptr;
+  for (CUstream& c : r.copy) {
+    if (c != nullptr) continue;
+    if (const CUresult s = d_.cuStreamCreate(&c, CU_STREAM_NON_BLOCKING); s != CUDA_SUCCESS) {
+      c = nullptr;
       return s;
     }
   }
@@ -249,6 +260,12 @@ bool Mover::wait_bounded(Held* hold, std::uint32_t value) {
     __atomic_store_n(flag, value, __ATOMIC_RELEASE);
     log::warn("tiering: the program's work did not drain within {} ms of a hold; the hold is given up, nothing moves",
               config_.hold_timeout.count());
+    if (given_up_.fetch_add(1, std::memory_order_relaxed) + 1 == kMaxHoldsGivenUp) {
+      off_.store(true, std::memory_order_relaxed);
+      log::warn("tiering: {} holds could not drain (work queued before a hold waits for work queued after it); "
+                "moves are off for this process, memory stays where it is",
+                kMaxHoldsGivenUp);
+    }
   });
   const bool drained = wait_for(hold);
   {
@@ -266,9 +283,9 @@ void Mover::release(std::uint32_t value) {
   // The held streams go on as the devices see the flag. A query lets a driver that looks for written
   // values only on calls (the simulator) see it too.
   for (const DeviceResources& r : devices_) {
-    if (r.copy == nullptr) continue;
+    if (r.copy[0] == nullptr) continue;
     ContextScope in(d_, r.context);
-    d_.cuStreamQuery(r.copy);
+    d_.cuStreamQuery(r.copy[0]);
     break;
   }
 }
@@ -280,10 +297,13 @@ CUresult Mover::enqueue_copies(const Held* after) {
   if (in.status() != CUDA_SUCCESS) return in.status();
   if (after != nullptr) {
     for (const Held::Recorded& f : after->events) {
-      if (const CUresult r = d_.cuStreamWaitEvent(res.copy, f.event, 0); r != CUDA_SUCCESS) return r;
+      for (CUstream c : res.copy) {
+        if (const CUresult r = d_.cuStreamWaitEvent(c, f.event, 0); r != CUDA_SUCCESS) return r;
+      }
     }
   }
-  for (std::size_t i = 0; i < e.moves.size(); ++i) e.copied[i] = pool_.copy_move(e.moves[i], res.copy) == CUDA_SUCCESS;
+  for (std::size_t i = 0; i < e.moves.size(); ++i)
+    e.copied[i] = pool_.copy_move(e.moves[i], res.copy[direction(e.moves[i].to)]) == CUDA_SUCCESS;
   return CUDA_SUCCESS;
 }
 
@@ -292,18 +312,27 @@ bool Mover::copies_done(bool wait) {
   const DeviceResources& res = devices_[static_cast<std::size_t>(e.device)];
   ContextScope in(d_, res.context);
   if (!wait) {
-    const CUresult r = d_.cuStreamQuery(res.copy);
-    if (r == CUDA_ERROR_NOT_READY) return false;
-    if (r == CUDA_SUCCESS) return true;
+    bool pending = false, failed = false;
+    for (CUstream c : res.copy) {
+      const CUresult r = d_.cuStreamQuery(c);
+      pending |= r == CUDA_ERROR_NOT_READY;
+      failed |= r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY;
+    }
+    if (pending && !failed) return false;
+    if (!failed) return true;
   }
   // The staging mappings may be dropped only once no copy writes them any more: a failed wait is
   // asked again (a copy that really failed keeps failing: stream errors are sticky).
-  CUresult r = CUDA_ERROR_UNKNOWN;
-  for (int attempt = 0; attempt < 3 && r != CUDA_SUCCESS; ++attempt) r = d_.cuStreamSynchronize(res.copy);
-  if (r != CUDA_SUCCESS) {
-    log::error("tiering: waiting for the mover's copies failed (error {}); the moves are dropped", static_cast<int>(r));
-    std::fill(e.copied.begin(), e.copied.end(), 0);
+  bool ok = true;
+  for (CUstream c : res.copy) {
+    CUresult r = CUDA_ERROR_UNKNOWN;
+    for (int attempt = 0; attempt < 3 && r != CUDA_SUCCESS; ++attempt) r = d_.cuStreamSynchronize(c);
+    if (r != CUDA_SUCCESS) {
+      log::error("tiering: waiting for the mover's copies failed (error {}); the moves are dropped", static_cast<int>(r));
+      ok = false;
+    }
   }
+  if (!ok) std::fill(e.copied.begin(), e.copied.end(), 0);
   return true;
 }
 
@@ -346,11 +375,20 @@ CUresult Mover::begin() {
   if (capture_in_progress()) return put_off(batch);
 
   // Prepared, one device per epoch (the first request's); requests for another wait for the next.
+  // Demotions first: a promotion refused for room while some are under way waits for the next epoch,
+  // where their room is free.
+  std::stable_partition(batch.begin(), batch.end(), [](const Request& r) { return r.to == pool::Tier::Host; });
   std::vector<Request> later;
   e = Epoch{};
+  bool demoting = false;
   for (const Request& r : batch) {
     pool::Move m;
     const CUresult s = pool_.prepare_move(r.address, r.bytes, r.to, &m);
+    if (s == CUDA_ERROR_OUT_OF_MEMORY && r.to == pool::Tier::Device && demoting && !r.deferred) {
+      later.push_back(r);
+      later.back().deferred = true;  // once: refused again, it is dropped like any refusal
+      continue;
+    }
     if (s != CUDA_SUCCESS) {
       // A move is an optimization: a refused one (no room, being freed, moving already) is dropped.
       failed_.fetch_add(1, std::memory_order_relaxed);
@@ -364,6 +402,7 @@ CUresult Mover::begin() {
       later.push_back(r);
       continue;
     }
+    demoting |= r.to == pool::Tier::Host;
     e.moves.push_back(std::move(m));
     e.taken.push_back(r);
   }
@@ -535,6 +574,8 @@ MoverStats Mover::stats() const {
   s.moves_touched = touched_.load(std::memory_order_relaxed);
   s.moves_failed = failed_.load(std::memory_order_relaxed);
   s.held_ns = held_ns_.load(std::memory_order_relaxed);
+  s.holds_given_up = given_up_.load(std::memory_order_relaxed);
+  s.off = off_.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -19,7 +19,10 @@
 //   4. commit (Pool::commit_quiesced): unmap the old pieces, map the new at the same address.
 //   5. release: the flag is written; the held work goes on, on the new pieces.
 // The program's launching threads never wait; its streams pause for one epoch (the copy and the
-// remaps of its batch). Promotions and demotions of one batch copy in opposite PCIe directions at once.
+// remaps of its batch). An epoch takes both directions, up to a batch each: promotions and demotions
+// copy on two streams of the mover's, in opposite PCIe directions at once. A promotion takes device
+// room that is free when it is prepared; the room an epoch's demotions make is free from the next
+// epoch on, so a promotion refused for room while demotions are under way waits for that epoch.
 //
 // With `overlap`, step 3 runs before step 2 instead, beside the program's work: the copy waits for
 // events recorded on every stream (all earlier writes are in), and a move whose memory a launch the
@@ -74,12 +77,17 @@ struct MoverStats {
   std::uint64_t moves_touched = 0;    // dropped: a launch touched the memory during its copy (overlap)
   std::uint64_t moves_failed = 0;     // refused by the pool or the driver (no room, a failing step)
   std::uint64_t held_ns = 0;          // host time the program's streams were held, summed over epochs
+  std::uint64_t holds_given_up = 0;   // holds the watchdog gave up (the program's work did not drain)
+  bool off = false;                   // moves turned off for good: holds kept failing to drain
 };
 
 class Mover {
  public:
   static constexpr std::size_t kMaxFlight = 64;  // moves per epoch at most
   static constexpr std::size_t kMaxQueued = 4096;
+  // Holds given up before moves are turned off for the process: a program whose queued work waits for
+  // work queued after it (across streams or threads) would otherwise stall for hold_timeout each epoch.
+  static constexpr std::uint64_t kMaxHoldsGivenUp = 2;
 
   Mover(const driver::Table& driver, pool::Pool& pool, StreamRegistry& streams, MoverConfig config = {});
   ~Mover();  // stops the thread (after its epoch: the streams are never left held)
@@ -87,7 +95,7 @@ class Mover {
   Mover& operator=(const Mover&) = delete;
 
   // Asks for the pieces covering [p, p + bytes) to move to `to`, at the next epoch. False when the
-  // queue is full (the request is dropped: a move is only ever an optimization).
+  // queue is full or moves are off (the request is dropped: a move is only ever an optimization).
   bool request(CUdeviceptr p, std::size_t bytes, pool::Tier to);
   // One epoch on the calling thread: the requests queued so far, up to a batch, for one device.
   // CUDA_SUCCESS also when nothing was queued; NOT_READY: put off (a graph capture), still queued.
@@ -120,6 +128,7 @@ class Mover {
     CUdeviceptr address;
     std::size_t bytes;
     pool::Tier to;
+    bool deferred = false;  // put back once already, waiting for room its epoch's demotions make
   };
   struct Held {  // the events of one hold or fence, each in the context it was recorded in
     struct Recorded {
@@ -141,6 +150,7 @@ class Mover {
   };
 
   bool take_batch(std::vector<Request>* batch);
+  static std::size_t direction(pool::Tier to) { return to == pool::Tier::Device ? 1 : 0; }
   CUresult begin() UVMPOOL_REQUIRES(epoch_mu_);
   bool copies_done(bool wait) UVMPOOL_REQUIRES(epoch_mu_);
   CUresult finish() UVMPOOL_REQUIRES(epoch_mu_);
@@ -178,7 +188,9 @@ class Mover {
   CUdeviceptr flag_device_ UVMPOOL_GUARDED_BY(epoch_mu_) = 0;
   struct DeviceResources {
     CUcontext context = nullptr;  // the device's primary context (retained)
-    CUstream copy = nullptr;      // the mover's copy stream in it
+    // The mover's copy streams in it, one per direction (to the host, to the device), so that the
+    // two directions run on two copy engines and both PCIe directions at once.
+    std::array<CUstream, 2> copy{nullptr, nullptr};
   };
   std::vector<DeviceResources> devices_ UVMPOOL_GUARDED_BY(epoch_mu_);
   Epoch epoch_state_ UVMPOOL_GUARDED_BY(epoch_mu_);
@@ -193,7 +205,8 @@ class Mover {
   std::atomic<std::int64_t> launching_{0};  // launches between launch_begins and launch_ends
 
   std::atomic<std::uint64_t> requested_{0}, refused_{0}, epochs_{0}, postponed_{0}, moves_{0}, promoted_{0},
-      demoted_{0}, touched_{0}, failed_{0}, held_ns_{0};
+      demoted_{0}, touched_{0}, failed_{0}, held_ns_{0}, given_up_{0};
+  std::atomic<bool> off_{false};
 };
 
 }  // namespace uvmpool::tiering

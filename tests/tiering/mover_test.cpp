@@ -111,6 +111,37 @@ TEST_F(Mover_, MovesGoBothWaysWithTheirBytesWhileKernelsRunOnThem) {
   EXPECT_GT(s.held_ns, 0u);
 }
 
+TEST_F(Mover_, OneEpochMovesBothWaysAndAPromotionWaitsForTheRoomItsDemotionsMake) {
+  make_mover();
+  allocate_both_tiers();  // 16 MiB of device room
+  fill(on_device, 8 * kMiB, 1);
+  fill(in_host, 16 * kMiB, 2);
+  busy(in_host, 16 * kMiB);
+  ASSERT_TRUE(mover->request(on_device, 8 * kMiB, Tier::Host));
+  ASSERT_TRUE(mover->request(in_host, 8 * kMiB, Tier::Device));
+  ASSERT_CU(mover->run_epoch());
+  EXPECT_EQ(tiers(on_device, 8 * kMiB, gran), "HHHH");
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "DDDDHHHH") << "both directions in one epoch";
+  EXPECT_EQ(mover->stats().epochs, 1u);
+
+  // No room left but what a demotion of this epoch makes: the promotion waits one epoch for it.
+  const CUdeviceptr taken = allocate(16 * kMiB);
+  ASSERT_EQ(tiers(taken, 16 * kMiB, gran), "DDDDDDDD");
+  ASSERT_TRUE(mover->request(in_host + 8 * kMiB, 8 * kMiB, Tier::Device));
+  ASSERT_TRUE(mover->request(in_host, 8 * kMiB, Tier::Host));
+  ASSERT_CU(mover->run_epoch());
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "HHHHHHHH");
+  EXPECT_EQ(mover->stats().moves_failed, 0u) << "put back, not refused";
+  ASSERT_CU(mover->run_until_idle());
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "HHHHDDDD");
+  EXPECT_TRUE(holds(on_device, 8 * kMiB, 1));
+  EXPECT_TRUE(holds(in_host, 16 * kMiB, 2));
+  const auto s = mover->stats();
+  EXPECT_EQ(s.epochs, 3u);
+  EXPECT_EQ(s.moves, 4u);
+  EXPECT_EQ(s.moves_failed, 0u);
+}
+
 TEST_F(Mover_, WorkQueuedDuringTheHoldRunsAfterTheRemapOnTheNewPieces) {
   allocate_both_tiers();
   fill(in_host, 16 * kMiB, 3);
@@ -342,7 +373,7 @@ INSTANTIATE_TEST_SUITE_P(EveryStep, MoverFaults,
                                            "cuEventSynchronize", "cuStreamSynchronize"),
                          [](const auto& info) { return std::string(info.param); });
 
-TEST_F(Mover_, AHoldThatCannotDrainIsGivenUpAndNothingMoves) {
+TEST_F(Mover_, AHoldThatCannotDrainIsGivenUpAndTwoTurnMovesOff) {
   // Work queued before the hold waits for work queued after it, on another stream (as a kernel on one
   // device may wait for one on another): the hold would never drain.
   allocate_both_tiers();
@@ -357,18 +388,26 @@ TEST_F(Mover_, AHoldThatCannotDrainIsGivenUpAndNothingMoves) {
   *static_cast<volatile std::uint32_t*>(signal) = 0;
   CUdeviceptr signal_device = 0;
   ASSERT_CU(drv().cuMemHostGetDevicePointer_v2(&signal_device, signal, 0));
-  ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, signal_device, 1, CU_STREAM_WAIT_VALUE_GEQ));
+  std::uint32_t round = 0;
   MoverConfig config;
   config.hold_timeout = std::chrono::milliseconds(100);
-  config.inside_hold = [&] { ASSERT_CU(drv().cuStreamWriteValue32_v2(other, signal_device, 1, 0)); };
+  config.inside_hold = [&] { ASSERT_CU(drv().cuStreamWriteValue32_v2(other, signal_device, ++round, 0)); };
   make_mover(config);
-  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
-  ASSERT_CU(mover->run_epoch());
-  EXPECT_EQ(mover->stats().moves, 0u);
-  EXPECT_EQ(mover->stats().moves_failed, 1u);
-  EXPECT_EQ(tiers(in_host, 4 * kMiB, gran), "HH");
-  ASSERT_CU(drv().cuStreamSynchronize(other));
-  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  // Twice: the second hold given up turns moves off for good (each would stall the program).
+  for (std::uint32_t attempt = 1; attempt <= 2; ++attempt) {
+    ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, signal_device, attempt, CU_STREAM_WAIT_VALUE_GEQ));
+    ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+    ASSERT_CU(mover->run_epoch());
+    const auto s = mover->stats();
+    EXPECT_EQ(s.moves, 0u);
+    EXPECT_EQ(s.moves_failed, attempt);
+    EXPECT_EQ(s.holds_given_up, attempt);
+    EXPECT_EQ(s.off, attempt == 2);
+    EXPECT_EQ(tiers(in_host, 4 * kMiB, gran), "HH");
+    ASSERT_CU(drv().cuStreamSynchronize(other));
+    ASSERT_CU(drv().cuStreamSynchronize(stream));
+  }
+  EXPECT_FALSE(mover->request(in_host, 4 * kMiB, Tier::Device)) << "moves are off";
   EXPECT_TRUE(holds(in_host, 16 * kMiB, 12));
   streams.destroying(other);
   ASSERT_CU(drv().cuStreamDestroy_v2(other));
