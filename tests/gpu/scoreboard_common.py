@@ -46,6 +46,9 @@ def base_env():
 
 def uvmpool_env(lib, limit_bytes=None, spill=True, **extra):
     env = dict(base_env(), LD_PRELOAD=os.path.abspath(lib), UVMPOOL_LOG_LEVEL="error")
+    # The tiering settings under test come from the caller (UVMPOOL_TIERING=auto bash
+    # scripts/scoreboard.sh): every uvmpool run of the scoreboard uses them.
+    env.update({k: v for k, v in os.environ.items() if k.startswith("UVMPOOL_TIERING")})
     if limit_bytes is not None:
         env["UVMPOOL_DEVICE_LIMIT"] = f"{int(limit_bytes) // MIB}M"
     if not spill:
@@ -56,7 +59,7 @@ def uvmpool_env(lib, limit_bytes=None, spill=True, **extra):
 
 def run_child(cmd, env, timeout, label, echo=True):
     """Runs one child; returns (result dict or None, exit status or 'timeout', wall seconds, output)."""
-    desc = " ".join(f"{k}={env[k]}" for k in ("LD_PRELOAD", "UVMPOOL_DEVICE_LIMIT", "UVMPOOL_SPILL",
+    desc = " ".join(f"{k}={env[k]}" for k in ("LD_PRELOAD", "UVMPOOL_DEVICE_LIMIT", "UVMPOOL_SPILL", "UVMPOOL_TIERING",
                                                "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_NO_CUDA_MEMORY_CACHING")
                     if k in env)
     print(f"== {label}: {desc or 'native'}", flush=True)
