@@ -320,6 +320,8 @@ void DevicePool::release_free_chunks() {
 }
 
 void DevicePool::release_idle(bool keep_chunks) {
+  // The reserve's thread, mid-refill, would otherwise map what it pinned after the release.
+  if (host_ && !keep_chunks) host_->disarm();
   collect_pending(false);
   MutexLock lock(mu_);
   evict_cached(SIZE_MAX);

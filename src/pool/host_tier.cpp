@@ -312,6 +312,12 @@ void HostReserve::arm() {
   tier_.wake();
 }
 
+void HostReserve::disarm() {
+  UniqueMutexLock lock(mu_);
+  target_ = 0;
+  while (in_flight_ != 0) landed_cv_.wait(lock.native());
+}
+
 void HostReserve::drain() {
   std::vector<Handle> all;
   {

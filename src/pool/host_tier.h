@@ -109,6 +109,11 @@ class HostReserve {
   void arm();
   // Releases every chunk in the reserve (release_idle).
   void drain();
+  // Stops keeping the reserve at its target until the device fills up again (arm) or a spill grows it,
+  // and waits for what the thread has in flight to land: release_idle calls it first, so no chunk
+  // pinned or premapped during the release is mapped again after it. Without the pool's lock: a
+  // premap in flight takes it to land.
+  void disarm();
   void abandon() { abandoned_ = true; }
 
   // The thread's work, one batch at a time: pin until ready memory (unmapped + premapped) reaches the

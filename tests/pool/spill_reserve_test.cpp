@@ -225,5 +225,24 @@ TEST_F(SpillReserve, ReleaseIdleAndDestructionGiveThePinnedMemoryBack) {
   EXPECT_TRUE(host_memory_whole()) << "the pool was destroyed with its reserve still pinned";
 }
 
+// What release_idle gives back stays given back: the thread (it wakes once a second) does not pin the
+// reserve again, nor land a refill it had in flight, until the device fills up again.
+TEST_F(SpillReserve, StaysReleasedAfterReleaseIdleUntilTheDeviceFillsUpAgain) {
+  auto pool = make_pool(spill_config(64 * kMiB, 512 * kMiB, kBase));
+  CUdeviceptr full = must_allocate(*pool, room(64 * kMiB));
+  CUdeviceptr p = must_allocate(*pool, 20 * kMiB);  // a spill: the thread refills behind it
+  must_free(*pool, p);
+  must_free(*pool, full);
+  pool->release_idle();
+  EXPECT_EQ(pool->stats(0).host_chunks_held, 0u);
+  EXPECT_FALSE(eventually([&] { return pool->stats(0).host_chunks_held != 0; }, 1.5))
+      << "the reserve was pinned again after release_idle: " << pool->stats(0).host_chunks_held << " chunks";
+  EXPECT_FALSE(pool->any_host_mapped());
+  full = must_allocate(*pool, room(64 * kMiB));
+  EXPECT_TRUE(eventually([&] { return ready(pool->stats(0)) == 64; }))
+      << "not armed again by a full device: " << ready(pool->stats(0)) << " chunks ready";
+  must_free(*pool, full);
+}
+
 }  // namespace
 }  // namespace pooltest
