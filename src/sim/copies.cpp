@@ -41,20 +41,26 @@ CUresult work_context(Submission how) {
                                : current_context(&context);
 }
 
-CUresult run(Submission how, WorkSpec work) {
-  return how.stream != nullptr ? timeline::submit(*how.stream, how.per_thread, std::move(work))
-                               : timeline::submit_and_wait(how.per_thread, std::move(work));
+// `waits`: the call returns only once the work ended (the synchronous forms, and copies with a
+// pageable side, which the real driver makes synchronous); a copy that waits so keeps other threads'
+// calls out meanwhile, as the driver's lock does (timeline::submit_and_wait).
+CUresult run(Submission how, WorkSpec work, bool waits, bool keeps_others_out) {
+  if (how.stream != nullptr && !waits) return timeline::submit(*how.stream, how.per_thread, std::move(work));
+  return timeline::submit_and_wait(how.stream != nullptr ? *how.stream : nullptr, how.per_thread, std::move(work),
+                                   keeps_others_out);
 }
 
 CUresult copy(std::uintptr_t dst, Side dst_side, std::uintptr_t src, Side src_side, std::size_t n, Submission how,
               const char* call) {
   if (CUresult status = work_context(how); status != CUDA_SUCCESS) return status;
   if (n == 0) return CUDA_SUCCESS;
+  bool pageable = false;
   {
     AddressSpace& space = AddressSpace::get();
     std::shared_lock lock(space.mutex);
     if (CUresult status = check_range(space, dst, n, true, dst_side); status != CUDA_SUCCESS) return status;
     if (CUresult status = check_range(space, src, n, false, src_side); status != CUDA_SUCCESS) return status;
+    pageable = pageable_side(space, dst, src);
   }
   WorkSpec work;
   work.kind = WorkKind::Copy;
@@ -69,7 +75,7 @@ CUresult copy(std::uintptr_t dst, Side dst_side, std::uintptr_t src, Side src_si
     std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
     return CUDA_SUCCESS;
   };
-  return run(how, std::move(work));
+  return run(how, std::move(work), how.stream == nullptr || pageable, true);
 }
 
 template <typename T>
@@ -108,7 +114,7 @@ CUresult fill(CUdeviceptr dst, T value, std::size_t count, Submission how, const
     }
     return CUDA_SUCCESS;
   };
-  return run(how, std::move(work));
+  return run(how, std::move(work), how.stream == nullptr, false);
 }
 
 std::uintptr_t host(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }

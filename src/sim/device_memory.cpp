@@ -66,6 +66,11 @@ void* DeviceMemory::reach(std::uintptr_t p, std::uint64_t count, std::size_t siz
   return reinterpret_cast<void*>(p);
 }
 
+bool pageable_side(AddressSpace& space, std::uintptr_t dst, std::uintptr_t src) {
+  std::uintptr_t end = 0;
+  return tier_at(space, dst, &end) == Tier::Pageable || tier_at(space, src, &end) == Tier::Pageable;
+}
+
 void classify_copy(AddressSpace& space, std::uintptr_t dst, std::uintptr_t src, std::size_t bytes, Touches& t) {
   for (std::size_t done = 0; done < bytes;) {
     std::uintptr_t src_end = 0, dst_end = 0;

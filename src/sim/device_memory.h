@@ -35,6 +35,9 @@ class DeviceMemory {
   Touches& touches_;
 };
 
+// Whether either side of a copy starts in pageable host memory (the real driver then makes an
+// asynchronous copy synchronous). Caller holds the address space's lock (shared).
+bool pageable_side(AddressSpace& space, std::uintptr_t dst, std::uintptr_t src);
 // Counts a copy's bytes by path (device, pinned host, pageable host on either side) into `touches`
 // and notes the ranges it touched inside the device address space. Both ranges must be valid.
 void classify_copy(AddressSpace& space, std::uintptr_t dst, std::uintptr_t src, std::size_t bytes, Touches& touches);

@@ -1,5 +1,6 @@
 // The exported driver symbols, generated from the one list: each counts the call, applies an injected
-// failure, refuses to run before cuInit where the real driver does, charges the call's cost to the
+// failure, refuses to run before cuInit where the real driver does, waits while another thread's copy
+// keeps the driver to itself (timeline::submit_and_wait), charges the call's cost to the
 // calling thread's clock, runs queued work that can now go, answers a context's sticky error, then
 // calls its implementation.
 #include <new>
@@ -32,10 +33,8 @@ constexpr bool works_before_init(Fn fn) {
   }
 }
 
-// The calls that still work in a context a fault has made unusable: those that inspect, switch or
-// tear down contexts, and those that need none.
-constexpr bool works_after_fault(Fn fn) {
-  if (works_before_init(fn)) return true;
+// The calls that ask about devices, or read or switch the calling thread's current context.
+constexpr bool asks_devices_or_current_context(Fn fn) {
   switch (fn) {
     case Fn::cuDeviceGet:
     case Fn::cuDeviceGetCount:
@@ -44,6 +43,22 @@ constexpr bool works_after_fault(Fn fn) {
     case Fn::cuDeviceGetUuid_v2:
     case Fn::cuDeviceTotalMem_v2:
     case Fn::cuDeviceGetAttribute:
+    case Fn::cuCtxGetCurrent:
+    case Fn::cuCtxSetCurrent:
+    case Fn::cuCtxPushCurrent_v2:
+    case Fn::cuCtxPopCurrent_v2:
+    case Fn::cuCtxGetDevice:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The calls that still work in a context a fault has made unusable: those that inspect, switch or
+// tear down contexts, and those that need none.
+constexpr bool works_after_fault(Fn fn) {
+  if (works_before_init(fn) || asks_devices_or_current_context(fn)) return true;
+  switch (fn) {
     case Fn::cuDevicePrimaryCtxRetain:
     case Fn::cuDevicePrimaryCtxRelease_v2:
     case Fn::cuDevicePrimaryCtxReset_v2:
@@ -52,11 +67,6 @@ constexpr bool works_after_fault(Fn fn) {
     case Fn::cuCtxCreate_v2:
     case Fn::cuCtxCreate_v4:
     case Fn::cuCtxDestroy_v2:
-    case Fn::cuCtxGetCurrent:
-    case Fn::cuCtxSetCurrent:
-    case Fn::cuCtxPushCurrent_v2:
-    case Fn::cuCtxPopCurrent_v2:
-    case Fn::cuCtxGetDevice:
     // Virtual memory management needs no context (NCCL calls it without one).
     case Fn::cuMemAddressReserve:
     case Fn::cuMemAddressFree:
@@ -75,6 +85,26 @@ constexpr bool works_after_fault(Fn fn) {
   }
 }
 
+// The calls that another thread's copy, waiting inside the driver behind an unwritten value, does not
+// keep out (timeline::submit_and_wait): measured on an H100, cuEventSynchronize; by best belief, the
+// other synchronizing and querying calls (the program's own synchronizes did not keep the mover out),
+// and those that only read or switch the calling thread's context or ask about devices.
+constexpr bool passes_the_door(Fn fn) {
+  if (works_before_init(fn) || asks_devices_or_current_context(fn)) return true;
+  switch (fn) {
+    case Fn::cuCtxSynchronize:
+    case Fn::cuStreamSynchronize:
+    case Fn::cuStreamSynchronize_ptsz:
+    case Fn::cuStreamQuery:
+    case Fn::cuStreamQuery_ptsz:
+    case Fn::cuEventQuery:
+    case Fn::cuEventSynchronize:
+      return true;
+    default:
+      return false;
+  }
+}
+
 CUresult sticky_error(Fn fn) {
   if (works_after_fault(fn)) return CUDA_SUCCESS;
   Context* context = nullptr;
@@ -87,6 +117,8 @@ CUresult dispatch(Fn fn, Call&& call) noexcept {
   if (CUresult injected = on_call(fn); injected != CUDA_SUCCESS) return injected;
   if (!works_before_init(fn) && !initialized()) return CUDA_ERROR_NOT_INITIALIZED;
   if (initialized()) {
+    if (!passes_the_door(fn))
+      if (CUresult kept_out = timeline::wait_at_the_door(); kept_out != CUDA_SUCCESS) return kept_out;
     clock::charge(clock::base_cost(fn));
     timeline::pump();
     if (CUresult sticky = sticky_error(fn); sticky != CUDA_SUCCESS) return sticky;

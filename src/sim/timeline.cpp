@@ -310,19 +310,62 @@ CUresult submit(CUstream handle, bool per_thread, WorkSpec work) {
   return CUDA_SUCCESS;
 }
 
-CUresult submit_and_wait(bool per_thread, WorkSpec work) {
+namespace {
+// Threads waiting inside a copy for work that cannot run yet (submit_and_wait), and whether the calling
+// thread is one.
+std::atomic<int> g_inside_waiting{0};
+thread_local bool t_inside_waiting = false;
+
+class WaitingInside {
+ public:
+  explicit WaitingInside(bool keeps_others_out) : on_(keeps_others_out) {
+    if (!on_) return;
+    t_inside_waiting = true;
+    g_inside_waiting.fetch_add(1, std::memory_order_seq_cst);
+  }
+  ~WaitingInside() {
+    if (!on_) return;
+    g_inside_waiting.fetch_sub(1, std::memory_order_seq_cst);
+    t_inside_waiting = false;
+  }
+  WaitingInside(const WaitingInside&) = delete;
+  WaitingInside& operator=(const WaitingInside&) = delete;
+
+ private:
+  bool on_;
+};
+}  // namespace
+
+CUresult submit_and_wait(CUstream handle, bool per_thread, WorkSpec work, bool keeps_others_out) {
   State& st = state();
   std::unique_lock lock(st.mutex);
   Stream* s = nullptr;
-  if (CUresult status = resolve(st, nullptr, per_thread, &s); status != CUDA_SUCCESS) return status;
+  if (CUresult status = resolve(st, handle, per_thread, &s); status != CUDA_SUCCESS) return status;
   Queued item;
   item.type = Queued::Type::Work;
   item.spec = std::move(work);
   enqueue(st, *s, std::move(item), lock);
+  drain_all(st, lock);
+  // Only a wait for work that cannot run keeps the others out: a copy whose stream is free ends at once.
+  const WaitingInside inside(keeps_others_out && !s->queue.empty());
   if (CUresult status = wait_for_queues(st, lock, [&](const Stream& other) { return &other == s; });
       status != CUDA_SUCCESS)
     return status;
   clock::wait_until(s->tail);
+  return CUDA_SUCCESS;
+}
+
+CUresult wait_at_the_door() {
+  if (g_inside_waiting.load(std::memory_order_seq_cst) - (t_inside_waiting ? 1 : 0) <= 0) return CUDA_SUCCESS;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(clock::costs().hang_timeout_ms);
+  while (g_inside_waiting.load(std::memory_order_seq_cst) - (t_inside_waiting ? 1 : 0) > 0) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      log::error("a driver call waited {} ms for another thread's copy, which waits for a value nothing writes "
+                 "(a GPU would wait until it is written)", clock::costs().hang_timeout_ms);
+      return CUDA_ERROR_LAUNCH_TIMEOUT;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
   return CUDA_SUCCESS;
 }
 

@@ -62,8 +62,17 @@ namespace timeline {
 // per-thread stream when `per_thread`, as for the _ptsz and _ptds variants). CUDA_ERROR_INVALID_HANDLE
 // for an unknown stream, the context's errors for a default stream without a current context.
 CUresult submit(CUstream stream, bool per_thread, WorkSpec work);
-// Submits on the default stream and waits until the work ends (the synchronous copies and memsets).
-CUresult submit_and_wait(bool per_thread, WorkSpec work);
+// Submits on `stream` and waits until the work ends: the synchronous copies and memsets (on the
+// default stream), and the asynchronous copies from or to pageable memory, which the real driver makes
+// synchronous. With `keeps_others_out` (copies) the wait models the driver's lock, as measured on an
+// H100 with driver 580 (tests/gpu/hold_blocking.cu): while the calling thread waits for work queued
+// behind an unwritten value, every other thread's calls but the synchronizing, querying and context
+// ones wait at the door (wait_at_the_door) until it returns.
+CUresult submit_and_wait(CUstream stream, bool per_thread, WorkSpec work, bool keeps_others_out);
+// Before a call that the driver's lock keeps out (exports.cpp): waits while another thread waits inside
+// a copy (submit_and_wait). CUDA_ERROR_LAUNCH_TIMEOUT, and an error logged, after the hang timeout:
+// on a GPU the call would wait until something wrote the value.
+CUresult wait_at_the_door();
 
 // Runs queued work whose waits are now satisfied. Cheap when nothing is queued; every driver call
 // makes it (exports.cpp), since a host thread's plain store is how a waited-for value is usually set.

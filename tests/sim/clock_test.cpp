@@ -87,8 +87,10 @@ TEST_F(Clock, CopiesTakeTheirBytesAtThePathsRate) {
   ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   EXPECT_NEAR(time_on(s, [&] { ASSERT_CU(cuMemcpyHtoDAsync(a, pinned, kBytes, s)); }), kCallNs + kCopyNs + at(kBytes, kCopy), 2);
   EXPECT_NEAR(time_on(s, [&] { ASSERT_CU(cuMemcpyDtoHAsync(pinned, a, kBytes, s)); }), kCallNs + kCopyNs + at(kBytes, kCopy), 2);
+  // From pageable memory the copy is synchronous, as on a GPU: the stop event is recorded a call after
+  // it ended.
   EXPECT_NEAR(time_on(s, [&] { ASSERT_CU(cuMemcpyHtoDAsync(a, pageable.data(), kBytes, s)); }),
-              kCallNs + kCopyNs + at(kBytes, kPageable), 2);
+              kCallNs + kCopyNs + at(kBytes, kPageable) + kCallNs, 2);
   EXPECT_NEAR(time_on(s, [&] { ASSERT_CU(cuMemcpyDtoDAsync(b, a, kBytes, s)); }),
               kCallNs + kCopyNs + at(kBytes, kHbmRead) + at(kBytes, kHbmWrite), 2);
   // Between a host-located VMM range and device memory, the copy engine's rate, either way.

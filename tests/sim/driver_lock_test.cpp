@@ -1,0 +1,108 @@
+// The driver's lock as the simulator models it (timeline::submit_and_wait), after what an H100 with
+// driver 580 did (tests/gpu/hold_blocking.cu, docs/gpu-results.md): a copy that waits inside the driver
+// for work queued behind an unwritten value keeps every other thread's calls out until it returns,
+// except the synchronizing and querying ones; a copy from pageable memory waits for its stream even in
+// its asynchronous form. Tiering's hold (src/tiering/host_wait_gate.h) is built around this.
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "sim_test.h"
+
+namespace simtest {
+namespace {
+
+using DriverLock = SimTest;
+using namespace std::chrono_literals;
+
+// A 32-bit flag in pinned host memory that streams can wait on.
+struct Flag {
+  Flag() {
+    void* p = nullptr;
+    EXPECT_CU(cuMemHostAlloc(&p, 64, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+    host = static_cast<std::uint32_t*>(p);
+    *host = 0;
+    EXPECT_CU(cuMemHostGetDevicePointer(&device, p, 0));
+  }
+  void write() { __atomic_store_n(host, 1u, __ATOMIC_RELEASE); }
+  std::uint32_t* host = nullptr;
+  CUdeviceptr device = 0;
+};
+
+// Runs `call` on a thread with `context` current; done() says whether it has returned.
+class Caller {
+ public:
+  template <typename Call>
+  Caller(CUcontext context, Call call)
+      : thread_([this, context, call] {
+          cuCtxSetCurrent(context);
+          result_ = call();
+          done_.store(true, std::memory_order_release);
+        }) {}
+  ~Caller() { join(); }
+  bool done() const { return done_.load(std::memory_order_acquire); }
+  CUresult join() {
+    if (thread_.joinable()) thread_.join();
+    return result_;
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  CUresult result_ = CUDA_ERROR_UNKNOWN;
+  std::thread thread_;
+};
+
+// Whether `c` returns within `limit`.
+bool returns_within(const Caller& c, std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!c.done() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  return c.done();
+}
+
+TEST_F(DriverLock, AnAsynchronousCopyFromPageableMemoryWaitsForItsStream) {
+  Flag flag;
+  CUdeviceptr device = 0;
+  ASSERT_CU(cuMemAlloc(&device, 1 << 20));
+  std::vector<char> pageable(1 << 20, 1);
+  void* pinned = nullptr;
+  ASSERT_CU(cuMemHostAlloc(&pinned, 1 << 20, 0));
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamWaitValue32(s, flag.device, 1, CU_STREAM_WAIT_VALUE_GEQ));
+  // Pinned: queued behind the wait, the call returns at once.
+  ASSERT_CU(cuMemcpyHtoDAsync(device, pinned, 1 << 20, s));
+  Caller copy(ctx, [&] { return cuMemcpyHtoDAsync(device, pageable.data(), 1 << 20, s); });
+  EXPECT_FALSE(returns_within(copy, 100ms)) << "a pageable copy returned before the work ahead of it ran";
+  flag.write();
+  EXPECT_CU(copy.join());
+  ASSERT_CU(cuStreamSynchronize(s));
+}
+
+TEST_F(DriverLock, ACopyWaitingBehindAValueKeepsOtherThreadsCallsOutButNotSynchronizes) {
+  Flag flag;
+  CUdeviceptr device = 0;
+  ASSERT_CU(cuMemAlloc(&device, 4 << 20));
+  std::vector<char> pageable(1 << 20, 1);
+  CUstream other = nullptr;
+  ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  CUevent before = nullptr;
+  ASSERT_CU(cuEventCreate(&before, CU_EVENT_DISABLE_TIMING));
+  ASSERT_CU(cuEventRecord(before, CU_STREAM_LEGACY));
+  ASSERT_CU(cuStreamWaitValue32(CU_STREAM_LEGACY, flag.device, 1, CU_STREAM_WAIT_VALUE_GEQ));
+  Caller program(ctx, [&] { return cuMemcpyHtoD(device, pageable.data(), 1 << 20); });
+  EXPECT_FALSE(returns_within(program, 50ms));
+  // What the mover does while holding: wait for the work before the hold (goes), then copy (kept out).
+  Caller synchronize(ctx, [&] { return cuEventSynchronize(before); });
+  EXPECT_TRUE(returns_within(synchronize, 1000ms)) << "a synchronize was kept out";
+  Caller copy(ctx, [&] { return cuMemcpyDtoDAsync(device + (2 << 20), device, 1 << 20, other); });
+  EXPECT_FALSE(returns_within(copy, 100ms)) << "a copy on another stream went ahead of the waiting copy";
+  flag.write();
+  EXPECT_CU(program.join());
+  EXPECT_CU(copy.join());
+  EXPECT_CU(synchronize.join());
+  ASSERT_CU(cuCtxSynchronize());
+}
+
+}  // namespace
+}  // namespace simtest
