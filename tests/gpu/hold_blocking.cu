@@ -1,0 +1,161 @@
+// Which driver calls of one thread block while another thread sits in a call that waits for a stream
+// held by cuStreamWaitValue32 (tiering's hold, docs/tiering.md)? On the H200, GPT-2 training under
+// UVMPOOL_TIERING=auto had every hold given up by the 10 s watchdog, while a loop with no pageable
+// copies drained. This program makes the situation by hand, without uvmpool:
+//   1. an event, then a wait on a pinned flag, on the legacy stream (the hold);
+//   2. a "program" thread enters one call on that stream (a pageable or pinned copy, a synchronize);
+//   3. a "mover" thread makes the calls an epoch makes (wait for the event, copy on its own stream,
+//      map and unmap), each timed;
+//   4. after a second, or once the mover is done, the flag is written.
+// A mover call that ends only after the flag was written was blocked by the program thread's call.
+//
+//   nvcc -O2 -arch=native tests/gpu/hold_blocking.cu -o hold_blocking -lcuda && ./hold_blocking
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+#define CK(x)                                                                      \
+  do {                                                                             \
+    CUresult r_ = (x);                                                             \
+    if (r_ != CUDA_SUCCESS) {                                                      \
+      std::printf("  %s failed: %d (line %d)\n", #x, static_cast<int>(r_), __LINE__); \
+      std::exit(1);                                                                \
+    }                                                                              \
+  } while (0)
+
+constexpr size_t kCopy = 64 << 20;
+constexpr size_t kMap = 32 << 20;
+
+struct Shared {
+  CUcontext ctx = nullptr;
+  volatile unsigned* flag = nullptr;
+  CUdeviceptr flag_dev = 0;
+  CUdeviceptr dev = 0;       // the program's copies' device side
+  void* pageable = nullptr;  // malloc'd
+  void* pinned = nullptr;    // cuMemHostAlloc'd
+  CUstream mover_stream = nullptr;
+  CUdeviceptr scratch = 0;   // the mover's copies
+};
+
+// What the program thread does while the hold stands.
+struct Scenario {
+  const char* name;
+  void (*call)(Shared&);
+};
+
+const Scenario kScenarios[] = {
+    {"nothing (control)", [](Shared&) {}},
+    {"cuStreamSynchronize(legacy)", [](Shared&) { cuStreamSynchronize(CU_STREAM_LEGACY); }},
+    {"cuCtxSynchronize", [](Shared&) { cuCtxSynchronize(); }},
+    {"cuMemcpyHtoD pageable 64 MiB", [](Shared& s) { cuMemcpyHtoD(s.dev, s.pageable, kCopy); }},
+    {"cuMemcpyHtoDAsync pageable 64 MiB, legacy", [](Shared& s) { cuMemcpyHtoDAsync(s.dev, s.pageable, kCopy, CU_STREAM_LEGACY); }},
+    {"cuMemcpyDtoH pageable 64 MiB", [](Shared& s) { cuMemcpyDtoH(s.pageable, s.dev, kCopy); }},
+    {"cuMemcpyHtoD pinned 64 MiB", [](Shared& s) { cuMemcpyHtoD(s.dev, s.pinned, kCopy); }},
+    {"cuMemcpyDtoH pinned 64 MiB", [](Shared& s) { cuMemcpyDtoH(s.pinned, s.dev, kCopy); }},
+    {"cudaMemcpy H2D pageable 4 KiB", [](Shared& s) { cudaMemcpy(reinterpret_cast<void*>(s.dev), s.pageable, 4096, cudaMemcpyHostToDevice); }},
+    {"cudaMemcpy D2H pageable 4 B", [](Shared& s) { cudaMemcpy(s.pageable, reinterpret_cast<void*>(s.dev), 4, cudaMemcpyDeviceToHost); }},
+    {"cuMemAlloc + cuMemFree 64 MiB", [](Shared&) { CUdeviceptr p = 0; if (cuMemAlloc(&p, kCopy) == CUDA_SUCCESS) cuMemFree(p); }},
+};
+
+// The calls of one epoch, each timed from the scenario's start; `released_at` is when the flag went up.
+void mover(Shared& s, Clock::time_point t0, std::vector<std::pair<std::string, double>>* out, CUevent e) {
+  cuCtxSetCurrent(s.ctx);
+  auto note = [&](const char* what) { out->push_back({what, ms_since(t0)}); };
+  cuEventSynchronize(e);
+  note("cuEventSynchronize(event before the hold)");
+  cuMemcpyDtoDAsync(s.scratch, s.scratch + kMap, kMap, s.mover_stream);
+  note("cuMemcpyDtoDAsync on the mover's stream");
+  cuStreamSynchronize(s.mover_stream);
+  note("cuStreamSynchronize(mover's stream)");
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+  CUmemGenericAllocationHandle h = 0;
+  CUdeviceptr va = 0;
+  cuMemAddressReserve(&va, kMap, 0, 0, 0);
+  cuMemCreate(&h, kMap, &prop, 0);
+  note("cuMemAddressReserve + cuMemCreate");
+  cuMemMap(va, kMap, 0, h, 0);
+  CUmemAccessDesc acc{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  cuMemSetAccess(va, kMap, &acc, 1);
+  note("cuMemMap + cuMemSetAccess");
+  cuMemUnmap(va, kMap);
+  note("cuMemUnmap");
+  cuMemRelease(h);
+  cuMemAddressFree(va, kMap);
+  note("cuMemRelease + cuMemAddressFree");
+}
+
+}  // namespace
+
+int main() {
+  Shared s;
+  CK(cuInit(0));
+  CUdevice d = 0;
+  CK(cuDeviceGet(&d, 0));
+  CK(cuDevicePrimaryCtxRetain(&s.ctx, d));
+  CK(cuCtxSetCurrent(s.ctx));
+  cudaSetDevice(0);
+  void* f = nullptr;
+  CK(cuMemHostAlloc(&f, 4096, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+  s.flag = static_cast<volatile unsigned*>(f);
+  CK(cuMemHostGetDevicePointer(&s.flag_dev, f, 0));
+  CK(cuMemAlloc(&s.dev, kCopy));
+  CK(cuMemAlloc(&s.scratch, 2 * kMap));
+  s.pageable = std::malloc(kCopy);
+  std::memset(s.pageable, 1, kCopy);
+  CK(cuMemHostAlloc(&s.pinned, kCopy, 0));
+  CK(cuStreamCreate(&s.mover_stream, CU_STREAM_NON_BLOCKING));
+  std::printf("hold_blocking: times in ms from the hold; the flag is written at 1000 ms or when the mover is done\n");
+  unsigned value = 0;
+  bool any_blocked = false;
+  for (const Scenario& sc : kScenarios) {
+    ++value;
+    CUevent e = nullptr;
+    CK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    CK(cuEventRecord(e, CU_STREAM_LEGACY));
+    CK(cuStreamWaitValue32(CU_STREAM_LEGACY, s.flag_dev, value, CU_STREAM_WAIT_VALUE_GEQ));
+    const Clock::time_point t0 = Clock::now();
+    std::atomic<double> program_done{-1};
+    std::thread program([&] {
+      cuCtxSetCurrent(s.ctx);
+      sc.call(s);
+      program_done = ms_since(t0);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the program thread is in its call
+    std::vector<std::pair<std::string, double>> calls;
+    std::atomic<bool> mover_done{false};
+    std::thread m([&] {
+      mover(s, t0, &calls, e);
+      mover_done = true;
+    });
+    while (!mover_done && ms_since(t0) < 1000) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const double released = ms_since(t0);
+    __atomic_store_n(s.flag, value, __ATOMIC_RELEASE);
+    m.join();
+    program.join();
+    cuCtxSynchronize();
+    cuEventDestroy(e);
+    bool blocked = false;
+    for (const auto& c : calls) blocked |= c.second >= released;
+    any_blocked |= blocked;
+    std::printf("\n[%s] program thread: %s; flag written at %.1f; program's call done at %.1f\n", sc.name,
+                blocked ? "BLOCKED the mover" : "the mover went on", released, program_done.load());
+    for (const auto& c : calls) std::printf("  %8.1f  %s%s\n", c.second, c.first.c_str(), c.second >= released ? "  (after the flag)" : "");
+  }
+  std::printf("\nHOLD_BLOCKING %s\n", any_blocked ? "some calls blocked the mover" : "no call blocked the mover");
+  return 0;
+}
