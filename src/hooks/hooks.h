@@ -37,10 +37,11 @@ CUresult answer_exception(const char* where) noexcept;
 const driver::Table& hook_table();
 
 // Whether the routes hand out the hook of list entry `entry` rather than the driver's own function:
-// every Hook entry, but tiering's (launches, unloads, stream creation) only while tiering watches
-// launches (UVMPOOL_TIERING not off), so that with it off a launch costs nothing at all.
+// every Hook entry, but tiering's (launches, unloads, stream creation, the copies that may wait on
+// the host) only while tiering watches launches (UVMPOOL_TIERING not off), so that with it off a
+// launch or a copy costs nothing at all.
 bool hands_out(int entry);
-// Tiering's hooks (launch_hooks.cpp), and whether tiering wants them.
+// Tiering's hooks (launch_hooks.cpp, copy_hooks.cpp), and whether tiering wants them.
 bool is_launch_hook(driver::Fn fn);
 bool watches_launches();
 

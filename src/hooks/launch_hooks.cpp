@@ -28,7 +28,22 @@ bool is_launch_hook(driver::Fn fn) {
     case Fn::cuModuleUnload:
     case Fn::cuLibraryUnload:
     case Fn::cuStreamCreate:
-    case Fn::cuStreamCreateWithPriority: return true;
+    case Fn::cuStreamCreateWithPriority:
+    // The copies that may wait on the host (copy_hooks.cpp).
+    case Fn::cuMemcpy:
+    case Fn::cuMemcpy_ptds:
+    case Fn::cuMemcpyHtoD_v2:
+    case Fn::cuMemcpyHtoD_v2_ptds:
+    case Fn::cuMemcpyDtoH_v2:
+    case Fn::cuMemcpyDtoH_v2_ptds:
+    case Fn::cuMemcpyDtoD_v2:
+    case Fn::cuMemcpyDtoD_v2_ptds:
+    case Fn::cuMemcpyAsync:
+    case Fn::cuMemcpyAsync_ptsz:
+    case Fn::cuMemcpyHtoDAsync_v2:
+    case Fn::cuMemcpyHtoDAsync_v2_ptsz:
+    case Fn::cuMemcpyDtoHAsync_v2:
+    case Fn::cuMemcpyDtoHAsync_v2_ptsz: return true;
     default: return false;
   }
 }

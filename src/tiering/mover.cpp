@@ -280,6 +280,7 @@ bool Mover::wait_bounded(Held* hold, std::uint32_t value) {
 void Mover::release(std::uint32_t value) {
   streams_.end_hold();
   __atomic_store_n(flag_, value, __ATOMIC_RELEASE);
+  streams_.host_waits().open();  // after the flag: what waited at the gate now finds its stream going
   // The held streams go on as the devices see the flag. A query lets a driver that looks for written
   // values only on calls (the simulator) see it too.
   for (const DeviceResources& r : devices_) {
@@ -343,7 +344,8 @@ CUresult Mover::put_off(const std::vector<Request>& requests) {
   if (++put_offs_ >= kMaxPutOffs) {
     put_offs_ = 0;
     failed_.fetch_add(requests.size(), std::memory_order_relaxed);
-    log::warn("tiering: {} moves dropped after {} epochs put off in a row (a graph capture, or a stream refusing the hold)",
+    log::warn("tiering: {} moves dropped after {} epochs put off in a row (a graph capture, a stream refusing the hold, "
+              "or a copy of the program staying in the driver)",
               requests.size(), kMaxPutOffs);
     return CUDA_SUCCESS;
   }
@@ -465,6 +467,12 @@ CUresult Mover::finish() {
   const pool::Quiesce quiesce = [&](std::span<char> commit) UVMPOOL_REQUIRES(epoch_mu_) {
     Held hold;
     held_at = std::chrono::steady_clock::now();
+    // No call of the program may wait inside the driver behind the hold: the driver would make this
+    // thread's calls wait for it (host_wait_gate.h). Calls still in there: the epoch is put off.
+    if (!streams_.host_waits().close(config_.hold_timeout)) {
+      held_off = true;
+      return false;
+    }
     if (!record_on_streams(true, value, &hold)) {
       held_off = true;
       wait_for(&hold);

@@ -17,6 +17,7 @@
 
 #include "config/thread_safety.h"
 #include "driver/driver_api.h"
+#include "tiering/host_wait_gate.h"
 
 namespace uvmpool::tiering {
 
@@ -77,6 +78,10 @@ class StreamRegistry {
 
   std::size_t size() const;
 
+  // The program's calls that wait on the host for queued work pass it; the mover closes it around
+  // each hold (host_wait_gate.h says why).
+  HostWaitGate& host_waits() { return host_waits_; }
+
  private:
   void add_context_locked(CUcontext context) UVMPOOL_REQUIRES(mu_);
 
@@ -86,6 +91,7 @@ class StreamRegistry {
   std::vector<Retiring> retiring_ UVMPOOL_GUARDED_BY(mu_);
   std::atomic<std::uint64_t> generation_{1};
   std::atomic<bool> keep_retiring_{false};  // renewed when a context is forgotten (see saw_context)
+  HostWaitGate host_waits_;
 };
 
 }  // namespace uvmpool::tiering

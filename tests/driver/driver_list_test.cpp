@@ -3,12 +3,16 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "driver/driver_api.h"
 #include "driver/real_driver.h"
 #include "hooks/hooks.h"
+#include "tiering/streams.h"
 
 namespace uvmpool::driver {
 namespace {
@@ -74,9 +78,28 @@ TEST_F(RealDriverTable, GetProcAddressHookHandsOutHooksOnlyForHookedFunctions) {
   ASSERT_EQ(hooks::impl::cuGetProcAddress_v2("cuGetProcAddress", &p, 12000, 0, &found), CUDA_SUCCESS);
   EXPECT_EQ(p, reinterpret_cast<void*>(hooks::hook_table().cuGetProcAddress_v2));
   // Not hooked: the driver's own function, untouched.
-  ASSERT_EQ(hooks::impl::cuGetProcAddress_v2("cuMemcpyHtoD", &p, 12000, 0, &found), CUDA_SUCCESS);
+  ASSERT_EQ(hooks::impl::cuGetProcAddress_v2("cuMemcpyDtoDAsync", &p, 12000, 0, &found), CUDA_SUCCESS);
   EXPECT_NE(p, nullptr);
-  EXPECT_EQ(p, reinterpret_cast<void*>(real()->table.cuMemcpyHtoD_v2));
+  EXPECT_EQ(p, reinterpret_cast<void*>(real()->table.cuMemcpyDtoDAsync_v2));
+}
+
+// The copies that may wait on the host pass tiering's gate (tiering/host_wait_gate.h): while the mover
+// holds the program's streams they wait outside the driver, and go once it opens.
+TEST_F(RealDriverTable, CopyHooksWaitAtTheGateWhileTheMoverHolds) {
+  tiering::HostWaitGate& gate = tiering::StreamRegistry::process().host_waits();
+  ASSERT_TRUE(gate.close(std::chrono::milliseconds(1000)));
+  const std::uint64_t waited = gate.waited();
+  std::atomic<bool> returned{false};
+  std::thread copy([&] {
+    hooks::impl::cuMemcpyDtoH_v2(nullptr, 0, 0);  // what the driver answers does not matter here
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(returned) << "the copy went into the driver during a hold";
+  gate.open();
+  copy.join();
+  EXPECT_TRUE(returned);
+  EXPECT_EQ(gate.waited(), waited + 1);
 }
 
 // The real driver (H200, 580.159.04) answers an unknown name with CUDA_SUCCESS, a null pointer and

@@ -6,6 +6,7 @@
 // race detector having seen no memory change under unfinished work (TearDown).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -412,6 +413,72 @@ TEST_F(Mover_, AHoldThatCannotDrainIsGivenUpAndTwoTurnMovesOff) {
   streams.destroying(other);
   ASSERT_CU(drv().cuStreamDestroy_v2(other));
   ASSERT_CU(drv().cuMemFreeHost(signal));
+}
+
+TEST_F(Mover_, AProgramsCopyDuringAHoldWaitsAtTheGateAndTheEpochCommits) {
+  // A synchronous copy on the held legacy stream waits inside the driver, and there keeps every other
+  // thread's calls out, the mover's too (host_wait_gate.h; the simulator models it). Passing the gate,
+  // as the copy hooks do, it waits outside until the hold is released, and the epoch goes through.
+  allocate_both_tiers();
+  fill(in_host, 16 * kMiB, 14);
+  std::vector<char> pageable(kMiB, 7);
+  std::thread program;
+  std::atomic<bool> copied{false};
+  MoverConfig config;
+  config.hold_timeout = std::chrono::milliseconds(2000);
+  config.inside_hold = [&] {
+    program = std::thread([&, context = ctx] {
+      drv().cuCtxSetCurrent(context);
+      const uvmpool::tiering::HostWaitGate::Pass pass(streams.host_waits());
+      EXPECT_CU(drv().cuMemcpyHtoD_v2(on_device, pageable.data(), kMiB));
+      copied = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the copy has reached the gate
+    EXPECT_FALSE(copied) << "the copy went ahead of the hold";
+  };
+  make_mover(config);
+  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+  ASSERT_CU(mover->run_epoch());
+  program.join();
+  EXPECT_TRUE(copied);
+  const auto s = mover->stats();
+  EXPECT_EQ(s.moves, 1u);
+  EXPECT_EQ(s.holds_given_up, 0u) << "the program's copy kept the mover out until the watchdog";
+  EXPECT_EQ(streams.host_waits().waited(), 1u);
+  EXPECT_EQ(tiers(in_host, 4 * kMiB, gran), "DD");
+  EXPECT_TRUE(holds(in_host, 16 * kMiB, 14));
+  std::vector<char> back(kMiB);
+  ASSERT_CU(drv().cuMemcpyDtoH_v2(back.data(), on_device, kMiB));
+  EXPECT_EQ(back, pageable);
+}
+
+TEST_F(Mover_, AHoldWaitsForACallInsideTheGateOrIsPutOff) {
+  // A copy that entered the driver before the hold ends without it (its work was queued first), so
+  // the mover waits for it to leave; one that stays past the hold timeout puts the epoch off, and
+  // nothing is held meanwhile. Here a thread stays inside the gate for 500 ms.
+  allocate_both_tiers();
+  fill(in_host, 16 * kMiB, 15);
+  MoverConfig config;
+  config.hold_timeout = std::chrono::milliseconds(200);
+  make_mover(config);
+  std::atomic<bool> inside{false};
+  std::thread program([&] {
+    const uvmpool::tiering::HostWaitGate::Pass pass(streams.host_waits());
+    inside = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  });
+  while (!inside) std::this_thread::yield();
+  EXPECT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+  EXPECT_CU_EQ(CUDA_ERROR_NOT_READY, mover->run_epoch()) << "put off";
+  EXPECT_EQ(mover->stats().moves, 0u) << "a hold was placed while a call was inside the gate";
+  EXPECT_EQ(mover->stats().holds_given_up, 0u);
+  EXPECT_EQ(tiers(in_host, 4 * kMiB, gran), "HH");
+  program.join();
+  ASSERT_CU(mover->run_epoch());  // the put-off batch, now that nothing is inside
+  EXPECT_EQ(mover->stats().moves, 1u);
+  EXPECT_EQ(tiers(in_host, 4 * kMiB, gran), "DD");
+  EXPECT_TRUE(holds(in_host, 16 * kMiB, 15));
+  EXPECT_EQ(streams.host_waits().waited(), 0u);
 }
 
 TEST_F(Mover_, WorkOfADestroyedStreamStillQueuedIsWaitedFor) {

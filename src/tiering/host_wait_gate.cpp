@@ -1,0 +1,43 @@
+#include "tiering/host_wait_gate.h"
+
+namespace uvmpool::tiering {
+
+void HostWaitGate::enter() {
+  for (bool counted = false;;) {
+    inside_.fetch_add(1, std::memory_order_seq_cst);
+    if (!closed_.load(std::memory_order_seq_cst)) return;
+    // Closed: step back out (the mover may be waiting for inside_ to reach 0), wait for the open.
+    leave();
+    if (!counted) waited_.fetch_add(1, std::memory_order_relaxed);
+    counted = true;
+    UniqueMutexLock lock(mu_);
+    cv_.wait(lock.native(), [&] { return !closed_.load(std::memory_order_seq_cst); });
+  }
+}
+
+void HostWaitGate::leave() {
+  if (inside_.fetch_sub(1, std::memory_order_seq_cst) == 1 && closed_.load(std::memory_order_seq_cst)) {
+    MutexLock lock(mu_);  // so the mover cannot miss the wake between its check and its wait
+    cv_.notify_all();
+  }
+}
+
+bool HostWaitGate::close(std::chrono::milliseconds timeout) {
+  closed_.store(true, std::memory_order_seq_cst);
+  UniqueMutexLock lock(mu_);
+  if (cv_.wait_for(lock.native(), timeout, [&] { return inside_.load(std::memory_order_seq_cst) == 0; })) return true;
+  lock.unlock();
+  open();
+  return false;
+}
+
+void HostWaitGate::open() {
+  if (!closed_.load(std::memory_order_seq_cst)) return;
+  {
+    MutexLock lock(mu_);
+    closed_.store(false, std::memory_order_seq_cst);
+  }
+  cv_.notify_all();
+}
+
+}  // namespace uvmpool::tiering

@@ -1,0 +1,66 @@
+// The program's calls that wait on the host for queued work, and the mover's holds, never overlap.
+//
+// Why. A synchronous copy (cuMemcpy, cuMemcpyHtoD, cuMemcpyDtoH, ...) and a copy from or to pageable
+// host memory (which the driver makes synchronous, cuMemcpyHtoDAsync included) wait inside the driver
+// for the work queued before them. Behind a hold (mover.h: a cuStreamWaitValue32 on the program's
+// streams) that wait lasts until the flag is written. Measured on an H100 with driver 580
+// (tests/gpu/hold_blocking.cu, docs/gpu-results.md): while one thread waits so, every other thread's
+// copy, cuMemMap, cuMemSetAccess, cuMemUnmap and event destroy waits too (a synchronize does not). The
+// mover, which needs those calls to finish the epoch and write the flag, then stood still until its
+// watchdog gave the hold up: GPT-2 training under UVMPOOL_TIERING=auto had every hold given up after
+// 10 s, since each step copies its tokens in and its loss out.
+//
+// How. The hooks of those calls (src/hooks/copy_hooks.cpp) pass the gate: while the mover holds, or is
+// about to, the call waits at the gate, outside the driver, holding no lock; the hold ends within an
+// epoch. The mover closes the gate before it places a hold and waits for the calls already inside the
+// driver to return (their work was queued before the hold, so they end without it); it opens the gate
+// when it writes the flag. A call that would not have waited (a pinned asynchronous copy) waits at a
+// closed gate too: the gate cannot tell, and the stream is held anyway.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+
+#include "config/thread_safety.h"
+
+namespace uvmpool::tiering {
+
+class HostWaitGate {
+ public:
+  // Program side: a call that may wait on the host, from entering the driver to returning.
+  class Pass {
+   public:
+    explicit Pass(HostWaitGate& gate) : gate_(gate) { gate_.enter(); }
+    ~Pass() { gate_.leave(); }
+    Pass(const Pass&) = delete;
+    Pass& operator=(const Pass&) = delete;
+
+   private:
+    HostWaitGate& gate_;
+  };
+
+  // Mover side. close() stops new calls and waits up to `timeout` for those inside the driver to
+  // return; false when some did not (the gate is open again, no hold may be placed). open() lets the
+  // waiting calls go; harmless when not closed.
+  bool close(std::chrono::milliseconds timeout);
+  void open();
+
+  // Calls that waited at a closed gate since the start.
+  std::uint64_t waited() const { return waited_.load(std::memory_order_relaxed); }
+
+ private:
+  void enter();
+  void leave();
+
+  // Dekker's order, both seq_cst: a call counts itself in, then looks at closed_; the mover sets
+  // closed_, then looks at inside_. One of the two sees the other.
+  std::atomic<bool> closed_{false};
+  std::atomic<int> inside_{0};
+  std::atomic<std::uint64_t> waited_{0};
+  Mutex mu_;                    // for the two waits below; the fast path takes no lock
+  std::condition_variable cv_;  // closed_ fell, or inside_ reached 0 while closed (mu_)
+};
+
+}  // namespace uvmpool::tiering
