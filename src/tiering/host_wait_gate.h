@@ -16,6 +16,11 @@
 // driver to return (their work was queued before the hold, so they end without it); it opens the gate
 // when it writes the flag. A call that would not have waited (a pinned asynchronous copy) waits at a
 // closed gate too: the gate cannot tell, and the stream is held anyway.
+//
+// The first launch of a lazily loaded kernel (CUDA_MODULE_LOADING=LAZY, the default) does the same
+// inside the driver, measured on the same H100; with EAGER loading launches did not. A function's first
+// launch therefore passes the gate too (Tiering::before_launch). Also measured blocking, and not
+// gated yet: cuMemFreeHost and a foreign cuMemFree (uvmpool's pool frees without the driver).
 #pragma once
 
 #include <atomic>
@@ -41,6 +46,11 @@ class HostWaitGate {
     HostWaitGate& gate_;
   };
 
+  // The same by hand, where entering and leaving happen in two calls (Tiering::before_launch and
+  // after_launch, around a function's first launch). Every enter() needs its leave().
+  void enter();
+  void leave();
+
   // Mover side. close() stops new calls and waits up to `timeout` for those inside the driver to
   // return; false when some did not (the gate is open again, no hold may be placed). open() lets the
   // waiting calls go; harmless when not closed.
@@ -51,9 +61,6 @@ class HostWaitGate {
   std::uint64_t waited() const { return waited_.load(std::memory_order_relaxed); }
 
  private:
-  void enter();
-  void leave();
-
   // Dekker's order, both seq_cst: a call counts itself in, then looks at closed_; the mover sets
   // closed_, then looks at inside_. One of the two sees the other.
   std::atomic<bool> closed_{false};

@@ -32,6 +32,9 @@ struct ParamLayout {
   };
   std::vector<Param> params;  // in parameter order
   bool known = false;         // false: the driver could not say (before CUDA 12.4, or a handle it refused)
+  // Whether a launch of the function has reached the driver (Tiering::after_launch): until then, a
+  // launch may load its module (lazy loading), which waits like a synchronous copy (host_wait_gate.h).
+  mutable std::atomic<bool> launched{false};
 };
 
 class ParamLayouts {

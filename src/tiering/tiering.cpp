@@ -130,11 +130,21 @@ void Tiering::before_launch(CUfunction f, CUstream stream, void** params, void**
   // The common case when everything fits: nothing in host memory, nothing to see.
   seen->read = LaunchSeen::Read::Skipped;
   seen->function = f;
+  seen->first_launch = nullptr;
   if (mover_.config().overlap) mover_.launch_begins();  // launch_ends in after_launch
   if (f == nullptr || (!pool_.any_host_mapped() && !mover_.copying())) return;
   LaunchTouches& touches = seen->touches;
   touches.count = touches.dropped = touches.host = 0;
   const ParamLayout& layout = *layouts_.find(f);
+  // Measured on an H100 (tests/gpu/hold_blocking.cu): the first launch of a lazily loaded kernel keeps
+  // every other thread's driver calls out until the device is idle, and makes the mover's own streams
+  // wait behind a hold. So it waits for the hold to end, and no hold begins while it is in the driver.
+  // Moves happen only while pool memory lies in host memory, so launches skipped above cannot meet a
+  // hold.
+  if (mode_ == Mode::Auto && !layout.launched.load(std::memory_order_acquire)) {
+    streams_.host_waits().enter();
+    seen->first_launch = &layout;
+  }
   const bool read = for_each_word(layout, params, extra, [&](std::uint64_t word) {
     const pool::Pool::Probe hit = pool_.probe(static_cast<CUdeviceptr>(word));
     if (hit.owner != 0) touches.add({static_cast<CUdeviceptr>(word), hit.owner, hit.host});
@@ -158,6 +168,10 @@ void Tiering::before_launch(CUfunction f, CUstream stream, void** params, void**
 }
 
 void Tiering::after_launch(const LaunchSeen& seen, CUstream stream) {
+  if (seen.first_launch != nullptr) {
+    seen.first_launch->launched.store(true, std::memory_order_release);
+    streams_.host_waits().leave();
+  }
   if (seen.read == LaunchSeen::Read::Read && seen.touches.count != 0 &&
       (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)) {
     CUcontext context = nullptr;

@@ -40,6 +40,9 @@ struct LaunchSeen {
   enum class Read { Skipped, Read, Unread } read = Read::Skipped;  // Skipped: nothing could need it
   CUfunction function;
   LaunchTouches touches;
+  // A function's first launch read here passes the host-wait gate (entered by before_launch, left by
+  // after_launch): it may load the function's module, which waits for the device inside the driver.
+  const ParamLayout* first_launch = nullptr;
 };
 
 // The mover's and the policy's settings from the options (UVMPOOL_TIERING_*).

@@ -50,6 +50,14 @@ struct Shared {
   CUdeviceptr scratch = 0;   // the mover's copies
 };
 
+// Kernels launched for the first time in a scenario: with lazy loading (CUDA_MODULE_LOADING=LAZY, the
+// default since CUDA 12.2) the first launch loads them.
+template <int N>
+__global__ void first_launch(int* p) {
+  if (p != nullptr) p[N] = N;
+}
+CUstream g_side = nullptr;  // a non-blocking stream of the program, not held
+
 // What the program thread does while the hold stands.
 struct Scenario {
   const char* name;
@@ -68,6 +76,13 @@ const Scenario kScenarios[] = {
     {"cudaMemcpy H2D pageable 4 KiB", [](Shared& s) { cudaMemcpy(reinterpret_cast<void*>(s.dev), s.pageable, 4096, cudaMemcpyHostToDevice); }},
     {"cudaMemcpy D2H pageable 4 B", [](Shared& s) { cudaMemcpy(s.pageable, reinterpret_cast<void*>(s.dev), 4, cudaMemcpyDeviceToHost); }},
     {"cuMemAlloc + cuMemFree 64 MiB", [](Shared&) { CUdeviceptr p = 0; if (cuMemAlloc(&p, kCopy) == CUDA_SUCCESS) cuMemFree(p); }},
+    {"first launch of a kernel, on a stream not held", [](Shared&) { first_launch<1><<<1, 1, 0, reinterpret_cast<cudaStream_t>(g_side)>>>(nullptr); }},
+    {"first launch of a kernel, on the held legacy stream", [](Shared&) { first_launch<2><<<1, 1, 0, cudaStreamLegacy>>>(nullptr); }},
+    {"second launch of a kernel, on the held legacy stream", [](Shared&) { first_launch<2><<<1, 1, 0, cudaStreamLegacy>>>(nullptr); }},
+    {"cuMemHostAlloc + cuMemFreeHost 2 MiB", [](Shared&) { void* p = nullptr; if (cuMemHostAlloc(&p, 2 << 20, 0) == CUDA_SUCCESS) cuMemFreeHost(p); }},
+    {"cuStreamCreate + cuStreamDestroy", [](Shared&) { CUstream s = nullptr; if (cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS) cuStreamDestroy(s); }},
+    {"cuMemGetInfo", [](Shared&) { size_t f = 0, t = 0; cuMemGetInfo(&f, &t); }},
+    {"cuMemsetD8 (synchronous form) 64 MiB", [](Shared& s) { cuMemsetD8(s.dev, 0, kCopy); }},
 };
 
 // The calls of one epoch, each timed from the scenario's start; `released_at` is when the flag went up.
@@ -119,7 +134,10 @@ int main() {
   std::memset(s.pageable, 1, kCopy);
   CK(cuMemHostAlloc(&s.pinned, kCopy, 0));
   CK(cuStreamCreate(&s.mover_stream, CU_STREAM_NON_BLOCKING));
-  std::printf("hold_blocking: times in ms from the hold; the flag is written at 1000 ms or when the mover is done\n");
+  CK(cuStreamCreate(&g_side, CU_STREAM_NON_BLOCKING));
+  const char* loading = std::getenv("CUDA_MODULE_LOADING");
+  std::printf("hold_blocking: CUDA_MODULE_LOADING=%s; times in ms from the hold; the flag is written at 1000 ms or when the mover is done\n",
+              loading != nullptr ? loading : "(unset)");
   unsigned value = 0;
   bool any_blocked = false;
   for (const Scenario& sc : kScenarios) {

@@ -21,10 +21,7 @@ std::vector<std::uint64_t> words_of(const ParamLayout& layout, void** params, vo
 }
 
 ParamLayout layout(std::initializer_list<ParamLayout::Param> params) {
-  ParamLayout l;
-  l.params = params;
-  l.known = true;
-  return l;
+  return ParamLayout{std::vector<ParamLayout::Param>(params), true};
 }
 
 // (int n, float* x, {float* a; float* b; int k}, double s): offsets 0, 8, 16 (24 bytes), 40.

@@ -4,6 +4,9 @@
 // really lies in (as the driver says).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "tiering_test.h"  // first: the driver's declarations come before cuda.h's
@@ -213,6 +216,36 @@ TEST_F(LaunchTouches_, NothingIsReadWhileNoPoolMemoryLiesInHostMemory) {
   EXPECT_FALSE(pool->any_host_mapped());
   ASSERT_CU(launch(fill, params));
   EXPECT_TRUE(seen.empty());
+}
+
+// A function's first launch may load its module, which on a GPU waits inside the driver and keeps the
+// mover's calls out (tiering/host_wait_gate.h): while the mover holds, it waits at the gate. Later
+// launches of the same function go straight on.
+TEST_F(LaunchTouches_, AFunctionsFirstLaunchWaitsWhileTheMoverHoldsAndLaterOnesDoNot) {
+  allocate_both_tiers();
+  std::uint64_t count = 16;
+  std::uint32_t value = 1;
+  void* params[] = {&on_device, &count, &value};
+  uvmpool::tiering::HostWaitGate& gate = streams.host_waits();
+  ASSERT_TRUE(gate.close(std::chrono::milliseconds(1000)));
+  std::atomic<bool> launched{false};
+  std::thread first([&, context = ctx] {
+    drv().cuCtxSetCurrent(context);
+    EXPECT_CU(launch(fill, params));
+    launched = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(launched) << "a first launch went into the driver during a hold";
+  gate.open();
+  first.join();
+  EXPECT_TRUE(launched);
+  EXPECT_EQ(gate.waited(), 1u);
+  ASSERT_TRUE(gate.close(std::chrono::milliseconds(1000)));
+  EXPECT_CU(launch(fill, params));  // no longer a first launch: would hang here if it waited
+  gate.open();
+  EXPECT_EQ(gate.waited(), 1u);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  seen.clear();
 }
 
 TEST_F(LaunchTouches_, AMoveChangesTheTierTheLaunchesSee) {
