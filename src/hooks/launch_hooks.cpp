@@ -29,7 +29,13 @@ bool is_launch_hook(driver::Fn fn) {
     case Fn::cuLibraryUnload:
     case Fn::cuStreamCreate:
     case Fn::cuStreamCreateWithPriority:
-    // The copies that may wait on the host (copy_hooks.cpp).
+    // The calls that may wait inside the driver (host_wait_hooks.cpp).
+    case Fn::cuModuleLoadData:
+    case Fn::cuModuleLoadDataEx:
+    case Fn::cuModuleGetFunction:
+    case Fn::cuLibraryLoadData:
+    case Fn::cuLibraryGetKernel:
+    case Fn::cuKernelGetFunction:
     case Fn::cuMemcpy:
     case Fn::cuMemcpy_ptds:
     case Fn::cuMemcpyHtoD_v2:

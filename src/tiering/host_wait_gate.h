@@ -10,7 +10,7 @@
 // watchdog gave the hold up: GPT-2 training under UVMPOOL_TIERING=auto had every hold given up after
 // 10 s, since each step copies its tokens in and its loss out.
 //
-// How. The hooks of those calls (src/hooks/copy_hooks.cpp) pass the gate: while the mover holds, or is
+// How. The hooks of those calls (src/hooks/host_wait_hooks.cpp) pass the gate: while the mover holds, or is
 // about to, the call waits at the gate, outside the driver, holding no lock; the hold ends within an
 // epoch. The mover closes the gate before it places a hold and waits for the calls already inside the
 // driver to return (their work was queued before the hold, so they end without it); it opens the gate

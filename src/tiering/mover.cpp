@@ -245,37 +245,48 @@ bool Mover::wait_for(Held* held) {
   return all;
 }
 
-bool Mover::wait_bounded(Held* hold, std::uint32_t value) {
-  // A watchdog gives the hold up if the program's earlier work does not drain in time: it writes the
-  // flag (the held work goes on, so the wait below ends), and the epoch commits nothing.
-  volatile std::uint32_t* const flag = flag_;
-  std::mutex m;
-  std::condition_variable cv;
-  bool done = false;
-  std::atomic<bool> gave_up{false};
-  std::thread watchdog([&] {
-    std::unique_lock lock(m);
-    if (cv.wait_for(lock, config_.hold_timeout, [&] { return done; })) return;
-    gave_up.store(true, std::memory_order_release);
-    __atomic_store_n(flag, value, __ATOMIC_RELEASE);
+// The hold's watchdog: if the hold is not over within the hold timeout (the program's earlier work does
+// not drain, or the mover's copies wait behind the hold), it writes the flag, so the held work goes on
+// and whatever waits for it ends, and the epoch commits nothing.
+class Mover::Watchdog {
+ public:
+  Watchdog(Mover& mover, std::uint32_t value) : mover_(mover), value_(value), thread_([this] { run(); }) {}
+  ~Watchdog() { stop(); }
+  // Ends the watch; true when the hold was given up.
+  bool stop() {
+    {
+      std::lock_guard lock(m_);
+      done_ = true;
+    }
+    cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+    return gave_up_;
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(m_);
+    if (cv_.wait_for(lock, mover_.config_.hold_timeout, [&] { return done_; })) return;
+    gave_up_ = true;
+    __atomic_store_n(mover_.flag_, value_, __ATOMIC_RELEASE);
     log::warn("tiering: the program's work did not drain within {} ms of a hold; the hold is given up, nothing moves",
-              config_.hold_timeout.count());
-    if (given_up_.fetch_add(1, std::memory_order_relaxed) + 1 == kMaxHoldsGivenUp) {
-      off_.store(true, std::memory_order_relaxed);
+              mover_.config_.hold_timeout.count());
+    if (mover_.given_up_.fetch_add(1, std::memory_order_relaxed) + 1 == kMaxHoldsGivenUp) {
+      mover_.off_.store(true, std::memory_order_relaxed);
       log::warn("tiering: {} holds could not drain (work queued before a hold waits for work queued after it); "
                 "moves are off for this process, memory stays where it is",
                 kMaxHoldsGivenUp);
     }
-  });
-  const bool drained = wait_for(hold);
-  {
-    std::lock_guard lock(m);
-    done = true;
   }
-  cv.notify_one();
-  watchdog.join();
-  return drained && !gave_up.load(std::memory_order_acquire);
-}
+
+  Mover& mover_;
+  const std::uint32_t value_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool done_ = false;     // m_
+  bool gave_up_ = false;  // written by the thread before it ends; read after the join
+  std::thread thread_;    // last: it starts once the fields above exist
+};
 
 void Mover::release(std::uint32_t value) {
   streams_.end_hold();
@@ -491,13 +502,16 @@ CUresult Mover::finish() {
     for (std::size_t i = 0; i < e.moves.size(); ++i)
       commit[i] = reported && e.copied[i] != 0 && !flight_touched_[i].load(std::memory_order_seq_cst);
     if (config_.inside_hold) config_.inside_hold();
-    if (!wait_bounded(&hold, value)) return false;
+    // Bounded: the drain, and the copies made under the hold, which a lazily loaded kernel can make
+    // wait behind it (host_wait_gate.h).
+    Watchdog watchdog(*this, value);
+    if (!wait_for(&hold)) return false;
     if (!overlap) {
       if (enqueue_copies(nullptr) != CUDA_SUCCESS) std::fill(e.copied.begin(), e.copied.end(), 0);
       copies_done(true);
       for (std::size_t i = 0; i < e.moves.size(); ++i) commit[i] = e.copied[i];
     }
-    return true;
+    return !watchdog.stop();
   };
   std::vector<pool::Move*> pointers;
   for (pool::Move& m : e.moves) pointers.push_back(&m);

@@ -164,7 +164,7 @@ class Mover {
   // behind it. False (nothing held) when a stream captures a graph or a stream refuses.
   bool record_on_streams(bool gate, std::uint32_t value, Held* held) UVMPOOL_REQUIRES(epoch_mu_);
   bool wait_for(Held* held);
-  bool wait_bounded(Held* hold, std::uint32_t value) UVMPOOL_REQUIRES(epoch_mu_);
+  class Watchdog;  // gives a hold up after MoverConfig::hold_timeout (mover.cpp)
   void release(std::uint32_t value) UVMPOOL_REQUIRES(epoch_mu_);
   CUresult enqueue_copies(const Held* after) UVMPOOL_REQUIRES(epoch_mu_);
   void thread_main();

@@ -1,10 +1,11 @@
-// Hooks of the copies that may wait on the host for queued work: the synchronous ones, and the
-// asynchronous ones with a host side (pageable host memory makes them synchronous). Each passes
-// tiering's gate (tiering/host_wait_gate.h): while the mover holds the program's streams, the call waits
-// outside the driver until the hold ends, since inside it would stop the mover's own driver calls.
-// Device-to-device asynchronous copies never wait on the host and are not hooked. Handed out only
-// while tiering watches launches (hands_out), like the launch hooks: with UVMPOOL_TIERING=off nothing
-// moves, and a copy costs nothing extra.
+// Hooks of the calls that may wait inside the driver for the device (tiering/host_wait_gate.h says
+// what was measured): the synchronous copies, the asynchronous ones with a host side (pageable host
+// memory makes them synchronous), and the module and library calls through which the CUDA runtime
+// loads a kernel lazily before its first launch. Each passes tiering's gate: while the mover holds the
+// program's streams, the call waits outside the driver until the hold ends, since inside it would stop
+// the mover's own driver calls. Device-to-device asynchronous copies never wait on the host and are
+// not hooked. Handed out only while tiering watches launches (hands_out), like the launch hooks: with
+// UVMPOOL_TIERING=off nothing moves, and these calls cost nothing extra.
 #include "driver/real_driver.h"
 #include "hooks/hooks.h"
 #include "stats/counters.h"
@@ -35,6 +36,18 @@ UVMPOOL_GATED(cuMemcpyHtoDAsync_v2, (CUdeviceptr dst, const void* src, size_t n,
 UVMPOOL_GATED(cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr dst, const void* src, size_t n, CUstream s), (dst, src, n, s))
 UVMPOOL_GATED(cuMemcpyDtoHAsync_v2, (void* dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s))
 UVMPOOL_GATED(cuMemcpyDtoHAsync_v2_ptsz, (void* dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s))
+
+UVMPOOL_GATED(cuModuleLoadData, (CUmodule* module, const void* image), (module, image))
+UVMPOOL_GATED(cuModuleLoadDataEx,
+              (CUmodule* module, const void* image, unsigned n, CUjit_option* options, void** values),
+              (module, image, n, options, values))
+UVMPOOL_GATED(cuModuleGetFunction, (CUfunction* f, CUmodule module, const char* name), (f, module, name))
+UVMPOOL_GATED(cuLibraryLoadData,
+              (CUlibrary* library, const void* code, CUjit_option* jit_options, void** jit_values, unsigned n_jit,
+               CUlibraryOption* options, void** values, unsigned n),
+              (library, code, jit_options, jit_values, n_jit, options, values, n))
+UVMPOOL_GATED(cuLibraryGetKernel, (CUkernel* kernel, CUlibrary library, const char* name), (kernel, library, name))
+UVMPOOL_GATED(cuKernelGetFunction, (CUfunction* f, CUkernel kernel), (f, kernel))
 
 #undef UVMPOOL_GATED
 
