@@ -250,7 +250,9 @@ bool Mover::wait_for(Held* held) {
 // and whatever waits for it ends, and the epoch commits nothing.
 class Mover::Watchdog {
  public:
-  Watchdog(Mover& mover, std::uint32_t value) : mover_(mover), value_(value), thread_([this] { run(); }) {}
+  // `flag`: the mover's (read by the caller, under the epoch's lock).
+  Watchdog(Mover& mover, volatile std::uint32_t* flag, std::uint32_t value)
+      : mover_(mover), flag_(flag), value_(value), thread_([this] { run(); }) {}
   ~Watchdog() { stop(); }
   // Ends the watch; true when the hold was given up.
   bool stop() {
@@ -268,7 +270,7 @@ class Mover::Watchdog {
     std::unique_lock lock(m_);
     if (cv_.wait_for(lock, mover_.config_.hold_timeout, [&] { return done_; })) return;
     gave_up_ = true;
-    __atomic_store_n(mover_.flag_, value_, __ATOMIC_RELEASE);
+    __atomic_store_n(flag_, value_, __ATOMIC_RELEASE);
     log::warn("tiering: the program's work did not drain within {} ms of a hold; the hold is given up, nothing moves",
               mover_.config_.hold_timeout.count());
     if (mover_.given_up_.fetch_add(1, std::memory_order_relaxed) + 1 == kMaxHoldsGivenUp) {
@@ -280,6 +282,7 @@ class Mover::Watchdog {
   }
 
   Mover& mover_;
+  volatile std::uint32_t* const flag_;
   const std::uint32_t value_;
   std::mutex m_;
   std::condition_variable cv_;
@@ -504,7 +507,7 @@ CUresult Mover::finish() {
     if (config_.inside_hold) config_.inside_hold();
     // Bounded: the drain, and the copies made under the hold, which a lazily loaded kernel can make
     // wait behind it (host_wait_gate.h).
-    Watchdog watchdog(*this, value);
+    Watchdog watchdog(*this, flag_, value);
     if (!wait_for(&hold)) return false;
     if (!overlap) {
       if (enqueue_copies(nullptr) != CUDA_SUCCESS) std::fill(e.copied.begin(), e.copied.end(), 0);
