@@ -298,6 +298,8 @@ void DevicePool::destroy_block(Block* b) {
   } else if (unmapped) {
     ranges_.give_back(b->base, bytes);
   }  // else still mapped there: the range stays out of use, as Vmm::unmap said
+  // Their handles may still be mapped at the old range too: a handle may be mapped at two addresses, and
+  // the old one is never used again; the driver frees such memory only once both are unmapped.
   return_chunks(b->chunks);
   host_mapped_.fetch_sub(b->host_chunks, std::memory_order_relaxed);
   b->chunks.clear();
@@ -322,11 +324,11 @@ std::size_t DevicePool::shrink_block(Block* b, std::size_t n) {
   const CUdeviceptr tail = b->base + keep * chunk_;
   const std::span<const Chunk> gone = std::span<const Chunk>(b->chunks).subspan(cut);
   map_.set(tail, freed * chunk_, 0);
-  vmm_.unmap(tail, gone, chunk_);
+  const bool unmapped = vmm_.unmap(tail, gone, chunk_);
   if (trace::recording()) {
     trace::record(trace::Kind::Unmap, device_, tail, freed * chunk_, host_granules_of(gone) * chunk_);
   }
-  ranges_.give_back(tail, freed * chunk_);
+  if (unmapped) ranges_.give_back(tail, freed * chunk_);  // else still mapped: kept out of use (destroy_block)
   return_chunks(gone);  // a device-only mapping's, or a host run's (trim_premapped)
   b->chunks.resize(cut);
   b->granules = keep;

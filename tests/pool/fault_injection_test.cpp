@@ -236,17 +236,19 @@ INSTANTIATE_TEST_SUITE_P(Pool, FaultInjection, ::testing::ValuesIn(all_cases()),
 // mapping there would fail, or alias the old chunks).
 class UnmapFailure : public PoolTest {
  protected:
-  // A two-chunk allocation, freed and taken apart with cuMemUnmap failing at the calls listed; then
-  // the same size again, filled and checked. Returns the two addresses.
-  std::pair<CUdeviceptr, CUdeviceptr> free_and_allocate_again(std::initializer_list<unsigned> failing) {
+  // An allocation of `bytes` (0: two chunks, a mapping of its own; a small size lands in a slab), freed
+  // and taken apart with cuMemUnmap failing at the calls listed; then the same size again, filled and
+  // checked. Returns the two addresses.
+  std::pair<CUdeviceptr, CUdeviceptr> free_and_allocate_again(std::initializer_list<unsigned> failing,
+                                                              std::size_t bytes = 0) {
     auto pool = make_pool();
-    const std::size_t bytes = 2 * gran;
+    if (bytes == 0) bytes = 2 * gran;
     const CUdeviceptr first = must_allocate(*pool, bytes);
     must_free(*pool, first);
     const unsigned long long calls = sim().call_count("cuMemUnmap");
     for (unsigned n : failing) EXPECT_EQ(sim().fail("cuMemUnmap", n, CUDA_ERROR_UNKNOWN), 0);
     pool->release_idle();
-    EXPECT_GE(sim().call_count("cuMemUnmap") - calls, failing.size() + 1) << "the failed unmap was not asked again";
+    EXPECT_GE(sim().call_count("cuMemUnmap") - calls, 2u) << "the failed unmap was not asked again";
     sim().clear_failures();
     const CUdeviceptr again = must_allocate(*pool, bytes);
     fill(again, bytes, 99);
@@ -265,6 +267,16 @@ TEST_F(UnmapFailure, APassingFailureIsAskedAgainAndTheRangeIsReused) {
 TEST_F(UnmapFailure, ARangeStillMappedIsNeverHandedOutAgain) {
   const auto [first, again] = free_and_allocate_again({1, 2});
   EXPECT_NE(again, first) << "the range is still mapped: a mapping there again would fail or alias";
+}
+
+TEST_F(UnmapFailure, ASlabStillMappedIsNeverHandedOutAgain) {
+  const auto [first, again] = free_and_allocate_again({1, 2}, 4096);
+  EXPECT_NE(again, first) << "the slab's range is still mapped";
+}
+
+TEST_F(UnmapFailure, ASlabUnmappedOnTheSecondTryIsReused) {
+  const auto [first, again] = free_and_allocate_again({1}, 4096);
+  EXPECT_EQ(again, first);
 }
 
 }  // namespace
