@@ -5,6 +5,7 @@
 // of a library in one context); a CUkernel is a LibraryKernel. Launches take a CUfunction or a CUkernel
 // cast to one, as the real driver does. Handles stay valid until their module or library is unloaded;
 // a stale or foreign handle is CUDA_ERROR_INVALID_HANDLE, never a crash.
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -30,6 +31,7 @@ struct Function {
   const KernelInfo* kernel;
   Context* context;  // where it runs
   Module* module;
+  bool loaded = false;  // launched once (lazy loading: the first launch loads it); Registry::mutex
 };
 
 struct LibraryKernel {
@@ -187,6 +189,31 @@ CUresult gather_args(const KernelInfo* kernel, void** params, void** extra, std:
   return CUDA_SUCCESS;
 }
 
+// Lazy loading (CUDA_MODULE_LOADING=LAZY, the real driver's default since CUDA 12.2): a kernel's first
+// launch loads it, and on an H100 with driver 580 that waited for the device's queued work inside the
+// driver, keeping other threads' calls out meanwhile (tests/gpu/hold_blocking.cu). Modeled as a wait
+// for the other streams of the function's context (timeline::wait_for_other_streams). EAGER: no wait.
+bool lazy_loading() {
+  static const bool lazy = [] {
+    const char* v = std::getenv("CUDA_MODULE_LOADING");
+    return v == nullptr || std::strcmp(v, "EAGER") != 0;
+  }();
+  return lazy;
+}
+
+CUresult load_on_first_launch(Function* function, CUstream stream, bool per_thread) {
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    if (function->loaded || !lazy_loading()) return CUDA_SUCCESS;
+  }
+  if (CUresult status = timeline::wait_for_other_streams(stream, per_thread); status != CUDA_SUCCESS) return status;
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  function->loaded = true;
+  return CUDA_SUCCESS;
+}
+
 CUresult launch(CUfunction f, const Shape& shape, CUstream stream, bool per_thread, void** params, void** extra) {
   Function* function = nullptr;
   {
@@ -198,6 +225,7 @@ CUresult launch(CUfunction f, const Shape& shape, CUstream stream, bool per_thre
   Context* stream_ctx = nullptr;
   if (CUresult status = timeline::stream_context(stream, per_thread, &stream_ctx); status != CUDA_SUCCESS) return status;
   if (stream_ctx != function->context) return CUDA_ERROR_INVALID_HANDLE;  // a function of another context
+  if (CUresult status = load_on_first_launch(function, stream, per_thread); status != CUDA_SUCCESS) return status;
   std::vector<std::byte> args;
   if (CUresult status = gather_args(function->kernel, params, extra, &args); status != CUDA_SUCCESS) return status;
   WorkSpec work;

@@ -355,6 +355,19 @@ CUresult submit_and_wait(CUstream handle, bool per_thread, WorkSpec work, bool k
   return CUDA_SUCCESS;
 }
 
+CUresult wait_for_other_streams(CUstream handle, bool per_thread) {
+  State& st = state();
+  std::unique_lock lock(st.mutex);
+  Stream* own = nullptr;
+  if (CUresult status = resolve(st, handle, per_thread, &own); status != CUDA_SUCCESS) return status;
+  const auto matters = [&](const Stream& s) { return s.context == own->context && &s != own; };
+  drain_all(st, lock);
+  bool stuck = false;
+  st.objects.for_each_stream([&](const Stream& s) { stuck = stuck || (matters(s) && !s.queue.empty()); });
+  const WaitingInside inside(stuck);
+  return wait_for_queues(st, lock, matters);
+}
+
 CUresult wait_at_the_door() {
   if (g_inside_waiting.load(std::memory_order_seq_cst) - (t_inside_waiting ? 1 : 0) <= 0) return CUDA_SUCCESS;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(clock::costs().hang_timeout_ms);

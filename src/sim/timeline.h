@@ -69,6 +69,11 @@ CUresult submit(CUstream stream, bool per_thread, WorkSpec work);
 // behind an unwritten value, every other thread's calls but the synchronizing, querying and context
 // ones wait at the door (wait_at_the_door) until it returns.
 CUresult submit_and_wait(CUstream stream, bool per_thread, WorkSpec work, bool keeps_others_out);
+// A kernel's first launch under lazy loading (launch.cpp), on `stream`: waits for every other stream of
+// its context to have run what it has queued, keeping other threads' calls out while something cannot
+// run yet. (On a GPU a first launch on a stream held behind a value returned at once, but later work
+// of other streams waited behind it; that is not modeled.)
+CUresult wait_for_other_streams(CUstream stream, bool per_thread);
 // Before a call that the driver's lock keeps out (exports.cpp): waits while another thread waits inside
 // a copy (submit_and_wait). CUDA_ERROR_LAUNCH_TIMEOUT, and an error logged, after the hang timeout:
 // on a GPU the call would wait until something wrote the value.

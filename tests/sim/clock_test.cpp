@@ -278,6 +278,10 @@ TEST_F(Clock, AValueWrittenByAnotherStreamReleasesTheWaitAtThatWritesTime) {
   CUstream writer = nullptr, waiter = nullptr;
   ASSERT_CU(cuStreamCreate(&writer, CU_STREAM_NON_BLOCKING));
   ASSERT_CU(cuStreamCreate(&waiter, CU_STREAM_NON_BLOCKING));
+  // Loaded first: under lazy loading a kernel's first launch waits for the other streams, the waiter
+  // too, which waits for what the writer does after that launch (as on a GPU).
+  ASSERT_CU(launch(kernel("uvmpool_touch"), writer, p, std::uint64_t{0}, 1u, 0u));
+  ASSERT_CU(cuStreamSynchronize(writer));
   Timed t;
   ASSERT_CU(cuEventRecord(t.start, writer));
   ASSERT_CU(cuStreamWaitValue32(waiter, flag.device, 7, CU_STREAM_WAIT_VALUE_EQ));

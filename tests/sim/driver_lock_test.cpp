@@ -2,7 +2,8 @@
 // driver 580 did (tests/gpu/hold_blocking.cu, docs/gpu-results.md): a copy that waits inside the driver
 // for work queued behind an unwritten value keeps every other thread's calls out until it returns,
 // except the synchronizing and querying ones; a copy from pageable memory waits for its stream even in
-// its asynchronous form. Tiering's hold (src/tiering/host_wait_gate.h) is built around this.
+// its asynchronous form; under lazy loading a kernel's first launch waits for the other streams the
+// same way. Tiering's hold (src/tiering/host_wait_gate.h) is built around this.
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -14,6 +15,7 @@ namespace simtest {
 namespace {
 
 using DriverLock = SimTest;
+using LazyLoading = KernelTest;
 using namespace std::chrono_literals;
 
 // A 32-bit flag in pinned host memory that streams can wait on.
@@ -101,6 +103,32 @@ TEST_F(DriverLock, ACopyWaitingBehindAValueKeepsOtherThreadsCallsOutButNotSynchr
   EXPECT_CU(program.join());
   EXPECT_CU(copy.join());
   EXPECT_CU(synchronize.join());
+  ASSERT_CU(cuCtxSynchronize());
+}
+
+TEST_F(LazyLoading, AKernelsFirstLaunchWaitsForTheOtherStreamsAndKeepsOthersOutButNotLaterLaunches) {
+  Flag flag;
+  CUdeviceptr p = 0;
+  ASSERT_CU(cuMemAlloc(&p, 4 << 20));
+  CUstream held = nullptr, launcher = nullptr, other = nullptr;
+  ASSERT_CU(cuStreamCreate(&held, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamCreate(&launcher, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamWaitValue32(held, flag.device, 1, CU_STREAM_WAIT_VALUE_GEQ));
+  CUfunction fill = kernel("uvmpool_fill_u32");
+  Caller first(ctx, [&] { return launch(fill, launcher, p, std::uint64_t{16}, 1u); });
+  EXPECT_FALSE(returns_within(first, 100ms)) << "a first launch went ahead of another stream's queued work";
+  Caller copy(ctx, [&] { return cuMemcpyDtoDAsync(p + (2 << 20), p, 1 << 20, other); });
+  EXPECT_FALSE(returns_within(copy, 100ms)) << "a copy went ahead of the loading launch";
+  flag.write();
+  EXPECT_CU(first.join());
+  EXPECT_CU(copy.join());
+  // Loaded now: behind another unwritten value, a launch of it goes straight on.
+  ASSERT_CU(cuStreamWaitValue32(held, flag.device, 2, CU_STREAM_WAIT_VALUE_GEQ));
+  Caller again(ctx, [&] { return launch(fill, launcher, p, std::uint64_t{16}, 2u); });
+  EXPECT_TRUE(returns_within(again, 1000ms)) << "a second launch waited";
+  __atomic_store_n(flag.host, 2u, __ATOMIC_RELEASE);
+  EXPECT_CU(again.join());
   ASSERT_CU(cuCtxSynchronize());
 }
 

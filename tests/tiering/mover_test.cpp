@@ -155,6 +155,9 @@ TEST_F(Mover_, WorkQueuedDuringTheHoldRunsAfterTheRemapOnTheNewPieces) {
     busy(in_host, 4 * kMiB);
   };
   make_mover(config);
+  // The fill kernel loaded before (lazy loading): here the launch comes from the mover's own thread,
+  // inside the hold, where a program's first launch would have waited at the gate.
+  ASSERT_CU(fill_on_stream(on_device, kMiB, 0));
   busy(in_host, 16 * kMiB);
   ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
   ASSERT_CU(mover->run_epoch());
