@@ -232,6 +232,8 @@ Stats Tiering::stats() const {
   s.moves_touched = m.moves_touched;
   s.moves_failed = m.moves_failed;
   s.epochs = m.epochs;
+  s.holds_given_up = m.holds_given_up;
+  s.host_waits = streams_.host_waits().waited();
   if (mode_ == Mode::Auto) {
     MutexLock lock(policy_mu_);
     const PolicyStats p = policy_->stats();

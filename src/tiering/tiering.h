@@ -66,6 +66,8 @@ struct Stats {
   std::uint64_t moves_touched = 0;      // dropped: a launch touched the memory during its overlapped copy
   std::uint64_t moves_failed = 0;       // refused by the pool or a failing driver step (nothing lost)
   std::uint64_t epochs = 0;             // times the program's streams were held for commits
+  std::uint64_t holds_given_up = 0;     // holds the watchdog ended (moves are off after kMaxHoldsGivenUp)
+  std::uint64_t host_waits = 0;         // program calls that waited at the host-wait gate during holds
   std::uint64_t policy_period = 0;      // launches in the learned period (0: none, recency rules)
   std::uint64_t kept_in_place = 0;      // thrash-guard decisions: memory left in host memory, read in place
 };
