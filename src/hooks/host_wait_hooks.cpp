@@ -1,7 +1,7 @@
 // Hooks of the calls that may wait inside the driver for the device (tiering/host_wait_gate.h says
 // what was measured): the synchronous copies, the asynchronous ones with a host side (pageable host
-// memory makes them synchronous), and the module and library calls through which the CUDA runtime
-// loads a kernel lazily before its first launch. Each passes tiering's gate: while the mover holds the
+// memory makes them synchronous), the module and library calls through which the CUDA runtime
+// loads a kernel lazily before its first launch, and pinned host memory's allocation and free. Each passes tiering's gate: while the mover holds the
 // program's streams, the call waits outside the driver until the hold ends, since inside it would stop
 // the mover's own driver calls. Device-to-device asynchronous copies never wait on the host and are
 // not hooked. Handed out only while tiering watches launches (hands_out), like the launch hooks: with
@@ -48,6 +48,11 @@ UVMPOOL_GATED(cuLibraryLoadData,
               (library, code, jit_options, jit_values, n_jit, options, values, n))
 UVMPOOL_GATED(cuLibraryGetKernel, (CUkernel* kernel, CUlibrary library, const char* name), (kernel, library, name))
 UVMPOOL_GATED(cuKernelGetFunction, (CUfunction* f, CUkernel kernel), (f, kernel))
+
+// Pinned host memory: freeing it (and, measured as a pair with it, allocating) waited inside the driver.
+UVMPOOL_GATED(cuMemAllocHost_v2, (void** p, size_t bytes), (p, bytes))
+UVMPOOL_GATED(cuMemHostAlloc, (void** p, size_t bytes, unsigned flags), (p, bytes, flags))
+UVMPOOL_GATED(cuMemFreeHost, (void* p), (p))
 
 #undef UVMPOOL_GATED
 

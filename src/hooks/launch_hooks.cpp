@@ -30,6 +30,9 @@ bool is_launch_hook(driver::Fn fn) {
     case Fn::cuStreamCreate:
     case Fn::cuStreamCreateWithPriority:
     // The calls that may wait inside the driver (host_wait_hooks.cpp).
+    case Fn::cuMemAllocHost_v2:
+    case Fn::cuMemHostAlloc:
+    case Fn::cuMemFreeHost:
     case Fn::cuModuleLoadData:
     case Fn::cuModuleLoadDataEx:
     case Fn::cuModuleGetFunction:

@@ -487,6 +487,11 @@ CUresult Mover::finish() {
       held_off = true;
       return false;
     }
+    // Bounded from here to the end of the held copies: the drain, and the copies, which a lazily
+    // loaded kernel can make wait behind the hold (host_wait_gate.h). Not the remaps that follow in
+    // the pool: releasing the hold during them would break the invariant, so only the gate keeps
+    // calls that wait inside the driver away from them.
+    Watchdog watchdog(*this, flag_, value);
     if (!record_on_streams(true, value, &hold)) {
       held_off = true;
       wait_for(&hold);
@@ -505,9 +510,6 @@ CUresult Mover::finish() {
     for (std::size_t i = 0; i < e.moves.size(); ++i)
       commit[i] = reported && e.copied[i] != 0 && !flight_touched_[i].load(std::memory_order_seq_cst);
     if (config_.inside_hold) config_.inside_hold();
-    // Bounded: the drain, and the copies made under the hold, which a lazily loaded kernel can make
-    // wait behind it (host_wait_gate.h).
-    Watchdog watchdog(*this, flag_, value);
     if (!wait_for(&hold)) return false;
     if (!overlap) {
       if (enqueue_copies(nullptr) != CUDA_SUCCESS) std::fill(e.copied.begin(), e.copied.end(), 0);

@@ -139,10 +139,15 @@ void Tiering::before_launch(CUfunction f, CUstream stream, void** params, void**
   // Measured on an H100 (tests/gpu/hold_blocking.cu): the first launch of a lazily loaded kernel keeps
   // every other thread's driver calls out until the device is idle, and makes the mover's own streams
   // wait behind a hold. So it waits for the hold to end, and no hold begins while it is in the driver.
-  // Moves happen only while pool memory lies in host memory, so launches skipped above cannot meet a
-  // hold.
+  // Not covered: a first launch skipped above (nothing in host memory yet) that meets a demotion's
+  // hold; the runtime's lazy loading is gated at its own calls too (src/hooks/host_wait_hooks.cpp).
   if (mode_ == Mode::Auto && !layout.launched.load(std::memory_order_acquire)) {
+    // Out of the overlap count while it waits: an epoch's wait for launches under way must not wait
+    // for one that waits for the epoch.
+    const bool overlap = mover_.config().overlap;
+    if (overlap) mover_.launch_ends();
     streams_.host_waits().enter();
+    if (overlap) mover_.launch_begins();
     seen->first_launch = &layout;
   }
   const bool read = for_each_word(layout, params, extra, [&](std::uint64_t word) {
