@@ -1,11 +1,12 @@
 // Hooks of the calls that may wait inside the driver for the device (tiering/host_wait_gate.h says
 // what was measured): the synchronous copies, the asynchronous ones with a host side (pageable host
-// memory makes them synchronous), the module and library calls through which the CUDA runtime
-// loads a kernel lazily before its first launch, and pinned host memory's allocation and free. Each passes tiering's gate: while the mover holds the
-// program's streams, the call waits outside the driver until the hold ends, since inside it would stop
-// the mover's own driver calls. Device-to-device asynchronous copies never wait on the host and are
-// not hooked. Handed out only while tiering watches launches (hands_out), like the launch hooks: with
-// UVMPOOL_TIERING=off nothing moves, and these calls cost nothing extra.
+// memory makes them synchronous), the module and library calls through which the CUDA runtime loads a
+// kernel lazily before its first launch, and pinned host memory's allocation and free. Each passes
+// tiering's gate: while the mover holds the program's streams, the call waits outside the driver until
+// the hold ends, since inside it would stop the mover's own driver calls. Device-to-device
+// asynchronous copies never wait on the host and are not hooked. Handed out only while tiering watches
+// launches (hands_out), like the launch hooks: with UVMPOOL_TIERING=off nothing moves, and these calls
+// cost nothing extra.
 #include "driver/real_driver.h"
 #include "hooks/hooks.h"
 #include "stats/counters.h"
