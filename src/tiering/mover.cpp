@@ -477,13 +477,16 @@ CUresult Mover::finish() {
   const std::uint32_t value = epoch_ + 1;
   bool held_off = false;
   std::chrono::steady_clock::time_point held_at{};
+  // No call of the program may wait inside the driver behind the hold: the driver would make this
+  // thread's calls wait for it (host_wait_gate.h). Closed before the pool's lock is taken, since the
+  // calls still inside may take up to the hold timeout to return; if they do not, the epoch is put off.
+  // release() opens it again, whatever happens below.
+  const bool gate_closed = streams_.host_waits().close(config_.hold_timeout);
   // Called by the pool inside this epoch (epoch_mu_ held throughout).
   const pool::Quiesce quiesce = [&](std::span<char> commit) UVMPOOL_REQUIRES(epoch_mu_) {
     Held hold;
     held_at = std::chrono::steady_clock::now();
-    // No call of the program may wait inside the driver behind the hold: the driver would make this
-    // thread's calls wait for it (host_wait_gate.h). Calls still in there: the epoch is put off.
-    if (!streams_.host_waits().close(config_.hold_timeout)) {
+    if (!gate_closed) {
       held_off = true;
       return false;
     }
