@@ -54,7 +54,8 @@ class HostWaitGate {
   void enter();
   void leave();
 
-  // Mover side. close() stops new calls and waits up to `timeout` for those inside the driver to
+  // Mover side. close() first lets in the calls a previous open() woke (so back-to-back holds cannot
+  // starve them), then stops new calls and waits up to `timeout` for those inside the driver to
   // return; false when some did not (the gate is open again, no hold may be placed). open() lets the
   // waiting calls go; harmless when not closed.
   bool close(std::chrono::milliseconds timeout);
@@ -69,6 +70,9 @@ class HostWaitGate {
   std::atomic<bool> closed_{false};
   std::atomic<int> inside_{0};
   std::atomic<std::uint64_t> waited_{0};
+  // Calls waiting at the closed gate; changed under mu_. close() lets those an open() woke in first.
+  std::atomic<int> waiting_{0};
+  static constexpr std::chrono::milliseconds kLetInTimeout{100};
   Mutex mu_;                    // for the two waits below; the fast path takes no lock
   std::condition_variable cv_;  // closed_ fell, or inside_ reached 0 while closed (mu_)
 };
