@@ -18,8 +18,10 @@
 //   3. copy to the staging mapping on the mover's own stream (a copy engine), and wait for it.
 //   4. commit (Pool::commit_quiesced): unmap the old pieces, map the new at the same address.
 //   5. release: the flag is written; the held work goes on, on the new pieces.
-// The program's launching threads never wait; its streams pause for one epoch (the copy and the
-// remaps of its batch). An epoch takes both directions, up to a batch each: promotions and demotions
+// The program's launching threads never wait, except at the host-wait gate (host_wait_gate.h: the
+// calls that would wait inside the driver behind a hold, a function's first launch among them, wait
+// outside it while a hold stands; the gate is closed before a hold is placed); its streams pause for
+// one epoch (the copy and the remaps of its batch). An epoch takes both directions, up to a batch each: promotions and demotions
 // copy on two streams of the mover's, in opposite PCIe directions at once. A promotion takes device
 // room that is free when it is prepared; the room an epoch's demotions make is free from the next
 // epoch on, so a promotion refused for room while demotions are under way waits for that epoch.
