@@ -47,10 +47,13 @@ def device_of(event):
 
 
 def gather(events):
-    """Per device: counter samples, allocation-derived samples, OOM and spill times (microseconds)."""
+    """Per device: counter samples, allocation-derived samples, OOM and spill times (microseconds), and
+    tiering's committed moves as (time, bytes) per direction ("promote", "demote")."""
     counters = defaultdict(list)  # device -> [(ts, live_device, live_host, held_device, held_host)]
     rebuilt = defaultdict(list)   # device -> [(ts, live_device, live_host)] from allocation events
     ooms, spills = defaultdict(list), defaultdict(list)
+    moves = defaultdict(lambda: {"promote": [], "demote": []})  # device -> direction -> [(ts, bytes)]
+    open_moves = {}
     live, open_allocs = defaultdict(lambda: [0, 0]), {}
     process = None
     for e in sorted((e for e in events if "ts" in e), key=lambda e: float(e["ts"])):
@@ -78,12 +81,18 @@ def gather(events):
             live[dev][0] += dev_bytes
             live[dev][1] += host
             rebuilt[dev].append((ts, live[dev][0], live[dev][1]))
+        elif ph == "b" and name in ("promote", "demote"):
+            open_moves[(dev, name, e.get("id"))] = int(args.get("bytes", 0))
+        elif ph == "e" and name in ("promote", "demote"):
+            moved_bytes = open_moves.pop((dev, name, e.get("id")), 0)
+            if args.get("moved"):  # a dropped move changed nothing
+                moves[dev][name].append((ts, moved_bytes))
         elif ph == "e" and name == "allocation":
             dev_bytes, host = open_allocs.pop((dev, e.get("id")), (0, 0))
             live[dev][0] -= dev_bytes
             live[dev][1] -= host
             rebuilt[dev].append((ts, live[dev][0], live[dev][1]))
-    return process, counters, rebuilt, ooms, spills
+    return process, counters, rebuilt, ooms, spills, moves
 
 
 def plot(path, out, title):
@@ -95,8 +104,8 @@ def plot(path, out, title):
         sys.exit("uvmpool-timeline: matplotlib is missing; install it with `apt-get install python3-matplotlib` "
                  "(Debian/Ubuntu) or `pip install matplotlib`")
     events = load_events(path)
-    process, counters, rebuilt, ooms, spills = gather(events)
-    devices = sorted(set(counters) | set(rebuilt) | set(ooms) | set(spills))
+    process, counters, rebuilt, ooms, spills, moves = gather(events)
+    devices = sorted(set(counters) | set(rebuilt) | set(ooms) | set(spills) | set(moves))
     times = [float(e["ts"]) for e in events if "ts" in e and e.get("ph") != "M"]
     t0 = min(times) if times else 0.0
     sec = lambda us: (us - t0) / 1e6  # noqa: E731
@@ -127,6 +136,12 @@ def plot(path, out, title):
         if spills[dev]:
             ax.vlines([sec(s) for s in spills[dev]], 0, 1, transform=ax.get_xaxis_transform(), color="tab:orange",
                       alpha=0.35, lw=0.8, label=f"spills ({len(spills[dev])})")
+        # Tiering's moves: promotions rise from the bottom, demotions hang from the top.
+        for direction, color, low, high in (("promote", "tab:green", 0, 0.12), ("demote", "tab:purple", 0.88, 1)):
+            done = moves[dev][direction]
+            if done:
+                ax.vlines([sec(ts) for ts, _ in done], low, high, transform=ax.get_xaxis_transform(), color=color,
+                          lw=0.8, label=f"{direction}d: {len(done)}, {sum(b for _, b in done) / GIB:.2f} GiB")
         for i, ts in enumerate(ooms[dev]):
             ax.axvline(sec(ts), color="red", lw=1.2, label=f"out of memory ({len(ooms[dev])})" if i == 0 else None)
         ax.set_ylabel("GiB")
@@ -139,6 +154,7 @@ def plot(path, out, title):
     axes[-1, 0].set_xlabel("seconds since the first event")
 
     spilled = sum(len(v) for v in spills.values())
+    moved = {d: [m for dev in moves for m in moves[dev][d]] for d in ("promote", "demote")}
     head = title or (process or os.path.basename(path))
     if len(head) > 100:
         head = head[:97] + "..."
@@ -147,7 +163,7 @@ def plot(path, out, title):
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)
-    return len(events)
+    return len(events), moved
 
 
 def main():
@@ -158,10 +174,13 @@ def main():
     args = parser.parse_args()
     out = args.output or os.path.splitext(args.trace)[0] + ".png"
     try:
-        n = plot(args.trace, out, args.title)
+        n, moved = plot(args.trace, out, args.title)
     except OSError as e:
         sys.exit(f"uvmpool-timeline: {e}")
     print(f"uvmpool-timeline: {n} events from {args.trace} -> {out}")
+    if moved["promote"] or moved["demote"]:
+        print("uvmpool-timeline: moves: " + ", ".join(
+            f"{len(moved[d])} {d}d ({sum(b for _, b in moved[d]) / GIB:.2f} GiB)" for d in ("promote", "demote")))
 
 
 if __name__ == "__main__":

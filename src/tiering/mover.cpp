@@ -5,10 +5,16 @@
 
 #include "config/log.h"
 #include "driver/context_scope.h"
+#include "trace/trace.h"
 
 namespace uvmpool::tiering {
 
 namespace {
+
+// A move's slice in the trace (trace.h: MoveBegin, Moved, MoveDropped); named by its direction.
+void trace_move(trace::Kind kind, const pool::Move& m) {
+  trace::record(kind, m.device, m.address, m.bytes, m.to == pool::Tier::Host ? m.bytes : 0);
+}
 
 using driver::ContextScope;
 
@@ -419,6 +425,7 @@ CUresult Mover::begin() {
       continue;
     }
     demoting |= r.to == pool::Tier::Host;
+    trace_move(trace::Kind::MoveBegin, m);
     e.moves.push_back(std::move(m));
     e.taken.push_back(r);
   }
@@ -463,7 +470,10 @@ CUresult Mover::begin() {
 
 void Mover::abort_all() {
   Epoch& e = epoch_state_;
-  for (pool::Move& m : e.moves) pool_.abort_move(&m);
+  for (pool::Move& m : e.moves) {
+    trace_move(trace::Kind::MoveDropped, m);
+    pool_.abort_move(&m);
+  }
   e = Epoch{};
 }
 
@@ -477,6 +487,7 @@ CUresult Mover::finish() {
   const std::uint32_t value = epoch_ + 1;
   bool held_off = false;
   std::chrono::steady_clock::time_point held_at{};
+  std::uint64_t held_tick = 0;  // the trace's clock, for the Hold slice
   // No call of the program may wait inside the driver behind the hold: the driver would make this
   // thread's calls wait for it (host_wait_gate.h). Closed before the pool's lock is taken, since the
   // calls still inside may take up to the hold timeout to return; if they do not, the epoch is put off.
@@ -486,6 +497,7 @@ CUresult Mover::finish() {
   const pool::Quiesce quiesce = [&](std::span<char> commit) UVMPOOL_REQUIRES(epoch_mu_) {
     Held hold;
     held_at = std::chrono::steady_clock::now();
+    if (trace::recording()) held_tick = trace::now();
     if (!gate_closed) {
       held_off = true;
       return false;
@@ -538,6 +550,17 @@ CUresult Mover::finish() {
   }
   const Epoch done = std::move(e);
   e = Epoch{};
+  if (trace::recording()) {  // the hold's slice first: its start was read after every earlier event here
+    std::uint64_t bytes = 0, demoted = 0;
+    for (std::size_t i = 0; i < done.moves.size(); ++i) {
+      if (results[i] != CUDA_SUCCESS) continue;
+      bytes += done.moves[i].bytes;
+      if (done.moves[i].to == pool::Tier::Host) demoted += done.moves[i].bytes;
+    }
+    if (held_tick != 0) trace::record(trace::Kind::Hold, done.device, 0, bytes, demoted, held_tick);
+    for (std::size_t i = 0; i < done.moves.size(); ++i)
+      trace_move(results[i] == CUDA_SUCCESS ? trace::Kind::Moved : trace::Kind::MoveDropped, done.moves[i]);
+  }
   if (held_off) return put_off(done.taken);
   put_offs_ = 0;
   epochs_.fetch_add(1, std::memory_order_relaxed);

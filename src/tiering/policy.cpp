@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "trace/trace.h"
+
 namespace uvmpool::tiering {
 namespace {
 
@@ -57,6 +59,7 @@ void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) 
       for (auto& [address, k] : known_) k.uses.clear();
       ++stats_.periods_dropped;
       stats_.period = 0;
+      trace::record(trace::Kind::Period, -1, 0, 0);
       misses_ = 0;
       learn(signature, buffers);
       return;
@@ -117,6 +120,7 @@ void Policy::adopt_period(std::size_t period) {
   misses_ = 0;
   ++stats_.periods_learned;
   stats_.period = period;
+  trace::record(trace::Kind::Period, -1, 0, period);
 }
 
 std::uint64_t Policy::next_use(const Known& k) const {

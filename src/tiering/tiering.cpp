@@ -7,6 +7,7 @@
 #include "config/options.h"
 #include "driver/real_driver.h"
 #include "tiering/launch_args.h"
+#include "trace/trace.h"
 
 namespace uvmpool::tiering {
 namespace {
@@ -186,7 +187,36 @@ void Tiering::after_launch(const LaunchSeen& seen, CUstream stream) {
   // published after it recorded its fence behind the launch (mover.cpp).
   if (mover_.copying()) mover_.launched(seen.touches, seen.read != LaunchSeen::Read::Read);
   if (mover_.config().overlap) mover_.launch_ends();
-  if (mode_ == Mode::Auto && seen.read == LaunchSeen::Read::Read && seen.touches.count != 0) show_policy(seen);
+  if (seen.read == LaunchSeen::Read::Read && seen.touches.count != 0) {
+    if (trace::recording()) trace_launch(seen);
+    if (mode_ == Mode::Auto) show_policy(seen);
+  }
+}
+
+void Tiering::trace_launch(const LaunchSeen& seen) {
+  // The launch, then each pointer it passed with its allocation's size: the trace's launch track.
+  struct Touched {
+    CUdeviceptr address;
+    std::uint64_t base, bytes;
+    bool host;
+  };
+  Touched touched[LaunchTouches::kMax];
+  std::uint64_t bytes = 0, host_bytes = 0;
+  int device = -1;
+  for (std::size_t i = 0; i < seen.touches.count; ++i) {
+    const Touch& t = seen.touches.touches[i];
+    const std::optional<pool::AllocationInfo> info = pool_.find(t.address);
+    touched[i] = {t.address, info ? info->base : 0, info ? info->size : 0, t.host};
+    if (!info) continue;
+    if (device < 0) device = info->device;
+    const bool counted = std::any_of(touched, touched + i, [&](const Touched& o) { return o.base == info->base; });
+    if (counted) continue;  // tensors of one allocation: its bytes once
+    bytes += info->size;
+    if (t.host) host_bytes += info->size;
+  }
+  trace::record(trace::Kind::Launch, device, reinterpret_cast<std::uintptr_t>(seen.function), bytes, host_bytes);
+  for (std::size_t i = 0; i < seen.touches.count; ++i)
+    trace::record(trace::Kind::Touch, device, touched[i].address, touched[i].bytes, touched[i].host ? touched[i].bytes : 0);
 }
 
 void Tiering::show_policy(const LaunchSeen& seen) {

@@ -123,6 +123,7 @@ class Tiering {
   mutable Mutex policy_mu_;  // the policy is single-threaded; launches come from any thread
   std::unique_ptr<Policy> policy_ UVMPOOL_GUARDED_BY(policy_mu_);
   void show_policy(const LaunchSeen& seen);
+  void trace_launch(const LaunchSeen& seen);  // UVMPOOL_TRACE's Launch and Touch events
   std::atomic<Observer> observer_{nullptr};
   std::atomic<void*> observer_context_{nullptr};
   std::atomic<std::uint64_t> launches_read_{0}, launches_unread_{0}, pointers_{0}, host_pointers_{0},

@@ -14,14 +14,14 @@
 namespace uvmpool::trace::detail {
 
 // Timestamps: a thread reads the clock on every kStampEvery-th event, on the first event after the
-// writer drained its ring, and on every Map; the writer interpolates the others (see writer.cpp).
+// writer drained its ring, and on every event with a start; the writer interpolates the others (see writer.cpp).
 #ifndef UVMPOOL_TRACE_STAMP_EVERY
 #define UVMPOOL_TRACE_STAMP_EVERY 8
 #endif
 inline constexpr std::uint32_t kStampEvery = UVMPOOL_TRACE_STAMP_EVERY;
 
-// One event, 32 bytes. `tick` is 0 when the event was not stamped. A Map takes two slots: the second
-// (kind kMapStart) carries the tick at which building the mapping began in its `tick`.
+// One event, 32 bytes. `tick` is 0 when the event was not stamped. An event with a start (has_start:
+// a Map, a Hold) takes two slots: the second (kind kStartSlot) carries the start's tick in its `tick`.
 struct Record {
   std::uint64_t tick;
   std::uint64_t address;
@@ -29,7 +29,7 @@ struct Record {
   std::uint64_t host_bytes;
 };
 static_assert(sizeof(Record) == 32);
-inline constexpr std::uint8_t kMapStart = 0xfe;
+inline constexpr std::uint8_t kStartSlot = 0xfe;
 inline constexpr std::uint64_t kMaxBytesField = (1ull << 48) - 1;
 
 inline std::uint64_t pack_meta(std::uint8_t kind, int device, std::uint64_t bytes) {

@@ -111,14 +111,14 @@ inline std::uint64_t stamp() {
   return ticks_out_of_line();
 }
 
-// A thread's first event (attaches its ring) and every Map (two slots, always stamped).
+// A thread's first event (attaches its ring) and every event with a start (two slots, always stamped).
 [[gnu::noinline]] void record_slow(Ring* ring, Kind kind, int device, std::uint64_t address, std::uint64_t bytes,
                                    std::uint64_t host_bytes, std::uint64_t start) {
   if (reinterpret_cast<std::uintptr_t>(ring) <= 1) {
     ring = attach(ring);
     if (!ring) return;
   }
-  const std::uint64_t slots = kind == Kind::Map ? 2 : 1;
+  const std::uint64_t slots = has_start(kind) ? 2 : 1;
   const std::uint64_t head = ring->head.load(std::memory_order_relaxed);
   if (head + slots - ring->tail_seen > kRingSlots && !ring_has_room(ring, head, slots)) return;
   ring->countdown = kStampEvery;
@@ -132,7 +132,7 @@ inline std::uint64_t stamp() {
     Record& s = ring->slots[(head + 1) & (kRingSlots - 1)];
     s.tick = start;
     s.address = address;
-    s.meta = pack_meta(kMapStart, device, 0);
+    s.meta = pack_meta(kStartSlot, device, 0);
     s.host_bytes = 0;
   }
   ring->head.store(head + slots, std::memory_order_release);
@@ -150,7 +150,7 @@ constexpr std::uint64_t kPrefetchAhead = 32;
 void record(Kind kind, int device, std::uint64_t address, std::uint64_t bytes, std::uint64_t host_bytes,
             std::uint64_t start) {
   Ring* ring = t_ring;
-  if (__builtin_expect(reinterpret_cast<std::uintptr_t>(ring) <= 1 || kind == Kind::Map, 0))
+  if (__builtin_expect(reinterpret_cast<std::uintptr_t>(ring) <= 1 || has_start(kind), 0))
     return record_slow(ring, kind, device, address, bytes, host_bytes, start);
   const std::uint64_t head = ring->head.load(std::memory_order_relaxed);
   if (__builtin_expect(head - ring->tail_seen >= kRingSlots, 0) && !ring_has_room(ring, head, 1)) return;

@@ -22,7 +22,7 @@ namespace uvmpool::trace::detail {
 // A record with its time, as the writer formats it.
 struct Event {
   std::uint64_t tick = 0;        // stamped or interpolated
-  std::uint64_t start_tick = 0;  // Map: when building began
+  std::uint64_t start_tick = 0;  // has_start kinds: when it began (a Map's building, a Hold)
   std::uint64_t ns = 0, start_ns = 0;
   std::uint64_t address = 0, bytes = 0, host_bytes = 0;
   std::uint8_t kind = 0;

@@ -22,7 +22,24 @@ enum class Kind : std::uint8_t {
   DriverFree,   // its free: address
   Unmap,        // chunks unmapped from a range (a mapping taken apart or shrunk, a slab or a host run given
                 // back): address, bytes, host_bytes of them host chunks
+  // Tiering (src/tiering). A move is an async slice from MoveBegin to Moved or MoveDropped, named
+  // "promote" or "demote": address, bytes, host_bytes = bytes when it goes to host memory (a
+  // demotion), 0 when it comes to the device.
+  MoveBegin,    // prepared (staging mapped, copy about to be queued)
+  Moved,        // committed: the range now lies in its new tier
+  MoveDropped,  // not committed (touched during an overlapped copy, a failing step, the hold given up)
+  Hold,         // an epoch's hold on the program's streams, from the hold (start) to its release: bytes
+                // moved in it, host_bytes of them demoted
+  Launch,       // a launch that touched pool memory: address = the function, bytes touched, host_bytes of
+                // them in host memory (read in place over PCIe); its Touch events follow on its thread
+  Touch,        // one pointer the launch passed: address = the pointer, bytes = its allocation's size,
+                // host_bytes = that size when it lay in host memory at the launch
+  Period,       // the tiering policy learned a launch period (bytes = its launches) or forgot it (0)
+  Last = Period,
 };
+// Kinds that carry a start time (a second slot, always stamped): shown as slices from start to now.
+// The start must be read after every earlier event of the recording thread (the writer relies on it).
+inline constexpr bool has_start(Kind k) { return k == Kind::Map || k == Kind::Hold; }
 
 // Memory figures of one device, sampled by the writer thread for the counter tracks.
 struct Sample {
@@ -44,7 +61,7 @@ void record(Kind kind, int device, std::uint64_t address, std::uint64_t bytes, s
 // Whether a trace is being recorded: one relaxed load; call sites test it before gathering arguments.
 inline bool recording() { return detail::g_recording.load(std::memory_order_relaxed); }
 
-// A timestamp in the recorder's clock (cheap), for `start` of Map events.
+// A timestamp in the recorder's clock (cheap), for the `start` of Map and Hold events.
 std::uint64_t now();
 
 // Appends one event (no-op unless recording). Never blocks: a full ring drops the event and counts it.

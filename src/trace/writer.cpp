@@ -2,11 +2,11 @@
 // event and writes the file in large pieces; samples the memory counters.
 //
 // Times. A producer reads the clock only on every kStampEvery-th event, on its first event after
-// each drain (a drain bumps the ring's drain_epoch before reading `head`) and on every Map (whose
-// start is a clock reading too). An event without a stamp happened between the stamp before it and
-// the next stamp of its thread; the writer places it:
-//   - evenly between the two, when the next stamp is in the same drain (a Map's start closes the
-//     interval, since it was read after every earlier event of the thread);
+// each drain (a drain bumps the ring's drain_epoch before reading `head`) and on every event with a
+// start (a Map, a Hold: the start is a clock reading too). An event without a stamp happened between
+// the stamp before it and the next stamp of its thread; the writer places it:
+//   - evenly between the two, when the next stamp is in the same drain (a start closes the interval,
+//     since it is read after every earlier event of the thread: callers must keep that true);
 //   - one tick after the previous stamp when no later stamp exists yet (the thread paused, which is
 //     why there is none): never later than the event happened.
 // Either way the error is below the distance between the two stamps, which spans at most
@@ -44,6 +44,13 @@ const char* event_name(Kind kind) {
     case Kind::Map: return "mapping";
     case Kind::Oom: return "out of memory";
     case Kind::Unmap: return "unmap";
+    case Kind::MoveBegin:
+    case Kind::Moved:
+    case Kind::MoveDropped: return "move";  // named by direction in format_event
+    case Kind::Hold: return "hold";
+    case Kind::Launch: return "launch";
+    case Kind::Touch: return "touch";
+    case Kind::Period: return "launch period";
   }
   return "?";
 }
@@ -71,7 +78,7 @@ void put_sizes(EventText& t, const Event& e) {
 void format_event(Session& s, std::string_view who, const Event& e) {
   // Past the bound (or a failed write) nothing more is written: only count. An unknown kind (a
   // newer call site than this writer) has nothing to show.
-  if (s.out.truncated() || s.out.failed() || e.kind > static_cast<std::uint8_t>(Kind::Unmap)) {
+  if (s.out.truncated() || s.out.failed() || e.kind > static_cast<std::uint8_t>(Kind::Last)) {
     ++s.dropped_total;
     return;
   }
@@ -106,11 +113,13 @@ void format_event(Session& s, std::string_view who, const Event& e) {
         t.put(",\"id\":\"").hex(e.address).put("\",\"args\":{\"bytes\":").dec(e.bytes).put("}}");
         break;
       case Kind::Map:
+      case Kind::Hold:  // slices from their start
         put_head(t, "X", device, name, who, e.start_ns);
         t.put(",\"dur\":").us(e.ns - e.start_ns);
         put_sizes(t, e);
         break;
-      case Kind::Unmap:  // a thread-scoped instant
+      case Kind::Unmap:  // thread-scoped instants
+      case Kind::Touch:
         put_head(t, "i", device, name, who, e.ns);
         t.put(",\"s\":\"t\"");
         put_sizes(t, e);
@@ -118,6 +127,23 @@ void format_event(Session& s, std::string_view who, const Event& e) {
       case Kind::Oom:
         put_head(t, "i", device, name, who, e.ns);
         t.put(",\"s\":\"p\",\"args\":{\"bytes\":").dec(e.bytes).put("}}");
+        break;
+      case Kind::MoveBegin:
+      case Kind::Moved:
+      case Kind::MoveDropped:  // async: moves of one epoch overlap, so they cannot nest on the mover's track
+        put_head(t, kind == Kind::MoveBegin ? "b" : "e", device, e.host_bytes != 0 ? "demote" : "promote", who, e.ns);
+        t.put(",\"id\":\"").hex(e.address).put("\"");
+        if (kind == Kind::MoveBegin) put_sizes(t, e);
+        else t.put(",\"args\":{\"moved\":").put(kind == Kind::Moved ? "true" : "false").put("}}");
+        break;
+      case Kind::Launch:
+        put_head(t, "i", device, name, who, e.ns);
+        t.put(",\"s\":\"t\",\"args\":{\"bytes\":").dec(e.bytes).put(",\"host_bytes\":").dec(e.host_bytes);
+        t.put(",\"function\":\"").hex(e.address).put("\"}}");
+        break;
+      case Kind::Period:
+        put_head(t, "i", device, name, who, e.ns);
+        t.put(",\"s\":\"p\",\"args\":{\"launches\":").dec(e.bytes).put("}}");
         break;
     }
   }
@@ -139,19 +165,20 @@ void assign_times(Session& s, Ring& r) {
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const Record& rec = batch[i];
     const std::uint8_t kind = meta_kind(rec.meta);
-    if (kind == kMapStart) continue;  // read with its Map, just before
+    if (kind == kStartSlot) continue;  // read with its Map, just before
     Event e;
     e.kind = kind;
     e.device = meta_device(rec.meta);
     e.address = rec.address;
     e.bytes = meta_bytes(rec.meta);
     e.host_bytes = rec.host_bytes;
-    if (kind == static_cast<std::uint8_t>(Kind::Map) && i + 1 < batch.size() && meta_kind(batch[i + 1].meta) == kMapStart)
+    if (kind <= static_cast<std::uint8_t>(Kind::Last) && has_start(static_cast<Kind>(kind)) && i + 1 < batch.size() &&
+        meta_kind(batch[i + 1].meta) == kStartSlot)
       e.start_tick = batch[i + 1].tick;
     if (rec.tick != 0) {
       const std::uint64_t t = std::max(rec.tick, prev);  // a thread moved to a core a few ticks behind
       if (run > 0) {
-        // A Map's start was read after every earlier event of its thread: it closes their interval.
+        // A start (a Map's, a Hold's) was read after every earlier event of its thread: it closes their interval.
         const std::uint64_t close = e.start_tick != 0 ? std::clamp(e.start_tick, prev, t) : t;
         spread(ev, run_first, run, prev, (close - prev) / (run + 1));
         run = 0;
@@ -171,7 +198,7 @@ void assign_times(Session& s, Ring& r) {
     const std::uint64_t before = r.last_ns;
     e.ns = std::max(s.cal.to_ns(e.tick), before);
     e.start_ns = e.ns;
-    if (e.kind == static_cast<std::uint8_t>(Kind::Map) && e.start_tick != 0)  // shown at its start
+    if (e.start_tick != 0)  // shown at its start
       e.start_ns = std::clamp(s.cal.to_ns(e.start_tick), before, e.ns);
     r.last_ns = e.ns;
   }

@@ -11,6 +11,8 @@
 
 #include "tiering_test.h"  // first: the driver's declarations come before cuda.h's
 #include "tiering/tiering.h"
+#include "trace/trace.h"
+#include "trace_test.h"
 
 namespace {
 
@@ -281,6 +283,56 @@ TEST_F(LaunchTouches_, ALaunchOfManyPointersKeepsSixtyFourAndCountsTheRest) {
   tiering->before_launch(fill, stream, nullptr, extra, &seen);  // read only: the buffer is no fill's arguments
   EXPECT_EQ(last_touches().size(), LaunchTouches::kMax);
   EXPECT_EQ(tiering->stats().pointers, 80u);
+}
+
+TEST_F(LaunchTouches_, TheTraceShowsEachLaunchAndThePointersItPassed) {
+  namespace tt = uvmpool::trace::testing;
+  const tt::TempDir tmp;
+  const std::string path = tmp.file("launches.json");
+  allocate_both_tiers();
+  ASSERT_TRUE(uvmpool::trace::start(path, 1 << 20, nullptr));
+  // A struct holding a device pointer and a host one (uvmpool_struct_fill_u32's by-value argument).
+  UvmpoolSimStructFill arg{};
+  arg.p[0] = reinterpret_cast<std::uint32_t*>(on_device);
+  arg.p[1] = reinterpret_cast<std::uint32_t*>(in_host);
+  arg.count = 16;
+  arg.value = 7;
+  void* params[] = {&arg};
+  ASSERT_CU(launch(struct_fill, params));
+  std::uint64_t count = 16;
+  std::uint32_t value = 1;
+  void* fill_params[] = {&on_device, &count, &value};
+  ASSERT_CU(launch(fill, fill_params));
+  uvmpool::trace::stop();
+
+  const tt::json doc = tt::parse_trace(path);
+  tt::check_well_formed(doc);
+  const auto launches = tt::named(doc, "i", "launch");
+  ASSERT_EQ(launches.size(), 2u);
+  char function[32];
+  std::snprintf(function, sizeof function, "0x%llx", static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(struct_fill)));
+  EXPECT_EQ(launches[0]["args"]["function"], function);
+  EXPECT_EQ(launches[0]["args"]["bytes"], 8 * kMiB + kBudget) << "both allocations, each once";
+  EXPECT_EQ(launches[0]["args"]["host_bytes"], kBudget) << "the spilled one is read in place";
+  EXPECT_EQ(launches[1]["args"]["bytes"], 8 * kMiB);
+  EXPECT_EQ(launches[1]["args"]["host_bytes"], 0u);
+  // Each pointer, after its launch on the same thread.
+  const auto touches = tt::named(doc, "i", "touch");
+  ASSERT_EQ(touches.size(), 3u);
+  auto hex = [](CUdeviceptr p) {
+    char text[32];
+    std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(p));
+    return std::string(text);
+  };
+  EXPECT_EQ(touches[0]["args"]["address"], hex(on_device));
+  EXPECT_EQ(touches[0]["args"]["bytes"], 8 * kMiB);
+  EXPECT_EQ(touches[0]["args"]["host_bytes"], 0u);
+  EXPECT_EQ(touches[1]["args"]["address"], hex(in_host));
+  EXPECT_EQ(touches[1]["args"]["bytes"], kBudget);
+  EXPECT_EQ(touches[1]["args"]["host_bytes"], kBudget);
+  EXPECT_EQ(touches[2]["args"]["address"], hex(on_device));
+  EXPECT_EQ(touches[0]["tid"], launches[0]["tid"]);
+  EXPECT_LE(tt::ts_of(launches[0]), tt::ts_of(touches[0]));
 }
 
 }  // namespace

@@ -13,6 +13,8 @@
 
 #include "tiering_test.h"  // first: the driver's declarations come before cuda.h's
 #include "tiering/mover.h"
+#include "trace/trace.h"
+#include "trace_test.h"
 
 namespace {
 
@@ -213,6 +215,67 @@ TEST_F(Mover_, OverlapDropsAMoveThatALaunchTouchedDuringItsCopy) {
   const auto s = mover->stats();
   EXPECT_EQ(s.moves, 0u);
   EXPECT_EQ(s.moves_touched, 1u);
+}
+
+TEST_F(Mover_, TheTraceShowsEachMoveWithItsOutcomeAndTheHold) {
+  namespace tt = uvmpool::trace::testing;
+  const tt::TempDir tmp;
+  const std::string path = tmp.file("moves.json");
+  allocate_both_tiers();
+  MoverConfig config;
+  config.overlap = true;
+  bool touch = false;
+  config.after_copy = [&] {  // as in OverlapDropsAMoveThatALaunchTouchedDuringItsCopy, when asked
+    if (!touch) return;
+    LaunchTouches t;
+    t.add({in_host + 8 * kMiB, pool->probe(in_host + 8 * kMiB).owner, true});
+    mover->launched(t, false);
+  };
+  make_mover(config);
+  ASSERT_TRUE(uvmpool::trace::start(path, 1 << 20, nullptr));
+  ASSERT_TRUE(mover->request(on_device, 8 * kMiB, Tier::Host));
+  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+  ASSERT_CU(mover->run_epoch());
+  touch = true;
+  ASSERT_TRUE(mover->request(in_host + 8 * kMiB, 2 * kMiB, Tier::Device));
+  ASSERT_CU(mover->run_epoch());
+  uvmpool::trace::stop();
+  ASSERT_EQ(mover->stats().moves, 2u);
+  ASSERT_EQ(mover->stats().moves_touched, 1u);
+
+  const tt::json doc = tt::parse_trace(path);
+  tt::check_well_formed(doc);
+  auto hex = [](CUdeviceptr p) {
+    char text[32];
+    std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(p));
+    return std::string(text);
+  };
+  // Async slices by direction, matched by id: begin with the bytes, end with the outcome.
+  const auto demote_begin = tt::named(doc, "b", "demote"), demote_end = tt::named(doc, "e", "demote");
+  ASSERT_EQ(demote_begin.size(), 1u);
+  ASSERT_EQ(demote_end.size(), 1u);
+  EXPECT_EQ(demote_begin[0]["id"], hex(on_device));
+  EXPECT_EQ(demote_begin[0]["args"]["bytes"], 8 * kMiB);
+  EXPECT_EQ(demote_end[0]["id"], hex(on_device));
+  EXPECT_EQ(demote_end[0]["args"]["moved"], true);
+  EXPECT_LE(tt::ts_of(demote_begin[0]), tt::ts_of(demote_end[0]));
+  const auto promote_begin = tt::named(doc, "b", "promote"), promote_end = tt::named(doc, "e", "promote");
+  ASSERT_EQ(promote_begin.size(), 2u);
+  ASSERT_EQ(promote_end.size(), 2u);
+  EXPECT_EQ(promote_begin[0]["id"], hex(in_host));
+  EXPECT_EQ(promote_begin[0]["args"]["bytes"], 4 * kMiB);
+  EXPECT_EQ(promote_begin[0]["args"]["host_bytes"], 0u);
+  EXPECT_EQ(promote_end[0]["args"]["moved"], true);
+  EXPECT_EQ(promote_end[1]["id"], hex(in_host + 8 * kMiB));
+  EXPECT_EQ(promote_end[1]["args"]["moved"], false) << "touched during its copy: dropped";
+  // One hold per epoch, on the thread that ran it, with the bytes it moved.
+  const auto holds_seen = tt::named(doc, "X", "hold");
+  ASSERT_EQ(holds_seen.size(), 2u);
+  EXPECT_EQ(holds_seen[0]["args"]["bytes"], 12 * kMiB);
+  EXPECT_EQ(holds_seen[0]["args"]["host_bytes"], 8 * kMiB);
+  EXPECT_EQ(holds_seen[1]["args"]["bytes"], 0u);
+  EXPECT_EQ(holds_seen[0]["tid"], demote_end[0]["tid"]);
+  EXPECT_GE(tt::ts_of(demote_end[0]), tt::ts_of(holds_seen[0]));
 }
 
 TEST_F(Mover_, OverlapCommitsWhatNoLaunchTouched) {

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "tiering/policy.h"
+#include "trace/trace.h"
+#include "trace_test.h"
 
 namespace {
 
@@ -199,6 +201,10 @@ TEST(Policy_, TheSameLaunchRepeatedIsNoPeriodUntilItRepeatsEnough) {
 }
 
 TEST(Policy_, AChangedProgramDropsThePeriodAndLearnsTheNewOne) {
+  namespace tt = uvmpool::trace::testing;
+  const tt::TempDir tmp;
+  const std::string path = tmp.file("policy.json");
+  ASSERT_TRUE(uvmpool::trace::start(path, 1 << 20, nullptr));  // the trace shows each period too
   FakeWorld w(4 * kUnit);
   std::vector<CUdeviceptr> a, b;
   for (int i = 0; i < 6; ++i) a.push_back(w.add(kUnit, i >= 4));
@@ -212,6 +218,12 @@ TEST(Policy_, AChangedProgramDropsThePeriodAndLearnsTheNewOne) {
   EXPECT_EQ(p.stats().periods_dropped, 1u);
   EXPECT_EQ(p.stats().periods_learned, 2u);
   EXPECT_EQ(p.stats().period, 8u);
+  uvmpool::trace::stop();
+  const tt::json doc = tt::parse_trace(path);
+  tt::check_well_formed(doc);
+  std::vector<std::uint64_t> periods;
+  for (const tt::json& e : tt::named(doc, "i", "launch period")) periods.push_back(e["args"]["launches"].get<std::uint64_t>());
+  EXPECT_EQ(periods, (std::vector<std::uint64_t>{5, 0, 8})) << "learned, dropped, learned again";
 }
 
 TEST(Policy_, BuffersLongUnusedAreForgotten) {

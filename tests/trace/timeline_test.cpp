@@ -35,6 +35,14 @@ std::string record_sample_trace(const std::string& dir) {
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
   record(Kind::Oom, 0, 0, 1ull << 33);
+  // Tiering: two promotions (one dropped) and a demotion of device 0's memory.
+  const std::uint64_t a = 0x7f0000000000ull + 5 * (64ull << 20), b = 0x7f0000000000ull + (64ull << 20);
+  record(Kind::MoveBegin, 0, a, 32ull << 20, 0);
+  record(Kind::MoveBegin, 0, a + (32ull << 20), 32ull << 20, 0);
+  record(Kind::MoveBegin, 0, b, 64ull << 20, 64ull << 20);
+  record(Kind::Moved, 0, a, 32ull << 20, 0);
+  record(Kind::MoveDropped, 0, a + (32ull << 20), 32ull << 20, 0);
+  record(Kind::Moved, 0, b, 64ull << 20, 64ull << 20);
   for (std::uint64_t s = 1; s <= 8; ++s) {
     record(Kind::Free, 0, 0x7f0000000000ull + s * (64ull << 20), 64ull << 20);
     record(Kind::Free, 1, 0x7e0000000000ull + s * (16ull << 20), 16ull << 20);
@@ -94,6 +102,8 @@ TEST(Timeline, PlotsATraceAsPng) {
   ASSERT_EQ(run_timeline(trace, dir + "/sample.png", output), 0) << output;
   expect_png(dir + "/sample.png");
   EXPECT_NE(output.find("-> " + dir + "/sample.png"), std::string::npos) << output;
+  EXPECT_NE(output.find("moves: 1 promoted (0.03 GiB), 1 demoted (0.06 GiB)"), std::string::npos)
+      << "the dropped promotion counted, or the moves not read\n" << output;
 }
 
 TEST(Timeline, ReadsTheTraceOfAKilledProcess) {
