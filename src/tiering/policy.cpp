@@ -45,13 +45,13 @@ void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) 
   }
   buffers = touched;
   if (learned_.empty()) {
-    learn(signature, buffers);
+    learn(signature, function, buffers);
     if (learned_.empty()) {
       plan_recency(buffers);
       return;
     }
   } else {
-    if (learned_[phase_].signature == signature) {
+    if (matches(learned_[phase_], signature, function, buffers)) {
       misses_ = 0;
     } else if (++misses_ > config_.max_misses) {
       // The program does something else now: learn again.
@@ -61,7 +61,7 @@ void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) 
       stats_.period = 0;
       trace::record(trace::Kind::Period, -1, 0, 0);
       misses_ = 0;
-      learn(signature, buffers);
+      learn(signature, function, buffers);
       return;
     }
     phase_ = (phase_ + 1) % learned_.size();
@@ -79,36 +79,61 @@ void Policy::prune() {
   });
 }
 
-void Policy::learn(std::uint64_t signature, std::span<const Buffer> buffers) {
+bool Policy::matches(const Launch& before, std::uint64_t signature, std::uint64_t function,
+                     std::span<const Buffer> now) {
+  if (before.signature == signature) return true;
+  if (before.function != function) return false;
+  std::size_t common = 0;
+  for (const Buffer& b : now)
+    common += std::find(before.buffers.begin(), before.buffers.end(), b.address) != before.buffers.end();
+  return common > 0 && common + 1 >= std::max(before.buffers.size(), now.size());
+}
+
+void Policy::learn(std::uint64_t signature, std::uint64_t function, std::span<const Buffer> buffers) {
   if (history_.size() >= 2 * config_.max_period) {  // no period that short: start over
     history_.clear();
     last_seen_.clear();
-    candidate_ = run_ = 0;
+    candidate_ = run_ = run_misses_ = 0;
   }
   const std::size_t i = history_.size();
-  Launch launch{signature, {}};
-  for (const Buffer& b : buffers) launch.buffers.push_back(b.address);
-  history_.push_back(std::move(launch));
   const auto seen = last_seen_.find(signature);
-  if (candidate_ != 0 && i >= candidate_ && history_[i - candidate_].signature == signature) {
+  if (candidate_ != 0 && i >= candidate_ && matches(history_[i - candidate_], signature, function, buffers)) {
     ++run_;  // the sequence goes on repeating with the same period
+  } else if (candidate_ != 0 && i >= candidate_ && ++run_misses_ <= run_ / 32) {
+    // one odd launch in a long run: tolerated
   } else if (seen != last_seen_.end()) {
     candidate_ = i - seen->second;
     run_ = 1;
+    run_misses_ = 0;
   } else {
-    candidate_ = run_ = 0;
+    candidate_ = run_ = run_misses_ = 0;
   }
+  Launch launch{signature, function, {}};
+  for (const Buffer& b : buffers) launch.buffers.push_back(b.address);
+  history_.push_back(std::move(launch));
   last_seen_[signature] = i;
   if (candidate_ != 0 && candidate_ <= config_.max_period && run_ >= std::max(candidate_, config_.min_repeat))
     adopt_period(candidate_);
 }
 
 void Policy::adopt_period(std::size_t period) {
-  learned_.assign(std::make_move_iterator(history_.end() - static_cast<std::ptrdiff_t>(period)),
+  // The last period, each launch keeping the pointers the one a period before it passed too (a word
+  // that changes every step is no buffer the launch uses; matches() let it through).
+  const std::size_t first = history_.size() - period;
+  learned_.assign(std::make_move_iterator(history_.begin() + static_cast<std::ptrdiff_t>(first)),
                   std::make_move_iterator(history_.end()));
+  for (std::size_t pos = 0; pos < period && first >= period; ++pos) {
+    const Launch& before = history_[first - period + pos];
+    std::vector<CUdeviceptr>& now = learned_[pos].buffers;
+    if (before.function != learned_[pos].function) continue;
+    std::vector<CUdeviceptr> kept;
+    for (CUdeviceptr b : now)
+      if (std::find(before.buffers.begin(), before.buffers.end(), b) != before.buffers.end()) kept.push_back(b);
+    if (!kept.empty()) now = std::move(kept);
+  }
   history_.clear();
   last_seen_.clear();
-  candidate_ = run_ = 0;
+  candidate_ = run_ = run_misses_ = 0;
   for (auto& [address, k] : known_) k.uses.clear();
   for (std::size_t pos = 0; pos < learned_.size(); ++pos) {
     for (CUdeviceptr address : learned_[pos].buffers) {

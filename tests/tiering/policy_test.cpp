@@ -108,6 +108,39 @@ TEST(Policy_, LearnsTheStepAndPromotesAheadOfTheLaunches) {
   EXPECT_LE(w.used(), 8 * kUnit);
 }
 
+TEST(Policy_, ANumberPassedAsAPointerThatChangesEveryStepDoesNotHideThePeriod) {
+  // As PyTorch's dropout offset (policy.h): some launches carry a word that falls in a different
+  // allocation each step. The period is learned all the same, and those allocations are not planned for.
+  FakeWorld w(8 * kUnit);
+  std::vector<CUdeviceptr> b;
+  for (int i = 0; i < 24; ++i) b.push_back(w.add(kUnit, i >= 8));
+  PolicyConfig c;
+  c.lookahead = 4;
+  Policy p(w, c);
+  const auto step = pairs_step(b);
+  std::vector<CUdeviceptr> counters;
+  auto run_with_counters = [&](int steps) {
+    for (int s = 0; s < steps; ++s) {
+      for (std::size_t i = 0; i < step.size(); ++i) {
+        std::vector<CUdeviceptr> args = step[i];
+        if (i % 5 == 0) args.push_back(counters.emplace_back(w.add(3 * kUnit, true)));
+        w.launch(p, 100 + i, args);
+      }
+    }
+  };
+  run_with_counters(4);
+  ASSERT_TRUE(p.has_period()) << "learned nothing: the changing word broke every repeat";
+  EXPECT_EQ(p.stats().period, step.size());
+  const std::size_t before = counters.size();
+  w.reset_counts();
+  run_with_counters(3);
+  EXPECT_EQ(p.stats().periods_dropped, 0u);
+  for (std::size_t i = before; i < counters.size(); ++i)
+    EXPECT_TRUE(w.in_host({counters[i], counters[i], 3 * kUnit, true})) << "a counter's allocation was promoted";
+  const double hit_rate = static_cast<double>(w.hits) / static_cast<double>(w.hits + w.misses);
+  EXPECT_GT(hit_rate, 0.75) << w.hits << " hits, " << w.misses << " misses (the counters' misses included)";
+}
+
 TEST(Policy_, BeladyKeepsWhatIsNeededSoonest) {
   // A hot buffer used in every launch and a cold sweep: the hot one is never demoted.
   FakeWorld w(4 * kUnit);
