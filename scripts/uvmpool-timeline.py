@@ -54,12 +54,19 @@ def gather(events):
     ooms, spills = defaultdict(list), defaultdict(list)
     moves = defaultdict(lambda: {"promote": [], "demote": []})  # device -> direction -> [(ts, bytes)]
     open_moves = {}
+    holds, periods = [], []  # tiering: hold durations (us); (ts, launches) of each period learned or dropped
     live, open_allocs = defaultdict(lambda: [0, 0]), {}
     process = None
     for e in sorted((e for e in events if "ts" in e), key=lambda e: float(e["ts"])):
         ph, name, ts, args = e.get("ph"), e.get("name", ""), float(e["ts"]), e.get("args", {})
         if ph == "M" and name == "process_name":
             process = args.get("name")
+            continue
+        if ph == "X" and name == "hold":
+            holds.append(float(e.get("dur", 0)))
+            continue
+        if ph == "i" and name == "launch period":
+            periods.append((ts, int(args.get("launches", 0))))
             continue
         if ph == "C":
             m = COUNTER.match(name)
@@ -92,7 +99,7 @@ def gather(events):
             live[dev][0] -= dev_bytes
             live[dev][1] -= host
             rebuilt[dev].append((ts, live[dev][0], live[dev][1]))
-    return process, counters, rebuilt, ooms, spills, moves
+    return process, counters, rebuilt, ooms, spills, moves, holds, periods
 
 
 def plot(path, out, title):
@@ -104,7 +111,7 @@ def plot(path, out, title):
         sys.exit("uvmpool-timeline: matplotlib is missing; install it with `apt-get install python3-matplotlib` "
                  "(Debian/Ubuntu) or `pip install matplotlib`")
     events = load_events(path)
-    process, counters, rebuilt, ooms, spills, moves = gather(events)
+    process, counters, rebuilt, ooms, spills, moves, holds, periods = gather(events)
     devices = sorted(set(counters) | set(rebuilt) | set(ooms) | set(spills) | set(moves))
     times = [float(e["ts"]) for e in events if "ts" in e and e.get("ph") != "M"]
     t0 = min(times) if times else 0.0
@@ -163,7 +170,8 @@ def plot(path, out, title):
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)
-    return len(events), moved
+    tiering = {"moves": moved, "holds": holds, "periods": [(sec(ts), n) for ts, n in periods]}
+    return len(events), tiering
 
 
 def main():
@@ -174,10 +182,17 @@ def main():
     args = parser.parse_args()
     out = args.output or os.path.splitext(args.trace)[0] + ".png"
     try:
-        n, moved = plot(args.trace, out, args.title)
+        n, tiering = plot(args.trace, out, args.title)
     except OSError as e:
         sys.exit(f"uvmpool-timeline: {e}")
     print(f"uvmpool-timeline: {n} events from {args.trace} -> {out}")
+    moved, holds = tiering["moves"], sorted(tiering["holds"])
+    for t, launches in tiering["periods"]:
+        print(f"uvmpool-timeline: at {t:.2f} s the policy " +
+              (f"learned a period of {launches} launches" if launches else "forgot its period"))
+    if holds:  # how long the program's streams were held, each epoch: a move lands only after its hold
+        print(f"uvmpool-timeline: holds: {len(holds)}, median {holds[len(holds) // 2] / 1e3:.1f} ms, "
+              f"longest {holds[-1] / 1e3:.1f} ms, {sum(holds) / 1e6:.2f} s in all")
     if moved["promote"] or moved["demote"]:
         print("uvmpool-timeline: moves: " + ", ".join(
             f"{len(moved[d])} {d}d ({sum(b for _, b in moved[d]) / GIB:.2f} GiB)" for d in ("promote", "demote")))

@@ -43,6 +43,8 @@ std::string record_sample_trace(const std::string& dir) {
   record(Kind::Moved, 0, a, 32ull << 20, 0);
   record(Kind::MoveDropped, 0, a + (32ull << 20), 32ull << 20, 0);
   record(Kind::Moved, 0, b, 64ull << 20, 64ull << 20);
+  record(Kind::Hold, 0, 0, 96ull << 20, 64ull << 20, now());
+  record(Kind::Period, -1, 0, 2285);
   for (std::uint64_t s = 1; s <= 8; ++s) {
     record(Kind::Free, 0, 0x7f0000000000ull + s * (64ull << 20), 64ull << 20);
     record(Kind::Free, 1, 0x7e0000000000ull + s * (16ull << 20), 16ull << 20);
@@ -104,6 +106,8 @@ TEST(Timeline, PlotsATraceAsPng) {
   EXPECT_NE(output.find("-> " + dir + "/sample.png"), std::string::npos) << output;
   EXPECT_NE(output.find("moves: 1 promoted (0.03 GiB), 1 demoted (0.06 GiB)"), std::string::npos)
       << "the dropped promotion counted, or the moves not read\n" << output;
+  EXPECT_NE(output.find("holds: 1, median "), std::string::npos) << output;
+  EXPECT_NE(output.find("the policy learned a period of 2285 launches"), std::string::npos) << output;
 }
 
 TEST(Timeline, ReadsTheTraceOfAKilledProcess) {
