@@ -61,6 +61,9 @@ class HostWaitGate {
   bool close(std::chrono::milliseconds timeout);
   void open();
 
+  // Whether a call waits at the closed gate now (the mover then places no further hold).
+  bool has_waiters() const { return waiting_.load(std::memory_order_seq_cst) != 0; }
+
   // Calls that waited at a closed gate since the start.
   std::uint64_t waited() const { return waited_.load(std::memory_order_relaxed); }
 

@@ -70,7 +70,10 @@ TEST(HostWaitGate, CallsWokenByAnOpenGetInBeforeTheNextClose) {
   for (int round = 0; round < 20; ++round) {
     ASSERT_TRUE(gate.close(1000ms));
     Call call(gate);
-    std::this_thread::sleep_for(5ms);  // at the gate
+    // At the gate (waited for, not slept for: a loaded machine may not run the call's thread for ms).
+    const auto until = std::chrono::steady_clock::now() + 1000ms;
+    while (!gate.has_waiters() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100us);
+    ASSERT_TRUE(gate.has_waiters()) << "round " << round << ": the call never reached the gate";
     ASSERT_FALSE(call.in());
     gate.open();
     ASSERT_TRUE(gate.close(1000ms));  // the next hold, at once
