@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <thread>
 
 #include "config/log.h"
 #include "driver/context_scope.h"
@@ -39,6 +40,7 @@ Mover::Mover(const driver::Table& driver, pool::Pool& pool, StreamRegistry& stre
 Mover::~Mover() {
   stop();
   MutexLock lock(epoch_mu_);
+  give_up_placed();  // placed by a caller of place_epoch, not completed
   if (epoch_state_.active) {  // begun by poll(): the copies must end before the staging goes
     if (epoch_state_.copying) copies_done(true);
     wait_for(&epoch_state_.fence);
@@ -71,6 +73,7 @@ bool Mover::request(CUdeviceptr p, std::size_t bytes, pool::Tier to) {
       return false;
     }
     queue_.push_back({p, bytes, to});
+    ++outstanding_[p];
     if (config_.thread && !stopping_ && !thread_.joinable()) thread_ = std::thread(&Mover::thread_main, this);
   }
   requested_.fetch_add(1, std::memory_order_relaxed);
@@ -93,12 +96,26 @@ void Mover::thread_main() {
   for (;;) {
     {
       UniqueMutexLock lock(queue_mu_);
-      queue_cv_.wait(lock.native(), [this]() UVMPOOL_NO_THREAD_SAFETY_ANALYSIS { return stopping_ || !queue_.empty(); });
-      if (stopping_) return;
+      queue_cv_.wait(lock.native(), [this]() UVMPOOL_NO_THREAD_SAFETY_ANALYSIS {
+        return stopping_ || !queue_.empty() || standing_.load(std::memory_order_relaxed) != 0;
+      });
+      if (stopping_) break;
+    }
+    if (pipelined()) {
+      CUresult r = CUDA_SUCCESS;
+      {
+        MutexLock epoch(epoch_mu_);
+        r = pipeline_step();
+      }
+      // Holds stand, not drained yet: look again shortly (a drain is the program's work, ms to s).
+      if (r == CUDA_ERROR_NOT_READY) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      continue;
     }
     // Put off by a graph capture: try again shortly (captures are short).
     if (run_epoch() == CUDA_ERROR_NOT_READY) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  MutexLock epoch(epoch_mu_);
+  give_up_placed();
 }
 
 CUresult Mover::run_until_idle() {
@@ -137,6 +154,22 @@ bool Mover::take_batch(std::vector<Request>* batch) {
     it = queue_.erase(it);
   }
   return true;
+}
+
+void Mover::settle(const Request& r) {
+  MutexLock lock(queue_mu_);
+  const auto it = outstanding_.find(r.address);
+  if (it != outstanding_.end() && --it->second == 0) outstanding_.erase(it);
+}
+
+void Mover::settle(const std::vector<Request>& requests) {
+  for (const Request& r : requests) settle(r);
+}
+
+bool Mover::outstanding(CUdeviceptr p, std::uint64_t bytes) {
+  MutexLock lock(queue_mu_);
+  const auto it = outstanding_.lower_bound(p);  // requests start inside what they move
+  return it != outstanding_.end() && it->first < p + bytes;
 }
 
 CUresult Mover::ensure_resources(int device) {
@@ -251,6 +284,15 @@ bool Mover::wait_for(Held* held) {
   return all;
 }
 
+void Mover::forget(Held* held) {
+  for (const Held::Recorded& e : held->events) {
+    if (!e.owned) continue;
+    ContextScope in(d_, e.context);
+    d_.cuEventDestroy_v2(e.event);  // released by the driver once its work is done
+  }
+  held->events.clear();
+}
+
 // The hold's watchdog: if the hold is not over within the hold timeout (the program's earlier work does
 // not drain, or the mover's copies wait behind the hold), it writes the flag, so the held work goes on
 // and whatever waits for it ends, and the epoch commits nothing.
@@ -276,15 +318,8 @@ class Mover::Watchdog {
     std::unique_lock lock(m_);
     if (cv_.wait_for(lock, mover_.config_.hold_timeout, [&] { return done_; })) return;
     gave_up_ = true;
-    __atomic_store_n(flag_, value_, __ATOMIC_RELEASE);
-    log::warn("tiering: the program's work did not drain within {} ms of a hold; the hold is given up, nothing moves",
-              mover_.config_.hold_timeout.count());
-    if (mover_.given_up_.fetch_add(1, std::memory_order_relaxed) + 1 == kMaxHoldsGivenUp) {
-      mover_.off_.store(true, std::memory_order_relaxed);
-      log::warn("tiering: {} holds could not drain (work queued before a hold waits for work queued after it); "
-                "moves are off for this process, memory stays where it is",
-                kMaxHoldsGivenUp);
-    }
+    raise_flag(flag_, value_);
+    mover_.note_given_up();
   }
 
   Mover& mover_;
@@ -297,10 +332,30 @@ class Mover::Watchdog {
   std::thread thread_;    // last: it starts once the fields above exist
 };
 
+void Mover::raise_flag(volatile std::uint32_t* flag, std::uint32_t value) {
+  std::uint32_t now = __atomic_load_n(flag, __ATOMIC_ACQUIRE);
+  while (now < value && !__atomic_compare_exchange_n(flag, &now, value, false, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {
+  }
+}
+
+void Mover::note_given_up() {
+  log::warn("tiering: the program's work did not drain within {} ms of a hold; the hold is given up, nothing moves",
+            config_.hold_timeout.count());
+  if (given_up_.fetch_add(1, std::memory_order_relaxed) + 1 == kMaxHoldsGivenUp) {
+    off_.store(true, std::memory_order_relaxed);
+    log::warn("tiering: {} holds could not drain (work queued before a hold waits for work queued after it); "
+              "moves are off for this process, memory stays where it is",
+              kMaxHoldsGivenUp);
+  }
+}
+
 void Mover::release(std::uint32_t value) {
-  streams_.end_hold();
-  __atomic_store_n(flag_, value, __ATOMIC_RELEASE);
-  streams_.host_waits().open();  // after the flag: what waited at the gate now finds its stream going
+  // Later holds still standing (holds ahead): new streams keep waiting for the last of them, and the
+  // gate stays closed until it is released too.
+  const bool last = placed_.empty();
+  if (last) streams_.end_hold();
+  raise_flag(flag_, value);
+  if (last) streams_.host_waits().open();  // after the flag: what waited at the gate now finds its stream going
   // The held streams go on as the devices see the flag. A query lets a driver that looks for written
   // values only on calls (the simulator) see it too.
   for (const DeviceResources& r : devices_) {
@@ -364,6 +419,7 @@ CUresult Mover::put_off(const std::vector<Request>& requests) {
   if (++put_offs_ >= kMaxPutOffs) {
     put_offs_ = 0;
     failed_.fetch_add(requests.size(), std::memory_order_relaxed);
+    settle(requests);
     log::warn("tiering: {} moves dropped after {} epochs put off in a row (a graph capture, a stream refusing the hold, "
               "or a copy of the program staying in the driver)",
               requests.size(), kMaxPutOffs);
@@ -403,21 +459,40 @@ CUresult Mover::begin() {
   std::vector<Request> later;
   e = Epoch{};
   bool demoting = false;
+  // Holds ahead: demotions of epochs still standing make their room when those commit.
+  const bool standing_demotions = std::any_of(placed_.begin(), placed_.end(), [](const Placed& p) {
+    return std::any_of(p.epoch.moves.begin(), p.epoch.moves.end(), [](const pool::Move& m) { return m.to == pool::Tier::Host; });
+  });
+  bool queued_demotions = false;  // left for a later epoch (the batch was full)
+  {
+    MutexLock lock(queue_mu_);
+    queued_demotions = std::any_of(queue_.begin(), queue_.end(), [](const Request& r) { return r.to == pool::Tier::Host; });
+  }
   for (const Request& r : batch) {
     pool::Move m;
     const CUresult s = pool_.prepare_move(r.address, r.bytes, r.to, &m);
-    if (s == CUDA_ERROR_OUT_OF_MEMORY && r.to == pool::Tier::Device && demoting && !r.deferred) {
-      later.push_back(r);
-      later.back().deferred = true;  // once: refused again, it is dropped like any refusal
-      continue;
+    if (s == CUDA_ERROR_OUT_OF_MEMORY && r.to == pool::Tier::Device) {
+      if (standing_demotions) {
+        later.push_back(r);  // for as long as those stand: each commits or is given up
+        continue;
+      }
+      if ((demoting || queued_demotions) && r.room_waits < kMaxRoomWaits) {
+        later.push_back(r);
+        ++later.back().room_waits;  // a few epochs: refused again after that, it is dropped like any refusal
+        continue;
+      }
     }
     if (s != CUDA_SUCCESS) {
       // A move is an optimization: a refused one (no room, being freed, moving already) is dropped.
       failed_.fetch_add(1, std::memory_order_relaxed);
+      settle(r);
       log::debug("tiering: a move of {} bytes at {:#x} refused by the pool ({})", r.bytes, r.address, static_cast<int>(s));
       continue;
     }
-    if (m.staging == 0) continue;  // there already
+    if (m.staging == 0) {  // there already
+      settle(r);
+      continue;
+    }
     if (e.device < 0) e.device = m.device;
     if (m.device != e.device) {
       pool_.abort_move(&m);
@@ -435,6 +510,7 @@ CUresult Mover::begin() {
     log::warn("tiering: the mover could not set up on device {} (error {}); {} moves dropped", e.device,
               static_cast<int>(s), e.moves.size());
     failed_.fetch_add(e.moves.size(), std::memory_order_relaxed);
+    settle(e.taken);
     abort_all();
     return s;
   }
@@ -477,14 +553,14 @@ void Mover::abort_all() {
   e = Epoch{};
 }
 
-CUresult Mover::finish() {
+CUresult Mover::finish(Placed* placed) {
   Epoch& e = epoch_state_;
   const bool overlap = config_.overlap;
   if (overlap) {
     wait_for(&e.fence);  // complete: the copies waited for them
     if (config_.after_copy) config_.after_copy();
   }
-  const std::uint32_t value = epoch_ + 1;
+  const std::uint32_t value = placed != nullptr ? placed->value : epoch_ + 1;
   bool held_off = false;
   std::chrono::steady_clock::time_point held_at{};
   std::uint64_t held_tick = 0;  // the trace's clock, for the Hold slice
@@ -492,12 +568,18 @@ CUresult Mover::finish() {
   // thread's calls wait for it (host_wait_gate.h). Closed before the pool's lock is taken, since the
   // calls still inside may take up to the hold timeout to return; if they do not, the epoch is put off.
   // release() opens it again, whatever happens below.
-  const bool gate_closed = streams_.host_waits().close(config_.hold_timeout);
+  const bool gate_closed = placed != nullptr ? placed->standing : streams_.host_waits().close(config_.hold_timeout);
   // Called by the pool inside this epoch (epoch_mu_ held throughout).
   const pool::Quiesce quiesce = [&](std::span<char> commit) UVMPOOL_REQUIRES(epoch_mu_) {
     Held hold;
     held_at = std::chrono::steady_clock::now();
     if (trace::recording()) held_tick = trace::now();
+    if (placed != nullptr && (!gate_closed || placed->given_up)) {
+      // A partial hold (a stream refused it), or one given up: its work may never drain; nothing waits.
+      held_off = !gate_closed;
+      forget(&placed->hold);
+      return false;
+    }
     if (!gate_closed) {
       held_off = true;
       return false;
@@ -507,10 +589,14 @@ CUresult Mover::finish() {
     // the pool: releasing the hold during them would break the invariant, so only the gate keeps
     // calls that wait inside the driver away from them.
     Watchdog watchdog(*this, flag_, value);
-    if (!record_on_streams(true, value, &hold)) {
-      held_off = true;
-      wait_for(&hold);
-      return false;
+    if (placed == nullptr) {
+      if (!record_on_streams(true, value, &hold)) {
+        held_off = true;
+        wait_for(&hold);
+        return false;
+      }
+    } else {
+      hold = std::move(placed->hold);  // drained already (drained()): the wait below returns at once
     }
     // Launches queued from here on wait behind the hold: only those before it can have touched the
     // memory during the copy, and each of those has reported once no launch is under way (a launch
@@ -537,7 +623,7 @@ CUresult Mover::finish() {
   for (pool::Move& m : e.moves) pointers.push_back(&m);
   std::vector<CUresult> results(e.moves.size(), CUDA_ERROR_NOT_READY);
   pool_.commit_quiesced(e.device, pointers, quiesce, results);
-  epoch_ = value;
+  if (placed == nullptr) epoch_ = value;
   release(value);  // always: a hold may stand on some streams even when quiesce failed half-way
   if (held_at != std::chrono::steady_clock::time_point{}) {
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - held_at);
@@ -562,6 +648,7 @@ CUresult Mover::finish() {
       trace_move(results[i] == CUDA_SUCCESS ? trace::Kind::Moved : trace::Kind::MoveDropped, done.moves[i]);
   }
   if (held_off) return put_off(done.taken);
+  settle(done.taken);
   put_offs_ = 0;
   epochs_.fetch_add(1, std::memory_order_relaxed);
   for (std::size_t i = 0; i < done.moves.size(); ++i) {
@@ -579,6 +666,9 @@ CUresult Mover::finish() {
 
 CUresult Mover::run_epoch() {
   MutexLock epoch(epoch_mu_);
+  while (!placed_.empty()) {  // holds placed ahead end first, in order
+    if (const CUresult r = complete_locked(true); r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) return r;
+  }
   if (!epoch_state_.active) {
     if (const CUresult r = begin(); r != CUDA_SUCCESS) return r;
     if (!epoch_state_.active) return CUDA_SUCCESS;  // nothing to move
@@ -595,6 +685,10 @@ CUresult Mover::poll() {
 }
 
 CUresult Mover::poll_locked() {
+  if (!placed_.empty()) {  // holds placed ahead end first, in order (a later hold's release would free them)
+    if (const CUresult r = complete_locked(false); r != CUDA_SUCCESS) return r;
+    if (!placed_.empty()) return CUDA_ERROR_NOT_READY;
+  }
   if (!epoch_state_.active) {
     if (const CUresult r = begin(); r != CUDA_SUCCESS) return r;
     if (!epoch_state_.active) return CUDA_SUCCESS;
@@ -602,6 +696,122 @@ CUresult Mover::poll_locked() {
   }
   if (epoch_state_.copying && !copies_done(false)) return CUDA_ERROR_NOT_READY;
   return finish();
+}
+
+CUresult Mover::place_epoch() {
+  MutexLock epoch(epoch_mu_);
+  return place_locked();
+}
+
+CUresult Mover::complete_placed(bool wait) {
+  MutexLock epoch(epoch_mu_);
+  return complete_locked(wait);
+}
+
+CUresult Mover::place_locked() {
+  if (placed_.size() >= std::max<std::size_t>(config_.holds_ahead, 1)) return CUDA_ERROR_NOT_READY;
+  if (!epoch_state_.active) {
+    if (const CUresult r = begin(); r != CUDA_SUCCESS) return r;
+    if (!epoch_state_.active) return CUDA_SUCCESS;  // nothing to move
+  }
+  Epoch& e = epoch_state_;
+  // The first hold closes the gate (waiting for the program's calls inside the driver, as finish()
+  // does); later ones find it closed, and it stays so until the last standing hold is released.
+  if (placed_.empty() && !streams_.host_waits().close(config_.hold_timeout)) {
+    const std::vector<Request> taken = e.taken;  // abort_all forgets the epoch
+    abort_all();
+    return put_off(taken);
+  }
+  Placed p;
+  p.value = ++epoch_;
+  p.standing = record_on_streams(true, p.value, &p.hold);
+  if (!p.standing && placed_.empty()) {  // nothing earlier stands: released now, as finish() would
+    wait_for(&p.hold);
+    release(p.value);
+    const std::vector<Request> taken = e.taken;
+    abort_all();
+    return put_off(taken);
+  }
+  // A stream that refused behind earlier holds: this one's partial hold is released in its turn.
+  p.epoch = std::move(e);
+  e = Epoch{};
+  if (placed_.empty()) p.first_since = std::chrono::steady_clock::now();
+  placed_.push_back(std::move(p));
+  standing_.store(placed_.size(), std::memory_order_relaxed);
+  return CUDA_SUCCESS;
+}
+
+bool Mover::drained(Placed& p) {
+  for (const Held::Recorded& r : p.hold.events) {
+    ContextScope in(d_, r.context);
+    if (d_.cuEventQuery(r.event) == CUDA_ERROR_NOT_READY) return false;  // an error ends the wait (wait_for logs it)
+  }
+  return true;
+}
+
+CUresult Mover::complete_locked(bool wait) {
+  if (placed_.empty()) return CUDA_SUCCESS;
+  Placed& first = placed_.front();
+  if (first.standing && !first.given_up && !drained(first)) {
+    if (!wait) {
+      if (std::chrono::steady_clock::now() - first.first_since < config_.hold_timeout) return CUDA_ERROR_NOT_READY;
+      // As the watchdog does: the held work goes on, nothing of this epoch commits.
+      first.given_up = true;
+      raise_flag(flag_, first.value);
+      note_given_up();
+    } else {
+      // Waited for under the watchdog (which gives the hold up after the hold timeout), as finish() does.
+      Watchdog watchdog(*this, flag_, first.value);
+      for (const Held::Recorded& r : first.hold.events) {
+        ContextScope in(d_, r.context);
+        d_.cuEventSynchronize(r.event);  // an error ends the wait (wait_for logs it at the commit)
+      }
+      first.given_up = watchdog.stop();
+    }
+  }
+  Placed p = std::move(placed_.front());
+  placed_.pop_front();
+  standing_.store(placed_.size(), std::memory_order_relaxed);
+  if (!placed_.empty()) placed_.front().first_since = std::chrono::steady_clock::now();
+  epoch_state_ = std::move(p.epoch);
+  return finish(&p);
+}
+
+void Mover::give_up_placed() {
+  if (placed_.empty()) return;
+  // At stop (exit): nothing more is committed. Every standing hold is released at once, then each
+  // epoch's moves are aborted: the old mappings stand and the copies were never made.
+  raise_flag(flag_, placed_.back().value);
+  while (!placed_.empty()) {
+    Placed p = std::move(placed_.front());
+    placed_.pop_front();
+    forget(&p.hold);
+    epoch_state_ = std::move(p.epoch);
+    failed_.fetch_add(epoch_state_.moves.size(), std::memory_order_relaxed);
+    settle(epoch_state_.taken);
+    abort_all();
+  }
+  standing_.store(0, std::memory_order_relaxed);
+  release(epoch_);
+}
+
+CUresult Mover::pipeline_step() {
+  // The first standing epoch completes once the program's work reached its hold; then a new hold is
+  // placed if there is room, requests, and no program call waiting at the gate (so a call waiting
+  // gets in once the standing holds drain, rather than behind hold after hold).
+  if (const CUresult r = complete_locked(false); r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) return r;
+  bool queued = false;
+  {
+    MutexLock lock(queue_mu_);
+    queued = !queue_.empty();
+  }
+  CUresult placed = CUDA_SUCCESS;
+  if (queued && placed_.size() < config_.holds_ahead && (placed_.empty() || !streams_.host_waits().has_waiters())) {
+    placed = place_locked();
+    if (placed != CUDA_SUCCESS && placed != CUDA_ERROR_NOT_READY) return placed;
+  }
+  // NOT_READY (the caller waits a little): holds stand, or an epoch was put off (a graph capture).
+  return placed_.empty() && placed == CUDA_SUCCESS ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 void Mover::launched(const LaunchTouches& touches, bool all) {

@@ -33,8 +33,24 @@
 // the hooks cannot see (through a pointer kept in device memory, or a copy or memset, which are not
 // hooked yet) would be lost: overlap is for programs whose writes are all kernel arguments.
 //
+// Holds ahead (`holds_ahead` > 1, held copies only). A hold waits for all the work queued before it,
+// and a program may queue far ahead: PyTorch ran about half a training step ahead of the GPU on an
+// H100, so holds took up to 2.3 s to drain, the mover ran one epoch per drain, and a move asked for
+// 32 launches ahead landed about a thousand launches later (docs/tiering.md). With holds ahead, the
+// mover places an epoch's hold (steps 1 and 2) as soon as it is asked for, without waiting, and
+// places the next epochs' behind it while the first drains, up to `holds_ahead` standing at once;
+// each is completed (steps 3 to 5) when the program's work reaches it, in order. Each move thus takes
+// effect where it was asked for in the program's stream order. The holds' values rise, so a stream
+// waits at each hold in turn, and a flag is only ever raised: writing one hold's value never
+// releases a later one. While any hold stands the host-wait gate stays closed, and no new hold is
+// placed while a program call waits at the gate (so the calls get in once the standing holds drain).
+// A hold that does not drain within the hold timeout once it is the first is given up, as by the
+// watchdog. The pool's lock is taken only for each epoch's commit, not across the drain; a pool path
+// that waits for the device under that lock (a free's fence) meets a standing hold and ends when the
+// hold is given up: a stall bounded by the hold timeout, which is why this is not the default yet.
+//
 // Requests come from the policy (next), cuMemPrefetchAsync and uvmpool_prefetch; each is carried out
-// at the next epoch, on the mover's thread or (tests) on the caller's (run_epoch).
+// at the next epoch, on the mover's thread or (tests) on the caller's (run_epoch, place_epoch).
 #pragma once
 
 #include <array>
@@ -44,6 +60,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -62,6 +79,9 @@ struct MoverConfig {
   // A hold not drained by then is given up (released, nothing committed): work queued before it may
   // wait for work queued after it (a kernel on one device waiting for one on another, both held).
   std::chrono::milliseconds hold_timeout{10000};
+  // Epochs whose holds may stand at once (see "Holds ahead" above); 1: each epoch drains, copies,
+  // commits and releases before the next is prepared. Ignored with overlap.
+  std::size_t holds_ahead = 1;
   // For tests, to place program work inside an epoch: called on the epoch's thread right after the
   // overlapped copies finished (overlap), and right after the hold was recorded on every stream.
   std::function<void()> after_copy;
@@ -87,6 +107,9 @@ class Mover {
  public:
   static constexpr std::size_t kMaxFlight = 64;  // moves per epoch at most
   static constexpr std::size_t kMaxQueued = 4096;
+  // Epochs a promotion refused for room is put back for while demotions queued or in its own epoch
+  // may make that room (demotions in standing epochs make it surely: waited for without a limit).
+  static constexpr std::uint8_t kMaxRoomWaits = 4;
   // Holds given up before moves are turned off for the process: a program whose queued work waits for
   // work queued after it (across streams or threads) would otherwise stall for hold_timeout each epoch.
   static constexpr std::uint64_t kMaxHoldsGivenUp = 2;
@@ -108,6 +131,14 @@ class Mover {
   CUresult poll();
   // Epochs on the calling thread until nothing is queued (or an epoch is put off).
   CUresult run_until_idle();
+  // Holds ahead, on the calling thread (the mover's thread does the same when holds_ahead > 1):
+  // place_epoch prepares the requests queued so far, up to a batch, and places their hold without
+  // waiting for it (NOT_READY: put off, or holds_ahead holds stand already); complete_placed ends the
+  // first standing epoch once the program's work reached its hold (with `wait`, it waits for that;
+  // NOT_READY: not yet). CUDA_SUCCESS from complete_placed also when none stands.
+  CUresult place_epoch();
+  CUresult complete_placed(bool wait);
+  std::size_t standing_holds() const { return standing_.load(std::memory_order_relaxed); }
   // Stops the thread (at exit, before the driver goes away); requests are then only queued.
   void stop();
 
@@ -122,6 +153,10 @@ class Mover {
   // Whether an overlapped copy is in flight (launches must then be read and reported).
   bool copying() const { return flight_count_.load(std::memory_order_seq_cst) != 0; }
 
+  // Whether a request overlapping [p, p + bytes) is still to be carried out (queued, or in an epoch
+  // not ended): the policy's way to tell a move still coming from one refused or dropped.
+  bool outstanding(CUdeviceptr p, std::uint64_t bytes);
+
   MoverStats stats() const;
   const MoverConfig& config() const { return config_; }
 
@@ -130,7 +165,7 @@ class Mover {
     CUdeviceptr address;
     std::size_t bytes;
     pool::Tier to;
-    bool deferred = false;  // put back once already, waiting for room its epoch's demotions make
+    std::uint8_t room_waits = 0;  // epochs it was put back for, waiting for room demotions make
   };
   struct Held {  // the events of one hold or fence, each in the context it was recorded in
     struct Recorded {
@@ -151,11 +186,34 @@ class Mover {
     Held fence;
   };
 
+  // An epoch whose hold stands (holds ahead): from place_epoch to complete_placed.
+  struct Placed {
+    Epoch epoch;
+    std::uint32_t value = 0;  // the flag's value that releases it
+    Held hold;                // the events recorded before the wait, on every stream
+    bool standing = false;    // false: a stream refused; released in its turn, nothing committed
+    bool given_up = false;    // did not drain within the hold timeout once first: released, nothing committed
+    std::chrono::steady_clock::time_point first_since{};  // when it became the first standing
+  };
+
   bool take_batch(std::vector<Request>* batch);
+  // Requests carried out or given up for good: no longer outstanding.
+  void settle(const Request& r);
+  void settle(const std::vector<Request>& requests);
   static std::size_t direction(pool::Tier to) { return to == pool::Tier::Device ? 1 : 0; }
   CUresult begin() UVMPOOL_REQUIRES(epoch_mu_);
   bool copies_done(bool wait) UVMPOOL_REQUIRES(epoch_mu_);
-  CUresult finish() UVMPOOL_REQUIRES(epoch_mu_);
+  // Ends the epoch begun: holds (unless `placed`, whose hold stands already), copies, commits, releases.
+  CUresult finish(Placed* placed = nullptr) UVMPOOL_REQUIRES(epoch_mu_);
+  CUresult place_locked() UVMPOOL_REQUIRES(epoch_mu_);
+  CUresult complete_locked(bool wait) UVMPOOL_REQUIRES(epoch_mu_);
+  bool drained(Placed& p) UVMPOOL_REQUIRES(epoch_mu_);  // the program's work reached its hold
+  void give_up_placed() UVMPOOL_REQUIRES(epoch_mu_);   // at stop: every standing hold released, moves aborted
+  CUresult pipeline_step() UVMPOOL_REQUIRES(epoch_mu_);  // the thread's round with holds ahead
+  bool pipelined() const { return config_.holds_ahead > 1 && !config_.overlap; }
+  // Raises the flag to `value` (never lowers it: a later hold's value may be written already).
+  static void raise_flag(volatile std::uint32_t* flag, std::uint32_t value);
+  void note_given_up();  // a hold given up: counted, and moves turned off after kMaxHoldsGivenUp
   CUresult poll_locked() UVMPOOL_REQUIRES(epoch_mu_);
   void abort_all() UVMPOOL_REQUIRES(epoch_mu_);
   void put_back(const std::vector<Request>& requests);
@@ -166,6 +224,7 @@ class Mover {
   // behind it. False (nothing held) when a stream captures a graph or a stream refuses.
   bool record_on_streams(bool gate, std::uint32_t value, Held* held) UVMPOOL_REQUIRES(epoch_mu_);
   bool wait_for(Held* held);
+  void forget(Held* held);  // its events destroyed without waiting for them
   class Watchdog;  // gives a hold up after MoverConfig::hold_timeout (mover.cpp)
   void release(std::uint32_t value) UVMPOOL_REQUIRES(epoch_mu_);
   CUresult enqueue_copies(const Held* after) UVMPOOL_REQUIRES(epoch_mu_);
@@ -179,6 +238,8 @@ class Mover {
 
   Mutex queue_mu_;
   std::deque<Request> queue_ UVMPOOL_GUARDED_BY(queue_mu_);
+  // Requests not settled yet, by address (a count: the same address may be asked twice).
+  std::map<CUdeviceptr, std::uint32_t> outstanding_ UVMPOOL_GUARDED_BY(queue_mu_);
   std::condition_variable queue_cv_;
   bool stopping_ UVMPOOL_GUARDED_BY(queue_mu_) = false;
   std::thread thread_ UVMPOOL_GUARDED_BY(queue_mu_);
@@ -196,6 +257,8 @@ class Mover {
   };
   std::vector<DeviceResources> devices_ UVMPOOL_GUARDED_BY(epoch_mu_);
   Epoch epoch_state_ UVMPOOL_GUARDED_BY(epoch_mu_);
+  std::deque<Placed> placed_ UVMPOOL_GUARDED_BY(epoch_mu_);  // standing holds, oldest first
+  std::atomic<std::size_t> standing_{0};                      // placed_.size(), read without the lock
   static constexpr int kMaxPutOffs = 1000;
   int put_offs_ UVMPOOL_GUARDED_BY(epoch_mu_) = 0;  // epochs put off in a row
 

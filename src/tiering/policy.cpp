@@ -166,8 +166,10 @@ std::uint64_t Policy::pending_bytes(bool to_device) {
     Known& k = it->second;
     std::uint64_t& asked = to_device ? k.promotion_asked : k.demotion_asked;
     if (asked == 0) return true;
-    if (count_ - asked > horizon || world_.in_host(k.buffer) != to_device) {
-      asked = 0;  // done, or dropped by the mover
+    const bool done = world_.in_host(k.buffer) != to_device;
+    if (count_ - asked > horizon || done || !world_.moving(k.buffer)) {
+      if (!done && to_device) k.refused_at = count_;
+      asked = 0;  // done, or refused or dropped by the mover
       return true;
     }
     bytes += k.buffer.bytes;
@@ -246,6 +248,7 @@ void Policy::plan_ahead() {
       Known& k = known_[address];
       if (k.promotion_asked != 0 || k.buffer.bytes == 0) continue;
       if (k.kept_at != 0 && count_ - k.kept_at < period) continue;  // decided for this period
+      if (k.refused_at != 0 && count_ - k.refused_at < config_.lookahead) continue;
       if (!world_.in_host(k.buffer)) continue;
       // Within the budget for promotions in flight (one larger than it goes alone).
       if (pending != 0 && pending + k.buffer.bytes > config_.in_flight_bytes) continue;

@@ -76,6 +76,9 @@ class Policy {
     virtual bool in_host(const Buffer& b) = 0;     // the buffer's tier now
     virtual std::uint64_t device_room() = 0;       // device bytes a promotion may take without a demotion
     virtual bool move(const Buffer& b, pool::Tier to) = 0;  // asks; false when refused at once
+    // Whether a move asked for the buffer may still happen (false: carried out, refused or dropped).
+    // Unknown by default: an ask is then taken as dropped only after a period.
+    virtual bool moving(const Buffer&) { return true; }
   };
 
   Policy(World& world, PolicyConfig config = {});
@@ -102,6 +105,8 @@ class Policy {
     std::uint64_t promotion_asked = 0;  // launch count when a promotion was asked (0: none pending)
     std::uint64_t demotion_asked = 0;   // ... a demotion
     std::uint64_t kept_at = 0;          // launch count when the thrash guard left it in place (0: never)
+    std::uint64_t refused_at = 0;       // ... when a promotion asked was seen refused or dropped (not asked
+                                        // again within the lookahead: the mover would likely refuse again)
     std::uint32_t demotions = 0;        // under recency
     std::vector<std::uint32_t> uses;    // positions in the learned period (sorted)
   };

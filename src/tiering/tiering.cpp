@@ -36,6 +36,7 @@ MoverConfig configured_mover() {
   MoverConfig c;
   c.overlap = o.tiering_copy == "overlap";
   c.max_batch_bytes = o.tiering_batch.bytes;
+  c.holds_ahead = static_cast<std::size_t>(o.tiering_holds_ahead);
   return c;
 }
 
@@ -84,6 +85,8 @@ class Tiering::PoolWorld : public Policy::World {
     if (run != 0) ask(run, end);
     return asked;
   }
+
+  bool moving(const Policy::Buffer& b) override { return mover_.outstanding(b.base, b.bytes); }
 
   void set_device(int device) { device_ = device; }
 

@@ -42,6 +42,7 @@ namespace {
 
 constexpr std::uint64_t kMiB = 1 << 20;
 std::uint64_t g_queue_depth_ops = 0;  // --queue-depth
+std::size_t g_holds_ahead = 8;             // --holds-ahead
 
 // One operation: the tensors its kernel touches, each with passes and whether it writes.
 struct Touch {
@@ -116,7 +117,7 @@ struct Run {
 // One replay: `budget` bytes of device memory, tiering `mode` (auto: with the policy), copies
 // overlapped or held. Times the last `timed` of `steps` steps.
 Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool overlap, int steps, int timed,
-           const tiering::PolicyConfig& policy, std::uint64_t batch) {
+           const tiering::PolicyConfig& policy, std::uint64_t batch, std::size_t holds_ahead = 1) {
   pool::PoolConfig config = pool::PoolConfig::from_options(config::options());
   config.device_limit = {budget, 0, false};
   config.headroom = 0;
@@ -137,6 +138,7 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
   mover.thread = false;
   mover.overlap = overlap;
   mover.max_batch_bytes = batch;
+  mover.holds_ahead = holds_ahead;
   auto t = std::make_unique<tiering::Tiering>(drv(), *pool, mode, streams, mover, policy);
 
   std::vector<CUdeviceptr> tensors;
@@ -167,10 +169,24 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
         t->after_launch(seen, stream);
       }
       // What the policy asked for after this operation, as the mover's thread would take it up.
-      if (mode == tiering::Mode::Auto) t->mover().poll();
-      if (g_queue_depth_ops != 0 && ++queued % g_queue_depth_ops == 0) check(drv().cuStreamSynchronize(stream), "sync");
+      if (mode == tiering::Mode::Auto && holds_ahead > 1) {
+        // As the mover's thread does (Mover::pipeline_step): end the holds the work reached, place one more.
+        tiering::Mover& m = t->mover();
+        while (m.standing_holds() > 0 && m.complete_placed(false) == CUDA_SUCCESS) {
+        }
+        m.place_epoch();
+      } else if (mode == tiering::Mode::Auto) {
+        t->mover().poll();
+      }
+      if (g_queue_depth_ops != 0 && ++queued % g_queue_depth_ops == 0) {
+        while (t->mover().standing_holds() > 0) t->mover().complete_placed(true);
+        check(drv().cuStreamSynchronize(stream), "sync");
+      }
     }
-    check(drv().cuStreamSynchronize(stream), "cuStreamSynchronize");  // the loss, read each step
+    // The loss, read each step. A program's synchronize waits at the host-wait gate while holds stand,
+    // and the mover's thread ends them; here this thread is the mover's too.
+    while (t->mover().standing_holds() > 0) t->mover().complete_placed(true);
+    check(drv().cuStreamSynchronize(stream), "cuStreamSynchronize");
   }
   run.step_seconds = (modeled_now() - started) / timed;
   run.mover = t->mover().stats();
@@ -205,6 +221,7 @@ int main(int argc, char** argv) {
   options.add("in-flight", "256M", "tiering policy: promotion bytes in flight");
   options.add("batch", "128M", "mover: bytes per epoch");
   options.add("workloads", "training,decoding", "which replays");
+  options.add("holds-ahead", "8", "mover: holds standing at once in the holds-ahead row");
   options.add("queue-depth", "0", "operations the program runs ahead of the GPU before it waits (0: a whole step)");
   options.parse(&argc, argv);
   const Device dev = open_device();
@@ -226,6 +243,7 @@ int main(int argc, char** argv) {
   policy.in_flight_bytes = options.size("in-flight");
   const std::uint64_t batch = options.size("batch");
   g_queue_depth_ops = static_cast<std::uint64_t>(options.integer("queue-depth"));
+  g_holds_ahead = static_cast<std::size_t>(std::max<std::int64_t>(options.integer("holds-ahead"), 2));
   const double copy_rate = o.sim_copy_gbps * 1e9;
 
   std::vector<Workload> workloads;
@@ -239,6 +257,7 @@ int main(int argc, char** argv) {
     const Run first_come = replay(w, budget, tiering::Mode::Remote, false, steps, timed, policy, batch);
     const Run held = replay(w, budget, tiering::Mode::Auto, false, steps, timed, policy, batch);
     const Run overlap = replay(w, budget, tiering::Mode::Auto, true, steps, timed, policy, batch);
+    const Run ahead = replay(w, budget, tiering::Mode::Auto, false, steps, timed, policy, batch, g_holds_ahead);
     const double pcie = static_cast<double>(w.need() - budget) / copy_rate;  // each way, in parallel
     const double floor = std::max(fits.step_seconds, pcie);
     std::printf("\n%s: %s needed, device budget %s (%.2fx); floor %s a step (fits: %s, PCIe each way: %s)\n",
@@ -258,6 +277,8 @@ int main(int argc, char** argv) {
     row("first-come (tiering remote)", first_come);
     row("tiering auto, copies held", held);
     row("tiering auto, copies overlap", overlap);
+    const std::string ahead_name = "tiering auto, " + std::to_string(g_holds_ahead) + " holds ahead";
+    row(ahead_name.c_str(), ahead);
     if (w.activation_bytes != 0) {
       const double save_on_cpu = fits.step_seconds + 2.0 * static_cast<double>(w.activation_bytes) / copy_rate;
       std::printf("  %-30s %12s %10s %12s   (modeled: the fitting step + activations out and back on its stream)\n",

@@ -114,6 +114,24 @@ TEST_F(Mover_, MovesGoBothWaysWithTheirBytesWhileKernelsRunOnThem) {
   EXPECT_GT(s.held_ns, 0u);
 }
 
+TEST_F(Mover_, ARequestIsOutstandingUntilItIsCarriedOutOrRefused) {
+  make_mover();
+  allocate_both_tiers();  // 16 MiB of device room
+  ASSERT_TRUE(mover->request(in_host, 8 * kMiB, Tier::Device));
+  EXPECT_TRUE(mover->outstanding(in_host, 16 * kMiB));
+  EXPECT_FALSE(mover->outstanding(on_device, 8 * kMiB));
+  ASSERT_CU(mover->run_epoch());
+  EXPECT_FALSE(mover->outstanding(in_host, 16 * kMiB)) << "committed";
+  EXPECT_EQ(tiers(in_host, 8 * kMiB, gran), "DDDD");
+  const CUdeviceptr taken = allocate(8 * kMiB);  // the rest of the room
+  ASSERT_EQ(tiers(taken, 8 * kMiB, gran), "DDDD");
+  ASSERT_TRUE(mover->request(in_host + 8 * kMiB, 8 * kMiB, Tier::Device));
+  EXPECT_TRUE(mover->outstanding(in_host, 16 * kMiB));
+  ASSERT_CU(mover->run_epoch());
+  EXPECT_FALSE(mover->outstanding(in_host, 16 * kMiB)) << "refused for room (no demotion to wait for)";
+  EXPECT_EQ(mover->stats().moves_failed, 1u);
+}
+
 TEST_F(Mover_, OneEpochMovesBothWaysAndAPromotionWaitsForTheRoomItsDemotionsMake) {
   make_mover();
   allocate_both_tiers();  // 16 MiB of device room
@@ -415,6 +433,7 @@ class MoverFaults : public Mover_, public ::testing::WithParamInterface<const ch
 
 TEST_P(MoverFaults, AFailingStepLosesNothingAndReleasesTheStreams) {
   allocate_both_tiers();
+  ASSERT_CU(fill_on_stream(on_device, 4, 0));  // loaded before any hold stands (as above)
   fill(in_host, 16 * kMiB, 8);
   make_mover();
   busy(in_host, 16 * kMiB);
@@ -479,6 +498,140 @@ TEST_F(Mover_, AHoldThatCannotDrainIsGivenUpAndTwoTurnMovesOff) {
   streams.destroying(other);
   ASSERT_CU(drv().cuStreamDestroy_v2(other));
   ASSERT_CU(drv().cuMemFreeHost(signal));
+}
+
+TEST_F(Mover_, HoldsAheadLandEachMoveWhereItWasAskedForInStreamOrder) {
+  // Two epochs placed before either drains, with the program's work queued around them: each commits
+  // once the work before its hold is done, and the work between the holds runs on the first epoch's
+  // new pieces and the second epoch's old ones.
+  MoverConfig config;
+  config.holds_ahead = 2;
+  make_mover(config);
+  allocate_both_tiers();
+  // Loaded before any hold stands: a kernel's first launch waits for the device (lazy loading, modeled
+  // by the simulator), and a held device is only released by this thread's complete_placed.
+  ASSERT_CU(fill_on_stream(on_device, 4, 0));
+  fill(in_host, 16 * kMiB, 2);
+  busy(in_host, 16 * kMiB);  // unfinished when the holds are placed: the first must wait for it
+  ASSERT_TRUE(mover->request(in_host, 8 * kMiB, Tier::Device));
+  ASSERT_CU(mover->place_epoch());
+  EXPECT_EQ(mover->standing_holds(), 1u);
+  ASSERT_CU(fill_on_stream(in_host, 8 * kMiB, 3));    // between the holds: after the promotion
+  ASSERT_CU(fill_on_stream(on_device, 8 * kMiB, 4));  // ... before the demotion
+  ASSERT_TRUE(mover->request(on_device, 8 * kMiB, Tier::Host));
+  ASSERT_CU(mover->place_epoch());
+  EXPECT_EQ(mover->standing_holds(), 2u);
+  ASSERT_TRUE(mover->request(in_host + 8 * kMiB, 2 * kMiB, Tier::Device));
+  EXPECT_CU_EQ(CUDA_ERROR_NOT_READY, mover->place_epoch()) << "a third hold, with two allowed";
+  ASSERT_CU(fill_on_stream(on_device + 4 * kMiB, 4 * kMiB, 5));  // after both holds: on the demoted pieces
+  EXPECT_EQ(tiers(in_host, 8 * kMiB, gran), "HHHH") << "committed before the program's work reached its hold";
+  ASSERT_CU(mover->complete_placed(true));
+  EXPECT_EQ(mover->standing_holds(), 1u);
+  EXPECT_EQ(tiers(in_host, 8 * kMiB, gran), "DDDD");
+  EXPECT_EQ(tiers(on_device, 8 * kMiB, gran), "DDDD") << "the second epoch committed with the first";
+  ASSERT_CU(mover->complete_placed(true));
+  EXPECT_EQ(mover->standing_holds(), 0u);
+  EXPECT_EQ(tiers(on_device, 8 * kMiB, gran), "HHHH");
+  ASSERT_CU(mover->run_until_idle());  // the third request, as one epoch
+  EXPECT_EQ(tiers(in_host + 8 * kMiB, 2 * kMiB, gran), "D");
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_TRUE(all_equal(in_host, 8 * kMiB, 3));
+  EXPECT_TRUE(all_equal(on_device, 4 * kMiB, 4));
+  EXPECT_TRUE(all_equal(on_device + 4 * kMiB, 4 * kMiB, 5));
+  EXPECT_TRUE(window_holds(in_host, 8 * kMiB, 8 * kMiB, 2));
+  const auto s = mover->stats();
+  EXPECT_EQ(s.epochs, 3u);
+  EXPECT_EQ(s.moves, 3u);
+  EXPECT_EQ(s.moves_failed, 0u);
+}
+
+TEST_F(Mover_, TheMoversThreadPlacesHoldsAheadAndCompletesThemInOrder) {
+  // As in a program: the mover's own thread, requests coming while the program's work is queued
+  // around them; every move lands, with the writes queued after each request on the new pieces.
+  allocate_both_tiers();
+  ASSERT_CU(fill_on_stream(on_device, 4, 0));  // both kernels loaded before any hold stands
+  busy(on_device, 4, 1);
+  fill(in_host, 16 * kMiB, 9);
+  MoverConfig config;
+  config.holds_ahead = 4;
+  mover = std::make_unique<Mover>(drv(), *pool, streams, config);  // with its thread
+  for (int i = 0; i < 4; ++i) {
+    const CUdeviceptr p = in_host + static_cast<CUdeviceptr>(i) * 4 * kMiB;
+    busy(p, 4 * kMiB, 256);
+    ASSERT_TRUE(mover->request(p, 4 * kMiB, Tier::Device));
+    ASSERT_CU(fill_on_stream(p, 2 * kMiB, 30 + i));
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (mover->stats().moves < 4 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(mover->stats().moves, 4u) << "moves failed: " << mover->stats().moves_failed;
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(mover->standing_holds(), 0u);
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "DDDDDDDD");
+  for (int i = 0; i < 4; ++i) {
+    const CUdeviceptr p = in_host + static_cast<CUdeviceptr>(i) * 4 * kMiB;
+    EXPECT_TRUE(all_equal(p, 2 * kMiB, 30 + i)) << "move " << i;
+    EXPECT_TRUE(window_holds(in_host, static_cast<std::size_t>(i) * 4 * kMiB + 2 * kMiB, 2 * kMiB, 9)) << "move " << i;
+  }
+}
+
+TEST_F(Mover_, AStandingHoldThatDoesNotDrainIsGivenUpAndTheNextStillCommits) {
+  // The work before the first hold waits for a signal the host writes only after the hold timeout:
+  // the first epoch is given up (nothing of it commits), the second, placed behind it, commits.
+  allocate_both_tiers();
+  // Loaded before any hold stands (as in HoldsAheadLandEachMoveWhereItWasAskedForInStreamOrder).
+  ASSERT_CU(fill_on_stream(on_device, 4, 0));
+  fill(in_host, 16 * kMiB, 6);
+  void* signal = nullptr;
+  ASSERT_CU(drv().cuMemHostAlloc(&signal, 64, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+  *static_cast<volatile std::uint32_t*>(signal) = 0;
+  CUdeviceptr signal_device = 0;
+  ASSERT_CU(drv().cuMemHostGetDevicePointer_v2(&signal_device, signal, 0));
+  MoverConfig config;
+  config.holds_ahead = 2;
+  config.hold_timeout = std::chrono::milliseconds(100);
+  make_mover(config);
+  ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, signal_device, 1, CU_STREAM_WAIT_VALUE_GEQ));
+  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+  ASSERT_CU(mover->place_epoch());
+  ASSERT_CU(fill_on_stream(in_host, 4 * kMiB, 7));  // between the holds
+  ASSERT_TRUE(mover->request(in_host + 4 * kMiB, 4 * kMiB, Tier::Device));
+  ASSERT_CU(mover->place_epoch());
+  EXPECT_CU_EQ(CUDA_ERROR_NOT_READY, mover->complete_placed(false)) << "not drained, not timed out";
+  ASSERT_CU(mover->complete_placed(true));  // gives the first up after 100 ms
+  EXPECT_EQ(mover->stats().holds_given_up, 1u);
+  EXPECT_EQ(tiers(in_host, 8 * kMiB, gran), "HHHH");
+  *static_cast<volatile std::uint32_t*>(signal) = 1;
+  ASSERT_CU(mover->complete_placed(true));
+  EXPECT_EQ(tiers(in_host, 8 * kMiB, gran), "HHDD");
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_TRUE(all_equal(in_host, 4 * kMiB, 7));
+  EXPECT_TRUE(window_holds(in_host, 4 * kMiB, 12 * kMiB, 6));
+  const auto s = mover->stats();
+  EXPECT_EQ(s.moves, 1u);
+  EXPECT_EQ(s.moves_failed, 1u);
+  EXPECT_FALSE(s.off);
+  ASSERT_CU(drv().cuMemFreeHost(signal));
+}
+
+TEST_F(Mover_, AMoverDestroyedWithHoldsStandingReleasesThemAndMovesNothing) {
+  allocate_both_tiers();
+  ASSERT_CU(fill_on_stream(on_device, 4, 0));  // loaded before any hold stands (as above)
+  fill(in_host, 16 * kMiB, 8);
+  MoverConfig config;
+  config.holds_ahead = 3;
+  make_mover(config);
+  busy(in_host, 16 * kMiB);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(mover->request(in_host + static_cast<CUdeviceptr>(i) * 4 * kMiB, 4 * kMiB, Tier::Device));
+    ASSERT_CU(mover->place_epoch());
+    ASSERT_CU(fill_on_stream(in_host + static_cast<CUdeviceptr>(i) * 4 * kMiB, 2 * kMiB, 20 + i));
+  }
+  EXPECT_EQ(mover->standing_holds(), 3u);
+  mover.reset();  // TearDown's synchronize fails if the stream was left held
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "HHHHHHHH");
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(all_equal(in_host + static_cast<CUdeviceptr>(i) * 4 * kMiB, 2 * kMiB, 20 + i));
 }
 
 TEST_F(Mover_, AProgramsCopyDuringAHoldWaitsAtTheGateAndTheEpochCommits) {

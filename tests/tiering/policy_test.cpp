@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <random>
 #include <vector>
 
@@ -33,8 +34,14 @@ class FakeWorld : public Policy::World {
     return a;
   }
   bool in_host(const Policy::Buffer& b) override { return buffers_.at(b.address).host; }
+  // With `tells_refusals`, a refused move is reported at once (as Tiering's world asks the mover);
+  // without, the policy learns of it only when the ask grows old.
+  bool moving(const Policy::Buffer& b) override { return !(tells_refusals && refused.count(b.address) != 0); }
+  std::set<CUdeviceptr> refused;  // buffers whose moves are taken and never happen
+  bool tells_refusals = false;
   std::uint64_t device_room() override { return used_ < capacity_ ? capacity_ - used_ : 0; }
   bool move(const Policy::Buffer& b, Tier to) override {
+    if (refused.count(b.address) != 0) return true;  // taken, then refused later (as the mover does)
     Policy::Buffer& x = buffers_.at(b.address);
     if (x.host == (to == Tier::Host)) return true;
     if (to == Tier::Device) {
@@ -139,6 +146,32 @@ TEST(Policy_, ANumberPassedAsAPointerThatChangesEveryStepDoesNotHideThePeriod) {
     EXPECT_TRUE(w.in_host({counters[i], counters[i], 3 * kUnit, true})) << "a counter's allocation was promoted";
   const double hit_rate = static_cast<double>(w.hits) / static_cast<double>(w.hits + w.misses);
   EXPECT_GT(hit_rate, 0.75) << w.hits << " hits, " << w.misses << " misses (the counters' misses included)";
+}
+
+TEST(Policy_, ARefusedPromotionDoesNotHoldTheBudgetForAPeriod) {
+  // The in-flight budget fits one buffer. One buffer's promotions are refused: a world that says so
+  // lets the policy go on promoting the others; one that does not blocks the budget until the ask
+  // is a period old.
+  std::uint64_t promoted[2] = {0, 0};
+  for (const bool tells : {false, true}) {
+    FakeWorld w(8 * kUnit);
+    std::vector<CUdeviceptr> b;
+    for (int i = 0; i < 48; ++i) b.push_back(w.add(kUnit, i >= 8));
+    PolicyConfig c;
+    c.lookahead = 4;
+    c.in_flight_bytes = kUnit;
+    Policy p(w, c);
+    const auto step = pairs_step(b);
+    run(w, p, step, 3);
+    ASSERT_TRUE(p.has_period());
+    w.refused.insert(b[20]);
+    w.tells_refusals = tells;
+    w.reset_counts();
+    run(w, p, step, 2);
+    promoted[tells] = w.promoted;
+  }
+  EXPECT_GT(promoted[1], promoted[0] + 8 * kUnit) << "refusals told: " << promoted[1] / kUnit << " units promoted, not told: "
+                                                  << promoted[0] / kUnit;
 }
 
 TEST(Policy_, BeladyKeepsWhatIsNeededSoonest) {
