@@ -1,11 +1,11 @@
 """Tiering on a real GPU (issue 16): a PyTorch training loop that needs about twice the device limit,
 run in fresh processes: natively (no uvmpool, everything fits), and under LD_PRELOAD=libuvmpool.so
 with UVMPOOL_DEVICE_LIMIT at half the need, with UVMPOOL_TIERING=remote (today: spilled memory read in
-place), auto with copies held, and auto with copies overlapped. Checks that every uvmpool run's
+place), auto with copies held, auto with copies overlapped, and auto with 8 holds ahead. Checks that every uvmpool run's
 losses equal the remote run's bit for bit (moves must not change a byte) and reports each run's
 median step time and the tiering figures (moves, bytes each way, epochs, failed moves).
 
-  python3 tiering_train.py --lib build/lib/libuvmpool.so [--limit 8G] [--steps 12] [--out DIR]
+  python3 tiering_train.py --lib build/lib/libuvmpool.so [--limit 8G] [--steps 12] [--out DIR] [--runs remote,auto_ahead]
 
 Last line: UVMPOOL_TIERING_TRAIN ok|FAIL <runs>
 """
@@ -75,15 +75,21 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--timeout", type=int, default=240)
     ap.add_argument("--out", default=tempfile.gettempdir())
+    ap.add_argument("--runs", default="native,remote,auto_held,auto_overlap,auto_ahead",
+                    help="which runs (remote is the reference the others' losses are compared with)")
     args = ap.parse_args()
     lib = os.path.abspath(args.lib)
     limited = {"UVMPOOL_DEVICE_LIMIT": args.limit}
-    runs = {
-        "native": run("native", {}, None, args),
-        "remote": run("remote", {**limited, "UVMPOOL_TIERING": "remote"}, lib, args),
-        "auto_held": run("auto_held", {**limited, "UVMPOOL_TIERING": "auto", "UVMPOOL_TIERING_COPY": "held"}, lib, args),
-        "auto_overlap": run("auto_overlap", {**limited, "UVMPOOL_TIERING": "auto", "UVMPOOL_TIERING_COPY": "overlap"}, lib, args),
+    settings = {
+        "native": ({}, None),
+        "remote": ({**limited, "UVMPOOL_TIERING": "remote"}, lib),
+        "auto_held": ({**limited, "UVMPOOL_TIERING": "auto", "UVMPOOL_TIERING_COPY": "held"}, lib),
+        "auto_overlap": ({**limited, "UVMPOOL_TIERING": "auto", "UVMPOOL_TIERING_COPY": "overlap"}, lib),
+        # holds placed ahead in the program's stream order (docs/tiering.md)
+        "auto_ahead": ({**limited, "UVMPOOL_TIERING": "auto", "UVMPOOL_TIERING_HOLDS_AHEAD": "8"}, lib),
     }
+    wanted = ["remote"] + [n for n in args.runs.split(",") if n in settings and n != "remote"]
+    runs = {n: run(n, settings[n][0], settings[n][1], args) for n in wanted}
     ok = all(r is not None for r in runs.values())
     ref = runs["remote"]["losses"] if runs["remote"] else None
     for name, r in runs.items():
