@@ -291,6 +291,13 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(held.policy.demotions), static_cast<unsigned long long>(held.policy.kept_in_place),
                 static_cast<unsigned long long>(held.mover.epochs), static_cast<unsigned long long>(held.mover.moves),
                 static_cast<unsigned long long>(held.mover.moves_failed));
+    std::printf("  policy (%s): period %llu launches, %llu promotions, %llu demotions, %llu kept in place; "
+                "mover: %llu epochs, %llu moves, %llu failed, %llu requested, %llu refused\n", ahead_name.c_str(),
+                static_cast<unsigned long long>(ahead.policy.period), static_cast<unsigned long long>(ahead.policy.promotions),
+                static_cast<unsigned long long>(ahead.policy.demotions), static_cast<unsigned long long>(ahead.policy.kept_in_place),
+                static_cast<unsigned long long>(ahead.mover.epochs), static_cast<unsigned long long>(ahead.mover.moves),
+                static_cast<unsigned long long>(ahead.mover.moves_failed), static_cast<unsigned long long>(ahead.mover.requested),
+                static_cast<unsigned long long>(ahead.mover.refused));
     std::printf("  target: auto at most 1.25 of the floor\n");
   }
   const unsigned long long v = violations();

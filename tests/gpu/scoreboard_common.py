@@ -92,10 +92,14 @@ def uvmpool_report():
             continue
         fn.restype = ctypes.c_ulonglong
         fn.argtypes = [ctypes.c_char_p, ctypes.c_ulonglong]
+        # The figures change while the program runs (the mover's thread counts on): a number may gain a
+        # digit between the two calls, and a text cut short is not JSON. Asked again until it fits.
         n = fn(None, 0)
-        buf = ctypes.create_string_buffer(n + 1)
-        fn(buf, n + 1)
-        return json.loads(buf.value.decode())
+        while True:
+            buf = ctypes.create_string_buffer(n + 4096)
+            n = fn(buf, len(buf))
+            if n < len(buf):
+                return json.loads(buf.value.decode())
     return None
 
 

@@ -34,9 +34,9 @@ try:
     get = ctypes.CDLL(None).uvmpool_stats_json
     get.restype = ctypes.c_ulonglong
     get.argtypes = [ctypes.c_char_p, ctypes.c_ulonglong]
-    n = get(None, 0)
-    buf = ctypes.create_string_buffer(n + 1)
-    get(buf, n + 1)
+    buf = ctypes.create_string_buffer(get(None, 0) + 4096)  # the figures may grow between the two calls
+    if get(buf, len(buf)) >= len(buf):
+        raise ValueError("uvmpool's figures outgrew the buffer")
     p = json.loads(buf.value.decode())["process"]
     out["tiering"] = {k: p.get(k) for k in ("launches_read", "launches_in_place", "tiering_moves", "tiering_promoted_bytes",
                                             "tiering_demoted_bytes", "tiering_epochs", "tiering_moves_failed",
