@@ -160,6 +160,31 @@ void device_lines(const Report& r, std::size_t d, Lines& lines) {
   if (const std::string text = host.text(); !text.empty()) lines.add("  " + text);
 }
 
+// What tiering saw and did (docs/tiering.md), once it read a launch or moved something.
+void tiering_line(const Report& r, Lines& lines) {
+  const Value read = process(r, "launches_read"), moves = process(r, "tiering_moves");
+  if (read.value_or(0) == 0 && moves.value_or(0) == 0) return;
+  Sentence s;
+  s.add(read, "launches read");
+  s.add(process(r, "launches_in_place"), "given host memory in place");
+  s.end_clause();
+  if (moves) {
+    std::string text = count(*moves) + " moves";
+    if (const Value epochs = process(r, "tiering_epochs")) text += " in " + count(*epochs) + " holds";
+    s.add(text);
+  }
+  if (const Value up = process(r, "tiering_promoted_bytes")) s.add(format_size(*up) + " promoted");
+  if (const Value down = process(r, "tiering_demoted_bytes")) s.add(format_size(*down) + " demoted");
+  s.add(process(r, "tiering_moves_failed"), "refused or failed");
+  s.end_clause();
+  const Value period = process(r, "tiering_period");
+  if (period) s.add(*period != 0 ? "period " + count(*period) + " launches" : std::string("no period learned"));
+  s.add(process(r, "tiering_kept_in_place"), "kept in place");
+  s.end_clause();
+  if (const Value given_up = process(r, "tiering_holds_given_up"); given_up.value_or(0) != 0) s.add(given_up, "holds given up");
+  if (const std::string text = s.text(); !text.empty()) lines.add("  tiering: " + text);
+}
+
 void process_lines(const Report& r, Lines& lines) {
   Sentence s;
   if (const Value allocations = process(r, "intercepted_allocations")) {
@@ -189,6 +214,7 @@ void process_lines(const Report& r, Lines& lines) {
     s.add("trace: " + count(events.value_or(0)) + " events (" + count(dropped.value_or(0)) + " dropped)");
   }
   if (const std::string text = s.text(); !text.empty()) lines.add("process: " + text);
+  tiering_line(r, lines);
 
   std::vector<std::pair<std::uint64_t, std::string>> calls;
   for (std::size_t m = 0; m < r.process_metrics.size() && m < r.process_values.size(); ++m) {

@@ -257,18 +257,27 @@ Snapshot list(const Options& o) {
     out.text = "no process is using uvmpool (no " + where + "/" + shm::kNamePrefix +
                (o.all_users ? std::string("*") : std::to_string(geteuid())) + "-* segments)\n";
   } else {
+    // PROMOTED and DEMOTED: bytes tiering moved into and out of device memory; IN PLACE: launches that
+    // read host memory over PCIe (docs/tiering.md). "-": a writer without tiering's figures.
     out.text = fixed("PID", 8) + "  " + fixed("STATE", 10, true) + fixed("UPTIME", 11) + fixed("DEV LIVE", 11) +
-               fixed("DEV HELD", 11) + fixed("HOST LIVE", 11) + fixed("HOST HELD", 11) + "  COMMAND\n";
+               fixed("DEV HELD", 11) + fixed("HOST LIVE", 11) + fixed("HOST HELD", 11) + fixed("PROMOTED", 11) +
+               fixed("DEMOTED", 11) + fixed("IN PLACE", 10) + "  COMMAND\n";
     for (const auto& [s, r] : shown) {
       std::string line = fixed(std::to_string(s.pid), 8) + "  " + fixed(state_word(s), 10, true);
       if (r) {
         const std::uint64_t live = sum(*r, "live_bytes"), live_host = sum(*r, "live_host_bytes");
+        const auto process = [&](const char* name, bool bytes) {
+          const std::uint64_t* v = find_process_value(*r, name);
+          return v == nullptr ? std::string("-") : bytes ? format_size(*v) : std::to_string(*v);
+        };
         line += fixed(format_duration(uptime_s(*r)), 11) + fixed(format_size(live - std::min(live, live_host)), 11) +
                 fixed(format_size(sum(*r, "held_bytes")), 11) + fixed(format_size(live_host), 11) +
-                fixed(format_size(sum(*r, "host_held_bytes")), 11) + "  " + r->command;
+                fixed(format_size(sum(*r, "host_held_bytes")), 11) + fixed(process("tiering_promoted_bytes", true), 11) +
+                fixed(process("tiering_demoted_bytes", true), 11) + fixed(process("launches_in_place", false), 10) +
+                "  " + r->command;
       } else {
-        line += fixed("-", 11) + fixed("-", 11) + fixed("-", 11) + fixed("-", 11) + fixed("-", 11) + "  (" +
-                (s.error.empty() ? "unreadable" : s.error) + ")";
+        line += fixed("-", 11) + fixed("-", 11) + fixed("-", 11) + fixed("-", 11) + fixed("-", 11) + fixed("-", 11) +
+                fixed("-", 11) + fixed("-", 10) + "  (" + (s.error.empty() ? "unreadable" : s.error) + ")";
       }
       out.text += line + "\n";
     }

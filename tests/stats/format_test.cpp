@@ -65,6 +65,8 @@ TEST(Table, MatchesTheExample) {
       "budget 40 GiB",
       "[uvmpool] process: 1300 allocations (1290 pool, 10 driver), 1250 frees; hooks handed out: 12 via dlsym, "
       "300 via cuGetProcAddress; 0 calls via exports",
+      "[uvmpool]   tiering: 16383 launches read, 10318 given host memory in place; 365 moves in 144 holds, 12 GiB "
+      "promoted, 14 GiB demoted, 747 refused or failed; period 2285 launches, 44 kept in place",
       "[uvmpool]   most called: cuMemAlloc_v2 1000, cuMemFree_v2 990, cuMemGetInfo_v2 40, cuMemAllocAsync 9, "
       "cuMemFreeAsync 9, cuPointerGetAttribute 7, cuMemGetAddressRange_v2 5, cuMemCreate 3, ...",
   };
@@ -117,6 +119,23 @@ TEST(Table, MissingMetricsAreSkipped) {
       "process: 4 frees",
   };
   EXPECT_EQ(lines_of(format_table(r, false)), expected);
+}
+
+TEST(Table, TieringLineOnlyOnceSomethingWasReadOrMoved) {
+  Report r = sample_report();
+  const auto set = [&r](const char* name, std::uint64_t v) {
+    for (std::size_t m = 0; m < r.process_metrics.size(); ++m) {
+      if (r.process_metrics[m].name == name) r.process_values[m] = v;
+    }
+  };
+  set("tiering_period", 0);
+  set("tiering_holds_given_up", 2);
+  std::string table = format_table(r, false);
+  EXPECT_NE(table.find("; no period learned, 44 kept in place; 2 holds given up\n"), std::string::npos) << table;
+  set("launches_read", 0);
+  set("tiering_moves", 0);
+  table = format_table(r, false);
+  EXPECT_FALSE(has_line_starting(table, "  tiering:")) << table;
 }
 
 TEST(Table, EmptyAndInconsistentReportsDoNotCrash) {

@@ -47,6 +47,16 @@ inline Report sample_report() {
   for (const auto& [function, n] : calls) {
     add_process(r, "hook_calls", n, Kind::Counter, Unit::Count, std::string("function=") + function);
   }
+  add_process(r, "launches_read", 16383);
+  add_process(r, "launches_in_place", 10318);
+  add_process(r, "tiering_moves", 365);
+  add_process(r, "tiering_epochs", 144);
+  add_process(r, "tiering_promoted_bytes", 12 * kGiB, Kind::Counter, Unit::Bytes);
+  add_process(r, "tiering_demoted_bytes", 14 * kGiB, Kind::Counter, Unit::Bytes);
+  add_process(r, "tiering_moves_failed", 747);
+  add_process(r, "tiering_period", 2285, Kind::Gauge, Unit::Count);
+  add_process(r, "tiering_kept_in_place", 44);
+  add_process(r, "tiering_holds_given_up", 0);
   add_process(r, "trace_events", 0);
   add_process(r, "trace_dropped", 0);
 

@@ -94,7 +94,10 @@ TEST(Stat, ListsTheProcess) {
   EXPECT_NE(header.find("COMMAND"), std::string::npos);
   // device live 3.4 GiB, held 3.4 GiB; host live 8.5 GiB, held 9.0 GiB
   EXPECT_NE(row.find(me() + "  running"), std::string::npos) << row;
-  EXPECT_NE(row.find("3.4 GiB    3.4 GiB    8.5 GiB    9.0 GiB  python train.py"), std::string::npos) << row;
+  EXPECT_NE(row.find("3.4 GiB    3.4 GiB    8.5 GiB    9.0 GiB"), std::string::npos) << row;
+  // tiering: 12 GiB promoted, 14 GiB demoted, 10318 launches read host memory in place
+  EXPECT_NE(header.find("PROMOTED    DEMOTED  IN PLACE  COMMAND"), std::string::npos) << header;
+  EXPECT_NE(row.find("9.0 GiB     12 GiB     14 GiB     10318  python train.py"), std::string::npos) << row;
 }
 
 TEST(Stat, RemovesStaleSegmentsUnlessAskedToKeepThem) {
