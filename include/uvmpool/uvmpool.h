@@ -85,6 +85,23 @@ UVMPOOL_API unsigned long long uvmpool_stats_json(char* buf, unsigned long long 
  * counts that variant, a base name ("cuMemAllocAsync") all of its variants. 0 if not hooked. */
 UVMPOOL_API unsigned long long uvmpool_hook_calls(const char* function);
 
+/* Since 0.5: tiering (docs/tiering.md "Advice and prefetches"). The tiers pool memory lies in. */
+#define UVMPOOL_TIER_DEVICE 0 /* device memory of the device the memory was allocated on */
+#define UVMPOOL_TIER_HOST 1   /* pinned host memory, read by kernels in place over PCIe */
+
+/* Asks for [ptr, ptr + bytes) of pool memory to move to `tier`, as cuMemPrefetchAsync does: at the
+ * mover's next epoch, which comes after the work queued so far on every stream. Returns 0 when a move
+ * was asked for; 1 when nothing was (all of it lies there already, the mover's queue is full, or
+ * UVMPOOL_TIERING is not auto); -1 when the range is not all live pool memory or tier is neither. */
+UVMPOOL_API int uvmpool_prefetch(unsigned long long ptr, unsigned long long bytes, int tier);
+
+/* Where [ptr, ptr + bytes) of pool memory should lie, as cuMemAdvise's preferred location, for the
+ * allocations it lies in: UVMPOOL_TIER_DEVICE (never demoted to make room), UVMPOOL_TIER_HOST (never
+ * promoted: kernels read it in place; the first to go when room is needed), or -1 (no preference: the
+ * policy decides again). Returns 0 when kept; 1 when UVMPOOL_TIERING is off (nothing reads it); -1 as
+ * uvmpool_prefetch. */
+UVMPOOL_API int uvmpool_advise(unsigned long long ptr, unsigned long long bytes, int prefer);
+
 #ifdef __cplusplus
 }
 #endif

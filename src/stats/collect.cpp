@@ -140,6 +140,10 @@ constexpr TieringField kTieringFields[] = {
      &tiering::Stats::policy_period},
     {"tiering_kept_in_place", "Thrash-guard decisions: memory left in host memory and read in place",
      &tiering::Stats::kept_in_place},
+    {"tiering_kept_by_advice", "Promotions not asked for because the memory was advised to prefer host memory",
+     &tiering::Stats::kept_by_advice},
+    {"tiering_prefetches", "Prefetches of pool memory (cuMemPrefetchAsync, uvmpool_prefetch)", &tiering::Stats::prefetches},
+    {"tiering_advice", "Advice given on pool memory (cuMemAdvise, uvmpool_advise)", &tiering::Stats::advice},
 };
 
 std::vector<MetricInfo> make_process_infos() {

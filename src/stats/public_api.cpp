@@ -9,6 +9,7 @@
 #include "stats/collect.h"
 #include "stats/counters.h"
 #include "stats/format.h"
+#include "tiering/advice.h"
 
 #ifndef UVMPOOL_VERSION_STRING
 #define UVMPOOL_VERSION_STRING "0.0.0"
@@ -20,6 +21,26 @@
   catch (...) {                \
     return failure;            \
   }
+
+namespace {
+
+// The place a tier names for the allocation at `ptr` (its own device); nullopt for no tier or no pool memory.
+std::optional<uvmpool::tiering::Place> place_for(unsigned long long ptr, int tier) {
+  using uvmpool::pool::Tier;
+  if (tier != UVMPOOL_TIER_DEVICE && tier != UVMPOOL_TIER_HOST) return std::nullopt;
+  uvmpool::pool::Pool* pool = uvmpool::pool::Pool::existing();
+  const std::optional<uvmpool::pool::AllocationInfo> a = pool != nullptr ? pool->find(ptr) : std::nullopt;
+  if (!a) return std::nullopt;
+  return uvmpool::tiering::Place{tier == UVMPOOL_TIER_HOST ? Tier::Host : Tier::Device, a->device};
+}
+
+// 0: it had an effect; 1: accepted without one; -1: refused (or not pool memory).
+int answer(const std::optional<CUresult>& r, bool acted) {
+  if (!r || *r != CUDA_SUCCESS) return -1;
+  return acted ? 0 : 1;
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -109,5 +130,28 @@ unsigned long long uvmpool_hook_calls(const char* function) try {
   return uvmpool::stats::hook_calls(function);
 }
 UVMPOOL_GUARD(0)
+
+int uvmpool_prefetch(unsigned long long ptr, unsigned long long bytes, int tier) try {
+  const std::optional<uvmpool::tiering::Place> where = place_for(ptr, tier);
+  if (!where) return -1;
+  bool acted = false;
+  const std::optional<CUresult> r = uvmpool::tiering::prefetch(ptr, bytes, where, 0, &acted);
+  return answer(r, acted);
+}
+UVMPOOL_GUARD(-1)
+
+int uvmpool_advise(unsigned long long ptr, unsigned long long bytes, int prefer) try {
+  bool acted = false;
+  std::optional<CUresult> r;
+  if (prefer == -1) {
+    r = uvmpool::tiering::advise(ptr, bytes, CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION, std::nullopt, &acted);
+  } else {
+    const std::optional<uvmpool::tiering::Place> where = place_for(ptr, prefer);
+    if (!where) return -1;
+    r = uvmpool::tiering::advise(ptr, bytes, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, where, &acted);
+  }
+  return answer(r, acted);
+}
+UVMPOOL_GUARD(-1)
 
 }  // extern "C"

@@ -35,7 +35,7 @@ void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) 
       same->host = same->host || b.host;
       continue;
     }
-    touched.push_back({key, key, b.bytes, b.host});
+    touched.push_back({key, key, b.bytes, b.host, b.preference});
   }
   for (const Buffer& b : touched) {
     Known& k = known_[b.address];
@@ -199,8 +199,11 @@ void Policy::find_victims(std::uint64_t needed_at) {
   const bool by_period = needed_at != kNever && !learned_.empty();
   for (auto& [address, k] : known_) {
     if (k.promotion_asked != 0 || k.demotion_asked != 0 || k.last_touch == count_ || k.buffer.bytes == 0) continue;
+    if (k.buffer.preference == Preference::Device) continue;  // advised to stay
     std::uint64_t rank = 0;
-    if (by_period) {
+    if (k.buffer.preference == Preference::Host) {
+      rank = kNever - 1;  // advised to lie in host memory: the first to go
+    } else if (by_period) {
       rank = next_use(k);
       if (rank < config_.lookahead) continue;
     } else {
@@ -239,6 +242,13 @@ bool Policy::make_room(std::uint64_t bytes, std::uint64_t needed_at) {
   return room() >= bytes;
 }
 
+bool Policy::kept_by_advice(Known& k) {
+  if (k.buffer.preference != Preference::Host) return false;
+  ++stats_.kept_by_advice;
+  k.kept_at = count_;  // decided for a period (recency: for kPruneEvery launches), like the thrash guard
+  return true;
+}
+
 void Policy::plan_ahead() {
   std::uint64_t pending = pending_bytes(true);
   const std::size_t period = learned_.size();
@@ -250,6 +260,7 @@ void Policy::plan_ahead() {
       if (k.kept_at != 0 && count_ - k.kept_at < period) continue;  // decided for this period
       if (k.refused_at != 0 && count_ - k.refused_at < config_.lookahead) continue;
       if (!world_.in_host(k.buffer)) continue;
+      if (kept_by_advice(k)) continue;
       // Within the budget for promotions in flight (one larger than it goes alone).
       if (pending != 0 && pending + k.buffer.bytes > config_.in_flight_bytes) continue;
       // Thrash guard: used once a period, and staying would push out others: read it in place.
@@ -280,6 +291,7 @@ void Policy::plan_recency(std::span<const Buffer> buffers) {
       k.demotions = 0;
     }
     if (k.promotion_asked != 0 || k.kept_at != 0) continue;
+    if (kept_by_advice(k)) continue;
     if (k.demotions >= 2) {  // it went back and forth: read it in place for a while
       ++stats_.kept_in_place;
       k.kept_at = count_;

@@ -22,6 +22,8 @@
 //   - Thrash guard: a buffer touched by only one launch a period and not able to stay (no room
 //     without demoting others) is read in place instead: moving it costs its bytes twice over PCIe
 //     (in and out), reading it in place once (GMEM's remote-access rule).
+//   - Advice (advice.h): a buffer that prefers the device is never demoted to make room; one that
+//     prefers the host is never promoted (it is read in place) and is the first to go for room.
 //   - A launch that breaks the sequence counts as a miss; after `max_misses` in a row the period is
 //     forgotten and learning starts again. Without a period, recency rules: a host buffer a launch
 //     touched is promoted for its next use if there is room or a buffer unused for the longest time
@@ -50,6 +52,9 @@ struct PolicyConfig {
                                                     // (a short one too: the same launch twice is no period)
 };
 
+// Where the program asked an allocation to lie (cuMemAdvise's preferred location; advice.h).
+enum class Preference : std::uint8_t { None, Device, Host };
+
 struct PolicyStats {
   std::uint64_t launches = 0;
   std::uint64_t periods_learned = 0;
@@ -58,6 +63,7 @@ struct PolicyStats {
   std::uint64_t promotions = 0;      // asked for
   std::uint64_t demotions = 0;
   std::uint64_t kept_in_place = 0;   // thrash-guard decisions: a buffer left in host memory, read in place
+  std::uint64_t kept_by_advice = 0;  // promotions not asked for: the buffer prefers the host (advice)
 };
 
 class Policy {
@@ -68,6 +74,7 @@ class Policy {
     CUdeviceptr base = 0;     // its allocation
     std::uint64_t bytes = 0;
     bool host = false;        // lies in host memory now
+    Preference preference = Preference::None;
   };
   // What the policy asks of the world (Tiering's answers are the pool's and the mover's; tests fake it).
   class World {
@@ -116,6 +123,8 @@ class Policy {
   void learn(std::uint64_t signature, std::uint64_t function, std::span<const Buffer> buffers);
   void adopt_period(std::size_t period);
   void plan_ahead();
+  // Whether advice keeps `k` in host memory (counted, and remembered as the thrash guard's decisions are).
+  bool kept_by_advice(Known& k);
   void plan_recency(std::span<const Buffer> buffers);
   // Device room for `bytes`, demoting buffers whose next use is after `needed_at` (farthest first);
   // with `needed_at` 0, least recently used first. False when not enough can go.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 
 #include "config/options.h"
@@ -51,7 +52,8 @@ PolicyConfig configured_policy() {
 // The policy's questions answered by the pool, its requests handed to the mover.
 class Tiering::PoolWorld : public Policy::World {
  public:
-  PoolWorld(pool::Pool& pool, Mover& mover) : pool_(pool), mover_(mover) {}
+  using Ask = std::function<bool(CUdeviceptr, CUdeviceptr, pool::Tier, int)>;
+  PoolWorld(pool::Pool& pool, Mover& mover, Ask ask) : pool_(pool), mover_(mover), ask_(std::move(ask)) {}
 
   // Spilled allocations lie in host memory from some point to their end (placement fills the device
   // first), and moves move whole allocations: the first and last granules tell.
@@ -61,30 +63,8 @@ class Tiering::PoolWorld : public Policy::World {
 
   std::uint64_t device_room() override { return pool_.promotion_room(device_); }
 
-  // The allocation's pieces in the other tier, one request per run of them (a move takes pieces of
-  // one tier), none larger than a batch (an epoch's hold grows with what it moves).
-  bool move(const Policy::Buffer& b, pool::Tier to) override {
-    const std::uint64_t granule = std::max<std::uint64_t>(pool_.stats(device_).chunk_size, 1);
-    const std::uint64_t most = std::max<std::uint64_t>(mover_.config().max_batch_bytes / granule, 1) * granule;
-    const bool want_host_pieces = to == pool::Tier::Device;
-    bool asked = false;
-    CUdeviceptr run = 0;
-    const CUdeviceptr end = b.base + b.bytes;
-    const auto ask = [&](CUdeviceptr from, CUdeviceptr to_end) {
-      for (CUdeviceptr at = from; at < to_end; at += most) asked |= mover_.request(at, std::min<CUdeviceptr>(most, to_end - at), to);
-    };
-    for (CUdeviceptr at = b.base / granule * granule; at < end; at += granule) {
-      const CUdeviceptr piece = std::max<CUdeviceptr>(at, b.base);
-      const bool match = pool_.probe(piece).host == want_host_pieces;
-      if (match && run == 0) run = piece;
-      if (!match && run != 0) {
-        ask(run, piece);
-        run = 0;
-      }
-    }
-    if (run != 0) ask(run, end);
-    return asked;
-  }
+  // The allocation's pieces in the other tier.
+  bool move(const Policy::Buffer& b, pool::Tier to) override { return ask_(b.base, b.base + b.bytes, to, device_); }
 
   bool moving(const Policy::Buffer& b) override { return mover_.outstanding(b.base, b.bytes); }
 
@@ -93,13 +73,39 @@ class Tiering::PoolWorld : public Policy::World {
  private:
   pool::Pool& pool_;
   Mover& mover_;
+  const Ask ask_;
   int device_ = 0;
 };
+
+bool Tiering::ask_moves(CUdeviceptr from, CUdeviceptr end, pool::Tier to, int device) {
+  const std::uint64_t granule = std::max<std::uint64_t>(pool_.stats(device).chunk_size, 1);
+  const std::uint64_t most = std::max<std::uint64_t>(mover_.config().max_batch_bytes / granule, 1) * granule;
+  const bool want_host_pieces = to == pool::Tier::Device;
+  bool asked = false;
+  CUdeviceptr run = 0;
+  const auto ask = [&](CUdeviceptr run_from, CUdeviceptr run_end) {
+    for (CUdeviceptr at = run_from; at < run_end; at += most)
+      asked |= mover_.request(at, std::min<CUdeviceptr>(most, run_end - at), to);
+  };
+  for (CUdeviceptr at = from / granule * granule; at < end; at += granule) {
+    const CUdeviceptr piece = std::max<CUdeviceptr>(at, from);
+    const bool match = pool_.probe(piece).host == want_host_pieces;
+    if (match && run == 0) run = piece;
+    if (!match && run != 0) {
+      ask(run, piece);
+      run = 0;
+    }
+  }
+  if (run != 0) ask(run, end);
+  return asked;
+}
 
 Tiering::Tiering(const driver::Table& driver, pool::Pool& pool, Mode mode, StreamRegistry& streams,
                  MoverConfig mover, PolicyConfig policy)
     : driver_(driver), pool_(pool), mode_(mode), streams_(streams), layouts_(driver),
-      mover_(driver, pool, streams, mover), world_(std::make_unique<PoolWorld>(pool, mover_)) {
+      mover_(driver, pool, streams, mover),       world_(std::make_unique<PoolWorld>(pool, mover_, [this](CUdeviceptr from, CUdeviceptr end, pool::Tier to, int device) {
+        return ask_moves(from, end, to, device);
+      })) {
   if (mode == Mode::Auto) {
     policy_ = std::make_unique<Policy>(*world_, policy);
     streams.keep_retiring();  // moves will come: destroyed streams' queued work must be waited for
@@ -232,7 +238,7 @@ void Tiering::show_policy(const LaunchSeen& seen) {
     const std::optional<pool::AllocationInfo> info = pool_.find(t.address);
     if (!info) continue;  // a cached mapping or a slab's free slot: nothing live to plan for
     if (device < 0) device = info->device;
-    buffers[n++] = {t.address, info->base, info->size, t.host};
+    buffers[n++] = {t.address, info->base, info->size, t.host, advice_.preference(*info)};
   }
   if (n == 0) return;
   MutexLock lock(policy_mu_);
@@ -245,9 +251,27 @@ PolicyStats Tiering::policy_stats() {
   return policy_ != nullptr ? policy_->stats() : PolicyStats{};
 }
 
-bool Tiering::prefetch(CUdeviceptr p, std::size_t bytes, pool::Tier to) {
-  if (!pool_.in_pool_space(p)) return false;
-  return mover_.request(p, bytes, to);
+bool Tiering::prefetch(std::span<const pool::AllocationInfo> allocations, CUdeviceptr p, CUdeviceptr end, Place to) {
+  prefetches_.fetch_add(1, std::memory_order_relaxed);
+  if (mode_ != Mode::Auto) return false;  // remote: nothing moves
+  bool asked = false;
+  for (const pool::AllocationInfo& a : allocations) {
+    if (to.tier == pool::Tier::Device && to.device != a.device) continue;  // memory stays on its device
+    const CUdeviceptr from = std::max<CUdeviceptr>(p, a.base), until = std::min<CUdeviceptr>(end, a.base + a.size);
+    if (from < until) asked |= ask_moves(from, until, to.tier, a.device);
+  }
+  return asked;
+}
+
+void Tiering::advise(std::span<const pool::AllocationInfo> allocations, std::optional<Preference> preference, int device) {
+  advice_calls_.fetch_add(1, std::memory_order_relaxed);
+  if (!preference) return;
+  for (const pool::AllocationInfo& a : allocations)
+    advice_.prefer(a, *preference == Preference::Device && device != a.device ? Preference::None : *preference);
+  advice_.prune([this](CUdeviceptr base, std::uint64_t id) {
+    const std::optional<pool::AllocationInfo> live = pool_.find(base);
+    return live && live->base == base && live->buffer_id == id;
+  });
 }
 
 void Tiering::set_observer(Observer observer, void* context) {
@@ -262,6 +286,8 @@ Stats Tiering::stats() const {
   s.pointers = pointers_.load(std::memory_order_relaxed);
   s.host_pointers = host_pointers_.load(std::memory_order_relaxed);
   s.launches_in_place = launches_in_place_.load(std::memory_order_relaxed);
+  s.prefetches = prefetches_.load(std::memory_order_relaxed);
+  s.advice = advice_calls_.load(std::memory_order_relaxed);
   s.layouts_asked = layouts_.driver_queries();
   const MoverStats m = mover_.stats();
   s.moves = m.moves;
@@ -277,6 +303,7 @@ Stats Tiering::stats() const {
     const PolicyStats p = policy_->stats();
     s.policy_period = p.period;
     s.kept_in_place = p.kept_in_place;
+    s.kept_by_advice = p.kept_by_advice;
   }
   return s;
 }

@@ -9,17 +9,19 @@
 // before_launch returns after two loads.
 // Moving: the policy (policy.h) learns the launch sequence from what after_launch reports and asks
 // the mover (mover.h) for moves, which it makes in batches while it holds the program's streams
-// still; prefetch() asks for moves too.
+// still; prefetches ask for moves too, and advice steers the policy (advice.h).
 #pragma once
 
 #include <atomic>
 #include <memory>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
 
 #include "driver/driver_api.h"
 #include "pool/pool.h"
+#include "tiering/advice.h"
 #include "tiering/mover.h"
 #include "tiering/param_layouts.h"
 #include "tiering/policy.h"
@@ -70,6 +72,9 @@ struct Stats {
   std::uint64_t host_waits = 0;         // program calls that waited at the host-wait gate during holds
   std::uint64_t policy_period = 0;      // launches in the learned period (0: none, recency rules)
   std::uint64_t kept_in_place = 0;      // thrash-guard decisions: memory left in host memory, read in place
+  std::uint64_t kept_by_advice = 0;     // promotions not asked for: the memory prefers the host (advice)
+  std::uint64_t prefetches = 0;         // prefetches of pool memory (cuMemPrefetchAsync, uvmpool_prefetch)
+  std::uint64_t advice = 0;             // advice on pool memory (cuMemAdvise, uvmpool_advise)
 };
 
 class Tiering {
@@ -92,9 +97,14 @@ class Tiering {
   // After the driver took the launch (whatever it answered): an overlapped move whose memory the
   // launch touched is dropped (mover.h); a default stream's context is noted for the mover's holds.
   void after_launch(const LaunchSeen& seen, CUstream stream);
-  // Asks for [p, p + bytes) of pool memory to move to `to` (cuMemPrefetchAsync, uvmpool_prefetch).
-  // False: not pool memory, or the mover's queue is full.
-  bool prefetch(CUdeviceptr p, std::size_t bytes, pool::Tier to);
+  // A prefetch of [p, end), which `allocations` cover (advice.h checked the call): with Auto, its pieces
+  // not in `to`'s tier are asked of the mover (none for another device's memory). False when nothing
+  // was asked: all of it lies there already, tiering is not Auto, or the mover's queue is full.
+  bool prefetch(std::span<const pool::AllocationInfo> allocations, CUdeviceptr p, CUdeviceptr end, Place to);
+  // Advice on `allocations` (advice.h): a preferred location, set or unset (a device's other than the
+  // allocation's own is none), or (nullopt) advice that changes nothing; counted either way.
+  void advise(std::span<const pool::AllocationInfo> allocations, std::optional<Preference> preference, int device);
+  Preference preference(const pool::AllocationInfo& allocation) const { return advice_.preference(allocation); }
   // After cuModuleUnload / cuLibraryUnload succeeded.
   void unloaded() { layouts_.forget_all(); }
 
@@ -123,11 +133,15 @@ class Tiering {
   mutable Mutex policy_mu_;  // the policy is single-threaded; launches come from any thread
   std::unique_ptr<Policy> policy_ UVMPOOL_GUARDED_BY(policy_mu_);
   void show_policy(const LaunchSeen& seen);
+  // Asks the mover for the pieces of [from, end) on `device` not in `to`'s tier, a run of them at a
+  // time, none larger than a batch (an epoch's hold grows with what it moves). False: none asked.
+  bool ask_moves(CUdeviceptr from, CUdeviceptr end, pool::Tier to, int device);
+  AdviceTable advice_;
   void trace_launch(const LaunchSeen& seen);  // UVMPOOL_TRACE's Launch and Touch events
   std::atomic<Observer> observer_{nullptr};
   std::atomic<void*> observer_context_{nullptr};
   std::atomic<std::uint64_t> launches_read_{0}, launches_unread_{0}, pointers_{0}, host_pointers_{0},
-      launches_in_place_{0};
+      launches_in_place_{0}, prefetches_{0}, advice_calls_{0};
 };
 
 }  // namespace uvmpool::tiering

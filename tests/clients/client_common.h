@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 #include "uvmpool/uvmpool.h"
@@ -38,6 +39,19 @@ inline unsigned long long uvmpool_calls(void* libcuda, const char* fn) {
   using Fn = unsigned long long (*)(const char*);
   auto f = reinterpret_cast<Fn>(uvmpool_api(libcuda, "uvmpool_hook_calls"));
   return f ? f(fn) : 0;
+}
+
+// A process-wide figure of uvmpool's JSON statistics ("name": value), or -1 when absent.
+inline long long uvmpool_figure(void* libcuda, const char* name) {
+  using Json = unsigned long long (*)(char*, unsigned long long);
+  auto json = reinterpret_cast<Json>(uvmpool_api(libcuda, "uvmpool_stats_json"));
+  if (json == nullptr) return -1;
+  std::string text(json(nullptr, 0) + 4096, '\0');  // room for a figure that grows meanwhile
+  json(text.data(), text.size());
+  const std::string key = std::string("\"") + name + "\":";
+  const auto at = text.find(key);
+  if (at == std::string::npos) return -1;
+  return std::atoll(text.c_str() + at + key.size());
 }
 
 inline bool read_uvmpool_stats(void* libcuda, uvmpool_stats* s) {

@@ -8,41 +8,14 @@
 
 #include <cstdint>
 #include <cstring>
-#include <string>
 #include <vector>
 
 #include "getproc_client.h"
 
-namespace {
-
-// A process-wide figure of uvmpool's JSON statistics ("name": value), or -1 when absent.
-long long figure(void* libcuda, const char* name) {
-  using Json = unsigned long long (*)(char*, unsigned long long);
-  auto json = reinterpret_cast<Json>(uvmpool_api(libcuda, "uvmpool_stats_json"));
-  if (json == nullptr) return -1;
-  std::string text(json(nullptr, 0) + 1, '\0');
-  json(text.data(), text.size());
-  const std::string key = std::string("\"") + name + "\":";
-  const auto at = text.find(key);
-  if (at == std::string::npos) return -1;
-  return std::atoll(text.c_str() + at + key.size());
-}
-
-}  // namespace
-
 int main() {
-  void* libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  CLIENT_CHECK(libcuda != nullptr, "dlopen(libcuda.so.1): %s", dlerror());
-  get_proc = reinterpret_cast<GetProc>(dlsym(libcuda, "cuGetProcAddress_v2"));
-  CLIENT_CHECK(get_proc != nullptr, "no cuGetProcAddress_v2");
-
-  namespace s = uvmpool::driver::sig;
-  CU(resolve<s::cuInit>("cuInit", 2000)(0));
   CUdevice dev = 0;
-  CU(resolve<s::cuDeviceGet>("cuDeviceGet", 2000)(&dev, 0));
-  CUcontext ctx = nullptr;
-  CU(resolve<s::cuDevicePrimaryCtxRetain>("cuDevicePrimaryCtxRetain", 7000)(&ctx, dev));
-  CU(resolve<s::cuCtxSetCurrent>("cuCtxSetCurrent", 4000)(ctx));
+  void* libcuda = open_driver_as_runtime(&dev);
+  namespace s = uvmpool::driver::sig;
   auto mem_alloc = resolve<s::cuMemAlloc_v2>("cuMemAlloc", 3020);
   auto mem_free = resolve<s::cuMemFree_v2>("cuMemFree", 3020);
   auto dtoh = resolve<s::cuMemcpyDtoH_v2>("cuMemcpyDtoH", 3020);
@@ -102,7 +75,7 @@ int main() {
   const unsigned long long hook_calls = uvmpool_calls(libcuda, "cuLaunchKernel") + uvmpool_calls(libcuda, "cuLaunchKernelEx") +
                                         uvmpool_calls(libcuda, "cuLaunchCooperativeKernel");
   std::printf("launch client: ok; hook calls %llu; launches_read %lld; launches_in_place %lld; launch_host_pointers %lld\n",
-              hook_calls, figure(libcuda, "launches_read"), figure(libcuda, "launches_in_place"),
-              figure(libcuda, "launch_host_pointers"));
+              hook_calls, uvmpool_figure(libcuda, "launches_read"), uvmpool_figure(libcuda, "launches_in_place"),
+              uvmpool_figure(libcuda, "launch_host_pointers"));
   return 0;
 }

@@ -83,14 +83,23 @@ def main():
     except ProcessLookupError:
         pass
 
-    # Inside a process that runs on uvmpool: loaded, its own figures, prefetch a no-op that says so.
-    inner = ("import os, warnings, uvmpool\n"
+    # Inside a process that runs on uvmpool: loaded, its own figures, prefetch and advise on pool memory
+    # (UVMPOOL_TIERING=remote, the default: accepted, nothing moves), refused on memory not the pool's.
+    inner = ("import ctypes, os, uvmpool\n"
              "assert uvmpool.loaded() and uvmpool.version()\n"
              "assert uvmpool.stats()['pid'] == os.getpid()\n"
-             "with warnings.catch_warnings(record=True) as w:\n"
-             "    warnings.simplefilter('always')\n"
-             "    uvmpool.prefetch((4096, 1 << 20), to='host'); uvmpool.advise((4096, 1 << 20))\n"
-             "assert len(w) == 2 and all('tiering has not landed' in str(x.message) for x in w), w\n"
+             "cu = ctypes.CDLL('libcuda.so.1')\n"
+             "ctx, p = ctypes.c_void_p(), ctypes.c_ulonglong()\n"
+             "assert cu.cuInit(0) == 0 and cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0\n"
+             "assert cu.cuCtxSetCurrent(ctx) == 0 and cu.cuMemAlloc_v2(ctypes.byref(p), 1 << 20) == 0\n"
+             "assert uvmpool.prefetch((p.value, 1 << 20), to='host') is False\n"
+             "assert uvmpool.advise((p.value, 1 << 20), prefer='host') is True\n"
+             "assert uvmpool.advise((p.value, 1 << 20), prefer=None) is True\n"
+             "try:\n"
+             "    uvmpool.prefetch((4096, 1 << 20)); raise SystemExit('a range not the pool\\'s accepted')\n"
+             "except ValueError:\n"
+             "    pass\n"
+             "assert cu.cuMemFree_v2(p) == 0\n"
              "print('inner ok', uvmpool.postfix())\n")
     r = run("--", sys.executable, "-c", inner)
     if r.returncode != 0 or "inner ok gpu 0B · host 0B · spilled 0" not in r.stdout:

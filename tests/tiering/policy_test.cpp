@@ -17,6 +17,7 @@ namespace {
 using uvmpool::pool::Tier;
 using uvmpool::tiering::Policy;
 using uvmpool::tiering::PolicyConfig;
+using uvmpool::tiering::Preference;
 
 constexpr std::uint64_t kUnit = 2 << 20;
 
@@ -34,6 +35,8 @@ class FakeWorld : public Policy::World {
     return a;
   }
   bool in_host(const Policy::Buffer& b) override { return buffers_.at(b.address).host; }
+  // Advice (src/tiering/advice.h): launches pass the buffer's preference from now on.
+  void prefer(CUdeviceptr a, Preference p) { buffers_.at(a).preference = p; }
   // With `tells_refusals`, a refused move is reported at once (as Tiering's world asks the mover);
   // without, the policy learns of it only when the ask grows old.
   bool moving(const Policy::Buffer& b) override { return !(tells_refusals && refused.count(b.address) != 0); }
@@ -53,6 +56,7 @@ class FakeWorld : public Policy::World {
       demoted += x.bytes;
     }
     x.host = to == Tier::Host;
+    (to == Tier::Device ? ever_promoted : ever_demoted).insert(b.address);
     return true;
   }
   // One launch of `function` over `addresses`: counts hits (on device) and bytes read in place.
@@ -74,6 +78,7 @@ class FakeWorld : public Policy::World {
   std::uint64_t used() const { return used_; }
 
   std::uint64_t hits = 0, misses = 0, in_place = 0, promoted = 0, demoted = 0;
+  std::set<CUdeviceptr> ever_promoted, ever_demoted;
 
  private:
   std::uint64_t capacity_, used_ = 0;
@@ -315,5 +320,47 @@ TEST(Policy_, RandomLaunchesFallBackToRecencyAndStopThrashing) {
   EXPECT_LE(p.stats().demotions, 2 * b.size() + 4);
   EXPECT_GT(p.stats().kept_in_place, 0u);
 }
+
+// Advice: four buffers that prefer the host are never promoted and four that prefer the device never
+// demoted, with a period learned and (min_repeat out of reach) under recency; without the advice the
+// same sequence moves both groups, so the advice is what kept them.
+class PolicyAdvice : public ::testing::TestWithParam<bool> {};
+
+TEST_P(PolicyAdvice, KeepsHostPreferringBuffersOutAndDevicePreferringOnesIn) {
+  const bool learns = GetParam();
+  for (const bool advised : {false, true}) {
+    SCOPED_TRACE(advised ? "advised" : "not advised");
+    FakeWorld w(8 * kUnit);
+    std::vector<CUdeviceptr> b;
+    for (int i = 0; i < 24; ++i) b.push_back(w.add(kUnit, i >= 8));
+    const std::vector<CUdeviceptr> stay_on_device(b.begin(), b.begin() + 4), stay_in_host(b.end() - 4, b.end());
+    if (advised) {
+      for (CUdeviceptr a : stay_on_device) w.prefer(a, Preference::Device);
+      for (CUdeviceptr a : stay_in_host) w.prefer(a, Preference::Host);
+    }
+    PolicyConfig c;
+    c.lookahead = 4;
+    if (!learns) c.min_repeat = std::size_t{1} << 30;
+    Policy p(w, c);
+    run(w, p, pairs_step(b), 6);
+    ASSERT_EQ(p.has_period(), learns);
+    std::size_t promoted = 0, demoted = 0;
+    for (CUdeviceptr a : stay_in_host) promoted += w.ever_promoted.count(a);
+    for (CUdeviceptr a : stay_on_device) demoted += w.ever_demoted.count(a);
+    if (advised) {
+      EXPECT_EQ(promoted, 0u);
+      EXPECT_EQ(demoted, 0u);
+      EXPECT_GT(p.stats().kept_by_advice, 0u);
+      EXPECT_GT(w.ever_promoted.size(), 4u) << "the other buffers still move";
+    } else {
+      EXPECT_GT(promoted, 0u);
+      EXPECT_GT(demoted, 0u);
+      EXPECT_EQ(p.stats().kept_by_advice, 0u);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PeriodOrRecency, PolicyAdvice, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "WithAPeriod" : "ByRecency"; });
 
 }  // namespace

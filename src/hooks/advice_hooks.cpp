@@ -1,0 +1,66 @@
+// Hooks of cuMemAdvise and cuMemPrefetchAsync, both forms: uvmpool answers them for pool memory
+// (src/tiering/advice.h says how), the driver for the rest (managed memory keeps its hints).
+#include "driver/real_driver.h"
+#include "hooks/hooks.h"
+#include "stats/counters.h"
+#include "tiering/advice.h"
+
+namespace uvmpool::hooks::impl {
+namespace {
+
+using driver::Fn;
+
+const driver::Table* real_table() {
+  const driver::RealDriver* d = driver::real();
+  return d != nullptr ? &d->table : nullptr;
+}
+
+}  // namespace
+
+#define UVMPOOL_ANSWER_OR_FORWARD(answer, symbol, ...)                    \
+  if (const std::optional<CUresult> r = (answer)) return *r;              \
+  const driver::Table* d = real_table();                                  \
+  if (d == nullptr || d->symbol == nullptr) return CUDA_ERROR_NO_DEVICE;  \
+  return d->symbol(__VA_ARGS__)
+
+CUresult CUDAAPI cuMemAdvise(CUdeviceptr p, size_t bytes, CUmem_advise advice, CUdevice device) {
+  stats::count_hook(Fn::cuMemAdvise);
+  UVMPOOL_ANSWER_OR_FORWARD(tiering::advise(p, bytes, advice, tiering::place_of(device)), cuMemAdvise, p, bytes,
+                            advice, device);
+}
+
+CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr p, size_t bytes, CUmem_advise advice, CUmemLocation location) {
+  stats::count_hook(Fn::cuMemAdvise_v2);
+  UVMPOOL_ANSWER_OR_FORWARD(tiering::advise(p, bytes, advice, tiering::place_of(location)), cuMemAdvise_v2, p, bytes,
+                            advice, location);
+}
+
+CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr p, size_t bytes, CUdevice device, CUstream stream) {
+  stats::count_hook(Fn::cuMemPrefetchAsync);
+  UVMPOOL_ANSWER_OR_FORWARD(tiering::prefetch(p, bytes, tiering::place_of(device), 0), cuMemPrefetchAsync, p, bytes,
+                            device, stream);
+}
+
+CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr p, size_t bytes, CUdevice device, CUstream stream) {
+  stats::count_hook(Fn::cuMemPrefetchAsync_ptsz);
+  UVMPOOL_ANSWER_OR_FORWARD(tiering::prefetch(p, bytes, tiering::place_of(device), 0), cuMemPrefetchAsync_ptsz, p,
+                            bytes, device, stream);
+}
+
+CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr p, size_t bytes, CUmemLocation location, unsigned flags,
+                                       CUstream stream) {
+  stats::count_hook(Fn::cuMemPrefetchAsync_v2);
+  UVMPOOL_ANSWER_OR_FORWARD(tiering::prefetch(p, bytes, tiering::place_of(location), flags), cuMemPrefetchAsync_v2, p,
+                            bytes, location, flags, stream);
+}
+
+CUresult CUDAAPI cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t bytes, CUmemLocation location, unsigned flags,
+                                            CUstream stream) {
+  stats::count_hook(Fn::cuMemPrefetchAsync_v2_ptsz);
+  UVMPOOL_ANSWER_OR_FORWARD(tiering::prefetch(p, bytes, tiering::place_of(location), flags),
+                            cuMemPrefetchAsync_v2_ptsz, p, bytes, location, flags, stream);
+}
+
+#undef UVMPOOL_ANSWER_OR_FORWARD
+
+}  // namespace uvmpool::hooks::impl

@@ -1,0 +1,142 @@
+#include "tiering/advice.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "config/log.h"
+#include "driver/real_driver.h"
+#include "tiering/tiering.h"
+
+namespace uvmpool::tiering {
+namespace {
+
+// A range longer than this many allocations is refused rather than walked (a hook must not take
+// unbounded time); no program advises more than a few at once.
+constexpr std::size_t kMostAllocations = 4096;
+
+// The live pool allocations covering [p, end) in order, without a gap; empty when a byte lies in none.
+std::vector<pool::AllocationInfo> covering(const pool::Pool& pool, CUdeviceptr p, CUdeviceptr end) {
+  std::vector<pool::AllocationInfo> found;
+  for (CUdeviceptr at = p; at < end;) {
+    const std::optional<pool::AllocationInfo> info = pool.find(at);
+    if (!info || found.size() == kMostAllocations) return {};
+    found.push_back(*info);
+    at = info->base + std::max<std::size_t>(info->size, 1);
+  }
+  return found;
+}
+
+// The checks both calls share: a range of pool memory, a place that exists. CUDA_SUCCESS: go on.
+CUresult check(int devices, CUdeviceptr p, std::size_t bytes, const std::optional<Place>& where, bool needs_place) {
+  if (bytes == 0 || p + bytes < p) return CUDA_ERROR_INVALID_VALUE;
+  if (!needs_place) return CUDA_SUCCESS;
+  if (!where) return CUDA_ERROR_INVALID_VALUE;
+  if (where->tier == pool::Tier::Device && (where->device < 0 || where->device >= devices))
+    return CUDA_ERROR_INVALID_DEVICE;
+  return CUDA_SUCCESS;
+}
+
+int process_devices() {
+  const driver::RealDriver* real = driver::real();
+  int count = 0;
+  if (real == nullptr || real->table.cuDeviceGetCount == nullptr || real->table.cuDeviceGetCount(&count) != CUDA_SUCCESS)
+    return 0;
+  return count;
+}
+
+}  // namespace
+
+std::optional<Place> place_of(const CUmemLocation& where) {
+  switch (where.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE: return Place{pool::Tier::Device, where.id};
+    case CU_MEM_LOCATION_TYPE_HOST:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: return Place{pool::Tier::Host, -1};
+    default: return std::nullopt;
+  }
+}
+
+Place place_of(CUdevice device) {
+  return device == CU_DEVICE_CPU ? Place{pool::Tier::Host, -1} : Place{pool::Tier::Device, device};
+}
+
+std::optional<CUresult> advise(pool::Pool& pool, Tiering* tiering, int devices, CUdeviceptr p, std::size_t bytes,
+                               CUmem_advise advice, std::optional<Place> where, bool* acted) {
+  if (acted != nullptr) *acted = false;
+  if (!pool.in_pool_space(p)) return std::nullopt;
+  bool needs_place = false;
+  switch (advice) {
+    case CU_MEM_ADVISE_SET_READ_MOSTLY:
+    case CU_MEM_ADVISE_UNSET_READ_MOSTLY:
+    case CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION: break;  // the location is ignored, as by the driver
+    case CU_MEM_ADVISE_SET_PREFERRED_LOCATION:
+    case CU_MEM_ADVISE_SET_ACCESSED_BY:
+    case CU_MEM_ADVISE_UNSET_ACCESSED_BY: needs_place = true; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (const CUresult r = check(devices, p, bytes, where, needs_place); r != CUDA_SUCCESS) return r;
+  const std::vector<pool::AllocationInfo> allocations = covering(pool, p, p + bytes);
+  if (allocations.empty()) {
+    log::debug("cuMemAdvise on {:#x} + {}: not all of it is live pool memory", p, bytes);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (tiering == nullptr) return CUDA_SUCCESS;  // tiering is off: nothing reads advice
+  std::optional<Preference> preference;
+  if (advice == CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION) preference = Preference::None;
+  if (advice == CU_MEM_ADVISE_SET_PREFERRED_LOCATION) preference = where->tier == pool::Tier::Host ? Preference::Host : Preference::Device;
+  tiering->advise(allocations, preference, where ? where->device : -1);
+  if (acted != nullptr) *acted = preference.has_value();
+  return CUDA_SUCCESS;
+}
+
+std::optional<CUresult> prefetch(pool::Pool& pool, Tiering* tiering, int devices, CUdeviceptr p, std::size_t bytes,
+                                 std::optional<Place> where, unsigned flags, bool* acted) {
+  if (acted != nullptr) *acted = false;
+  if (!pool.in_pool_space(p)) return std::nullopt;
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;  // the driver defines none yet
+  if (const CUresult r = check(devices, p, bytes, where, true); r != CUDA_SUCCESS) return r;
+  const std::vector<pool::AllocationInfo> allocations = covering(pool, p, p + bytes);
+  if (allocations.empty()) {
+    log::debug("cuMemPrefetchAsync on {:#x} + {}: not all of it is live pool memory", p, bytes);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const bool asked = tiering != nullptr && tiering->prefetch(allocations, p, p + bytes, *where);
+  if (acted != nullptr) *acted = asked;
+  return CUDA_SUCCESS;
+}
+
+std::optional<CUresult> advise(CUdeviceptr p, std::size_t bytes, CUmem_advise advice, std::optional<Place> where,
+                               bool* acted) {
+  if (acted != nullptr) *acted = false;
+  pool::Pool* pool = pool::Pool::existing();
+  if (pool == nullptr) return std::nullopt;
+  return advise(*pool, Tiering::process(), process_devices(), p, bytes, advice, where, acted);
+}
+
+std::optional<CUresult> prefetch(CUdeviceptr p, std::size_t bytes, std::optional<Place> where, unsigned flags,
+                                 bool* acted) {
+  if (acted != nullptr) *acted = false;
+  pool::Pool* pool = pool::Pool::existing();
+  if (pool == nullptr) return std::nullopt;
+  return prefetch(*pool, Tiering::process(), process_devices(), p, bytes, where, flags, acted);
+}
+
+void AdviceTable::prefer(const pool::AllocationInfo& allocation, Preference preference) {
+  MutexLock lock(mu_);
+  if (preference == Preference::None) {
+    entries_.erase(allocation.base);
+    return;
+  }
+  entries_[allocation.base] = {allocation.buffer_id, preference};
+  any_.store(true, std::memory_order_release);
+}
+
+Preference AdviceTable::preference(const pool::AllocationInfo& allocation) const {
+  if (!any_.load(std::memory_order_acquire)) return Preference::None;
+  MutexLock lock(mu_);
+  const auto it = entries_.find(allocation.base);
+  return it != entries_.end() && it->second.buffer_id == allocation.buffer_id ? it->second.preference
+                                                                              : Preference::None;
+}
+
+}  // namespace uvmpool::tiering

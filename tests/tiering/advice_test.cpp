@@ -1,0 +1,207 @@
+// Advice and prefetches on pool memory (src/tiering/advice.h), on the simulated driver: a prefetch
+// moves the pieces it covers at the mover's next epoch with their bytes; without auto nothing moves;
+// bad calls get the driver's errors and move nothing; memory that is not the pool's is left to the
+// driver; a preferred location reaches the policy's view and ends with its allocation.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "tiering_test.h"  // first: the driver's declarations come before cuda.h's
+#include "tiering/advice.h"
+#include "tiering/tiering.h"
+
+namespace {
+
+using namespace pooltest;
+using uvmpool::pool::Tier;
+using uvmpool::tiering::Mode;
+using uvmpool::tiering::MoverConfig;
+using uvmpool::tiering::Place;
+using uvmpool::tiering::Preference;
+using uvmpool::tiering::Tiering;
+
+constexpr Place kDevice{Tier::Device, 0};
+constexpr Place kHost{Tier::Host, -1};
+
+class Advice_ : public TieringTest {
+ protected:
+  void SetUp() override {
+    TieringTest::SetUp();
+    if (HasFatalFailure()) return;
+    pool->stop_background();  // the host reserve stays as the tests leave it
+    CUcontext context = nullptr;
+    ASSERT_CU(drv().cuCtxGetCurrent(&context));
+    streams.created(stream, context, true);  // as the cuStreamCreate hook lists it
+    make_tiering(Mode::Auto);
+  }
+  void TearDown() override {
+    tiering.reset();
+    streams.destroying(stream);
+    TieringTest::TearDown();
+  }
+  void make_tiering(Mode mode) {
+    tiering.reset();
+    MoverConfig config;
+    config.thread = false;  // epochs run when the test says
+    tiering = std::make_unique<Tiering>(drv(), *pool, mode, streams, config);
+  }
+
+  // 8 MiB in device memory, 16 MiB past the budget in host memory, and 16 MiB of device memory freed
+  // (the room a promotion takes), as the mover's tests set it up.
+  void allocate_both_tiers() {
+    on_device = allocate(8 * kMiB);
+    allocate(device_chunks(kBudget) * gran - 24 * kMiB);
+    const CUdeviceptr room = must_allocate(*pool, 16 * kMiB);
+    in_host = allocate(16 * kMiB);
+    ASSERT_EQ(tiers(on_device, 8 * kMiB, gran), "DDDD");
+    ASSERT_EQ(tiers(in_host, 16 * kMiB, gran), "HHHHHHHH");
+    must_free(*pool, room);
+  }
+  CUresult prefetch(CUdeviceptr p, std::size_t bytes, std::optional<Place> where, unsigned flags = 0,
+                    bool* acted = nullptr) {
+    const std::optional<CUresult> r =
+        uvmpool::tiering::prefetch(*pool, tiering.get(), 1, p, bytes, where, flags, acted);
+    EXPECT_TRUE(r.has_value()) << "pool memory left to the driver";
+    return r.value_or(CUDA_ERROR_UNKNOWN);
+  }
+  CUresult advise(CUdeviceptr p, std::size_t bytes, CUmem_advise advice, std::optional<Place> where, int devices = 1) {
+    const std::optional<CUresult> r = uvmpool::tiering::advise(*pool, tiering.get(), devices, p, bytes, advice, where);
+    EXPECT_TRUE(r.has_value()) << "pool memory left to the driver";
+    return r.value_or(CUDA_ERROR_UNKNOWN);
+  }
+  Preference preference(CUdeviceptr p) {
+    const std::optional<uvmpool::pool::AllocationInfo> info = pool->find(p);
+    EXPECT_TRUE(info.has_value());
+    return info ? tiering->preference(*info) : Preference::None;
+  }
+  ::testing::AssertionResult holds(CUdeviceptr p, std::size_t bytes, std::uint32_t value) {
+    std::vector<std::uint32_t> got(bytes / 4);
+    if (const CUresult r = drv().cuMemcpyDtoH_v2(got.data(), p, bytes); r != CUDA_SUCCESS)
+      return ::testing::AssertionFailure() << "cuMemcpyDtoH answered " << cu_name(r);
+    for (std::size_t i = 0; i < got.size(); ++i)
+      if (got[i] != value) return ::testing::AssertionFailure() << "word " << i << " is " << got[i];
+    return ::testing::AssertionSuccess();
+  }
+
+  uvmpool::tiering::StreamRegistry streams;
+  std::unique_ptr<Tiering> tiering;
+  CUdeviceptr on_device = 0, in_host = 0;
+};
+
+TEST_F(Advice_, APrefetchMovesTheRangeAtTheNextEpochWithItsBytes) {
+  allocate_both_tiers();
+  ASSERT_CU(drv().cuMemsetD32_v2(in_host, 0xab, 16 * kMiB / 4));
+  ASSERT_CU(drv().cuMemsetD32_v2(on_device, 0xcd, 8 * kMiB / 4));
+  bool acted = false;
+  ASSERT_CU(prefetch(in_host, 16 * kMiB, kDevice, 0, &acted));
+  EXPECT_TRUE(acted);
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "HHHHHHHH") << "moved before the epoch";
+  ASSERT_CU(prefetch(on_device, 8 * kMiB, kHost));
+  ASSERT_CU(tiering->mover().run_until_idle());
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "DDDDDDDD");
+  EXPECT_EQ(tiers(on_device, 8 * kMiB, gran), "HHHH");
+  EXPECT_TRUE(holds(in_host, 16 * kMiB, 0xab));
+  EXPECT_TRUE(holds(on_device, 8 * kMiB, 0xcd));
+  const uvmpool::tiering::Stats s = tiering->stats();
+  EXPECT_EQ(s.prefetches, 2u);
+  EXPECT_EQ(s.promoted_bytes, 16 * kMiB);
+  EXPECT_EQ(s.demoted_bytes, 8 * kMiB);
+}
+
+TEST_F(Advice_, APrefetchOfPartOfAnAllocationMovesOnlyThePiecesItCovers) {
+  allocate_both_tiers();
+  ASSERT_CU(prefetch(in_host + 4 * kMiB + 1, 4 * kMiB - 2, kDevice));
+  ASSERT_CU(tiering->mover().run_until_idle());
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "HHDDHHHH");
+  // Pieces already there ask for nothing.
+  bool acted = true;
+  ASSERT_CU(prefetch(in_host + 4 * kMiB, 4 * kMiB, kDevice, 0, &acted));
+  EXPECT_FALSE(acted);
+}
+
+TEST_F(Advice_, WithoutAutoAPrefetchIsAcceptedAndNothingMoves) {
+  allocate_both_tiers();
+  for (const bool off : {false, true}) {
+    SCOPED_TRACE(off ? "tiering off" : "remote");
+    if (off) tiering.reset(); else make_tiering(Mode::Remote);
+    bool acted = true;
+    const std::optional<CUresult> r =
+        uvmpool::tiering::prefetch(*pool, tiering.get(), 1, in_host, 16 * kMiB, kDevice, 0, &acted);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(*r, CUDA_SUCCESS);
+    EXPECT_FALSE(acted);
+    const std::optional<CUresult> a = uvmpool::tiering::advise(*pool, tiering.get(), 1, in_host, 16 * kMiB,
+                                                               CU_MEM_ADVISE_SET_PREFERRED_LOCATION, kDevice, &acted);
+    ASSERT_TRUE(a.has_value());
+    EXPECT_EQ(*a, CUDA_SUCCESS);
+    EXPECT_EQ(acted, !off) << "remote keeps the preference (the policy is auto's), off has nowhere to";
+  }
+  make_tiering(Mode::Auto);
+  ASSERT_CU(tiering->mover().run_until_idle());
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "HHHHHHHH");
+}
+
+TEST_F(Advice_, BadCallsGetTheDriversErrorsAndMoveNothing) {
+  allocate_both_tiers();
+  const CUdeviceptr freed = must_allocate(*pool, 2 * kMiB);
+  must_free(*pool, freed);
+  EXPECT_EQ(prefetch(in_host, 0, kDevice), CUDA_ERROR_INVALID_VALUE) << "no bytes";
+  EXPECT_EQ(prefetch(in_host, 16 * kMiB, kDevice, 1), CUDA_ERROR_INVALID_VALUE) << "flags";
+  EXPECT_EQ(prefetch(in_host, 16 * kMiB, std::nullopt), CUDA_ERROR_INVALID_VALUE) << "a location the driver refuses";
+  EXPECT_EQ(prefetch(in_host, 16 * kMiB, Place{Tier::Device, 1}), CUDA_ERROR_INVALID_DEVICE) << "no such device";
+  EXPECT_EQ(prefetch(in_host, 16 * kMiB, Place{Tier::Device, -2}), CUDA_ERROR_INVALID_DEVICE) << "CU_DEVICE_INVALID";
+  EXPECT_EQ(prefetch(in_host, ~std::size_t{0}, kDevice), CUDA_ERROR_INVALID_VALUE) << "wraps around";
+  EXPECT_EQ(prefetch(in_host, 32 * kMiB, kDevice), CUDA_ERROR_INVALID_VALUE) << "past the allocation's end";
+  EXPECT_EQ(prefetch(freed, 2 * kMiB, kDevice), CUDA_ERROR_INVALID_VALUE) << "a freed allocation";
+  EXPECT_EQ(advise(in_host, 16 * kMiB, static_cast<CUmem_advise>(99), kDevice), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(advise(in_host, 16 * kMiB, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, std::nullopt), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(advise(in_host, 16 * kMiB, CU_MEM_ADVISE_SET_ACCESSED_BY, Place{Tier::Device, 3}), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(advise(freed, 2 * kMiB, CU_MEM_ADVISE_SET_READ_MOSTLY, std::nullopt), CUDA_ERROR_INVALID_VALUE);
+  // The location is ignored where the driver ignores it.
+  EXPECT_CU(advise(in_host, 16 * kMiB, CU_MEM_ADVISE_SET_READ_MOSTLY, std::nullopt));
+  EXPECT_CU(advise(in_host, 16 * kMiB, CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION, std::nullopt));
+  ASSERT_CU(tiering->mover().run_until_idle());
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "HHHHHHHH");
+  EXPECT_EQ(tiering->stats().moves, 0u);
+  EXPECT_EQ(tiering->mover().stats().requested, 0u);
+}
+
+TEST_F(Advice_, MemoryThatIsNotThePoolsIsLeftToTheDriver) {
+  CUdeviceptr foreign = 0;
+  ASSERT_CU(drv().cuMemAlloc_v2(&foreign, 2 * kMiB));  // the driver's own, not the pool's
+  EXPECT_FALSE(uvmpool::tiering::prefetch(*pool, tiering.get(), 1, foreign, 2 * kMiB, kDevice, 0).has_value());
+  EXPECT_FALSE(uvmpool::tiering::advise(*pool, tiering.get(), 1, foreign, 2 * kMiB, CU_MEM_ADVISE_SET_READ_MOSTLY,
+                                        std::nullopt)
+                   .has_value());
+  // Which the simulated driver refuses, as a driver refuses memory cuMemAllocManaged did not make.
+  EXPECT_EQ(drv().cuMemPrefetchAsync_v2(foreign, 2 * kMiB, CUmemLocation{CU_MEM_LOCATION_TYPE_DEVICE, 0}, 0, stream),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(drv().cuMemAdvise(foreign, 2 * kMiB, CU_MEM_ADVISE_SET_READ_MOSTLY, 0), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(drv().cuMemFree_v2(foreign));
+}
+
+TEST_F(Advice_, APreferredLocationReachesThePolicyAndEndsWithItsAllocation) {
+  allocate_both_tiers();
+  EXPECT_EQ(preference(in_host), Preference::None);
+  ASSERT_CU(advise(in_host + kMiB, kMiB, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, kHost));
+  EXPECT_EQ(preference(in_host), Preference::Host) << "the whole allocation takes it";
+  EXPECT_EQ(preference(on_device), Preference::None);
+  ASSERT_CU(advise(on_device, 8 * kMiB, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, kDevice));
+  EXPECT_EQ(preference(on_device), Preference::Device);
+  // Another device's memory is no place for this allocation: no preference.
+  ASSERT_CU(advise(on_device, 8 * kMiB, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, Place{Tier::Device, 1}, 2));
+  EXPECT_EQ(preference(on_device), Preference::None);
+  ASSERT_CU(advise(in_host, 16 * kMiB, CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION, std::nullopt));
+  EXPECT_EQ(preference(in_host), Preference::None);
+  // A new allocation at a freed one's address does not inherit its advice.
+  const CUdeviceptr a = must_allocate(*pool, 2 * kMiB);
+  ASSERT_CU(advise(a, 2 * kMiB, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, kHost));
+  EXPECT_EQ(preference(a), Preference::Host);
+  must_free(*pool, a);
+  const CUdeviceptr b = allocate(2 * kMiB);
+  ASSERT_EQ(b, a) << "the pool handed the address out again (the test relies on it)";
+  EXPECT_EQ(preference(b), Preference::None);
+  EXPECT_EQ(tiering->stats().advice, 5u);
+}
+
+}  // namespace
