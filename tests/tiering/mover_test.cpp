@@ -555,9 +555,13 @@ TEST_F(Mover_, TheMoversThreadPlacesHoldsAheadAndCompletesThemInOrder) {
   MoverConfig config;
   config.holds_ahead = 4;
   mover = std::make_unique<Mover>(drv(), *pool, streams, config);  // with its thread
+  // Short kernels (16 passes, about 15 us each in virtual time): the mover's thread sees the program's
+  // work progress only through its own driver calls, 200 ns of virtual time per event query, one round
+  // of queries per 200 us of wall time between its steps. With 256 passes (about 1 ms of queued work)
+  // a loaded CI machine took over the 10 s hold timeout to get there, and the hold was given up.
   for (int i = 0; i < 4; ++i) {
     const CUdeviceptr p = in_host + static_cast<CUdeviceptr>(i) * 4 * kMiB;
-    busy(p, 4 * kMiB, 256);
+    busy(p, 4 * kMiB, 16);
     ASSERT_TRUE(mover->request(p, 4 * kMiB, Tier::Device));
     ASSERT_CU(fill_on_stream(p, 2 * kMiB, 30 + i));
   }
