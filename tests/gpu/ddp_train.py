@@ -183,6 +183,11 @@ def part_fits(args, lib, dropin, failures, summary):
         failures.append(f"native DDP: {why}")
         return None
     summary["native"] = native
+    # Whether native DDP repeats its own losses bit for bit here: the bar uvmpool's runs are held to.
+    again, why = launch(args, "native DDP again", base_env(), [], args.steps)
+    if again is not None:
+        print(f"UVMPOOL_DDP_ROW fits native again: step {max_step(again) * 1e3:.1f} ms; losses over {args.steps} steps "
+              f"{'identical to' if losses_equal(again, native) else 'DIFFERENT from'} the first native run", flush=True)
     for label, env in (("uvmpool preloaded", uvmpool_env(lib)),
                        ("uvmpool drop-in", dict(base_env(), LD_LIBRARY_PATH=dropin, UVMPOOL_LOG_LEVEL="error"))):
         ranks, why = launch(args, label, env, [], args.steps)
