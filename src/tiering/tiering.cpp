@@ -103,9 +103,9 @@ bool Tiering::ask_moves(CUdeviceptr from, CUdeviceptr end, pool::Tier to, int de
 Tiering::Tiering(const driver::Table& driver, pool::Pool& pool, Mode mode, StreamRegistry& streams,
                  MoverConfig mover, PolicyConfig policy)
     : driver_(driver), pool_(pool), mode_(mode), streams_(streams), layouts_(driver),
-      mover_(driver, pool, streams, mover),       world_(std::make_unique<PoolWorld>(pool, mover_, [this](CUdeviceptr from, CUdeviceptr end, pool::Tier to, int device) {
-        return ask_moves(from, end, to, device);
-      })) {
+      mover_(driver, pool, streams, mover),
+      world_(std::make_unique<PoolWorld>(pool, mover_, [this](CUdeviceptr from, CUdeviceptr end, pool::Tier to,
+                                                              int device) { return ask_moves(from, end, to, device); })) {
   if (mode == Mode::Auto) {
     policy_ = std::make_unique<Policy>(*world_, policy);
     streams.keep_retiring();  // moves will come: destroyed streams' queued work must be waited for
