@@ -24,6 +24,7 @@
 // A range that is not pool memory is the driver's to answer (nullopt).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <optional>
