@@ -44,27 +44,34 @@ void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) 
     if (!b.host) k.promotion_asked = 0;  // arrived (or never left)
   }
   buffers = touched;
-  if (learned_.empty()) {
-    learn(signature, function, buffers);
-    if (learned_.empty()) {
-      plan_recency(buffers);
-      return;
-    }
-  } else {
+  const Candidate proven = learn(signature, function, buffers);
+  if (!learned_.empty()) {
+    const std::size_t n = learned_.size();
     if (matches(learned_[phase_], signature, function, buffers)) {
       misses_ = 0;
-    } else if (++misses_ > config_.max_misses) {
-      // The program does something else now: learn again.
-      learned_.clear();
-      for (auto& [address, k] : known_) k.uses.clear();
-      ++stats_.periods_dropped;
-      stats_.period = 0;
-      trace::record(trace::Kind::Period, -1, 0, 0);
-      misses_ = 0;
-      learn(signature, function, buffers);
-      return;
+      ++learned_run_;
+      phase_ = (phase_ + 1) % n;
+    } else if (matches(learned_[(phase_ + 1) % n], signature, function, buffers)) {
+      misses_ = 0;  // the launch expected comes later this time (another thread's: see policy.h)
+      ++learned_run_;
+      phase_ = (phase_ + 2) % n;
+    } else if (++misses_ <= config_.max_misses) {
+      // One not in the learned step (or in another place this time): the next may be the one expected.
+    } else if (proven.period == n) {
+      // The launches still repeat with this period, not as the learned copy says: it was taken while
+      // the program warmed up (PyTorch's caching allocator still placing blocks). Take it again.
+      adopt_period(proven);
+    } else {
+      drop_period();  // the program does something else now
     }
-    phase_ = (phase_ + 1) % learned_.size();
+  }
+  // Another period that explained more launches than the one learned replaces it: that was a loop
+  // inside the step.
+  if (proven.period != 0 && proven.period != learned_.size() && (learned_.empty() || proven.run > learned_run_))
+    adopt_period(proven);
+  if (learned_.empty()) {
+    plan_recency(buffers);
+    return;
   }
   plan_ahead();
 }
@@ -89,39 +96,84 @@ bool Policy::matches(const Launch& before, std::uint64_t signature, std::uint64_
   return common > 0 && common + 1 >= std::max(before.buffers.size(), now.size());
 }
 
-void Policy::learn(std::uint64_t signature, std::uint64_t function, std::span<const Buffer> buffers) {
-  if (history_.size() >= 2 * config_.max_period) {  // no period that short: start over
-    history_.clear();
-    last_seen_.clear();
-    candidate_ = run_ = run_misses_ = 0;
+Policy::Candidate Policy::learn(std::uint64_t signature, std::uint64_t function, std::span<const Buffer> buffers) {
+  const std::uint64_t i = history_start_ + history_.size();  // this launch's position
+  for (auto c = candidates_.begin(); c != candidates_.end();) {
+    // The launch this one should repeat is `lag` back: the period, give or take a launch that came
+    // in another place (see the launches matched against the learned period, in on_launch).
+    const auto before = [&](std::size_t back) -> const Launch& { return history_[i - back - history_start_]; };
+    if (matches(before(c->lag), signature, function, buffers)) {
+      ++c->run;
+      c->streak = 0;
+    } else if (c->lag > 1 && matches(before(c->lag - 1), signature, function, buffers)) {
+      ++c->run;  // the one expected comes later this time
+      c->streak = 0;
+      --c->lag;
+    } else if (++c->misses > c->run / 32 || ++c->streak > config_.max_misses || c->lag >= history_.size() ||
+               c->lag >= c->period + config_.max_misses) {
+      c = candidates_.erase(c);  // not this period
+      continue;
+    } else {
+      ++c->lag;  // one not in the step (or in another place this time): the next may be the one expected
+    }
+    // A lag that stays off the period for a whole period is the period (a launch once repeated two
+    // back, since every launch: the same launch over and over).
+    c->drift = c->lag == c->period ? 0 : c->drift + 1;
+    if (c->drift > c->period) {
+      c->period = c->lag;
+      c->drift = 0;
+    }
+    ++c;
   }
-  const std::size_t i = history_.size();
-  const auto seen = last_seen_.find(signature);
-  if (candidate_ != 0 && i >= candidate_ && matches(history_[i - candidate_], signature, function, buffers)) {
-    ++run_;  // the sequence goes on repeating with the same period
-  } else if (candidate_ != 0 && i >= candidate_ && ++run_misses_ <= run_ / 32) {
-    // one odd launch in a long run: tolerated
-  } else if (seen != last_seen_.end()) {
-    candidate_ = i - seen->second;
-    run_ = 1;
-    run_misses_ = 0;
-  } else {
-    candidate_ = run_ = run_misses_ = 0;
+  if (const auto seen = last_seen_.find(signature); seen != last_seen_.end() && seen->second >= history_start_) {
+    const std::size_t period = i - seen->second;  // at most the history's length, so at most max_period
+    const auto same = [&](const Candidate& c) { return c.period == period || c.lag == period; };
+    if (std::none_of(candidates_.begin(), candidates_.end(), same)) {
+      if (candidates_.size() == kCandidates) {  // the one with the shortest run makes room
+        candidates_.erase(std::min_element(candidates_.begin(), candidates_.end(),
+                                           [](const Candidate& a, const Candidate& b) { return a.run < b.run; }));
+      }
+      candidates_.push_back({period, period, 1, 0, 0, 0});
+    }
+  }
+  // Proven: of the candidates repeated over a whole period, the one that explained the most launches
+  // (a loop inside the step explains fewer than the step; a multiple of the step's period, found
+  // later, fewer too), the shorter of two alike.
+  Candidate proven;
+  for (const Candidate& c : candidates_) {
+    if (c.run < std::max(c.period, config_.min_repeat) || c.lag != c.period) continue;
+    if (proven.period == 0 || c.run > proven.run || (c.run == proven.run && c.period < proven.period)) proven = c;
   }
   Launch launch{signature, function, {}};
   for (const Buffer& b : buffers) launch.buffers.push_back(b.address);
   history_.push_back(std::move(launch));
   last_seen_[signature] = i;
-  if (candidate_ != 0 && candidate_ <= config_.max_period && run_ >= std::max(candidate_, config_.min_repeat))
-    adopt_period(candidate_);
+  if (history_.size() > config_.max_period) {
+    history_.pop_front();
+    ++history_start_;
+  }
+  // Signatures not seen within the history are no candidates any more; forget them now and then.
+  if (i % config_.max_period == 0)
+    std::erase_if(last_seen_, [&](const auto& entry) { return entry.second < history_start_; });
+  return proven;
 }
 
-void Policy::adopt_period(std::size_t period) {
+void Policy::drop_period() {
+  learned_.clear();
+  for (auto& [address, k] : known_) k.uses.clear();
+  ++stats_.periods_dropped;
+  stats_.period = 0;
+  trace::record(trace::Kind::Period, -1, 0, 0);
+  misses_ = 0;
+}
+
+void Policy::adopt_period(const Candidate& proven) {
+  const std::size_t period = proven.period;
+  learned_run_ = proven.run;
   // The last period, each launch keeping the pointers the one a period before it passed too (a word
   // that changes every step is no buffer the launch uses; matches() let it through).
   const std::size_t first = history_.size() - period;
-  learned_.assign(std::make_move_iterator(history_.begin() + static_cast<std::ptrdiff_t>(first)),
-                  std::make_move_iterator(history_.end()));
+  learned_.assign(history_.begin() + static_cast<std::ptrdiff_t>(first), history_.end());
   for (std::size_t pos = 0; pos < period && first >= period; ++pos) {
     const Launch& before = history_[first - period + pos];
     std::vector<CUdeviceptr>& now = learned_[pos].buffers;
@@ -131,9 +183,6 @@ void Policy::adopt_period(std::size_t period) {
       if (std::find(before.buffers.begin(), before.buffers.end(), b) != before.buffers.end()) kept.push_back(b);
     if (!kept.empty()) now = std::move(kept);
   }
-  history_.clear();
-  last_seen_.clear();
-  candidate_ = run_ = run_misses_ = 0;
   for (auto& [address, k] : known_) k.uses.clear();
   for (std::size_t pos = 0; pos < learned_.size(); ++pos) {
     for (CUdeviceptr address : learned_[pos].buffers) {

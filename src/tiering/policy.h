@@ -4,9 +4,25 @@
 // caching allocator hands out the same blocks every iteration). The policy learns that sequence:
 //
 //   - Every launch gets a signature: its function and the pool pointers it was given, in order. A
-//     period P is a candidate when a launch's signature was last seen P launches ago; it is learned
+//     period P is a candidate when a launch's signature was last seen P launches ago; it is proven
 //     once P launches (and at least min_repeat) matched the launch P before them, with at most one
-//     in 32 not matching.
+//     in 32 not matching and never max_misses in a row.
+//   - Several candidates (kCandidates) are followed at once, always, also while a period is learned,
+//     over a history of the last max_period launches. Why: a step holds loops of its own. Measured
+//     on an H100 (16-layer training, docs/tiering.md): AdamW's foreach kernels launch ~50 times in a
+//     row, each with all but one pointer of the one before, a period of 1 that was learned every
+//     step, dropped 16 launches later, and took the history with it, so the 503-launch step was never
+//     learned. The candidate proven that explained the most launches is learned, and replaces a
+//     learned period that explained fewer: not the loop (fewer launches), nor a multiple of the step
+//     found later (on the same GPU the step was learned as 1006 launches when the longest won).
+//   - A launch may come in another place one step than the next: PyTorch's autograd thread launches
+//     the backward while the main thread launches too, and the hooks see both in the order they
+//     come. On that job one launch a step moved by about 20 places, and every launch between its two
+//     places was off by one: more than max_misses in a row. So a launch that does not match its
+//     repeat but matches the one after it counts as a match (the one expected comes later), and one
+//     that matches neither is a miss that does not move the position (it may be one that came
+//     early). A candidate's `lag` follows those shifts; a lag that stays off its period for a whole
+//     period becomes the period.
 //   - A launch matches another of the same function that shares all its pointers but one. Why not
 //     exact: every aligned 8-byte word of the arguments is looked up, and some are numbers that only
 //     happen to fall in the pool's addresses. Measured on an H100 (GPT-2 training, docs/tiering.md):
@@ -25,7 +41,8 @@
 //   - Advice (advice.h): a buffer that prefers the device is never demoted to make room; one that
 //     prefers the host is never promoted (it is read in place) and is the first to go for room.
 //   - A launch that breaks the sequence counts as a miss; after `max_misses` in a row the period is
-//     forgotten and learning starts again. Without a period, recency rules: a host buffer a launch
+//     taken again from the history if the launches still repeat with it (the copy learned was taken
+//     while the program warmed up), else forgotten. Without a period, recency rules: a host buffer a launch
 //     touched is promoted for its next use if there is room or a buffer unused for the longest time
 //     can go (least recently used), and a buffer demoted twice under recency is left in place.
 //
@@ -35,6 +52,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -46,7 +64,8 @@ namespace uvmpool::tiering {
 struct PolicyConfig {
   std::size_t lookahead = 32;                       // launches looked ahead for what to promote
   std::uint64_t in_flight_bytes = std::uint64_t{512} << 20;  // promotions asked for, not yet seen done
-  std::size_t max_period = std::size_t{1} << 16;    // longest sequence learned (launches)
+  std::size_t max_period = std::size_t{1} << 16;    // longest sequence learned (launches), and the launches
+                                                    // kept to learn it from
   std::size_t max_misses = 16;                      // launches off the sequence before it is dropped
   std::size_t min_repeat = 32;                      // launches that must repeat before a period is learned
                                                     // (a short one too: the same launch twice is no period)
@@ -120,8 +139,19 @@ class Policy {
 
   static constexpr std::uint64_t kPruneEvery = 4096;  // launches between two prunes of known_
   void prune();
-  void learn(std::uint64_t signature, std::uint64_t function, std::span<const Buffer> buffers);
-  void adopt_period(std::size_t period);
+  struct Candidate {
+    std::size_t period = 0;
+    std::size_t lag = 0;     // how far back the next launch's repeat lies: the period, give or take a
+                             // launch that came in another place
+    std::size_t run = 0;     // launches that matched their repeat
+    std::size_t misses = 0;  // ... and those that did not, tolerated (one in 32)
+    std::size_t streak = 0;  // misses in a row (more than max_misses: not this period)
+    std::size_t drift = 0;   // launches in a row with the lag off the period
+  };
+  // Adds the launch to the history and follows the candidates; returns the one proven (period 0: none).
+  Candidate learn(std::uint64_t signature, std::uint64_t function, std::span<const Buffer> buffers);
+  void adopt_period(const Candidate& proven);
+  void drop_period();
   void plan_ahead();
   // Whether advice keeps `k` in host memory (counted, and remembered as the thrash guard's decisions are).
   bool kept_by_advice(Known& k);
@@ -142,16 +172,19 @@ class Policy {
   PolicyStats stats_;
   std::uint64_t count_ = 0;  // launches seen
 
-  // Learning: the launches since learning (re)started, and where each signature was seen last.
-  std::vector<Launch> history_;
-  std::unordered_map<std::uint64_t, std::size_t> last_seen_;
-  std::size_t candidate_ = 0, run_ = 0;  // the period tried, and launches that matched it
-  std::size_t run_misses_ = 0;           // ... and those that did not, tolerated (one in 32)
+  // Learning: the last max_period launches, where each signature was seen last (positions count
+  // every launch shown), and the periods being tried.
+  static constexpr std::size_t kCandidates = 4;  // a step's period, and room for the loops inside it
+  std::deque<Launch> history_;
+  std::uint64_t history_start_ = 0;  // the position of history_.front()
+  std::unordered_map<std::uint64_t, std::uint64_t> last_seen_;
+  std::vector<Candidate> candidates_;
 
   // The learned period and the position in it.
   std::vector<Launch> learned_;
   std::size_t phase_ = 0;
   std::size_t misses_ = 0;
+  std::size_t learned_run_ = 0;  // launches it explained (a candidate must explain more to replace it)
 
   std::unordered_map<CUdeviceptr, Known> known_;
   std::vector<CUdeviceptr> asked_up_, asked_down_;  // buffers with a promotion / demotion asked
