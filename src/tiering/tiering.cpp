@@ -302,6 +302,8 @@ Stats Tiering::stats() const {
     MutexLock lock(policy_mu_);
     const PolicyStats p = policy_->stats();
     s.policy_period = p.period;
+    s.periods_learned = p.periods_learned;
+    s.periods_dropped = p.periods_dropped;
     s.kept_in_place = p.kept_in_place;
     s.kept_by_advice = p.kept_by_advice;
   }

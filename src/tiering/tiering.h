@@ -71,6 +71,8 @@ struct Stats {
   std::uint64_t holds_given_up = 0;     // holds the watchdog ended (moves are off after kMaxHoldsGivenUp)
   std::uint64_t host_waits = 0;         // program calls that waited at the host-wait gate during holds
   std::uint64_t policy_period = 0;      // launches in the learned period (0: none, recency rules)
+  std::uint64_t periods_learned = 0;    // times a period was learned (again: taken anew, or replaced)
+  std::uint64_t periods_dropped = 0;    // times the learned period was dropped (the program changed)
   std::uint64_t kept_in_place = 0;      // thrash-guard decisions: memory left in host memory, read in place
   std::uint64_t kept_by_advice = 0;     // promotions not asked for: the memory prefers the host (advice)
   std::uint64_t prefetches = 0;         // prefetches of pool memory (cuMemPrefetchAsync, uvmpool_prefetch)

@@ -133,8 +133,9 @@ int main() {
   CU(unload(module));
 
   std::printf("tiering client: ok; prefetched %lld in, %lld out; foreign advice %d; uvmpool_advise %d; prefetches %lld; "
-              "advice %lld; period %lld; promoted %s\n",
+              "advice %lld; period %lld, learned %lld, dropped %lld; promoted %s\n",
               in, out, int(foreign), advised, uvmpool_figure(libcuda, "tiering_prefetches"), uvmpool_figure(libcuda, "tiering_advice"),
-              uvmpool_figure(libcuda, "tiering_period"), promoted > in ? "more" : "no more");
+              uvmpool_figure(libcuda, "tiering_period"), uvmpool_figure(libcuda, "tiering_periods_learned"),
+              uvmpool_figure(libcuda, "tiering_periods_dropped"), promoted > in ? "more" : "no more");
   return 0;
 }
