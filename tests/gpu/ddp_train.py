@@ -3,12 +3,13 @@ process a GPU, DistributedDataParallel), issue 20 items 1, 2 and 5:
 
   fits        torchrun --nproc-per-node 2, native, then uvmpool preloaded and as the drop-in driver:
               step time (target <= 1.02x native DDP) and the losses of every rank over 20 steps (must
-              equal native's bit for bit);
+              equal native's bit for bit, or where native run twice differs from itself, lie within
+              that spread);
   overcommit  uvmpool preloaded with each rank's UVMPOOL_DEVICE_LIMIT at a third of its peak need
               (peak reserved + the context, measured by the native run), beside PyTorch's
               save_on_cpu given the same device memory (set_per_process_memory_fraction): step time,
               PCIe bytes per step (NVML, per GPU), what uvmpool spilled; losses must equal the
-              uncapped run's over the steps both ran;
+              uncapped run's over the steps both ran; once with tiering remote, once auto;
   kill        two ranks started by hand under uvmpool; rank 1 kills itself (SIGKILL) in the middle of a
               step. Rank 0 must leave with NCCL's error within the collective timeout, not hang, and
               its statistics segment must be gone afterwards (uvmpool-stat removes an ended process's).
@@ -168,9 +169,26 @@ def first_errors(lines):
     return "; ".join(f"rank {r}: {e}" for r, e in sorted(found.items()))
 
 
-def losses_equal(a, b, n=None):
-    """Every rank's losses, bit for bit, over the first n steps."""
-    return all(ra["losses"][:n] == rb["losses"][:n] for ra, rb in zip(a, b))
+def losses_spread(a, b, n=None):
+    """The largest difference between two runs' losses, over every rank and the first n steps (0.0: bit
+    for bit the same; inf: a rank or a step missing)."""
+    worst = 0.0
+    for ra, rb in zip(a, b):
+        la, lb = ra["losses"][:n], rb["losses"][:n]
+        if len(la) != len(lb):
+            return float("inf")
+        worst = max([worst] + [abs(x - y) for x, y in zip(la, lb)])
+    return worst if len(a) == len(b) else float("inf")
+
+
+def losses_check(ranks, reference, tolerance, n=None):
+    """(passed, words): the losses equal the reference's bit for bit when native DDP repeats its own
+    bit for bit (tolerance 0), else lie within native's own spread between two runs."""
+    spread = losses_spread(ranks, reference, n)
+    if spread == 0.0:
+        return True, "identical"
+    return spread <= tolerance, f"{'within' if spread <= tolerance else 'OUTSIDE'} native's own spread " \
+                                f"(largest difference {spread:.3g}, native against itself {tolerance:.3g})"
 
 
 def max_step(ranks):  # a DDP step is as slow as its slowest rank
@@ -183,11 +201,14 @@ def part_fits(args, lib, dropin, failures, summary):
         failures.append(f"native DDP: {why}")
         return None
     summary["native"] = native
-    # Whether native DDP repeats its own losses bit for bit here: the bar uvmpool's runs are held to.
+    # Whether native DDP repeats its own losses bit for bit here: the bar uvmpool's runs are held to. On
+    # two H200s (2026-11-24) it did not, so uvmpool's losses are held to native's own spread.
     again, why = launch(args, "native DDP again", base_env(), [], args.steps)
+    tolerance = losses_spread(again, native) if again is not None else 0.0
+    summary["native_spread"] = tolerance
     if again is not None:
         print(f"UVMPOOL_DDP_ROW fits native again: step {max_step(again) * 1e3:.1f} ms; losses over {args.steps} steps "
-              f"{'identical to' if losses_equal(again, native) else 'DIFFERENT from'} the first native run", flush=True)
+              f"{'identical to' if tolerance == 0.0 else f'up to {tolerance:.3g} from'} the first native run", flush=True)
     for label, env in (("uvmpool preloaded", uvmpool_env(lib)),
                        ("uvmpool drop-in", dict(base_env(), LD_LIBRARY_PATH=dropin, UVMPOOL_LOG_LEVEL="error"))):
         ranks, why = launch(args, label, env, [], args.steps)
@@ -195,11 +216,11 @@ def part_fits(args, lib, dropin, failures, summary):
             failures.append(f"{label}: {why}")
             continue
         ratio = max_step(ranks) / max_step(native)
-        same = losses_equal(ranks, native)
+        same, words = losses_check(ranks, native, tolerance)
         summary[label] = ranks
         print(f"UVMPOOL_DDP_ROW fits {label}: step {max_step(ranks) * 1e3:.1f} ms vs native "
               f"{max_step(native) * 1e3:.1f} ms = {ratio:.3f}x (target <= 1.02); losses over {args.steps} steps "
-              f"{'identical' if same else 'DIFFERENT'}; NCCL cuMemCreate calls "
+              f"{words}; NCCL cuMemCreate calls "
               f"{[r['cuMemCreate_calls'] for r in ranks]}, their device bytes "
               f"{[fmt_bytes(r['external_device_bytes']) for r in ranks]}", flush=True)
         if not same:
@@ -214,21 +235,28 @@ def part_overcommit(args, lib, native, failures, summary):
     limit = need // 3
     steps = args.capped_steps
     print(f"peak need per rank {fmt_bytes(need)} (reserved + context); limit a third: {fmt_bytes(limit)}", flush=True)
-    ranks, why = launch(args, "uvmpool at a third", uvmpool_env(lib, limit), [], steps)
-    if ranks is None:
-        failures.append(f"overcommitted: {why}")
-    else:
-        summary["capped"] = ranks
-        same = losses_equal(ranks, native, args.warmup + steps)
-        print(f"UVMPOOL_DDP_ROW overcommit uvmpool: step {max_step(ranks):.3f} s ({max_step(ranks) / max_step(native):.1f}x "
-              f"native {max_step(native) * 1e3:.0f} ms); PCIe per step per rank "
+    tolerance = summary.get("native_spread", 0.0)
+    best = None  # the faster of the uvmpool runs, for the comparison with save_on_cpu
+    # Spilled memory read in place (remote), and moved ahead of the launches (auto, docs/tiering.md).
+    for mode in ("remote", "auto"):
+        ranks, why = launch(args, f"uvmpool at a third, tiering {mode}", uvmpool_env(lib, limit, UVMPOOL_TIERING=mode), [],
+                            steps)
+        if ranks is None:
+            failures.append(f"overcommitted, tiering {mode}: {why}")
+            continue
+        summary[f"capped_{mode}"] = ranks
+        if best is None or max_step(ranks) < max_step(best):
+            best = ranks
+        same, words = losses_check(ranks, native, tolerance, args.warmup + steps)
+        print(f"UVMPOOL_DDP_ROW overcommit uvmpool, tiering {mode}: step {max_step(ranks):.3f} s "
+              f"({max_step(ranks) / max_step(native):.1f}x native {max_step(native) * 1e3:.0f} ms); PCIe per step per rank "
               f"{[fmt_bytes(r['pcie_per_step']) for r in ranks]}; peak live device/host per rank "
               f"{[(fmt_bytes(r['peak_live_device']), fmt_bytes(r['peak_live_host'])) for r in ranks]}; spilled "
               f"allocations {[r['spilled_allocations'] for r in ranks]}; losses over {args.warmup + steps} steps "
-              f"{'identical to uncapped' if same else 'DIFFERENT from uncapped'}; tiering: not built yet (issue 16), "
-              f"so nothing was promoted or demoted: spilled bytes were read in place", flush=True)
+              f"against uncapped: {words}", flush=True)
         if not same:
-            failures.append("overcommitted: losses differ from uncapped")
+            failures.append(f"overcommitted, tiering {mode}: losses differ from uncapped")
+    ranks = best
     # save_on_cpu with the same bytes for tensors: PyTorch's cap is the limit less the context.
     context = max(r["context_overhead"] for r in native)
     total = native[0]["device_total"]  # cudaMemGetInfo's total, which the fraction is of
