@@ -1,6 +1,7 @@
 // The policy (src/tiering/policy.h) on synthetic launch sequences, against a fake world of two tiers
 // where a move happens at once: cyclic sequences larger than device memory, a training-shaped step
-// (forward, backward in reverse, optimizer), a change of program, and random launches.
+// (forward, backward in reverse, optimizer), a change of program, random launches, and one sequence
+// recorded on a GPU (data/train16-h100.launches).
 #include <gtest/gtest.h>
 
 #include <algorithm>
