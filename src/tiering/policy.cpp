@@ -40,6 +40,7 @@ void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) 
   for (const Buffer& b : touched) {
     Known& k = known_[b.address];
     k.buffer = b;
+    if (k.last_touch != 0) k.longest_gap = std::max(k.longest_gap, count_ - k.last_touch);
     k.last_touch = count_;
     if (!b.host) k.promotion_asked = 0;  // arrived (or never left)
   }
@@ -204,6 +205,11 @@ std::uint64_t Policy::next_use(const Known& k) const {
   return learned_.size() - phase_ + k.uses.front();
 }
 
+bool Policy::cold(const Known& k) const {
+  const std::uint64_t idle = count_ - k.last_touch;
+  return idle >= config_.lookahead && idle >= config_.cold_after && idle >= 2 * k.longest_gap;
+}
+
 std::uint64_t Policy::pending_bytes(bool to_device) {
   // Only the buffers asked for (a few dozen), not every buffer known: this runs on every launch.
   std::vector<CUdeviceptr>& asked_list = to_device ? asked_up_ : asked_down_;
@@ -240,8 +246,8 @@ std::uint64_t Policy::room() {
 
 void Policy::find_victims(std::uint64_t needed_at) {
   // Device buffers that may go, best first: with a period, those not needed within the lookahead,
-  // farthest next use first (Belady); by recency, those not touched within the lookahead, least
-  // recently used first. Once a launch: make_room takes from the front.
+  // farthest next use first (Belady), then those outside the period that are cold; by recency, the
+  // cold ones, least recently used first. Once a launch: make_room takes from the front.
   victims_.clear();
   victims_taken_ = 0;
   victims_at_ = count_;
@@ -252,12 +258,12 @@ void Policy::find_victims(std::uint64_t needed_at) {
     std::uint64_t rank = 0;
     if (k.buffer.preference == Preference::Host) {
       rank = kNever - 1;  // advised to lie in host memory: the first to go
-    } else if (by_period) {
+    } else if (by_period && !k.uses.empty()) {
       rank = next_use(k);
       if (rank < config_.lookahead) continue;
     } else {
-      if (count_ - k.last_touch < config_.lookahead) continue;
-      rank = count_ - k.last_touch;
+      if (!cold(k)) continue;
+      rank = by_period ? learned_.size() + (count_ - k.last_touch) : count_ - k.last_touch;
     }
     victims_.emplace_back(rank, address);
   }

@@ -481,25 +481,94 @@ TEST(Policy_, BuffersLongUnusedAreForgotten) {
   EXPECT_LE(p.known_buffers(), 3u * 4096u);
 }
 
-TEST(Policy_, RandomLaunchesFallBackToRecencyAndStopThrashing) {
+TEST(Policy_, RandomLaunchesOverMoreThanTheDeviceMoveNothing) {
+  // Every buffer is used again within a few launches: none is cold, so none goes for another (each
+  // swap would cost two copies for nothing; uniform use has no better placement). Plain LRU moved
+  // here on almost every launch.
   FakeWorld w(4 * kUnit);
   std::vector<CUdeviceptr> b;
   for (int i = 0; i < 16; ++i) b.push_back(w.add(kUnit, i >= 4));
-  Policy p(w);
+  PolicyConfig c;
+  c.cold_after = 64;
+  Policy p(w, c);
   std::mt19937 rng(7);
   std::uniform_int_distribution<std::size_t> pick(0, b.size() - 1);
   for (int i = 0; i < 4000; ++i) w.launch(p, pick(rng), {b[pick(rng)], b[pick(rng)]});
   EXPECT_FALSE(p.has_period());
-  EXPECT_GT(p.stats().promotions, 0u) << "recency promoted nothing";
+  EXPECT_EQ(p.stats().demotions, 0u);
+  EXPECT_EQ(w.promoted, 0u);
   EXPECT_LE(w.used(), 4 * kUnit);
-  // Each buffer goes back and forth at most twice before it is read in place.
-  EXPECT_LE(p.stats().demotions, 2 * b.size() + 4);
-  EXPECT_GT(p.stats().kept_in_place, 0u);
+}
+
+TEST(Policy_, ALoopLargerThanTheDeviceIsReadInPlaceBeforeItsPeriodIsKnown) {
+  // A training step before its period is learned (min_repeat out of reach): 24 buffers in a cycle,
+  // 8 fit. LRU would demote the buffer needed next to promote the one in hand, every launch; with
+  // idle room the policy fills it, and swaps nothing.
+  FakeWorld w(10 * kUnit);
+  std::vector<CUdeviceptr> b;
+  for (int i = 0; i < 24; ++i) b.push_back(w.add(kUnit, i >= 8));
+  PolicyConfig c;
+  c.lookahead = 4;
+  c.cold_after = 64;
+  c.min_repeat = std::size_t{1} << 30;
+  Policy p(w, c);
+  run(w, p, pairs_step(b), 20);
+  ASSERT_FALSE(p.has_period());
+  EXPECT_EQ(p.stats().demotions, 0u);
+  EXPECT_EQ(w.promoted, 2 * kUnit) << "the idle room is filled";
+}
+
+TEST(Policy_, WithoutAPeriodAWorkingSetThatChangesMovesIn) {
+  // Random launches over set A (on the device), then over set B (in host memory): once A is cold, B
+  // takes its place, least recently used of A first, and B's launches then hit the device.
+  FakeWorld w(4 * kUnit);
+  std::vector<CUdeviceptr> a, b;
+  for (int i = 0; i < 4; ++i) a.push_back(w.add(kUnit, false));
+  for (int i = 0; i < 4; ++i) b.push_back(w.add(kUnit, true));
+  PolicyConfig c;
+  c.cold_after = 64;
+  Policy p(w, c);
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<std::size_t> pick(0, 3);
+  for (int i = 0; i < 500; ++i) w.launch(p, 1 + pick(rng), {a[pick(rng)], a[pick(rng)]});
+  EXPECT_EQ(p.stats().demotions, 0u);
+  for (int i = 0; i < 500; ++i) w.launch(p, 1 + pick(rng), {b[pick(rng)], b[pick(rng)]});
+  EXPECT_FALSE(p.has_period());
+  EXPECT_EQ(w.demoted, 4 * kUnit);
+  EXPECT_EQ(w.promoted, 4 * kUnit);
+  w.reset_counts();
+  for (int i = 0; i < 100; ++i) w.launch(p, 1 + pick(rng), {b[pick(rng)], b[pick(rng)]});
+  EXPECT_EQ(w.misses, 0u);
+}
+
+TEST(Policy_, WithoutAPeriodWorkingSetsThatTakeTurnsStopMoving) {
+  // Two working sets that take turns, each turn longer than cold_after: the first change moves them;
+  // from then on each buffer has gone unused for a whole turn between two uses, so a turn is no
+  // longer cold (twice its longest gap) and nothing goes back and forth.
+  FakeWorld w(2 * kUnit);
+  std::vector<CUdeviceptr> a{w.add(kUnit, false), w.add(kUnit, false)}, b{w.add(kUnit, true), w.add(kUnit, true)};
+  PolicyConfig c;
+  c.cold_after = 16;
+  c.min_repeat = std::size_t{1} << 30;  // the turns repeat: no period, to see recency alone
+  Policy p(w, c);
+  const auto turn = [&](int t) {
+    for (int i = 0; i < 40; ++i) w.launch(p, 1 + i % 2, {(t % 2 == 0 ? a : b)[i % 2]});
+  };
+  for (int t = 0; t < 2; ++t) turn(t);
+  EXPECT_EQ(w.demoted, 2 * kUnit) << "the second turn's set came in";
+  w.reset_counts();
+  for (int t = 2; t < 12; ++t) turn(t);
+  EXPECT_FALSE(p.has_period());
+  EXPECT_LE(w.demoted, 2 * kUnit) << "at most one more change";
+  const std::uint64_t moved = w.demoted + w.promoted;
+  for (int t = 12; t < 20; ++t) turn(t);
+  EXPECT_EQ(w.demoted + w.promoted, moved) << "still going back and forth";
 }
 
 // Advice: four buffers that prefer the host are never promoted and four that prefer the device never
 // demoted, with a period learned and (min_repeat out of reach) under recency; without the advice the
-// same sequence moves both groups, so the advice is what kept them.
+// same sequence moves both groups, so the advice is what kept them. Under recency the sequence is
+// two phases (the first 12 buffers' loop, then the last 12's), so that the first phase's go cold.
 class PolicyAdvice : public ::testing::TestWithParam<bool> {};
 
 TEST_P(PolicyAdvice, KeepsHostPreferringBuffersOutAndDevicePreferringOnesIn) {
@@ -516,9 +585,15 @@ TEST_P(PolicyAdvice, KeepsHostPreferringBuffersOutAndDevicePreferringOnesIn) {
     }
     PolicyConfig c;
     c.lookahead = 4;
+    c.cold_after = 32;
     if (!learns) c.min_repeat = std::size_t{1} << 30;
     Policy p(w, c);
-    run(w, p, pairs_step(b), 6);
+    if (learns) {
+      run(w, p, pairs_step(b), 6);
+    } else {
+      run(w, p, pairs_step({b.begin(), b.begin() + 12}), 6);
+      run(w, p, pairs_step({b.begin() + 12, b.end()}), 6);
+    }
     ASSERT_EQ(p.has_period(), learns);
     std::size_t promoted = 0, demoted = 0;
     for (CUdeviceptr a : stay_in_host) promoted += w.ever_promoted.count(a);
@@ -527,7 +602,7 @@ TEST_P(PolicyAdvice, KeepsHostPreferringBuffersOutAndDevicePreferringOnesIn) {
       EXPECT_EQ(promoted, 0u);
       EXPECT_EQ(demoted, 0u);
       EXPECT_GT(p.stats().kept_by_advice, 0u);
-      EXPECT_GT(w.ever_promoted.size(), 4u) << "the other buffers still move";
+      EXPECT_GE(w.ever_promoted.size(), 4u) << "the other buffers still move";
     } else {
       EXPECT_GT(promoted, 0u);
       EXPECT_GT(demoted, 0u);
