@@ -22,14 +22,14 @@ std::optional<Mode> parse_mode(std::string_view text) {
   if (text == "off") return Mode::Off;
   if (text == "remote") return Mode::Remote;
   if (text == "auto") return Mode::Auto;
-  if (text.empty()) return Mode::Remote;  // the default (options.def says why)
+  if (text.empty()) return Mode::Auto;  // the default (options.def)
   return std::nullopt;
 }
 
 Mode configured_mode() {
   const config::Options& o = config::options();
   if (o.disable || !o.pool) return Mode::Off;
-  return parse_mode(o.tiering).value_or(Mode::Remote);  // the option table refuses other values
+  return parse_mode(o.tiering).value_or(Mode::Auto);  // the option table refuses other values
 }
 
 MoverConfig configured_mover() {

@@ -84,7 +84,7 @@ def main():
         pass
 
     # Inside a process that runs on uvmpool: loaded, its own figures, prefetch and advise on pool memory
-    # (UVMPOOL_TIERING=remote, the default: accepted, nothing moves), refused on memory not the pool's.
+    # (UVMPOOL_TIERING=auto, the default: a move asked), refused on memory not the pool's.
     inner = ("import ctypes, os, uvmpool\n"
              "assert uvmpool.loaded() and uvmpool.version()\n"
              "assert uvmpool.stats()['pid'] == os.getpid()\n"
@@ -92,7 +92,7 @@ def main():
              "ctx, p = ctypes.c_void_p(), ctypes.c_ulonglong()\n"
              "assert cu.cuInit(0) == 0 and cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0\n"
              "assert cu.cuCtxSetCurrent(ctx) == 0 and cu.cuMemAlloc_v2(ctypes.byref(p), 1 << 20) == 0\n"
-             "assert uvmpool.prefetch((p.value, 1 << 20), to='host') is False\n"
+             "assert uvmpool.prefetch((p.value, 1 << 20), to='host') is True\n"
              "assert uvmpool.advise((p.value, 1 << 20), prefer='host') is True\n"
              "assert uvmpool.advise((p.value, 1 << 20), prefer=None) is True\n"
              "try:\n"
