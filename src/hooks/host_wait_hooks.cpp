@@ -1,12 +1,11 @@
 // Hooks of the calls that may wait inside the driver for the device (tiering/host_wait_gate.h says
-// what was measured): the synchronous copies, the asynchronous ones with a host side (pageable host
-// memory makes them synchronous), the module and library calls through which the CUDA runtime loads a
-// kernel lazily before its first launch, and pinned host memory's allocation and free. Each passes
-// tiering's gate: while the mover holds the program's streams, the call waits outside the driver until
-// the hold ends, since inside it would stop the mover's own driver calls. Device-to-device
-// asynchronous copies never wait on the host and are not hooked. Handed out only while tiering watches
-// launches (hands_out), like the launch hooks: with UVMPOOL_TIERING=off nothing moves, and these calls
-// cost nothing extra.
+// what was measured): the module and library calls through which the CUDA runtime loads a kernel
+// lazily before its first launch, and pinned host memory's allocation and free (the copies that may
+// wait are in transfer_hooks.cpp, which also shows them to tiering). Each passes tiering's gate:
+// while the mover holds the program's streams, the call waits outside the driver until the hold
+// ends, since inside it would stop the mover's own driver calls. Handed out only while tiering
+// watches launches (hands_out), like the launch hooks: with UVMPOOL_TIERING=off nothing moves, and
+// these calls cost nothing extra.
 #include "driver/real_driver.h"
 #include "hooks/hooks.h"
 #include "stats/counters.h"
@@ -22,21 +21,6 @@ namespace uvmpool::hooks::impl {
     const tiering::HostWaitGate::Pass pass(tiering::StreamRegistry::process().host_waits()); \
     return d->table.symbol args;                                            \
   }
-
-UVMPOOL_GATED(cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n))
-UVMPOOL_GATED(cuMemcpy_ptds, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n))
-UVMPOOL_GATED(cuMemcpyHtoD_v2, (CUdeviceptr dst, const void* src, size_t n), (dst, src, n))
-UVMPOOL_GATED(cuMemcpyHtoD_v2_ptds, (CUdeviceptr dst, const void* src, size_t n), (dst, src, n))
-UVMPOOL_GATED(cuMemcpyDtoH_v2, (void* dst, CUdeviceptr src, size_t n), (dst, src, n))
-UVMPOOL_GATED(cuMemcpyDtoH_v2_ptds, (void* dst, CUdeviceptr src, size_t n), (dst, src, n))
-UVMPOOL_GATED(cuMemcpyDtoD_v2, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n))
-UVMPOOL_GATED(cuMemcpyDtoD_v2_ptds, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n))
-UVMPOOL_GATED(cuMemcpyAsync, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s))
-UVMPOOL_GATED(cuMemcpyAsync_ptsz, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s))
-UVMPOOL_GATED(cuMemcpyHtoDAsync_v2, (CUdeviceptr dst, const void* src, size_t n, CUstream s), (dst, src, n, s))
-UVMPOOL_GATED(cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr dst, const void* src, size_t n, CUstream s), (dst, src, n, s))
-UVMPOOL_GATED(cuMemcpyDtoHAsync_v2, (void* dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s))
-UVMPOOL_GATED(cuMemcpyDtoHAsync_v2_ptsz, (void* dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s))
 
 UVMPOOL_GATED(cuModuleLoadData, (CUmodule* module, const void* image), (module, image))
 UVMPOOL_GATED(cuModuleLoadDataEx,

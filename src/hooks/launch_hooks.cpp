@@ -29,7 +29,7 @@ bool is_launch_hook(driver::Fn fn) {
     case Fn::cuLibraryUnload:
     case Fn::cuStreamCreate:
     case Fn::cuStreamCreateWithPriority:
-    // The calls that may wait inside the driver (host_wait_hooks.cpp).
+    // The calls that may wait inside the driver (host_wait_hooks.cpp, transfer_hooks.cpp).
     case Fn::cuMemAllocHost_v2:
     case Fn::cuMemHostAlloc:
     case Fn::cuMemFreeHost:
@@ -52,7 +52,22 @@ bool is_launch_hook(driver::Fn fn) {
     case Fn::cuMemcpyHtoDAsync_v2:
     case Fn::cuMemcpyHtoDAsync_v2_ptsz:
     case Fn::cuMemcpyDtoHAsync_v2:
-    case Fn::cuMemcpyDtoHAsync_v2_ptsz: return true;
+    case Fn::cuMemcpyDtoHAsync_v2_ptsz:
+    // The copies and memsets shown to tiering (transfer_hooks.cpp).
+    case Fn::cuMemcpyDtoDAsync_v2:
+    case Fn::cuMemcpyDtoDAsync_v2_ptsz:
+    case Fn::cuMemsetD8_v2:
+    case Fn::cuMemsetD8_v2_ptds:
+    case Fn::cuMemsetD16_v2:
+    case Fn::cuMemsetD16_v2_ptds:
+    case Fn::cuMemsetD32_v2:
+    case Fn::cuMemsetD32_v2_ptds:
+    case Fn::cuMemsetD8Async:
+    case Fn::cuMemsetD8Async_ptsz:
+    case Fn::cuMemsetD16Async:
+    case Fn::cuMemsetD16Async_ptsz:
+    case Fn::cuMemsetD32Async:
+    case Fn::cuMemsetD32Async_ptsz: return true;
     default: return false;
   }
 }

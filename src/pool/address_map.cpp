@@ -87,10 +87,12 @@ AddressMap::Probe AddressMap::probe(CUdeviceptr p) const {
   if (p < low_.load(std::memory_order_relaxed) || p >= high_.load(std::memory_order_relaxed)) return {};
   const Region* r = find(p);
   if (r == nullptr) return {};
-  const std::size_t i = (p - r->base.load(std::memory_order_relaxed)) >> r->shift;
+  const CUdeviceptr base = r->base.load(std::memory_order_relaxed);
+  const std::size_t i = (p - base) >> r->shift;
   const Entry e = r->entries.load(std::memory_order_relaxed)[i].load(std::memory_order_acquire);
   if (e == 0) return {};
-  return {e, r->host.load(std::memory_order_relaxed)[i].load(std::memory_order_relaxed) != 0};
+  return {e, r->host.load(std::memory_order_relaxed)[i].load(std::memory_order_relaxed) != 0,
+          base + ((static_cast<CUdeviceptr>(i) + 1) << r->shift)};
 }
 
 Entry AddressMap::lookup(CUdeviceptr p) const {

@@ -55,6 +55,7 @@ class AddressMap {
   struct Probe {
     Entry entry = 0;
     bool host = false;
+    CUdeviceptr granule_end = 0;  // where p's granule ends (0 with entry 0), for walking a range
   };
   Probe probe(CUdeviceptr p) const;
   // Granules marked host, all regions together.

@@ -313,7 +313,7 @@ bool Pool::in_pool_space(CUdeviceptr p) const { return devices_->map.contains(p)
 
 Pool::Probe Pool::probe(CUdeviceptr p) const {
   const AddressMap::Probe hit = devices_->map.probe(p);
-  return {hit.entry, hit.host};
+  return {hit.entry, hit.host, hit.granule_end};
 }
 
 bool Pool::any_host_mapped() const { return devices_->map.host_granules() != 0; }

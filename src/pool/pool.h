@@ -191,6 +191,7 @@ class Pool {
   struct Probe {
     std::uintptr_t owner = 0;
     bool host = false;
+    CUdeviceptr granule_end = 0;  // where p's granule ends (0 with owner 0): the next one to probe in a range
   };
   Probe probe(CUdeviceptr p) const;
   // Whether host memory is mapped anywhere in pool address space (spilled memory, live or cached):

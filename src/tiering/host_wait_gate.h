@@ -40,13 +40,19 @@ class HostWaitGate {
   // Program side: a call that may wait on the host, from entering the driver to returning.
   class Pass {
    public:
-    explicit Pass(HostWaitGate& gate) : gate_(gate) { gate_.enter(); }
-    ~Pass() { gate_.leave(); }
+    // `enabled` false: passes without entering (a hook that passes the gate only for some calls).
+    explicit Pass(HostWaitGate& gate, bool enabled = true) : gate_(gate), enabled_(enabled) {
+      if (enabled_) gate_.enter();
+    }
+    ~Pass() {
+      if (enabled_) gate_.leave();
+    }
     Pass(const Pass&) = delete;
     Pass& operator=(const Pass&) = delete;
 
    private:
     HostWaitGate& gate_;
+    const bool enabled_;
   };
 
   // The same by hand, where entering and leaving happen in two calls (Tiering::before_launch and

@@ -182,6 +182,38 @@ void Tiering::before_launch(CUfunction f, CUstream stream, void** params, void**
     o(observer_context_.load(std::memory_order_relaxed), f, stream, touches);
 }
 
+void Tiering::before_transfer(Transfer kind, std::span<const TransferRange> ranges, LaunchSeen* seen) {
+  seen->read = LaunchSeen::Read::Skipped;
+  seen->function = reinterpret_cast<CUfunction>(static_cast<std::uintptr_t>(kind));
+  seen->first_launch = nullptr;
+  if (mover_.config().overlap) mover_.launch_begins();  // launch_ends in after_launch
+  if (!pool_.any_host_mapped() && !mover_.copying()) return;
+  LaunchTouches& touches = seen->touches;
+  touches.count = touches.dropped = touches.host = 0;
+  for (const TransferRange& r : ranges) {
+    if (r.bytes == 0) continue;
+    const CUdeviceptr end = r.address + r.bytes > r.address ? r.address + r.bytes : ~CUdeviceptr{0};
+    // One touch per mapping or slab crossed (what a move names), in host memory if any granule is: a
+    // copy of a large tensor is one touch, not one per granule. A granule not the pool's ends the walk
+    // (the driver refuses a range running out of its allocation).
+    Touch run{};
+    for (CUdeviceptr at = r.address; at < end;) {
+      const pool::Pool::Probe hit = pool_.probe(at);
+      if (hit.owner == 0) break;
+      if (hit.owner != run.owner) {
+        if (run.owner != 0) touches.add(run);
+        run = {at, hit.owner, false};
+      }
+      run.host = run.host || hit.host;
+      at = hit.granule_end;
+    }
+    if (run.owner != 0) touches.add(run);
+  }
+  seen->read = LaunchSeen::Read::Read;
+  transfers_read_.fetch_add(1, std::memory_order_relaxed);
+  if (touches.host != 0) transfers_in_place_.fetch_add(1, std::memory_order_relaxed);
+}
+
 void Tiering::after_launch(const LaunchSeen& seen, CUstream stream) {
   if (seen.first_launch != nullptr) {
     seen.first_launch->launched.store(true, std::memory_order_release);
@@ -286,6 +318,8 @@ Stats Tiering::stats() const {
   s.pointers = pointers_.load(std::memory_order_relaxed);
   s.host_pointers = host_pointers_.load(std::memory_order_relaxed);
   s.launches_in_place = launches_in_place_.load(std::memory_order_relaxed);
+  s.transfers_read = transfers_read_.load(std::memory_order_relaxed);
+  s.transfers_in_place = transfers_in_place_.load(std::memory_order_relaxed);
   s.prefetches = prefetches_.load(std::memory_order_relaxed);
   s.advice = advice_calls_.load(std::memory_order_relaxed);
   s.layouts_asked = layouts_.driver_queries();

@@ -47,6 +47,14 @@ struct LaunchSeen {
   const ParamLayout* first_launch = nullptr;
 };
 
+// A copy or memset the hooks saw (src/hooks/transfer_hooks.cpp): the pool memory it reads or writes
+// counts as a launch's touches, under a function id of its own (no CUfunction is that small).
+enum class Transfer : std::uintptr_t { Copy = 1, Memset = 2 };
+struct TransferRange {
+  CUdeviceptr address;
+  std::size_t bytes;
+};
+
 // The mover's and the policy's settings from the options (UVMPOOL_TIERING_*).
 MoverConfig configured_mover();
 PolicyConfig configured_policy();
@@ -60,6 +68,8 @@ struct Stats {
   std::uint64_t pointers = 0;           // pool pointers found in arguments
   std::uint64_t host_pointers = 0;      // ... lying in host memory
   std::uint64_t launches_in_place = 0;  // launches given host memory: they read it over PCIe
+  std::uint64_t transfers_read = 0;     // copies and memsets on pool memory seen while host memory was mapped
+  std::uint64_t transfers_in_place = 0; // ... reading or writing memory in the host tier, over PCIe
   std::uint64_t layouts_asked = 0;      // functions whose parameter layout the driver was asked for
   // The mover (mover.h) and the policy (policy.h).
   std::uint64_t moves = 0;              // committed
@@ -99,6 +109,10 @@ class Tiering {
   // After the driver took the launch (whatever it answered): an overlapped move whose memory the
   // launch touched is dropped (mover.h); a default stream's context is noted for the mover's holds.
   void after_launch(const LaunchSeen& seen, CUstream stream);
+  // Before a copy or memset reaches the driver, as before_launch: the pool memory of `ranges` (each
+  // mapping or slab it crosses, once) becomes the touches. after_launch follows it. A range not in
+  // pool memory (host memory, another allocator's) touches nothing.
+  void before_transfer(Transfer kind, std::span<const TransferRange> ranges, LaunchSeen* seen);
   // A prefetch of [p, end), which `allocations` cover (advice.h checked the call): with Auto, its pieces
   // not in `to`'s tier are asked of the mover (none for another device's memory). False when nothing
   // was asked: all of it lies there already, tiering is not Auto, or the mover's queue is full.
@@ -143,7 +157,7 @@ class Tiering {
   std::atomic<Observer> observer_{nullptr};
   std::atomic<void*> observer_context_{nullptr};
   std::atomic<std::uint64_t> launches_read_{0}, launches_unread_{0}, pointers_{0}, host_pointers_{0},
-      launches_in_place_{0}, prefetches_{0}, advice_calls_{0};
+      launches_in_place_{0}, transfers_read_{0}, transfers_in_place_{0}, prefetches_{0}, advice_calls_{0};
 };
 
 }  // namespace uvmpool::tiering

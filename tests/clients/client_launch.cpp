@@ -1,9 +1,11 @@
 // A runtime-like program (every driver function from cuGetProcAddress, as the CUDA runtime gets them)
 // that spills past UVMPOOL_DEVICE_LIMIT and launches a kernel on the spilled memory through each
 // launch route: cuLaunchKernel, its per-thread variant, cuLaunchKernelEx and cuLaunchCooperativeKernel,
-// in the kernelParams and the extra forms. It checks the kernels' results, then prints what uvmpool's
-// statistics say the launch hooks saw, for the hooks tests (tests/hooks/CMakeLists.txt) to match:
-//   launch client: ok; hook calls <n>; launches_read <n>; launches_in_place <n>; launch_host_pointers <n>
+// in the kernelParams and the extra forms; then copies and memsets there (the transfer hooks: each
+// is a touch too) and one memset on the device part. It checks every result, then prints what
+// uvmpool's statistics say the hooks saw, for the hooks tests (tests/hooks/CMakeLists.txt) to match:
+//   launch client: ok; hook calls <n>; launches_read <n>; launches_in_place <n>; launch_host_pointers <n>;
+//   transfers_read <n>; transfers_in_place <n>
 #include <dlfcn.h>
 
 #include <cstdint>
@@ -27,6 +29,11 @@ int main() {
   auto launch_ptsz = resolve<s::cuLaunchKernel_ptsz>("cuLaunchKernel", 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
   auto launch_ex = resolve<s::cuLaunchKernelEx>("cuLaunchKernelEx", 11060);
   auto launch_coop = resolve<s::cuLaunchCooperativeKernel>("cuLaunchCooperativeKernel", 9000);
+  auto memset32_async = resolve<s::cuMemsetD32Async>("cuMemsetD32Async", 3020);
+  auto memset16_async_ptsz =
+      resolve<s::cuMemsetD16Async_ptsz>("cuMemsetD16Async", 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+  auto memset8 = resolve<s::cuMemsetD8_v2>("cuMemsetD8", 3020);
+  auto dtod_async = resolve<s::cuMemcpyDtoDAsync_v2>("cuMemcpyDtoDAsync", 3020);
 
   // Past the limit the test sets (UVMPOOL_DEVICE_LIMIT=64M): the last chunk lies in host memory.
   constexpr std::size_t kBytes = 96u << 20;
@@ -69,13 +76,31 @@ int main() {
     CU(dtoh(got.data(), tail + route * 4096, count * 4));
     for (std::uint32_t v : got) CLIENT_CHECK(v == 100 + route, "route %u wrote %u", route, v);
   }
+
+  // Copies and memsets on the spilled tail (4 transfers, then 4 copies out to check them: all in
+  // place), and a memset on the device part (read, not in place).
+  const CUdeviceptr at = tail + 8 * 4096;
+  CU(memset32_async(at, 0xAABBCCDDu, 1024, nullptr));
+  CU(memset16_async_ptsz(at + 4096, 0x1234, 2048, nullptr));
+  CU(memset8(at + 2 * 4096, 0x5A, 4096));
+  CU(dtod_async(at + 3 * 4096, at, 4096, nullptr));
+  CU(memset8(buffer, 0x11, 4096));
+  CU(sync());
+  const std::uint32_t expected[] = {0xAABBCCDDu, 0x12341234u, 0x5A5A5A5Au, 0xAABBCCDDu};
+  for (int i = 0; i < 4; ++i) {
+    std::vector<std::uint32_t> got(1024);
+    CU(dtoh(got.data(), at + i * 4096, 4096));
+    for (std::uint32_t v : got) CLIENT_CHECK(v == expected[i], "transfer %d left %#x", i, v);
+  }
   CU(unload(module));
   CU(mem_free(buffer));
 
   const unsigned long long hook_calls = uvmpool_calls(libcuda, "cuLaunchKernel") + uvmpool_calls(libcuda, "cuLaunchKernelEx") +
                                         uvmpool_calls(libcuda, "cuLaunchCooperativeKernel");
-  std::printf("launch client: ok; hook calls %llu; launches_read %lld; launches_in_place %lld; launch_host_pointers %lld\n",
+  std::printf("launch client: ok; hook calls %llu; launches_read %lld; launches_in_place %lld; launch_host_pointers %lld; "
+              "transfers_read %lld; transfers_in_place %lld\n",
               hook_calls, uvmpool_figure(libcuda, "launches_read"), uvmpool_figure(libcuda, "launches_in_place"),
-              uvmpool_figure(libcuda, "launch_host_pointers"));
+              uvmpool_figure(libcuda, "launch_host_pointers"), uvmpool_figure(libcuda, "transfers_read"),
+              uvmpool_figure(libcuda, "transfers_in_place"));
   return 0;
 }

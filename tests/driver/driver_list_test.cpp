@@ -78,9 +78,9 @@ TEST_F(RealDriverTable, GetProcAddressHookHandsOutHooksOnlyForHookedFunctions) {
   ASSERT_EQ(hooks::impl::cuGetProcAddress_v2("cuGetProcAddress", &p, 12000, 0, &found), CUDA_SUCCESS);
   EXPECT_EQ(p, reinterpret_cast<void*>(hooks::hook_table().cuGetProcAddress_v2));
   // Not hooked: the driver's own function, untouched.
-  ASSERT_EQ(hooks::impl::cuGetProcAddress_v2("cuMemcpyDtoDAsync", &p, 12000, 0, &found), CUDA_SUCCESS);
+  ASSERT_EQ(hooks::impl::cuGetProcAddress_v2("cuMemGetAllocationGranularity", &p, 12000, 0, &found), CUDA_SUCCESS);
   EXPECT_NE(p, nullptr);
-  EXPECT_EQ(p, reinterpret_cast<void*>(real()->table.cuMemcpyDtoDAsync_v2));
+  EXPECT_EQ(p, reinterpret_cast<void*>(real()->table.cuMemGetAllocationGranularity));
 }
 
 // The copies that may wait on the host pass tiering's gate (tiering/host_wait_gate.h): while the mover

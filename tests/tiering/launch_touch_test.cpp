@@ -1,9 +1,10 @@
 // What the launch hooks see (src/tiering/tiering.h), on the simulated driver with kernels: a pool
 // spilling into host memory, real launches of the simulator's catalog in both argument forms, through
 // CUfunction and CUkernel handles, and the touches each launch reports against the tier each pointer
-// really lies in (as the driver says).
+// really lies in (as the driver says); copies and memsets as the transfer hooks report them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -21,6 +22,8 @@ using uvmpool::tiering::LaunchTouches;
 using uvmpool::tiering::Mode;
 using uvmpool::tiering::Tiering;
 using uvmpool::tiering::Touch;
+using uvmpool::tiering::Transfer;
+using uvmpool::tiering::TransferRange;
 
 class LaunchTouches_ : public TieringTest {
  protected:
@@ -271,6 +274,67 @@ TEST_F(LaunchTouches_, AMoveChangesTheTierTheLaunchesSee) {
   const std::vector<Touch> t = last_touches();
   ASSERT_EQ(t.size(), 1u);
   EXPECT_FALSE(t[0].host);
+}
+
+TEST_F(LaunchTouches_, CopiesAndMemsetsShowThePoolMemoryTheyTouch) {
+  // As the transfer hooks report them (src/hooks/transfer_hooks.cpp): each mapping a range crosses is
+  // one touch, in host memory if any of its granules is; memory not the pool's is none.
+  allocate_both_tiers();
+  const auto transfer = [&](Transfer kind, std::vector<TransferRange> ranges) {
+    uvmpool::tiering::LaunchSeen seen;
+    tiering->before_transfer(kind, ranges, &seen);
+    tiering->after_launch(seen, stream);
+    return std::vector<Touch>(seen.touches.touches, seen.touches.touches + seen.touches.count);
+  };
+  std::vector<Touch> t = transfer(Transfer::Memset, {{in_host, 4096}});
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].address, in_host);
+  EXPECT_TRUE(t[0].host);
+  t = transfer(Transfer::Copy, {{in_host, kMiB}, {on_device, kMiB}});
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_TRUE(t[0].host);
+  EXPECT_EQ(t[1].address, on_device);
+  EXPECT_FALSE(t[1].host);
+  // The whole spilled allocation, device granules first: one mapping, and it reaches host memory.
+  t = transfer(Transfer::Copy, {{spilled, kBudget}});
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].address, spilled);
+  EXPECT_TRUE(t[0].host);
+  EXPECT_TRUE(transfer(Transfer::Copy, {{4096, kMiB}, {in_host, 0}}).empty()) << "not pool memory, or no bytes";
+  const auto s = tiering->stats();
+  EXPECT_EQ(s.transfers_read, 4u);
+  EXPECT_EQ(s.transfers_in_place, 3u);
+  EXPECT_EQ(s.launches_read, 0u) << "transfers are not launches";
+  EXPECT_EQ(tiering->policy_stats().launches, 3u) << "the policy is shown each transfer that touched pool memory";
+}
+
+TEST_F(LaunchTouches_, AMemsetDuringAnOverlappedCopyDropsTheMoveAndItsBytesStay) {
+  allocate_both_tiers();
+  must_free(*pool, on_device);  // room to promote the spilled chunk
+  allocated.erase(allocated.begin());
+  pool->release_idle();
+  uvmpool::tiering::MoverConfig config;
+  config.overlap = true;
+  config.thread = false;
+  constexpr std::size_t kWords = 16 * 1024;
+  config.after_copy = [&] {
+    // The program's memset of memory whose copy is already taken, through the hooks' steps.
+    ASSERT_TRUE(tiering->mover().copying());
+    const TransferRange r{in_host, kWords * 4};
+    uvmpool::tiering::LaunchSeen seen;
+    tiering->before_transfer(Transfer::Memset, {&r, 1}, &seen);
+    ASSERT_CU(drv().cuMemsetD32Async(in_host, 0x77, kWords, stream));
+    tiering->after_launch(seen, stream);
+  };
+  tiering = std::make_unique<Tiering>(drv(), *pool, Mode::Remote, streams, config);
+  ASSERT_TRUE(tiering->mover().request(in_host, kMiB, uvmpool::pool::Tier::Device));
+  ASSERT_CU(tiering->mover().run_epoch());
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(tier_at(in_host), 'H') << "the touched move was committed";
+  EXPECT_EQ(tiering->mover().stats().moves_touched, 1u);
+  std::vector<std::uint32_t> got(kWords);
+  ASSERT_CU(drv().cuMemcpyDtoH_v2(got.data(), in_host, kWords * 4));
+  EXPECT_EQ(std::count(got.begin(), got.end(), 0x77u), static_cast<std::ptrdiff_t>(kWords)) << "the memset's write was lost";
 }
 
 TEST_F(LaunchTouches_, ALaunchOfManyPointersKeepsSixtyFourAndCountsTheRest) {
