@@ -62,6 +62,21 @@ TEST(LaunchArgs, WordsAreAlignedInTheBufferNotInTheParameter) {
   EXPECT_EQ(words[0], p);
 }
 
+TEST(LaunchArgs, ATmaDescriptorPassedByValueShowsItsAddress) {
+  // A CUtensorMap (128 bytes, 64-aligned) after a pointer: measured on an H100 with driver 580
+  // (tests/gpu/tensormap_layout.py, docs/tiering.md), every descriptor cuTensorMapEncodeTiled,
+  // cuTensorMapEncodeIm2col or cuTensorMapReplaceAddress wrote holds its global address as word 0,
+  // as it is. These are that run's words for a rank-2 float32 map.
+  alignas(64) std::uint64_t map[16] = {0x7fd212000000, 0x4000000390, 0, 0, 0xff000000ff, 0, 0x1f00000000000000,
+                                       0x1f, 0x1000, 0x10, 0, 0, 0, 0, 0, 0};
+  std::uint64_t out = 0x7f0000004000;
+  void* params[] = {&out, map};
+  const std::vector<std::uint64_t> w = words_of(layout({{0, 8}, {64, 128}}), params, nullptr);
+  ASSERT_EQ(w.size(), 17u);
+  EXPECT_EQ(w[0], out);
+  EXPECT_EQ(w[1], 0x7fd212000000u) << "the descriptor's address is a word the hooks look up";
+}
+
 TEST(LaunchArgs, KernelParamsWithoutALayoutCannotBeRead) {
   std::uint64_t x = 1;
   void* params[] = {&x};
