@@ -13,6 +13,7 @@
 #include "pool/pool.h"
 #include "stats/counters.h"
 #include "stats/publisher.h"
+#include "tiering/streams.h"
 #include "trace/trace.h"
 
 namespace uvmpool::hooks {
@@ -67,7 +68,11 @@ class PoolBackend final : public Backend {
   CUresult free(CUdeviceptr ptr) override {
     CUresult r = CUDA_SUCCESS;
     if (ipc::take_free(ptr, &r)) return r;  // exported and still open in another process: freed at its close
-    return pool_.deallocate(ptr, &r) == pool::Ownership::Ours ? r : freed_by_driver(driver_.free(ptr), ptr);
+    if (pool_.deallocate(ptr, &r) == pool::Ownership::Ours) return r;
+    // Not the pool's: the driver's cuMemFree waits for the device, so behind a mover's hold it would keep
+    // the mover's own driver calls out (tiering/host_wait_gate.h). It waits at the gate instead.
+    const tiering::HostWaitGate::Pass pass(tiering::StreamRegistry::process().host_waits());
+    return freed_by_driver(driver_.free(ptr), ptr);
   }
   CUresult get_info(std::size_t* free_bytes, std::size_t* total_bytes) override {
     return pool_.memory_info(free_bytes, total_bytes);

@@ -102,6 +102,24 @@ TEST_F(RealDriverTable, CopyHooksWaitAtTheGateWhileTheMoverHolds) {
   EXPECT_EQ(gate.waited(), waited + 1);
 }
 
+// So does a free of memory not the pool's: the driver's cuMemFree waits for the device.
+TEST_F(RealDriverTable, AForeignFreeWaitsAtTheGateWhileTheMoverHolds) {
+  tiering::HostWaitGate& gate = tiering::StreamRegistry::process().host_waits();
+  ASSERT_TRUE(gate.close(std::chrono::milliseconds(1000)));
+  const std::uint64_t waited = gate.waited();
+  std::atomic<bool> returned{false};
+  std::thread free([&] {
+    hooks::impl::cuMemFree_v2(0x1000);  // no pool's; what the driver answers does not matter here
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(returned) << "the free went into the driver during a hold";
+  gate.open();
+  free.join();
+  EXPECT_TRUE(returned);
+  EXPECT_EQ(gate.waited(), waited + 1);
+}
+
 // The real driver (H200, 580.159.04) answers an unknown name with CUDA_SUCCESS, a null pointer and
 // SYMBOL_NOT_FOUND; the hook must pass that on unchanged.
 TEST_F(RealDriverTable, GetProcAddressHookKeepsTheDriversAnswerForUnknownNames) {
