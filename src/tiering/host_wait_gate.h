@@ -20,9 +20,9 @@
 // The first launch of a lazily loaded kernel (CUDA_MODULE_LOADING=LAZY, the default) does the same
 // inside the driver, measured on the same H100; with EAGER loading launches did not. A function's first
 // launch therefore passes the gate too (Tiering::before_launch), and so do cuMemAllocHost, cuMemHostAlloc
-// and cuMemFreeHost (an allocation and free of pinned memory blocked as a pair). Also blocking, and not
-// gated yet: a foreign cuMemFree (uvmpool's pool frees without the driver). Not measured, and not
-// hooked at all: calls outside uvmpool's driver list that may wait the same way (cuMemcpy2D/3D/Peer,
+// and cuMemFreeHost (an allocation and free of pinned memory blocked as a pair), and a cuMemFree of
+// memory not the pool's (the driver's free waits for the device; the pool frees without the driver).
+// Not measured, and not hooked at all: calls outside uvmpool's driver list that may wait the same way (cuMemcpy2D/3D/Peer,
 // cuMemcpyBatchAsync, cuFuncSetAttribute, ...).
 #pragma once
 
