@@ -6,6 +6,7 @@
 // cuLaunchCooperativeKernel.
 #include "driver/real_driver.h"
 #include "hooks/hooks.h"
+#include "hooks/shown.h"
 #include "stats/counters.h"
 #include "tiering/tiering.h"
 
@@ -81,25 +82,6 @@ const driver::Table* real_table() {
   const driver::RealDriver* d = driver::real();
   return d != nullptr ? &d->table : nullptr;
 }
-
-// Shows one launch to tiering: before the driver gets it (what it touches) and after (a move whose
-// memory it touched meanwhile is dropped; mover.h). Lives across the forwarded call.
-class Shown {
- public:
-  Shown(CUfunction f, CUstream stream, void** params, void** extra) : tiering_(tiering::Tiering::process()), stream_(stream) {
-    if (tiering_ != nullptr) tiering_->before_launch(f, stream, params, extra, &seen_);
-  }
-  ~Shown() {
-    if (tiering_ != nullptr) tiering_->after_launch(seen_, stream_);
-  }
-  Shown(const Shown&) = delete;
-  Shown& operator=(const Shown&) = delete;
-
- private:
-  tiering::Tiering* tiering_;
-  CUstream stream_;
-  tiering::LaunchSeen seen_;  // not zeroed: before_launch fills what after_launch reads
-};
 
 CUstream config_stream(const CUlaunchConfig* config) { return config != nullptr ? config->hStream : nullptr; }
 

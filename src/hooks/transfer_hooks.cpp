@@ -6,10 +6,9 @@
 // with a host side (pageable host memory makes them synchronous). Device-to-device asynchronous
 // copies and the memsets never waited on the host in the measurement and are not gated. Handed out
 // only while tiering watches launches (hands_out): with UVMPOOL_TIERING=off they cost nothing.
-#include <initializer_list>
-
 #include "driver/real_driver.h"
 #include "hooks/hooks.h"
+#include "hooks/shown.h"
 #include "stats/counters.h"
 #include "tiering/streams.h"
 #include "tiering/tiering.h"
@@ -18,27 +17,6 @@ namespace uvmpool::hooks::impl {
 namespace {
 
 using tiering::Transfer;
-using tiering::TransferRange;
-
-// Shows one copy or memset to tiering, as launch_hooks.cpp's Shown does a launch. Lives across the
-// forwarded call.
-class ShownTransfer {
- public:
-  ShownTransfer(Transfer kind, CUstream stream, std::initializer_list<TransferRange> ranges)
-      : tiering_(tiering::Tiering::process()), stream_(stream) {
-    if (tiering_ != nullptr) tiering_->before_transfer(kind, {ranges.begin(), ranges.size()}, &seen_);
-  }
-  ~ShownTransfer() {
-    if (tiering_ != nullptr) tiering_->after_launch(seen_, stream_);
-  }
-  ShownTransfer(const ShownTransfer&) = delete;
-  ShownTransfer& operator=(const ShownTransfer&) = delete;
-
- private:
-  tiering::Tiering* tiering_;
-  CUstream stream_;
-  tiering::LaunchSeen seen_;  // not zeroed: before_transfer fills what after_launch reads
-};
 
 // A per-thread variant's stream 0 is the calling thread's default stream.
 CUstream per_thread(CUstream s) { return s == nullptr ? CU_STREAM_PER_THREAD : s; }
@@ -55,7 +33,7 @@ tiering::HostWaitGate& gate() { return tiering::StreamRegistry::process().host_w
     const driver::RealDriver* d = driver::real();                            \
     if (d == nullptr || d->table.symbol == nullptr) return CUDA_ERROR_NO_DEVICE; \
     const tiering::HostWaitGate::Pass pass(gate(), gated);                    \
-    const ShownTransfer shown(Transfer::kind, stream, {__VA_ARGS__});         \
+    const Shown shown(Transfer::kind, stream, {__VA_ARGS__});                 \
     return d->table.symbol args;                                              \
   }
 

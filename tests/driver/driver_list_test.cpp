@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -83,41 +84,33 @@ TEST_F(RealDriverTable, GetProcAddressHookHandsOutHooksOnlyForHookedFunctions) {
   EXPECT_EQ(p, reinterpret_cast<void*>(real()->table.cuMemGetAllocationGranularity));
 }
 
-// The copies that may wait on the host pass tiering's gate (tiering/host_wait_gate.h): while the mover
-// holds the program's streams they wait outside the driver, and go once it opens.
-TEST_F(RealDriverTable, CopyHooksWaitAtTheGateWhileTheMoverHolds) {
+// Runs `call` on another thread while tiering's gate is closed (tiering/host_wait_gate.h: the mover
+// holds the program's streams): it must wait outside the driver, and go once the gate opens.
+void expect_waits_at_the_gate(const std::function<void()>& call) {
   tiering::HostWaitGate& gate = tiering::StreamRegistry::process().host_waits();
   ASSERT_TRUE(gate.close(std::chrono::milliseconds(1000)));
   const std::uint64_t waited = gate.waited();
   std::atomic<bool> returned{false};
-  std::thread copy([&] {
-    hooks::impl::cuMemcpyDtoH_v2(nullptr, 0, 0);  // what the driver answers does not matter here
+  std::thread caller([&] {
+    call();  // what the driver answers does not matter here
     returned = true;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_FALSE(returned) << "the copy went into the driver during a hold";
+  EXPECT_FALSE(returned) << "the call went into the driver during a hold";
   gate.open();
-  copy.join();
+  caller.join();
   EXPECT_TRUE(returned);
   EXPECT_EQ(gate.waited(), waited + 1);
 }
 
+// The copies that may wait on the host pass the gate.
+TEST_F(RealDriverTable, CopyHooksWaitAtTheGateWhileTheMoverHolds) {
+  expect_waits_at_the_gate([] { hooks::impl::cuMemcpyDtoH_v2(nullptr, 0, 0); });
+}
+
 // So does a free of memory not the pool's: the driver's cuMemFree waits for the device.
 TEST_F(RealDriverTable, AForeignFreeWaitsAtTheGateWhileTheMoverHolds) {
-  tiering::HostWaitGate& gate = tiering::StreamRegistry::process().host_waits();
-  ASSERT_TRUE(gate.close(std::chrono::milliseconds(1000)));
-  const std::uint64_t waited = gate.waited();
-  std::atomic<bool> returned{false};
-  std::thread free([&] {
-    hooks::impl::cuMemFree_v2(0x1000);  // no pool's; what the driver answers does not matter here
-    returned = true;
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_FALSE(returned) << "the free went into the driver during a hold";
-  gate.open();
-  free.join();
-  EXPECT_TRUE(returned);
-  EXPECT_EQ(gate.waited(), waited + 1);
+  expect_waits_at_the_gate([] { hooks::impl::cuMemFree_v2(0x1000); });
 }
 
 // The real driver (H200, 580.159.04) answers an unknown name with CUDA_SUCCESS, a null pointer and

@@ -1,0 +1,35 @@
+// What the tiering hooks wrap around each call they forward: a kernel launch (launch_hooks.cpp) or a
+// copy or memset (transfer_hooks.cpp) is shown to tiering before the driver gets it (what it
+// touches) and after (a move whose memory it touched meanwhile is dropped; src/tiering/mover.h).
+#pragma once
+
+#include <initializer_list>
+
+#include "tiering/tiering.h"
+
+namespace uvmpool::hooks {
+
+// Lives across the forwarded call.
+class Shown {
+ public:
+  Shown(CUfunction f, CUstream stream, void** params, void** extra)
+      : tiering_(tiering::Tiering::process()), stream_(stream) {
+    if (tiering_ != nullptr) tiering_->before_launch(f, stream, params, extra, &seen_);
+  }
+  Shown(tiering::Transfer kind, CUstream stream, std::initializer_list<tiering::TransferRange> ranges)
+      : tiering_(tiering::Tiering::process()), stream_(stream) {
+    if (tiering_ != nullptr) tiering_->before_transfer(kind, {ranges.begin(), ranges.size()}, &seen_);
+  }
+  ~Shown() {
+    if (tiering_ != nullptr) tiering_->after_launch(seen_, stream_);
+  }
+  Shown(const Shown&) = delete;
+  Shown& operator=(const Shown&) = delete;
+
+ private:
+  tiering::Tiering* tiering_;
+  CUstream stream_;
+  tiering::LaunchSeen seen_;  // not zeroed: before_launch / before_transfer fill what after_launch reads
+};
+
+}  // namespace uvmpool::hooks
