@@ -19,6 +19,7 @@
 #include "sim/device_memory.h"
 #include "sim/entry_points.h"
 #include "sim/kernels.h"
+#include "sim/launch.h"
 #include "sim/sim_control.h"
 #include "sim/timeline.h"
 
@@ -215,26 +216,19 @@ CUresult load_on_first_launch(Function* function, CUstream stream, bool per_thre
 }
 
 CUresult launch(CUfunction f, const Shape& shape, CUstream stream, bool per_thread, void** params, void** extra) {
+  Context* stream_ctx = nullptr;
+  WorkSpec work;
   Function* function = nullptr;
   {
     Registry& r = registry();
     std::lock_guard lock(r.mutex);
     if (CUresult status = find_function(r, f, &function); status != CUDA_SUCCESS) return status;
   }
-  if (CUresult status = check_shape(shape); status != CUDA_SUCCESS) return status;
-  Context* stream_ctx = nullptr;
   if (CUresult status = timeline::stream_context(stream, per_thread, &stream_ctx); status != CUDA_SUCCESS) return status;
-  if (stream_ctx != function->context) return CUDA_ERROR_INVALID_HANDLE;  // a function of another context
+  const KernelLaunch l{f, {shape.grid[0], shape.grid[1], shape.grid[2]},
+                       {shape.block[0], shape.block[1], shape.block[2]}, shape.shared_bytes, params, extra};
+  if (CUresult status = kernel_work(l, stream_ctx, &work); status != CUDA_SUCCESS) return status;
   if (CUresult status = load_on_first_launch(function, stream, per_thread); status != CUDA_SUCCESS) return status;
-  std::vector<std::byte> args;
-  if (CUresult status = gather_args(function->kernel, params, extra, &args); status != CUDA_SUCCESS) return status;
-  WorkSpec work;
-  work.kind = WorkKind::Kernel;
-  work.what = std::string("kernel ") + function->kernel->name;
-  work.effect = [kernel = function->kernel, args = std::move(args)](int device, Touches& touches) {
-    DeviceMemory memory(AddressSpace::get(), device, touches);
-    return kernel->run(args.data(), memory);
-  };
   return timeline::submit(stream, per_thread, std::move(work));
 }
 
@@ -332,6 +326,27 @@ constexpr bool kLegacy = false;
 constexpr bool kPerThread = true;
 
 }  // namespace
+
+CUresult kernel_work(const KernelLaunch& l, const Context* context, WorkSpec* out) {
+  Function* function = nullptr;
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    if (CUresult status = find_function(r, l.function, &function); status != CUDA_SUCCESS) return status;
+  }
+  const Shape shape{{l.grid[0], l.grid[1], l.grid[2]}, {l.block[0], l.block[1], l.block[2]}, l.shared_bytes};
+  if (CUresult status = check_shape(shape); status != CUDA_SUCCESS) return status;
+  if (context != function->context) return CUDA_ERROR_INVALID_HANDLE;  // a function of another context
+  std::vector<std::byte> args;
+  if (CUresult status = gather_args(function->kernel, l.params, l.extra, &args); status != CUDA_SUCCESS) return status;
+  out->kind = WorkKind::Kernel;
+  out->what = std::string("kernel ") + function->kernel->name;
+  out->effect = [kernel = function->kernel, args = std::move(args)](int device, Touches& touches) {
+    DeviceMemory memory(AddressSpace::get(), device, touches);
+    return kernel->run(args.data(), memory);
+  };
+  return CUDA_SUCCESS;
+}
 
 CUresult impl::cuModuleLoadData(CUmodule* module, const void* image) {
   return load(reinterpret_cast<void**>(module), image, false);

@@ -59,6 +59,7 @@ struct State {
   std::vector<DeviceResources> devices;
   std::map<std::uintptr_t, Written> value_writes;  // the last cuStreamWriteValue of each address
   std::atomic<int> queued{0};                       // streams with queued work (pump's fast test)
+  std::uint64_t next_capture_id = 1;
   std::atomic<unsigned long long> work_count{0};
 };
 
@@ -273,6 +274,33 @@ bool other_threads_exist() {
   return threads > 1;
 }
 
+// Whether `s` is the legacy stream while a blocking stream of its context captures: work on it would
+// make it depend on the capture (the driver's CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, which invalidates
+// the capture).
+// cuStreamIsCapturing's question (asking spoils nothing) is with `spoil` false.
+bool implicit_in_capture(State& st, const Stream& s, bool spoil = true) {
+  if (s.kind != StreamKind::Legacy) return false;
+  bool found = false;
+  st.objects.for_each_stream([&](Stream& o) {
+    if (o.capturing && o.context == s.context && o.blocking()) {
+      if (spoil) o.capturing->invalidated = true;
+      found = true;
+    }
+  });
+  return found;
+}
+
+// Leaves every stream of `capture` out of it.
+void end_capture_on_streams(State& st, const std::shared_ptr<CaptureSeq>& capture) {
+  capture->ended = true;
+  st.objects.for_each_stream([&](Stream& o) {
+    if (o.capturing == capture) {
+      o.capturing.reset();
+      o.capture_origin = false;
+    }
+  });
+}
+
 // Waits (in wall time, pumping) until no stream that `matters` has queued work. CUDA_SUCCESS, or
 // CUDA_ERROR_LAUNCH_TIMEOUT where it would wait forever.
 template <typename Matters>
@@ -303,10 +331,93 @@ CUresult submit(CUstream handle, bool per_thread, WorkSpec work) {
   std::unique_lock lock(st.mutex);
   Stream* s = nullptr;
   if (CUresult status = resolve(st, handle, per_thread, &s); status != CUDA_SUCCESS) return status;
+  if (implicit_in_capture(st, *s)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  if (s->capturing) {  // recorded, not run
+    s->capturing->work.push_back(std::move(work));
+    return CUDA_SUCCESS;
+  }
   Queued item;
   item.type = Queued::Type::Work;
   item.spec = std::move(work);
   enqueue(st, *s, std::move(item), lock);
+  return CUDA_SUCCESS;
+}
+
+CUresult submit_all(CUstream handle, bool per_thread, std::vector<WorkSpec> work) {
+  State& st = state();
+  std::unique_lock lock(st.mutex);
+  Stream* s = nullptr;
+  if (CUresult status = resolve(st, handle, per_thread, &s); status != CUDA_SUCCESS) return status;
+  if (implicit_in_capture(st, *s)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  if (s->capturing) {  // a graph launched into a capture: its work, recorded
+    for (WorkSpec& w : work) s->capturing->work.push_back(std::move(w));
+    return CUDA_SUCCESS;
+  }
+  // All queued before any runs: a host function among them drops the lock while it runs, and no other
+  // thread's work may come between (a graph launch is one piece of work on its stream).
+  const std::uint64_t now = clock::now();
+  for (WorkSpec& w : work) {
+    Queued item;
+    item.type = Queued::Type::Work;
+    item.spec = std::move(w);
+    item.submitted_at = now;
+    if (s->queue.empty()) st.queued.fetch_add(1, std::memory_order_relaxed);
+    s->queue.push_back(std::move(item));
+  }
+  drain_all(st, lock);
+  return CUDA_SUCCESS;
+}
+
+CUresult begin_capture(CUstream handle, bool per_thread, CUstreamCaptureMode mode) {
+  if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+      mode != CU_STREAM_CAPTURE_MODE_RELAXED)
+    return CUDA_ERROR_INVALID_VALUE;
+  State& st = state();
+  std::lock_guard lock(st.mutex);
+  Stream* s = nullptr;
+  if (CUresult status = resolve(st, handle, per_thread, &s); status != CUDA_SUCCESS) return status;
+  if (s->kind == StreamKind::Legacy) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // as the driver answers
+  if (s->capturing) return CUDA_ERROR_ILLEGAL_STATE;
+  auto capture = std::make_shared<CaptureSeq>();
+  capture->id = st.next_capture_id++;
+  capture->mode = mode;
+  capture->context = s->context;
+  s->capturing = std::move(capture);
+  s->capture_origin = true;
+  return CUDA_SUCCESS;
+}
+
+CUresult end_capture(CUstream handle, bool per_thread, std::vector<WorkSpec>* work, std::uint64_t* id) {
+  State& st = state();
+  std::lock_guard lock(st.mutex);
+  Stream* s = nullptr;
+  if (CUresult status = resolve(st, handle, per_thread, &s); status != CUDA_SUCCESS) return status;
+  if (!s->capturing) return CUDA_ERROR_ILLEGAL_STATE;
+  if (!s->capture_origin) {
+    s->capturing->invalidated = true;
+    return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+  }
+  const std::shared_ptr<CaptureSeq> capture = s->capturing;
+  end_capture_on_streams(st, capture);
+  if (id != nullptr) *id = capture->id;
+  if (capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  *work = std::move(capture->work);
+  return CUDA_SUCCESS;
+}
+
+CUresult capture_info(CUstream handle, bool per_thread, CUstreamCaptureStatus* status, std::uint64_t* id) {
+  State& st = state();
+  std::lock_guard lock(st.mutex);
+  Stream* s = nullptr;
+  if (CUresult r = resolve(st, handle, per_thread, &s); r != CUDA_SUCCESS) return r;
+  if (implicit_in_capture(st, *s, false)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  if (!s->capturing) {
+    *status = s->capture;  // uvmpool_sim_set_capture_status's answer, NONE by default
+    if (id != nullptr) *id = 0;
+    return CUDA_SUCCESS;
+  }
+  *status = s->capturing->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  if (id != nullptr) *id = s->capturing->id;
   return CUDA_SUCCESS;
 }
 
@@ -341,6 +452,11 @@ CUresult submit_and_wait(CUstream handle, bool per_thread, WorkSpec work, bool k
   std::unique_lock lock(st.mutex);
   Stream* s = nullptr;
   if (CUresult status = resolve(st, handle, per_thread, &s); status != CUDA_SUCCESS) return status;
+  if (implicit_in_capture(st, *s)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  if (s->capturing) {  // a synchronous call cannot be captured, and spoils the capture
+    s->capturing->invalidated = true;
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
   Queued item;
   item.type = Queued::Type::Work;
   item.spec = std::move(work);
@@ -466,6 +582,11 @@ CUresult destroy_stream(CUstream handle) {
   std::lock_guard lock(st.mutex);
   Stream* s = st.objects.find_created(handle);
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (s->capturing) {  // the capture cannot end well without it
+    s->capturing->invalidated = true;
+    if (s->capture_origin) end_capture_on_streams(st, std::shared_ptr<CaptureSeq>(s->capturing));
+    s->capturing.reset();
+  }
   st.objects.end_hold(*s);
   st.objects.remove_stream(s);
   return CUDA_SUCCESS;
@@ -476,6 +597,7 @@ CUresult query_stream(CUstream handle, bool per_thread) {
   std::lock_guard lock(st.mutex);
   Stream* s = nullptr;
   if (CUresult status = resolve(st, handle, per_thread, &s); status != CUDA_SUCCESS) return status;
+  if (s->capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (s->held || !s->queue.empty() || s->tail > clock::now()) return CUDA_ERROR_NOT_READY;
   clock::observed(s->tail);
   return CUDA_SUCCESS;
@@ -486,6 +608,11 @@ CUresult synchronize_stream(CUstream handle, bool per_thread) {
   std::unique_lock lock(st.mutex);
   Stream* s = nullptr;
   if (CUresult status = resolve(st, handle, per_thread, &s); status != CUDA_SUCCESS) return status;
+  if (implicit_in_capture(st, *s)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  if (s->capturing) {
+    s->capturing->invalidated = true;
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
   // The legacy stream also waits for the blocking streams it is ordered after.
   if (CUresult status = wait_for_queues(st, lock, [&](const Stream& other) { return &other == s; });
       status != CUDA_SUCCESS)
@@ -501,7 +628,21 @@ CUresult wait_event(CUstream handle, bool per_thread, CUevent event) {
   std::unique_lock lock(st.mutex);
   Stream* s = nullptr;
   if (CUresult status = resolve(st, handle, per_thread, &s); status != CUDA_SUCCESS) return status;
-  if (st.objects.find_event(event) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  Event* e = st.objects.find_event(event);
+  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (implicit_in_capture(st, *s)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  // In a capture a wait is an edge of the graph: it joins the waiting stream to the event's capture.
+  if (e->captured_in && !e->captured_in->ended) {
+    if (s->capturing == e->captured_in) return CUDA_SUCCESS;
+    if (s->capturing) return CUDA_ERROR_STREAM_CAPTURE_MERGE;
+    s->capturing = e->captured_in;
+    s->capture_origin = false;
+    return CUDA_SUCCESS;
+  }
+  if (s->capturing) {  // a wait for work outside the capture
+    s->capturing->invalidated = true;
+    return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+  }
   Queued item;
   item.type = Queued::Type::EventWait;
   item.event = event;
@@ -515,7 +656,11 @@ CUresult capture_status(CUstream handle, bool per_thread, CUstreamCaptureStatus*
   std::lock_guard lock(st.mutex);
   Stream* s = nullptr;
   if (CUresult status = resolve(st, handle, per_thread, &s); status != CUDA_SUCCESS) return status;
-  *out = s->capture;
+  if (implicit_in_capture(st, *s, false)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  if (s->capturing)
+    *out = s->capturing->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  else
+    *out = s->capture;
   return CUDA_SUCCESS;
 }
 
@@ -550,6 +695,12 @@ CUresult record_event(CUevent event, CUstream handle, bool per_thread) {
   if (CUresult status = resolve(st, handle, per_thread, &s); status != CUDA_SUCCESS) return status;
   Event* e = st.objects.find_event(event);
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (implicit_in_capture(st, *s)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  if (s->capturing) {  // a node of the graph: other streams' waits on it join the capture
+    e->captured_in = s->capturing;
+    return CUDA_SUCCESS;
+  }
+  e->captured_in.reset();
   e->recorded = true;
   ++e->unexecuted_records;
   e->held_on = s->held ? s : nullptr;

@@ -62,6 +62,23 @@ namespace timeline {
 // per-thread stream when `per_thread`, as for the _ptsz and _ptds variants). CUDA_ERROR_INVALID_HANDLE
 // for an unknown stream, the context's errors for a default stream without a current context.
 CUresult submit(CUstream stream, bool per_thread, WorkSpec work);
+// Submits every piece of `work` on `stream` as one: nothing else of that stream comes between (a graph
+// launch). Into a capture when the stream captures, as submit().
+CUresult submit_all(CUstream stream, bool per_thread, std::vector<WorkSpec> work);
+// Stream capture (graphs.cpp builds the graphs). While a stream captures, the work, event records and
+// event waits given to it are recorded rather than run; a wait on an event recorded in a capture joins
+// the waiting stream to it. What the real driver refuses during a capture is refused here too:
+// synchronous copies, synchronizing or querying a capturing stream (UNSUPPORTED, spoiling the capture),
+// a capturing stream waiting for work outside its capture (ISOLATION), and the legacy stream while a
+// blocking stream of its context captures (IMPLICIT). Not modeled: a joined stream that never rejoins
+// the origin (the driver's UNJOINED); every stream of a capture leaves it when it ends.
+CUresult begin_capture(CUstream stream, bool per_thread, CUstreamCaptureMode mode);
+// The capture's work in the order given, and its id. CUDA_ERROR_STREAM_CAPTURE_INVALIDATED when the
+// capture was spoiled (it ends anyway), ILLEGAL_STATE when `stream` does not capture, UNMATCHED when
+// it joined a capture another stream began.
+CUresult end_capture(CUstream stream, bool per_thread, std::vector<WorkSpec>* work, std::uint64_t* id);
+// NONE (with id 0), ACTIVE or INVALIDATED, and the capture's id.
+CUresult capture_info(CUstream stream, bool per_thread, CUstreamCaptureStatus* status, std::uint64_t* id);
 // Submits on `stream` and waits until the work ends: the synchronous copies and memsets (on the
 // default stream), and the asynchronous copies from or to pageable memory, which the real driver makes
 // synchronous. With `keeps_others_out` (copies) the wait models the driver's lock, as measured on an

@@ -8,6 +8,7 @@
 #include <memory>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "sim/contexts.h"
 #include "sim/timeline.h"
@@ -28,13 +29,27 @@ struct Queued {
   bool waited = false;  // a value wait found its value missing at least once
 };
 
+// A stream capture (graphs.cpp makes a graph of it): the work given to its streams, in the order it was
+// given (a graph launch replays it on one stream, in that order: a valid order of the captured graph).
+// The stream that began it ends it; streams that waited for an event recorded in it joined it.
+struct CaptureSeq {
+  std::uint64_t id = 0;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  const Context* context = nullptr;
+  std::vector<WorkSpec> work;
+  bool invalidated = false;  // an operation not allowed in a capture was tried: ending it fails
+  bool ended = false;
+};
+
 struct Stream {
   Context* context = nullptr;
   StreamKind kind = StreamKind::Created;
   unsigned flags = 0;
   int priority = 0;
   bool held = false;  // uvmpool_sim_hold_stream
-  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;  // uvmpool_sim_set_capture_status
+  std::shared_ptr<CaptureSeq> capturing;  // a real capture this stream began or joined
+  bool capture_origin = false;            // ... began (only it may end it)
   std::uint64_t tail = 0;    // when the last executed work on it ends
   std::deque<Queued> queue;  // submitted, not executed yet
   bool in_host_fn = false;   // a host function of it is running (the lock is dropped meanwhile)
@@ -50,6 +65,7 @@ struct Event {
   unsigned unexecuted_records = 0;  // records queued behind a wait
   std::uint64_t time = 0;           // when the last executed record was reached
   const Stream* held_on = nullptr;  // recorded on a held stream: incomplete until the hold ends
+  std::shared_ptr<CaptureSeq> captured_in;  // last recorded in a capture: a wait on it joins the capture
 };
 
 // Every stream and event. Destroyed streams with queued work live on (unnamed) until it has run.

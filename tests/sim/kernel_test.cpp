@@ -11,12 +11,6 @@ namespace {
 
 using Kernels = KernelTest;
 
-std::vector<std::uint32_t> read_back(CUdeviceptr p, std::size_t count) {
-  std::vector<std::uint32_t> out(count);
-  EXPECT_CU(cuMemcpyDtoH(out.data(), p, count * sizeof(std::uint32_t)));
-  return out;
-}
-
 std::uint64_t sum_on_device(CUfunction sum, CUdeviceptr src, std::uint64_t count) {
   CUdeviceptr out = 0;
   EXPECT_CU(cuMemAlloc(&out, sizeof(std::uint64_t)));

@@ -108,3 +108,14 @@ class KernelTest : public SimTest {
 #define EXPECT_CU(expr) EXPECT_EQ("CUDA_SUCCESS", ::simtest::cu_name(expr))
 #define ASSERT_CU_EQ(expected, expr) ASSERT_EQ(::simtest::cu_name(expected), ::simtest::cu_name(expr))
 #define EXPECT_CU_EQ(expected, expr) EXPECT_EQ(::simtest::cu_name(expected), ::simtest::cu_name(expr))
+
+namespace simtest {
+
+// `count` 32-bit words read back from device memory at `p`.
+inline std::vector<std::uint32_t> read_back(CUdeviceptr p, std::size_t count) {
+  std::vector<std::uint32_t> out(count);
+  EXPECT_CU(cuMemcpyDtoH(out.data(), p, count * sizeof(std::uint32_t)));
+  return out;
+}
+
+}  // namespace simtest
