@@ -41,7 +41,8 @@ const driver::Table& hook_table();
 // the host) only while tiering watches launches (UVMPOOL_TIERING not off), so that with it off a
 // launch or a copy costs nothing at all.
 bool hands_out(int entry);
-// Tiering's hooks (launch_hooks.cpp, host_wait_hooks.cpp, transfer_hooks.cpp), and whether tiering wants them.
+// Tiering's hooks (launch_hooks.cpp, host_wait_hooks.cpp, transfer_hooks.cpp, graph_hooks.cpp), and whether
+// tiering wants them.
 bool is_launch_hook(driver::Fn fn);
 bool watches_launches();
 

@@ -68,7 +68,27 @@ bool is_launch_hook(driver::Fn fn) {
     case Fn::cuMemsetD16Async:
     case Fn::cuMemsetD16Async_ptsz:
     case Fn::cuMemsetD32Async:
-    case Fn::cuMemsetD32Async_ptsz: return true;
+    case Fn::cuMemsetD32Async_ptsz:
+    // Capture and graphs (graph_hooks.cpp).
+    case Fn::cuStreamBeginCapture_v2:
+    case Fn::cuStreamBeginCapture_v2_ptsz:
+    case Fn::cuStreamBeginCaptureToGraph:
+    case Fn::cuStreamBeginCaptureToGraph_ptsz:
+    case Fn::cuStreamEndCapture:
+    case Fn::cuStreamEndCapture_ptsz:
+    case Fn::cuGraphDestroy:
+    case Fn::cuGraphClone:
+    case Fn::cuGraphAddKernelNode_v2:
+    case Fn::cuGraphKernelNodeSetParams_v2:
+    case Fn::cuGraphAddChildGraphNode:
+    case Fn::cuGraphInstantiateWithFlags:
+    case Fn::cuGraphInstantiateWithParams:
+    case Fn::cuGraphInstantiateWithParams_ptsz:
+    case Fn::cuGraphExecKernelNodeSetParams_v2:
+    case Fn::cuGraphExecUpdate_v2:
+    case Fn::cuGraphExecDestroy:
+    case Fn::cuGraphLaunch:
+    case Fn::cuGraphLaunch_ptsz: return true;
     default: return false;
   }
 }

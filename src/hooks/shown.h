@@ -1,5 +1,5 @@
-// What the tiering hooks wrap around each call they forward: a kernel launch (launch_hooks.cpp) or a
-// copy or memset (transfer_hooks.cpp) is shown to tiering before the driver gets it (what it
+// What the tiering hooks wrap around each call they forward: a kernel launch (launch_hooks.cpp), a
+// copy or memset (transfer_hooks.cpp) or a graph launch (graph_hooks.cpp) is shown to tiering before the driver gets it (what it
 // touches) and after (a move whose memory it touched meanwhile is dropped; src/tiering/mover.h).
 #pragma once
 
@@ -18,7 +18,10 @@ class Shown {
   }
   Shown(tiering::Transfer kind, CUstream stream, std::initializer_list<tiering::TransferRange> ranges)
       : tiering_(tiering::Tiering::process()), stream_(stream) {
-    if (tiering_ != nullptr) tiering_->before_transfer(kind, {ranges.begin(), ranges.size()}, &seen_);
+    if (tiering_ != nullptr) tiering_->before_transfer(kind, stream, {ranges.begin(), ranges.size()}, &seen_);
+  }
+  Shown(CUgraphExec exec, CUstream stream) : tiering_(tiering::Tiering::process()), stream_(stream) {
+    if (tiering_ != nullptr) tiering_->before_graph_launch(exec, stream, &seen_);
   }
   ~Shown() {
     if (tiering_ != nullptr) tiering_->after_launch(seen_, stream_);
@@ -29,7 +32,7 @@ class Shown {
  private:
   tiering::Tiering* tiering_;
   CUstream stream_;
-  tiering::LaunchSeen seen_;  // not zeroed: before_launch / before_transfer fill what after_launch reads
+  tiering::LaunchSeen seen_;  // not zeroed: the before_* calls fill what after_launch reads
 };
 
 }  // namespace uvmpool::hooks

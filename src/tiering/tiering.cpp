@@ -142,7 +142,11 @@ void Tiering::before_launch(CUfunction f, CUstream stream, void** params, void**
   seen->function = f;
   seen->first_launch = nullptr;
   if (mover_.config().overlap) mover_.launch_begins();  // launch_ends in after_launch
-  if (f == nullptr || (!pool_.any_host_mapped() && !mover_.copying())) return;
+  const bool captures = graphs_.capturing();
+  if (f == nullptr || (!captures && !pool_.any_host_mapped() && !mover_.copying())) return;
+  // A launch into a graph capture touches nothing now: what it names is the graph's (graph_touches.h).
+  const std::uint64_t capture = captures ? capture_of(stream) : 0;
+  if (capture == 0 && !pool_.any_host_mapped() && !mover_.copying()) return;
   LaunchTouches& touches = seen->touches;
   touches.count = touches.dropped = touches.host = 0;
   const ParamLayout& layout = *layouts_.find(f);
@@ -159,6 +163,15 @@ void Tiering::before_launch(CUfunction f, CUstream stream, void** params, void**
     streams_.host_waits().enter();
     if (overlap) mover_.launch_begins();
     seen->first_launch = &layout;
+  }
+  if (capture != 0) {
+    std::vector<GraphTouches::Range> ranges;
+    const bool readable = for_each_word(layout, params, extra, [&](std::uint64_t word) {
+      if (pool_.probe(static_cast<CUdeviceptr>(word)).owner != 0) ranges.emplace_back(word, 1);
+    });
+    graphs_.record(capture, readable ? &ranges : nullptr);
+    captured_.fetch_add(1, std::memory_order_relaxed);
+    return;  // Skipped: nothing runs until the graph does
   }
   const bool read = for_each_word(layout, params, extra, [&](std::uint64_t word) {
     const pool::Pool::Probe hit = pool_.probe(static_cast<CUdeviceptr>(word));
@@ -182,36 +195,112 @@ void Tiering::before_launch(CUfunction f, CUstream stream, void** params, void**
     o(observer_context_.load(std::memory_order_relaxed), f, stream, touches);
 }
 
-void Tiering::before_transfer(Transfer kind, std::span<const TransferRange> ranges, LaunchSeen* seen) {
+std::uint64_t Tiering::capture_of(CUstream stream) {
+  if (!graphs_.capturing() || driver_.cuStreamGetCaptureInfo_v3 == nullptr) return 0;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  // An error (the legacy stream while a blocking stream captures) is no capture of this stream's.
+  if (driver_.cuStreamGetCaptureInfo_v3(stream, &status, &id, nullptr, nullptr, nullptr, nullptr) != CUDA_SUCCESS) return 0;
+  return status == CU_STREAM_CAPTURE_STATUS_ACTIVE ? id : 0;
+}
+
+void Tiering::add_range_touches(CUdeviceptr address, std::size_t bytes, LaunchTouches& touches) {
+  if (bytes == 0) return;
+  const CUdeviceptr end = address + bytes > address ? address + bytes : ~CUdeviceptr{0};
+  // A copy of a large tensor is one touch, not one per granule. A granule not the pool's ends the walk
+  // (the driver refuses a range running out of its allocation).
+  Touch run{};
+  for (CUdeviceptr at = address; at < end;) {
+    const pool::Pool::Probe hit = pool_.probe(at);
+    if (hit.owner == 0) break;
+    if (hit.owner != run.owner) {
+      if (run.owner != 0) touches.add(run);
+      run = {at, hit.owner, false};
+    }
+    run.host = run.host || hit.host;
+    at = hit.granule_end;
+  }
+  if (run.owner != 0) touches.add(run);
+}
+
+void Tiering::before_transfer(Transfer kind, CUstream stream, std::span<const TransferRange> ranges, LaunchSeen* seen) {
   seen->read = LaunchSeen::Read::Skipped;
   seen->function = reinterpret_cast<CUfunction>(static_cast<std::uintptr_t>(kind));
   seen->first_launch = nullptr;
   if (mover_.config().overlap) mover_.launch_begins();  // launch_ends in after_launch
+  if (graphs_.capturing())
+    if (const std::uint64_t capture = capture_of(stream); capture != 0) {
+      std::vector<GraphTouches::Range> recorded;
+      for (const TransferRange& r : ranges)
+        if (r.bytes != 0 && pool_.probe(r.address).owner != 0) recorded.emplace_back(r.address, r.bytes);
+      graphs_.record(capture, &recorded);
+      captured_.fetch_add(1, std::memory_order_relaxed);
+      return;  // Skipped: nothing runs until the graph does
+    }
   if (!pool_.any_host_mapped() && !mover_.copying()) return;
   LaunchTouches& touches = seen->touches;
   touches.count = touches.dropped = touches.host = 0;
-  for (const TransferRange& r : ranges) {
-    if (r.bytes == 0) continue;
-    const CUdeviceptr end = r.address + r.bytes > r.address ? r.address + r.bytes : ~CUdeviceptr{0};
-    // One touch per mapping or slab crossed (what a move names), in host memory if any granule is: a
-    // copy of a large tensor is one touch, not one per granule. A granule not the pool's ends the walk
-    // (the driver refuses a range running out of its allocation).
-    Touch run{};
-    for (CUdeviceptr at = r.address; at < end;) {
-      const pool::Pool::Probe hit = pool_.probe(at);
-      if (hit.owner == 0) break;
-      if (hit.owner != run.owner) {
-        if (run.owner != 0) touches.add(run);
-        run = {at, hit.owner, false};
-      }
-      run.host = run.host || hit.host;
-      at = hit.granule_end;
-    }
-    if (run.owner != 0) touches.add(run);
-  }
+  for (const TransferRange& r : ranges) add_range_touches(r.address, r.bytes, touches);
   seen->read = LaunchSeen::Read::Read;
   transfers_read_.fetch_add(1, std::memory_order_relaxed);
   if (touches.host != 0) transfers_in_place_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Tiering::before_graph_launch(CUgraphExec exec, CUstream stream, LaunchSeen* seen) {
+  seen->read = LaunchSeen::Read::Skipped;
+  seen->function = reinterpret_cast<CUfunction>(exec);
+  seen->first_launch = nullptr;
+  if (mover_.config().overlap) mover_.launch_begins();  // launch_ends in after_launch
+  if (exec == nullptr) return;
+  if (graphs_.capturing())
+    if (const std::uint64_t capture = capture_of(stream); capture != 0) {  // a graph launched into a graph
+      graphs_.capture_launched(capture, exec);
+      captured_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  if (!pool_.any_host_mapped() && !mover_.copying()) return;
+  std::vector<GraphTouches::Range> ranges;
+  if (!graphs_.launch_ranges(exec, &ranges)) {
+    seen->read = LaunchSeen::Read::Unread;
+    graph_launches_unread_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  LaunchTouches& touches = seen->touches;
+  touches.count = touches.dropped = touches.host = 0;
+  // Several pointers into one buffer are one touch here: a graph names many, and the touches are few.
+  std::uintptr_t last_owner = 0;
+  for (const auto& [address, bytes] : ranges) {
+    const pool::Pool::Probe hit = pool_.probe(address);
+    if (hit.owner == 0) continue;  // freed since it was recorded, or another allocator's now
+    if (bytes == 1) {
+      if (hit.owner == last_owner) continue;
+      bool known = false;
+      for (std::size_t i = 0; i < touches.count && !known; ++i) known = touches.touches[i].owner == hit.owner;
+      if (known) continue;
+      last_owner = hit.owner;
+      touches.add({address, hit.owner, hit.host});
+    } else {
+      add_range_touches(address, bytes, touches);
+    }
+  }
+  seen->read = LaunchSeen::Read::Read;
+  graph_launches_read_.fetch_add(1, std::memory_order_relaxed);
+  if (touches.count != 0) {
+    pointers_.fetch_add(touches.count + touches.dropped, std::memory_order_relaxed);
+    if (touches.host != 0) {
+      host_pointers_.fetch_add(touches.host, std::memory_order_relaxed);
+      launches_in_place_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+}
+
+bool Tiering::node_ranges(const CUDA_KERNEL_NODE_PARAMS& node, std::vector<GraphTouches::Range>* out) {
+  out->clear();
+  const CUfunction f = node.func != nullptr ? node.func : reinterpret_cast<CUfunction>(node.kern);
+  if (f == nullptr) return false;
+  return for_each_word(*layouts_.find(f), node.kernelParams, node.extra, [&](std::uint64_t word) {
+    if (pool_.probe(static_cast<CUdeviceptr>(word)).owner != 0) out->emplace_back(word, 1);
+  });
 }
 
 void Tiering::after_launch(const LaunchSeen& seen, CUstream stream) {
@@ -320,6 +409,9 @@ Stats Tiering::stats() const {
   s.launches_in_place = launches_in_place_.load(std::memory_order_relaxed);
   s.transfers_read = transfers_read_.load(std::memory_order_relaxed);
   s.transfers_in_place = transfers_in_place_.load(std::memory_order_relaxed);
+  s.captured = captured_.load(std::memory_order_relaxed);
+  s.graph_launches_read = graph_launches_read_.load(std::memory_order_relaxed);
+  s.graph_launches_unread = graph_launches_unread_.load(std::memory_order_relaxed);
   s.prefetches = prefetches_.load(std::memory_order_relaxed);
   s.advice = advice_calls_.load(std::memory_order_relaxed);
   s.layouts_asked = layouts_.driver_queries();

@@ -2,7 +2,8 @@
 // out, at the same addresses (docs/tiering.md). This layer sits between the hooks and the pool.
 //
 // Seeing: every launch route (cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel and their
-// per-thread variants) calls before_launch, which reads the launch's argument bytes (launch_args.h,
+// per-thread variants) calls before_launch (copies and memsets before_transfer, graph launches
+// before_graph_launch; what graphs touch is recorded as they are captured or built, graph_touches.h), which reads the launch's argument bytes (launch_args.h,
 // param_layouts.h) and looks every 8-aligned word up in the pool's address map (Pool::probe,
 // lock-free), and after_launch once the driver has it. While no pool memory lies in host memory and
 // no overlapped move is copying, nothing a kernel touches can need moving or spoil a move, and
@@ -22,6 +23,7 @@
 #include "driver/driver_api.h"
 #include "pool/pool.h"
 #include "tiering/advice.h"
+#include "tiering/graph_touches.h"
 #include "tiering/mover.h"
 #include "tiering/param_layouts.h"
 #include "tiering/policy.h"
@@ -70,6 +72,9 @@ struct Stats {
   std::uint64_t launches_in_place = 0;  // launches given host memory: they read it over PCIe
   std::uint64_t transfers_read = 0;     // copies and memsets on pool memory seen while host memory was mapped
   std::uint64_t transfers_in_place = 0; // ... reading or writing memory in the host tier, over PCIe
+  std::uint64_t captured = 0;           // launches, copies and memsets recorded into a graph capture
+  std::uint64_t graph_launches_read = 0;    // graph launches shown with their graph's touches
+  std::uint64_t graph_launches_unread = 0;  // ... of graphs not known or not readable (graph_touches.h)
   std::uint64_t layouts_asked = 0;      // functions whose parameter layout the driver was asked for
   // The mover (mover.h) and the policy (policy.h).
   std::uint64_t moves = 0;              // committed
@@ -112,7 +117,13 @@ class Tiering {
   // Before a copy or memset reaches the driver, as before_launch: the pool memory of `ranges` (each
   // mapping or slab it crosses, once) becomes the touches. after_launch follows it. A range not in
   // pool memory (host memory, another allocator's) touches nothing.
-  void before_transfer(Transfer kind, std::span<const TransferRange> ranges, LaunchSeen* seen);
+  void before_transfer(Transfer kind, CUstream stream, std::span<const TransferRange> ranges, LaunchSeen* seen);
+  // Before a cuGraphLaunch reaches the driver, as before_launch: the union of what the graph's work
+  // touches (graph_touches.h), or an unread launch for a graph not known. after_launch follows it.
+  void before_graph_launch(CUgraphExec exec, CUstream stream, LaunchSeen* seen);
+  // The pool pointers of a kernel node's arguments, for graph_touches.h; false when the function's
+  // parameter layout is not known (the node is unreadable).
+  bool node_ranges(const CUDA_KERNEL_NODE_PARAMS& node, std::vector<GraphTouches::Range>* out);
   // A prefetch of [p, end), which `allocations` cover (advice.h checked the call): with Auto, its pieces
   // not in `to`'s tier are asked of the mover (none for another device's memory). False when nothing
   // was asked: all of it lies there already, tiering is not Auto, or the mover's queue is full.
@@ -154,10 +165,17 @@ class Tiering {
   bool ask_moves(CUdeviceptr from, CUdeviceptr end, pool::Tier to, int device);
   AdviceTable advice_;
   void trace_launch(const LaunchSeen& seen);  // UVMPOOL_TRACE's Launch and Touch events
+  // The capture `stream` records into (its id), or 0; asks the driver only while a capture is under way.
+  std::uint64_t capture_of(CUstream stream);
+  // Adds the pool memory of [address, address + bytes) to `touches`, one touch per mapping or slab
+  // crossed (what a move names), in host memory if any granule of it is.
+  void add_range_touches(CUdeviceptr address, std::size_t bytes, LaunchTouches& touches);
+  GraphTouches& graphs_ = GraphTouches::process();
   std::atomic<Observer> observer_{nullptr};
   std::atomic<void*> observer_context_{nullptr};
   std::atomic<std::uint64_t> launches_read_{0}, launches_unread_{0}, pointers_{0}, host_pointers_{0},
-      launches_in_place_{0}, transfers_read_{0}, transfers_in_place_{0}, prefetches_{0}, advice_calls_{0};
+      launches_in_place_{0}, transfers_read_{0}, transfers_in_place_{0}, prefetches_{0}, advice_calls_{0},
+      captured_{0}, graph_launches_read_{0}, graph_launches_unread_{0};
 };
 
 }  // namespace uvmpool::tiering

@@ -2,10 +2,13 @@
 // that spills past UVMPOOL_DEVICE_LIMIT and launches a kernel on the spilled memory through each
 // launch route: cuLaunchKernel, its per-thread variant, cuLaunchKernelEx and cuLaunchCooperativeKernel,
 // in the kernelParams and the extra forms; then copies and memsets there (the transfer hooks: each
-// is a touch too) and one memset on the device part. It checks every result, then prints what
-// uvmpool's statistics say the hooks saw, for the hooks tests (tests/hooks/CMakeLists.txt) to match:
+// is a touch too) and one memset on the device part; then captures a fill and a memset there on a
+// stream into a graph (cuGraphInstantiate asked by its CUDA 12 name) and launches the graph twice. It
+// checks every result, then prints what uvmpool's statistics say the hooks saw, for the hooks tests
+// (tests/hooks/CMakeLists.txt) to match:
 //   launch client: ok; hook calls <n>; launches_read <n>; launches_in_place <n>; launch_host_pointers <n>;
-//   transfers_read <n>; transfers_in_place <n>
+//   transfers_read <n>; transfers_in_place <n>; graph hook calls <n>; launches_captured <n>;
+//   graph_launches_read <n>
 #include <dlfcn.h>
 
 #include <cstdint>
@@ -34,6 +37,15 @@ int main() {
       resolve<s::cuMemsetD16Async_ptsz>("cuMemsetD16Async", 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
   auto memset8 = resolve<s::cuMemsetD8_v2>("cuMemsetD8", 3020);
   auto dtod_async = resolve<s::cuMemcpyDtoDAsync_v2>("cuMemcpyDtoDAsync", 3020);
+  auto stream_create = resolve<s::cuStreamCreate>("cuStreamCreate", 2000);
+  auto stream_sync = resolve<s::cuStreamSynchronize>("cuStreamSynchronize", 2000);
+  auto stream_destroy = resolve<s::cuStreamDestroy_v2>("cuStreamDestroy", 4000);
+  auto begin_capture = resolve<s::cuStreamBeginCapture_v2>("cuStreamBeginCapture", 10010);
+  auto end_capture = resolve<s::cuStreamEndCapture>("cuStreamEndCapture", 10000);
+  auto instantiate = resolve<s::cuGraphInstantiateWithFlags>("cuGraphInstantiate", 12000);
+  auto graph_launch = resolve<s::cuGraphLaunch>("cuGraphLaunch", 10000);
+  auto exec_destroy = resolve<s::cuGraphExecDestroy>("cuGraphExecDestroy", 10000);
+  auto graph_destroy = resolve<s::cuGraphDestroy>("cuGraphDestroy", 10000);
 
   // Past the limit the test sets (UVMPOOL_DEVICE_LIMIT=64M): the last chunk lies in host memory.
   constexpr std::size_t kBytes = 96u << 20;
@@ -92,15 +104,55 @@ int main() {
     CU(dtoh(got.data(), at + i * 4096, 4096));
     for (std::uint32_t v : got) CLIENT_CHECK(v == expected[i], "transfer %d left %#x", i, v);
   }
+
+  // A graph captured on a stream: a fill and a memset of the spilled tail, which run only when it is
+  // launched (the tail is cleared in between to tell).
+  const CUdeviceptr graphed = tail + 12 * 4096;
+  CUstream stream = nullptr;
+  CU(stream_create(&stream, CU_STREAM_NON_BLOCKING));
+  CU(memset8(graphed, 0, 2 * 4096));
+  CU(begin_capture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  {
+    CUdeviceptr dst = graphed;
+    std::uint32_t value = 300;
+    void* params[] = {&dst, &count, &value};
+    CU(launch(fill, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
+    CU(memset32_async(graphed + 4096, 301, 1024, stream));
+  }
+  CUgraph graph = nullptr;
+  CU(end_capture(stream, &graph));
+  CUgraphExec exec = nullptr;
+  CU(instantiate(&exec, graph, 0));
+  for (int run = 0; run < 2; ++run) {
+    CU(stream_sync(stream));
+    std::vector<std::uint32_t> got(2048);
+    CU(dtoh(got.data(), graphed, 2 * 4096));
+    for (std::uint32_t v : got) CLIENT_CHECK(v == 0, "captured work ran before its graph: %u", v);
+    CU(graph_launch(exec, stream));
+    CU(stream_sync(stream));
+    CU(dtoh(got.data(), graphed, 2 * 4096));
+    for (std::size_t i = 0; i < got.size(); ++i)
+      CLIENT_CHECK(got[i] == (i < 1024 ? 300u : 301u), "graph run %d left %u at %zu", run, got[i], i);
+    CU(memset8(graphed, 0, 2 * 4096));
+  }
+  CU(exec_destroy(exec));
+  CU(graph_destroy(graph));
+  CU(stream_destroy(stream));
   CU(unload(module));
   CU(mem_free(buffer));
 
   const unsigned long long hook_calls = uvmpool_calls(libcuda, "cuLaunchKernel") + uvmpool_calls(libcuda, "cuLaunchKernelEx") +
                                         uvmpool_calls(libcuda, "cuLaunchCooperativeKernel");
+  const unsigned long long graph_calls = uvmpool_calls(libcuda, "cuStreamBeginCapture_v2") +
+                                         uvmpool_calls(libcuda, "cuStreamEndCapture") +
+                                         uvmpool_calls(libcuda, "cuGraphInstantiateWithFlags") +
+                                         uvmpool_calls(libcuda, "cuGraphLaunch");
   std::printf("launch client: ok; hook calls %llu; launches_read %lld; launches_in_place %lld; launch_host_pointers %lld; "
-              "transfers_read %lld; transfers_in_place %lld\n",
+              "transfers_read %lld; transfers_in_place %lld; graph hook calls %llu; launches_captured %lld; "
+              "graph_launches_read %lld\n",
               hook_calls, uvmpool_figure(libcuda, "launches_read"), uvmpool_figure(libcuda, "launches_in_place"),
               uvmpool_figure(libcuda, "launch_host_pointers"), uvmpool_figure(libcuda, "transfers_read"),
-              uvmpool_figure(libcuda, "transfers_in_place"));
+              uvmpool_figure(libcuda, "transfers_in_place"), graph_calls, uvmpool_figure(libcuda, "launches_captured"),
+              uvmpool_figure(libcuda, "graph_launches_read"));
   return 0;
 }

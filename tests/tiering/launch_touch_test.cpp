@@ -282,7 +282,7 @@ TEST_F(LaunchTouches_, CopiesAndMemsetsShowThePoolMemoryTheyTouch) {
   allocate_both_tiers();
   const auto transfer = [&](Transfer kind, std::vector<TransferRange> ranges) {
     uvmpool::tiering::LaunchSeen seen;
-    tiering->before_transfer(kind, ranges, &seen);
+    tiering->before_transfer(kind, stream, ranges, &seen);
     tiering->after_launch(seen, stream);
     return std::vector<Touch>(seen.touches.touches, seen.touches.touches + seen.touches.count);
   };
@@ -322,7 +322,7 @@ TEST_F(LaunchTouches_, AMemsetDuringAnOverlappedCopyDropsTheMoveAndItsBytesStay)
     ASSERT_TRUE(tiering->mover().copying());
     const TransferRange r{in_host, kWords * 4};
     uvmpool::tiering::LaunchSeen seen;
-    tiering->before_transfer(Transfer::Memset, {&r, 1}, &seen);
+    tiering->before_transfer(Transfer::Memset, stream, {&r, 1}, &seen);
     ASSERT_CU(drv().cuMemsetD32Async(in_host, 0x77, kWords, stream));
     tiering->after_launch(seen, stream);
   };

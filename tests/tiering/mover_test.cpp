@@ -73,14 +73,6 @@ class Mover_ : public TieringTest {
     void* params[] = {&p, &count, &value};
     return drv().cuLaunchKernel(fill_kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
   }
-  ::testing::AssertionResult all_equal(CUdeviceptr p, std::size_t bytes, std::uint32_t value) {
-    std::vector<std::uint32_t> got(bytes / 4);
-    if (const CUresult r = drv().cuMemcpyDtoH_v2(got.data(), p, bytes); r != CUDA_SUCCESS)
-      return ::testing::AssertionFailure() << "cuMemcpyDtoH answered " << cu_name(r);
-    for (std::size_t i = 0; i < got.size(); ++i)
-      if (got[i] != value) return ::testing::AssertionFailure() << "word " << i << " reads " << got[i] << ", not " << value;
-    return ::testing::AssertionSuccess();
-  }
 
   StreamRegistry streams;
   std::unique_ptr<Mover> mover;

@@ -54,6 +54,15 @@ class TieringTest : public SpillTest {
     EXPECT_CU(drv().cuModuleGetFunction(&f, module, name)) << name;
     return f;
   }
+  // Whether every 32-bit word of [p, p + bytes) reads `value`.
+  static ::testing::AssertionResult all_equal(CUdeviceptr p, std::size_t bytes, std::uint32_t value) {
+    std::vector<std::uint32_t> got(bytes / 4);
+    if (const CUresult r = drv().cuMemcpyDtoH_v2(got.data(), p, bytes); r != CUDA_SUCCESS)
+      return ::testing::AssertionFailure() << "cuMemcpyDtoH answered " << cu_name(r);
+    for (std::size_t i = 0; i < got.size(); ++i)
+      if (got[i] != value) return ::testing::AssertionFailure() << "word " << i << " reads " << got[i] << ", not " << value;
+    return ::testing::AssertionSuccess();
+  }
   // A pool allocation freed at the end.
   CUdeviceptr allocate(std::size_t bytes) {
     const CUdeviceptr p = must_allocate(*pool, bytes);

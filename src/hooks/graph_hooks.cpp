@@ -1,0 +1,241 @@
+// Hooks of stream capture and graphs: what each graph touches is followed as it is captured, built,
+// cloned, instantiated and updated (src/tiering/graph_touches.h), and a cuGraphLaunch is shown to
+// tiering with the union, as one launch (Tiering::before_graph_launch). Each call is forwarded
+// unchanged; what it made is noted only when the driver answered CUDA_SUCCESS. A capture begins only
+// outside the mover's holds (it passes the host-wait gate): a hold placed on a capturing stream would
+// be recorded into the graph, and the mover checks for captures only before it holds. Handed out only
+// while tiering watches launches (hands_out).
+#include <algorithm>
+#include <vector>
+
+#include "driver/real_driver.h"
+#include "hooks/hooks.h"
+#include "hooks/shown.h"
+#include "stats/counters.h"
+#include "tiering/graph_touches.h"
+#include "tiering/streams.h"
+#include "tiering/tiering.h"
+
+namespace uvmpool::hooks::impl {
+namespace {
+
+using tiering::GraphTouches;
+
+const driver::Table* real_table() {
+  const driver::RealDriver* d = driver::real();
+  return d != nullptr ? &d->table : nullptr;
+}
+
+GraphTouches& graphs() { return GraphTouches::process(); }
+
+// A per-thread variant's stream 0 is the calling thread's default stream.
+CUstream per_thread(CUstream s) { return s == nullptr ? CU_STREAM_PER_THREAD : s; }
+
+// The id of the capture `stream` takes part in, or 0.
+std::uint64_t capture_id(const driver::Table& d, CUstream stream) {
+  if (d.cuStreamGetCaptureInfo_v3 == nullptr) return 0;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  if (d.cuStreamGetCaptureInfo_v3(stream, &status, &id, nullptr, nullptr, nullptr, nullptr) != CUDA_SUCCESS) return 0;
+  return status == CU_STREAM_CAPTURE_STATUS_NONE ? 0 : id;
+}
+
+// A graph's nodes (for node updates that name them later); none when the driver will not say.
+std::vector<CUgraphNode> nodes_of(const driver::Table& d, CUgraph graph) {
+  std::size_t n = 0;
+  if (graph == nullptr || d.cuGraphGetNodes == nullptr || d.cuGraphGetNodes(graph, nullptr, &n) != CUDA_SUCCESS)
+    return {};
+  std::vector<CUgraphNode> nodes(n);
+  if (d.cuGraphGetNodes(graph, nodes.data(), &n) != CUDA_SUCCESS) return {};
+  nodes.resize(std::min(n, nodes.size()));
+  return nodes;
+}
+
+// The pool pointers a kernel node names, as graph_touches.h takes them: null when unreadable. Without
+// a pool (no tiering yet) nothing can be pool memory.
+const std::vector<GraphTouches::Range>* node_ranges(const CUDA_KERNEL_NODE_PARAMS* params,
+                                                    std::vector<GraphTouches::Range>* out) {
+  out->clear();
+  tiering::Tiering* t = tiering::Tiering::process();
+  if (t == nullptr || params == nullptr) return out;
+  return t->node_ranges(*params, out) ? out : nullptr;
+}
+
+CUresult begin(CUresult began) {
+  if (began == CUDA_SUCCESS) graphs().capture_began();
+  return began;
+}
+
+CUresult end(const driver::Table& d, CUresult ended, std::uint64_t id, CUgraph* graph) {
+  // UNMATCHED: not the stream that began it (the capture goes on); ILLEGAL_STATE: none under way.
+  if (id == 0 || ended == CUDA_ERROR_STREAM_CAPTURE_UNMATCHED || ended == CUDA_ERROR_ILLEGAL_STATE) return ended;
+  const CUgraph made = ended == CUDA_SUCCESS && graph != nullptr ? *graph : nullptr;
+  const std::vector<CUgraphNode> nodes = nodes_of(d, made);
+  graphs().capture_ended(id, made, nodes);
+  return ended;
+}
+
+tiering::HostWaitGate& gate() { return tiering::StreamRegistry::process().host_waits(); }
+
+}  // namespace
+
+#define UVMPOOL_DRIVER_OR_NO_DEVICE(symbol)                               \
+  const driver::Table* d = real_table();                                  \
+  if (d == nullptr || d->symbol == nullptr) return CUDA_ERROR_NO_DEVICE
+
+CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
+  stats::count_hook(driver::Fn::cuStreamBeginCapture_v2);
+  UVMPOOL_DRIVER_OR_NO_DEVICE(cuStreamBeginCapture_v2);
+  const tiering::HostWaitGate::Pass pass(gate());
+  return begin(d->cuStreamBeginCapture_v2(s, mode));
+}
+
+CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode) {
+  stats::count_hook(driver::Fn::cuStreamBeginCapture_v2_ptsz);
+  UVMPOOL_DRIVER_OR_NO_DEVICE(cuStreamBeginCapture_v2_ptsz);
+  const tiering::HostWaitGate::Pass pass(gate());
+  return begin(d->cuStreamBeginCapture_v2_ptsz(s, mode));
+}
+
+CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode* deps,
+                                             const CUgraphEdgeData* data, size_t n, CUstreamCaptureMode mode) {
+  stats::count_hook(driver::Fn::cuStreamBeginCaptureToGraph);
+  UVMPOOL_DRIVER_OR_NO_DEVICE(cuStreamBeginCaptureToGraph);
+  const tiering::HostWaitGate::Pass pass(gate());
+  return begin(d->cuStreamBeginCaptureToGraph(s, g, deps, data, n, mode));
+}
+
+CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode* deps,
+                                                  const CUgraphEdgeData* data, size_t n, CUstreamCaptureMode mode) {
+  stats::count_hook(driver::Fn::cuStreamBeginCaptureToGraph_ptsz);
+  UVMPOOL_DRIVER_OR_NO_DEVICE(cuStreamBeginCaptureToGraph_ptsz);
+  const tiering::HostWaitGate::Pass pass(gate());
+  return begin(d->cuStreamBeginCaptureToGraph_ptsz(s, g, deps, data, n, mode));
+}
+
+CUresult CUDAAPI cuStreamEndCapture(CUstream s, CUgraph* g) {
+  stats::count_hook(driver::Fn::cuStreamEndCapture);
+  UVMPOOL_DRIVER_OR_NO_DEVICE(cuStreamEndCapture);
+  const std::uint64_t id = capture_id(*d, s);
+  return end(*d, d->cuStreamEndCapture(s, g), id, g);
+}
+
+CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream s, CUgraph* g) {
+  stats::count_hook(driver::Fn::cuStreamEndCapture_ptsz);
+  UVMPOOL_DRIVER_OR_NO_DEVICE(cuStreamEndCapture_ptsz);
+  const std::uint64_t id = capture_id(*d, per_thread(s));
+  return end(*d, d->cuStreamEndCapture_ptsz(s, g), id, g);
+}
+
+CUresult CUDAAPI cuGraphDestroy(CUgraph g) {
+  stats::count_hook(driver::Fn::cuGraphDestroy);
+  UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphDestroy);
+  const CUresult r = d->cuGraphDestroy(g);
+  if (r == CUDA_SUCCESS) graphs().graph_destroyed(g);
+  return r;
+}
+
+CUresult CUDAAPI cuGraphClone(CUgraph* clone, CUgraph original) {
+  stats::count_hook(driver::Fn::cuGraphClone);
+  UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphClone);
+  const CUresult r = d->cuGraphClone(clone, original);
+  if (r == CUDA_SUCCESS) graphs().cloned(original, *clone, nodes_of(*d, *clone));
+  return r;
+}
+
+CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* node, CUgraph g, const CUgraphNode* deps, size_t n,
+                                         const CUDA_KERNEL_NODE_PARAMS* params) {
+  stats::count_hook(driver::Fn::cuGraphAddKernelNode_v2);
+  UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphAddKernelNode_v2);
+  const CUresult r = d->cuGraphAddKernelNode_v2(node, g, deps, n, params);
+  std::vector<GraphTouches::Range> ranges;
+  if (r == CUDA_SUCCESS) graphs().add_node(g, *node, node_ranges(params, &ranges));
+  return r;
+}
+
+CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* params) {
+  stats::count_hook(driver::Fn::cuGraphKernelNodeSetParams_v2);
+  UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphKernelNodeSetParams_v2);
+  const CUresult r = d->cuGraphKernelNodeSetParams_v2(node, params);
+  std::vector<GraphTouches::Range> ranges;
+  if (r == CUDA_SUCCESS) graphs().set_node(node, node_ranges(params, &ranges));
+  return r;
+}
+
+CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode* node, CUgraph g, const CUgraphNode* deps, size_t n,
+                                          CUgraph child) {
+  stats::count_hook(driver::Fn::cuGraphAddChildGraphNode);
+  UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphAddChildGraphNode);
+  const CUresult r = d->cuGraphAddChildGraphNode(node, g, deps, n, child);
+  if (r == CUDA_SUCCESS) graphs().add_child(g, *node, child);
+  return r;
+}
+
+CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph g, unsigned long long flags) {
+  stats::count_hook(driver::Fn::cuGraphInstantiateWithFlags);
+  UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphInstantiateWithFlags);
+  const CUresult r = d->cuGraphInstantiateWithFlags(exec, g, flags);
+  if (r == CUDA_SUCCESS) graphs().instantiated(g, *exec);
+  return r;
+}
+
+CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  stats::count_hook(driver::Fn::cuGraphInstantiateWithParams);
+  UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphInstantiateWithParams);
+  const CUresult r = d->cuGraphInstantiateWithParams(exec, g, params);
+  if (r == CUDA_SUCCESS) graphs().instantiated(g, *exec);
+  return r;
+}
+
+CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec* exec, CUgraph g,
+                                                   CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  stats::count_hook(driver::Fn::cuGraphInstantiateWithParams_ptsz);
+  UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphInstantiateWithParams_ptsz);
+  const CUresult r = d->cuGraphInstantiateWithParams_ptsz(exec, g, params);
+  if (r == CUDA_SUCCESS) graphs().instantiated(g, *exec);
+  return r;
+}
+
+CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgraphNode node,
+                                                   const CUDA_KERNEL_NODE_PARAMS* params) {
+  stats::count_hook(driver::Fn::cuGraphExecKernelNodeSetParams_v2);
+  UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphExecKernelNodeSetParams_v2);
+  const CUresult r = d->cuGraphExecKernelNodeSetParams_v2(exec, node, params);
+  std::vector<GraphTouches::Range> ranges;
+  if (r == CUDA_SUCCESS) graphs().add_exec(exec, node_ranges(params, &ranges));
+  return r;
+}
+
+CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph g, CUgraphExecUpdateResultInfo* info) {
+  stats::count_hook(driver::Fn::cuGraphExecUpdate_v2);
+  UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphExecUpdate_v2);
+  const CUresult r = d->cuGraphExecUpdate_v2(exec, g, info);
+  if (r == CUDA_SUCCESS) graphs().updated(exec, g);
+  return r;
+}
+
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec exec) {
+  stats::count_hook(driver::Fn::cuGraphExecDestroy);
+  UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphExecDestroy);
+  const CUresult r = d->cuGraphExecDestroy(exec);
+  if (r == CUDA_SUCCESS) graphs().exec_destroyed(exec);
+  return r;
+}
+
+CUresult CUDAAPI cuGraphLaunch(CUgraphExec exec, CUstream s) {
+  stats::count_hook(driver::Fn::cuGraphLaunch);
+  UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphLaunch);
+  const Shown shown(exec, s);
+  return d->cuGraphLaunch(exec, s);
+}
+
+CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s) {
+  stats::count_hook(driver::Fn::cuGraphLaunch_ptsz);
+  UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphLaunch_ptsz);
+  const Shown shown(exec, per_thread(s));
+  return d->cuGraphLaunch_ptsz(exec, s);
+}
+
+#undef UVMPOOL_DRIVER_OR_NO_DEVICE
+
+}  // namespace uvmpool::hooks::impl

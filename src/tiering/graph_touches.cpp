@@ -1,0 +1,133 @@
+#include "tiering/graph_touches.h"
+
+namespace uvmpool::tiering {
+
+GraphTouches& GraphTouches::process() {
+  static GraphTouches* const instance = new GraphTouches;  // never destroyed: launches during exit
+  return *instance;
+}
+
+void GraphTouches::Record::add(const std::vector<Range>* r) {
+  if (r == nullptr) {
+    opaque = true;
+    return;
+  }
+  ranges.insert(r->begin(), r->end());
+}
+
+void GraphTouches::Record::add(const Record& other) {
+  ranges.insert(other.ranges.begin(), other.ranges.end());
+  opaque = opaque || other.opaque;
+}
+
+void GraphTouches::note_nodes(CUgraph graph, std::span<const CUgraphNode> nodes) {
+  for (CUgraphNode n : nodes) nodes_[n] = graph;
+}
+
+void GraphTouches::capture_ended(std::uint64_t id, CUgraph graph, std::span<const CUgraphNode> nodes) {
+  captures_.fetch_sub(1, std::memory_order_acq_rel);
+  MutexLock lock(mu_);
+  auto it = captures_by_id_.find(id);
+  if (graph != nullptr) {
+    Record& g = graphs_[graph];  // known from here on, even with nothing recorded
+    if (it != captures_by_id_.end()) g.add(it->second);
+    note_nodes(graph, nodes);
+  }
+  if (it != captures_by_id_.end()) captures_by_id_.erase(it);
+}
+
+void GraphTouches::record(std::uint64_t id, const std::vector<Range>* ranges) {
+  MutexLock lock(mu_);
+  captures_by_id_[id].add(ranges);
+}
+
+void GraphTouches::add_node(CUgraph graph, CUgraphNode node, const std::vector<Range>* ranges) {
+  MutexLock lock(mu_);
+  graphs_[graph].add(ranges);
+  nodes_[node] = graph;
+}
+
+void GraphTouches::set_node(CUgraphNode node, const std::vector<Range>* ranges) {
+  MutexLock lock(mu_);
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return;
+  auto g = graphs_.find(it->second);
+  if (g != graphs_.end()) g->second.add(ranges);
+}
+
+void GraphTouches::add_exec(CUgraphExec exec, const std::vector<Range>* ranges) {
+  MutexLock lock(mu_);
+  auto it = execs_.find(exec);
+  if (it != execs_.end()) it->second.add(ranges);
+}
+
+void GraphTouches::capture_launched(std::uint64_t id, CUgraphExec exec) {
+  MutexLock lock(mu_);
+  Record& c = captures_by_id_[id];
+  auto it = execs_.find(exec);
+  if (it != execs_.end())
+    c.add(it->second);
+  else
+    c.opaque = true;
+}
+
+void GraphTouches::add_child(CUgraph graph, CUgraphNode node, CUgraph child) {
+  MutexLock lock(mu_);
+  auto it = graphs_.find(child);
+  Record& g = graphs_[graph];
+  if (it != graphs_.end())
+    g.add(it->second);
+  else
+    g.opaque = true;  // a child built by calls not followed
+  nodes_[node] = graph;
+}
+
+void GraphTouches::cloned(CUgraph original, CUgraph clone, std::span<const CUgraphNode> nodes) {
+  MutexLock lock(mu_);
+  auto it = graphs_.find(original);
+  if (it == graphs_.end()) return;  // unknown stays unknown
+  const Record copy = it->second;
+  graphs_[clone] = copy;
+  note_nodes(clone, nodes);
+}
+
+void GraphTouches::instantiated(CUgraph graph, CUgraphExec exec) {
+  MutexLock lock(mu_);
+  auto it = graphs_.find(graph);
+  if (it == graphs_.end()) return;
+  const Record copy = it->second;
+  execs_[exec] = copy;
+}
+
+void GraphTouches::updated(CUgraphExec exec, CUgraph graph) {
+  MutexLock lock(mu_);
+  auto e = execs_.find(exec);
+  if (e == execs_.end()) return;
+  auto g = graphs_.find(graph);
+  if (g != graphs_.end())
+    e->second.add(g->second);
+  else
+    e->second.opaque = true;
+}
+
+void GraphTouches::graph_destroyed(CUgraph graph) {
+  MutexLock lock(mu_);
+  graphs_.erase(graph);
+  std::erase_if(nodes_, [&](const auto& n) { return n.second == graph; });
+}
+
+void GraphTouches::exec_destroyed(CUgraphExec exec) {
+  MutexLock lock(mu_);
+  execs_.erase(exec);
+}
+
+bool GraphTouches::launch_ranges(CUgraphExec exec, std::vector<Range>* out) const {
+  out->clear();
+  MutexLock lock(mu_);
+  auto it = execs_.find(exec);
+  if (it == execs_.end() || it->second.opaque) return false;
+  out->assign(it->second.ranges.begin(), it->second.ranges.end());
+  return true;
+}
+
+}  // namespace uvmpool::tiering

@@ -1,0 +1,327 @@
+// What graph launches show tiering (src/tiering/graph_touches.h), on the simulated driver's real
+// captures and graphs: work captured on a stream touches nothing until its graph is launched, and
+// then the launch touches its union, looked up at the launch (a buffer moved since shows its new
+// tier); node updates grow the union; a graph built by calls not followed, or holding a launch that
+// could not be read, is an unread launch; a graph launched during an overlapped copy drops the move
+// it touched; replays between moves keep every byte. Each test takes the steps
+// src/hooks/graph_hooks.cpp takes around each call, against this test's own pool and tiering.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "tiering_test.h"  // first: the driver's declarations come before cuda.h's
+#include "tiering/tiering.h"
+
+namespace {
+
+using namespace pooltest;
+using uvmpool::pool::Tier;
+using uvmpool::tiering::GraphTouches;
+using uvmpool::tiering::LaunchSeen;
+using uvmpool::tiering::LaunchTouches;
+using uvmpool::tiering::Mode;
+using uvmpool::tiering::Tiering;
+using uvmpool::tiering::Touch;
+using uvmpool::tiering::Transfer;
+using uvmpool::tiering::TransferRange;
+
+class GraphTouches_ : public TieringTest {
+ protected:
+  void SetUp() override {
+    TieringTest::SetUp();
+    if (HasFatalFailure()) return;
+    pool->stop_background();
+    fill_kernel = kernel("uvmpool_fill_u32");
+    CUcontext context = nullptr;
+    ASSERT_CU(drv().cuCtxGetCurrent(&context));
+    streams.created(stream, context, true);  // as the cuStreamCreate hook lists it
+  }
+  void TearDown() override {
+    tiering.reset();
+    streams.destroying(stream);
+    TieringTest::TearDown();
+  }
+  void make_tiering(Mode mode = Mode::Auto, uvmpool::tiering::MoverConfig config = {}) {
+    config.thread = false;
+    tiering = std::make_unique<Tiering>(drv(), *pool, mode, streams, config);
+    tiering->set_observer(&GraphTouches_::observe, this);
+  }
+  static void observe(void* self, CUfunction, CUstream, const LaunchTouches&) {
+    ++static_cast<GraphTouches_*>(self)->kernels_seen;
+  }
+
+  // The hooks' steps around cuStreamBeginCapture and cuStreamEndCapture.
+  void begin_capture() {
+    ASSERT_CU(drv().cuStreamBeginCapture_v2(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    graphs().capture_began();
+  }
+  CUgraph end_capture() {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t id = 0;
+    EXPECT_CU(drv().cuStreamGetCaptureInfo_v3(stream, &status, &id, nullptr, nullptr, nullptr, nullptr));
+    CUgraph graph = nullptr;
+    EXPECT_CU(drv().cuStreamEndCapture(stream, &graph));
+    graphs().capture_ended(id, graph, {});
+    return graph;
+  }
+  CUgraphExec instantiate(CUgraph graph) {
+    CUgraphExec exec = nullptr;
+    EXPECT_CU(drv().cuGraphInstantiateWithFlags(&exec, graph, 0));
+    graphs().instantiated(graph, exec);
+    return exec;
+  }
+  // A fill of `bytes` at `p` with `value` on the stream, shown to tiering as the launch hooks do.
+  CUresult fill_on_stream(CUdeviceptr p, std::size_t bytes, std::uint32_t value) {
+    std::uint64_t count = bytes / 4;
+    void* params[] = {&p, &count, &value};
+    LaunchSeen seen;
+    tiering->before_launch(fill_kernel, stream, params, nullptr, &seen);
+    const CUresult r = drv().cuLaunchKernel(fill_kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
+    tiering->after_launch(seen, stream);
+    return r;
+  }
+  // A graph launch as the cuGraphLaunch hook makes it; what it showed.
+  LaunchSeen launch_graph(CUgraphExec exec, CUresult* r) {
+    LaunchSeen seen;
+    tiering->before_graph_launch(exec, stream, &seen);
+    *r = drv().cuGraphLaunch(exec, stream);
+    tiering->after_launch(seen, stream);
+    return seen;
+  }
+  static const Touch* find(const LaunchTouches& t, CUdeviceptr p) {
+    for (std::size_t i = 0; i < t.count; ++i)
+      if (t.touches[i].address == p) return &t.touches[i];
+    return nullptr;
+  }
+  static GraphTouches& graphs() { return GraphTouches::process(); }
+
+  uvmpool::tiering::StreamRegistry streams;
+  std::unique_ptr<Tiering> tiering;
+  CUfunction fill_kernel = nullptr;
+  int kernels_seen = 0;
+};
+
+TEST_F(GraphTouches_, CapturedWorkTouchesNothingUntilItsGraphIsLaunchedThenItsUnionAtTheLaunch) {
+  make_tiering();
+  // Captured while nothing lies in host memory: recorded all the same, since the graph may run later.
+  const CUdeviceptr a = allocate(4 * kMiB), b = allocate(4 * kMiB);
+  ASSERT_EQ(tier_at(a), 'D');
+  begin_capture();
+  ASSERT_CU(fill_on_stream(a, 4 * kMiB, 5));
+  const TransferRange memset_range{b, 4 * kMiB};
+  LaunchSeen seen;
+  tiering->before_transfer(Transfer::Memset, stream, {&memset_range, 1}, &seen);
+  ASSERT_CU(drv().cuMemsetD32Async(b, 6, kMiB, stream));
+  tiering->after_launch(seen, stream);
+  EXPECT_EQ(seen.read, LaunchSeen::Read::Skipped) << "a captured memset touches nothing now";
+  const CUgraph graph = end_capture();
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(kernels_seen, 0) << "a captured launch was shown as a touch";
+  auto s = tiering->stats();
+  EXPECT_EQ(s.captured, 2u);
+  EXPECT_EQ(s.launches_read, 0u);
+  EXPECT_EQ(s.transfers_read, 0u);
+  const CUgraphExec exec = instantiate(graph);
+
+  // Spill, and demote a: the launch finds a in host memory now, b on the device.
+  const CUdeviceptr spilled = allocate(kBudget);
+  ASSERT_NE(spilled, 0u);
+  ASSERT_TRUE(tiering->mover().request(a, 4 * kMiB, Tier::Host));
+  ASSERT_CU(tiering->mover().run_epoch());
+  ASSERT_EQ(tiers(a, 4 * kMiB, 2 * kMiB), "HH");
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  const LaunchSeen launched = launch_graph(exec, &r);
+  ASSERT_CU(r);
+  ASSERT_EQ(launched.read, LaunchSeen::Read::Read);
+  ASSERT_EQ(launched.touches.count, 2u);
+  const Touch* ta = find(launched.touches, a);
+  const Touch* tb = find(launched.touches, b);
+  ASSERT_NE(ta, nullptr);
+  ASSERT_NE(tb, nullptr);
+  EXPECT_TRUE(ta->host);
+  EXPECT_FALSE(tb->host);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_TRUE(all_equal(a, 4 * kMiB, 5));
+  EXPECT_TRUE(all_equal(b, 4 * kMiB, 6));
+  s = tiering->stats();
+  EXPECT_EQ(s.graph_launches_read, 1u);
+  EXPECT_EQ(s.launches_in_place, 1u);
+  EXPECT_EQ(tiering->policy_stats().launches, 1u) << "the policy is shown the graph launch as one launch";
+  ASSERT_CU(drv().cuGraphExecDestroy(exec));
+  graphs().exec_destroyed(exec);
+  ASSERT_CU(drv().cuGraphDestroy(graph));
+  graphs().graph_destroyed(graph);
+}
+
+TEST_F(GraphTouches_, NodeUpdatesGrowTheUnionAndGraphsNotFollowedAreUnread) {
+  make_tiering();
+  const CUdeviceptr a = allocate(2 * kMiB), b = allocate(2 * kMiB);
+  const CUdeviceptr spilled = allocate(kBudget);
+  ASSERT_NE(spilled, 0u);
+  const CUdeviceptr in_host = spilled + kBudget - 2 * kMiB;
+  ASSERT_EQ(tier_at(in_host), 'H');
+  // A graph built by hand, as the cuGraphAddKernelNode hook follows it.
+  CUdeviceptr target = a;
+  std::uint64_t count = 16;
+  std::uint32_t value = 1;
+  void* params[] = {&target, &count, &value};
+  CUDA_KERNEL_NODE_PARAMS p{};
+  p.func = fill_kernel;
+  p.gridDimX = p.gridDimY = p.gridDimZ = p.blockDimX = p.blockDimY = p.blockDimZ = 1;
+  p.kernelParams = params;
+  CUgraph graph = nullptr;
+  ASSERT_CU(drv().cuGraphCreate(&graph, 0));
+  CUgraphNode node = nullptr;
+  ASSERT_CU(drv().cuGraphAddKernelNode_v2(&node, graph, nullptr, 0, &p));
+  std::vector<GraphTouches::Range> ranges;
+  ASSERT_TRUE(tiering->node_ranges(p, &ranges));
+  ASSERT_EQ(ranges.size(), 1u);
+  graphs().add_node(graph, node, &ranges);
+  const CUgraphExec exec = instantiate(graph);
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  LaunchSeen seen = launch_graph(exec, &r);
+  ASSERT_CU(r);
+  ASSERT_EQ(seen.touches.count, 1u);
+  EXPECT_EQ(seen.touches.touches[0].address, a);
+
+  // The executable graph's node now fills in_host: it touches both (the old pointer is not told apart).
+  target = in_host;
+  ASSERT_CU(drv().cuGraphExecKernelNodeSetParams_v2(exec, node, &p));
+  ASSERT_TRUE(tiering->node_ranges(p, &ranges));
+  graphs().add_exec(exec, &ranges);
+  seen = launch_graph(exec, &r);
+  ASSERT_CU(r);
+  ASSERT_EQ(seen.touches.count, 2u);
+  ASSERT_NE(find(seen.touches, in_host), nullptr);
+  EXPECT_TRUE(find(seen.touches, in_host)->host);
+  EXPECT_EQ(seen.touches.host, 1u);
+
+  // The graph's own node set to b, then the executable graph updated from it: b joins.
+  target = b;
+  ASSERT_CU(drv().cuGraphKernelNodeSetParams_v2(node, &p));
+  ASSERT_TRUE(tiering->node_ranges(p, &ranges));
+  graphs().set_node(node, &ranges);
+  CUgraphExecUpdateResultInfo info{};
+  ASSERT_CU(drv().cuGraphExecUpdate_v2(exec, graph, &info));
+  graphs().updated(exec, graph);
+  seen = launch_graph(exec, &r);
+  ASSERT_CU(r);
+  EXPECT_EQ(seen.touches.count, 3u);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_TRUE(all_equal(b, 64, 1));
+
+  // A graph no hook saw built: its launch is unread, as is one holding a launch that could not be read.
+  CUgraph unknown = nullptr;
+  ASSERT_CU(drv().cuGraphCreate(&unknown, 0));
+  CUgraphExec unknown_exec = nullptr;
+  ASSERT_CU(drv().cuGraphInstantiateWithFlags(&unknown_exec, unknown, 0));
+  EXPECT_EQ(launch_graph(unknown_exec, &r).read, LaunchSeen::Read::Unread);
+  CUgraph opaque = nullptr;
+  ASSERT_CU(drv().cuGraphClone(&opaque, graph));
+  graphs().cloned(graph, opaque, {});
+  graphs().add_node(opaque, nullptr, nullptr);  // a node whose arguments could not be read
+  const CUgraphExec opaque_exec = instantiate(opaque);
+  EXPECT_EQ(launch_graph(opaque_exec, &r).read, LaunchSeen::Read::Unread);
+  ASSERT_CU(r);
+  const auto s = tiering->stats();
+  EXPECT_EQ(s.graph_launches_read, 3u);
+  EXPECT_EQ(s.graph_launches_unread, 2u);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  for (CUgraphExec e : {exec, unknown_exec, opaque_exec}) ASSERT_CU(drv().cuGraphExecDestroy(e));
+  for (CUgraph g : {graph, unknown, opaque}) ASSERT_CU(drv().cuGraphDestroy(g));
+}
+
+TEST_F(GraphTouches_, AGraphLaunchedDuringAnOverlappedCopyDropsTheMoveAndItsBytesStay) {
+  const CUdeviceptr room = allocate(8 * kMiB);
+  const CUdeviceptr spilled = allocate(kBudget);
+  ASSERT_NE(spilled, 0u);
+  const CUdeviceptr in_host = spilled + kBudget - 2 * kMiB;
+  ASSERT_EQ(tier_at(in_host), 'H');
+  must_free(*pool, room);  // room to promote the spilled chunk
+  allocated.erase(allocated.begin());
+  pool->release_idle();
+  CUgraphExec exec = nullptr;
+  uvmpool::tiering::MoverConfig config;
+  config.overlap = true;
+  config.after_copy = [&] {
+    // The program's graph launch writing memory whose copy is already taken, through the hooks' steps.
+    ASSERT_TRUE(tiering->mover().copying());
+    CUresult r = CUDA_ERROR_UNKNOWN;
+    const LaunchSeen seen = launch_graph(exec, &r);
+    ASSERT_CU(r);
+    EXPECT_EQ(seen.read, LaunchSeen::Read::Read);
+  };
+  make_tiering(Mode::Remote, config);
+  begin_capture();
+  ASSERT_CU(fill_on_stream(in_host, 2 * kMiB, 0x77));
+  const CUgraph graph = end_capture();
+  exec = instantiate(graph);
+  ASSERT_TRUE(tiering->mover().request(in_host, 2 * kMiB, Tier::Device));
+  ASSERT_CU(tiering->mover().run_epoch());
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(tier_at(in_host), 'H') << "the touched move was committed";
+  EXPECT_EQ(tiering->mover().stats().moves_touched, 1u);
+  EXPECT_TRUE(all_equal(in_host, 2 * kMiB, 0x77)) << "the graph's write was lost";
+  ASSERT_CU(drv().cuGraphExecDestroy(exec));
+  ASSERT_CU(drv().cuGraphDestroy(graph));
+}
+
+TEST_F(GraphTouches_, ReplaysBetweenMovesBothWaysKeepEveryByte) {
+  // A graph that adds to three buffers (a fill, then a copy of one into another) replayed while its
+  // buffers move between the tiers in epochs between and behind the replays (copies held). Remote: only
+  // the moves asked here are made.
+  make_tiering(Mode::Remote);
+  const CUdeviceptr a = allocate(4 * kMiB), b = allocate(4 * kMiB);
+  const CUdeviceptr room = allocate(8 * kMiB);
+  const CUdeviceptr spilled = allocate(kBudget - 8 * kMiB);
+  ASSERT_NE(spilled, 0u);
+  must_free(*pool, room);
+  allocated.erase(allocated.begin() + 2);
+  CUfunction copy_kernel = kernel("uvmpool_copy");
+  std::uint32_t round = 0;
+  begin_capture();
+  ASSERT_CU(fill_on_stream(a, 4 * kMiB, 0));  // replaced below by a node update each round
+  {
+    std::uint64_t bytes = 4 * kMiB;
+    CUdeviceptr dst = b, src = a;
+    void* params[] = {&dst, &src, &bytes};
+    LaunchSeen seen;
+    tiering->before_launch(copy_kernel, stream, params, nullptr, &seen);
+    ASSERT_CU(drv().cuLaunchKernel(copy_kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
+    tiering->after_launch(seen, stream);
+  }
+  const CUgraph graph = end_capture();
+  const CUgraphExec exec = instantiate(graph);
+  std::size_t n = 2;
+  CUgraphNode nodes[2] = {};
+  ASSERT_CU(drv().cuGraphGetNodes(graph, nodes, &n));
+  ASSERT_EQ(n, 2u);
+  for (round = 1; round <= 6; ++round) {
+    CUdeviceptr target = a;
+    std::uint64_t count = kMiB;
+    void* params[] = {&target, &count, &round};
+    CUDA_KERNEL_NODE_PARAMS p{};
+    p.func = fill_kernel;
+    p.gridDimX = p.gridDimY = p.gridDimZ = p.blockDimX = p.blockDimY = p.blockDimZ = 1;
+    p.kernelParams = params;
+    ASSERT_CU(drv().cuGraphExecKernelNodeSetParams_v2(exec, nodes[0], &p));
+    const Tier to = round % 2 == 1 ? Tier::Host : Tier::Device;
+    ASSERT_TRUE(tiering->mover().request(a, 4 * kMiB, to));
+    ASSERT_TRUE(tiering->mover().request(b, 4 * kMiB, to));
+    CUresult r = CUDA_ERROR_UNKNOWN;
+    (void)launch_graph(exec, &r);  // queued before the hold: the hold waits for it
+    ASSERT_CU(r);
+    ASSERT_CU(tiering->mover().run_until_idle());
+    ASSERT_EQ(tiers(a, 4 * kMiB, 2 * kMiB), to == Tier::Host ? "HH" : "DD") << "round " << round;
+    (void)launch_graph(exec, &r);  // after the remap: on the new pieces
+    ASSERT_CU(r);
+    ASSERT_CU(drv().cuStreamSynchronize(stream));
+    EXPECT_TRUE(all_equal(a, 4 * kMiB, round)) << "round " << round;
+    EXPECT_TRUE(all_equal(b, 4 * kMiB, round)) << "round " << round;
+  }
+  EXPECT_EQ(tiering->stats().moves, 12u);
+  ASSERT_CU(drv().cuGraphExecDestroy(exec));
+  ASSERT_CU(drv().cuGraphDestroy(graph));
+}
+
+}  // namespace
