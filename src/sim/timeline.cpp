@@ -276,8 +276,7 @@ bool other_threads_exist() {
 
 // Whether `s` is the legacy stream while a blocking stream of its context captures: work on it would
 // make it depend on the capture (the driver's CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, which invalidates
-// the capture).
-// cuStreamIsCapturing's question (asking spoils nothing) is with `spoil` false.
+// the capture, unless `spoil` is false: cuStreamIsCapturing's question spoils nothing).
 bool implicit_in_capture(State& st, const Stream& s, bool spoil = true) {
   if (s.kind != StreamKind::Legacy) return false;
   bool found = false;

@@ -12,9 +12,10 @@
 // What is recorded is each pool pointer as given (a kernel's argument word, a transfer's range),
 // looked up again in the pool at each launch: a graph keeps its memory for as long as it may run.
 // A graph is "opaque" when something in it could not be read (a kernel whose parameter layout the
-// driver does not give); a launch of an opaque or unknown graph (built by calls not followed:
+// driver does not give); a launch of an opaque or unknown graph (built only by calls not followed:
 // memcpy, memset and host nodes added by hand, the graph APIs of CUDA 11) is an unread launch, which
-// the mover treats as touching everything (mover.h).
+// the mover treats as touching everything (mover.h). Such nodes in a graph that also has kernel nodes
+// are missing from its union (docs/tiering.md says what that costs).
 #pragma once
 
 #include <atomic>
