@@ -31,15 +31,6 @@ GraphTouches& graphs() { return GraphTouches::process(); }
 // A per-thread variant's stream 0 is the calling thread's default stream.
 CUstream per_thread(CUstream s) { return s == nullptr ? CU_STREAM_PER_THREAD : s; }
 
-// The id of the capture `stream` takes part in, or 0.
-std::uint64_t capture_id(const driver::Table& d, CUstream stream) {
-  if (d.cuStreamGetCaptureInfo_v3 == nullptr) return 0;
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  cuuint64_t id = 0;
-  if (d.cuStreamGetCaptureInfo_v3(stream, &status, &id, nullptr, nullptr, nullptr, nullptr) != CUDA_SUCCESS) return 0;
-  return status == CU_STREAM_CAPTURE_STATUS_NONE ? 0 : id;
-}
-
 // A graph's nodes (for node updates that name them later); none when the driver will not say.
 std::vector<CUgraphNode> nodes_of(const driver::Table& d, CUgraph graph) {
   std::size_t n = 0;
@@ -116,14 +107,14 @@ CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const C
 CUresult CUDAAPI cuStreamEndCapture(CUstream s, CUgraph* g) {
   stats::count_hook(driver::Fn::cuStreamEndCapture);
   UVMPOOL_DRIVER_OR_NO_DEVICE(cuStreamEndCapture);
-  const std::uint64_t id = capture_id(*d, s);
+  const std::uint64_t id = GraphTouches::capture_id(*d, s, false);  // spoiled ones end too
   return end(*d, d->cuStreamEndCapture(s, g), id, g);
 }
 
 CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream s, CUgraph* g) {
   stats::count_hook(driver::Fn::cuStreamEndCapture_ptsz);
   UVMPOOL_DRIVER_OR_NO_DEVICE(cuStreamEndCapture_ptsz);
-  const std::uint64_t id = capture_id(*d, per_thread(s));
+  const std::uint64_t id = GraphTouches::capture_id(*d, per_thread(s), false);
   return end(*d, d->cuStreamEndCapture_ptsz(s, g), id, g);
 }
 

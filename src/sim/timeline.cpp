@@ -379,8 +379,6 @@ CUresult begin_capture(CUstream handle, bool per_thread, CUstreamCaptureMode mod
   if (s->capturing) return CUDA_ERROR_ILLEGAL_STATE;
   auto capture = std::make_shared<CaptureSeq>();
   capture->id = st.next_capture_id++;
-  capture->mode = mode;
-  capture->context = s->context;
   s->capturing = std::move(capture);
   s->capture_origin = true;
   return CUDA_SUCCESS;

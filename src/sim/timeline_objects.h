@@ -33,9 +33,7 @@ struct Queued {
 // given (a graph launch replays it on one stream, in that order: a valid order of the captured graph).
 // The stream that began it ends it; streams that waited for an event recorded in it joined it.
 struct CaptureSeq {
-  std::uint64_t id = 0;
-  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-  const Context* context = nullptr;
+  std::uint64_t id = 0;  // capture modes (global, thread-local, relaxed) are accepted, not modeled
   std::vector<WorkSpec> work;
   bool invalidated = false;  // an operation not allowed in a capture was tried: ending it fails
   bool ended = false;

@@ -7,6 +7,15 @@ GraphTouches& GraphTouches::process() {
   return *instance;
 }
 
+std::uint64_t GraphTouches::capture_id(const driver::Table& d, CUstream stream, bool active_only) {
+  if (d.cuStreamGetCaptureInfo_v3 == nullptr) return 0;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  if (d.cuStreamGetCaptureInfo_v3(stream, &status, &id, nullptr, nullptr, nullptr, nullptr) != CUDA_SUCCESS) return 0;
+  if (status == CU_STREAM_CAPTURE_STATUS_NONE) return 0;
+  return active_only && status != CU_STREAM_CAPTURE_STATUS_ACTIVE ? 0 : id;
+}
+
 void GraphTouches::Record::add(const std::vector<Range>* r) {
   if (r == nullptr) {
     opaque = true;

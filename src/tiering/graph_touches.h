@@ -42,6 +42,10 @@ class GraphTouches {
   // stream captures, and before_launch keeps its two-load fast path. A capture abandoned without
   // cuStreamEndCapture keeps every later launch asking.
   bool capturing() const { return captures_.load(std::memory_order_acquire) != 0; }
+  // The id of the capture `stream` takes part in (cuStreamGetCaptureInfo), or 0: none, or the driver
+  // refused the question (the legacy stream while a blocking stream captures). With `active_only`, a
+  // capture already spoiled (invalidated) is none too.
+  static std::uint64_t capture_id(const driver::Table& d, CUstream stream, bool active_only);
   void capture_began() { captures_.fetch_add(1, std::memory_order_acq_rel); }
   // The capture `id` ended: its record goes to `graph` (added to what the graph had, for a capture into
   // the program's own graph), or is dropped when the end failed (graph null). `nodes` are the graph's

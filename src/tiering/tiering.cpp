@@ -196,12 +196,7 @@ void Tiering::before_launch(CUfunction f, CUstream stream, void** params, void**
 }
 
 std::uint64_t Tiering::capture_of(CUstream stream) {
-  if (!graphs_.capturing() || driver_.cuStreamGetCaptureInfo_v3 == nullptr) return 0;
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  cuuint64_t id = 0;
-  // An error (the legacy stream while a blocking stream captures) is no capture of this stream's.
-  if (driver_.cuStreamGetCaptureInfo_v3(stream, &status, &id, nullptr, nullptr, nullptr, nullptr) != CUDA_SUCCESS) return 0;
-  return status == CU_STREAM_CAPTURE_STATUS_ACTIVE ? id : 0;
+  return graphs_.capturing() ? GraphTouches::capture_id(driver_, stream, true) : 0;
 }
 
 void Tiering::add_range_touches(CUdeviceptr address, std::size_t bytes, LaunchTouches& touches) {
@@ -268,17 +263,13 @@ void Tiering::before_graph_launch(CUgraphExec exec, CUstream stream, LaunchSeen*
   LaunchTouches& touches = seen->touches;
   touches.count = touches.dropped = touches.host = 0;
   // Several pointers into one buffer are one touch here: a graph names many, and the touches are few.
-  std::uintptr_t last_owner = 0;
   for (const auto& [address, bytes] : ranges) {
     const pool::Pool::Probe hit = pool_.probe(address);
     if (hit.owner == 0) continue;  // freed since it was recorded, or another allocator's now
     if (bytes == 1) {
-      if (hit.owner == last_owner) continue;
       bool known = false;
       for (std::size_t i = 0; i < touches.count && !known; ++i) known = touches.touches[i].owner == hit.owner;
-      if (known) continue;
-      last_owner = hit.owner;
-      touches.add({address, hit.owner, hit.host});
+      if (!known) touches.add({address, hit.owner, hit.host});
     } else {
       add_range_touches(address, bytes, touches);
     }
