@@ -112,6 +112,7 @@ struct TieringField {
   const char* help;
   std::uint64_t tiering::Stats::*field;
   bool bytes = false;
+  bool gauge = false;  // a value now, not a count that only grows
 };
 constexpr TieringField kTieringFields[] = {
     {"launches_read", "Kernel launches whose arguments were read for pool pointers (done while spilled memory exists)",
@@ -147,13 +148,19 @@ constexpr TieringField kTieringFields[] = {
     {"tiering_host_waits", "Program calls that waited outside the driver while the mover held its streams (copies, kernel loads)",
      &tiering::Stats::host_waits},
     {"tiering_period", "Launches in the launch sequence the policy learned (0: none yet, recency rules)",
-     &tiering::Stats::policy_period},
+     &tiering::Stats::policy_period, false, true},
     {"tiering_periods_learned", "Times the policy learned a launch period (again when it took it anew or replaced it)",
      &tiering::Stats::periods_learned},
     {"tiering_periods_dropped", "Times the policy dropped the period it had learned (the launches no longer repeated it)",
      &tiering::Stats::periods_dropped},
     {"tiering_kept_in_place", "Thrash-guard decisions: memory left in host memory and read in place",
      &tiering::Stats::kept_in_place},
+    {"tiering_parts_promoted", "Of those decisions, the ones that promoted the part of the memory that fit the device room there was",
+     &tiering::Stats::parts_promoted},
+    {"tiering_guard_trials", "Thrash-guard trials: the learned period timed on the GPU with the guard on and off",
+     &tiering::Stats::guard_trials},
+    {"tiering_guard_off", "1 while the thrash guard is off (memory touched once a period moves in like the rest), else 0",
+     &tiering::Stats::guard_off, false, true},
     {"tiering_kept_by_advice", "Promotions not asked for because the memory was advised to prefer host memory",
      &tiering::Stats::kept_by_advice},
     {"tiering_prefetches", "Prefetches of pool memory (cuMemPrefetchAsync, uvmpool_prefetch)", &tiering::Stats::prefetches},
@@ -170,7 +177,7 @@ std::vector<MetricInfo> make_process_infos() {
   infos.push_back({"calls_via_export", "", C, N, "Calls to uvmpool's exported cu* symbols"});
   infos.push_back({"trace_events", "", C, N, "Events written to the UVMPOOL_TRACE file"});
   infos.push_back({"trace_dropped", "", C, N, "Trace events lost (a ring was full, or the file reached UVMPOOL_TRACE_MAX)"});
-  for (const TieringField& f : kTieringFields) infos.push_back({f.name, "", f.field == &tiering::Stats::policy_period ? G : C, f.bytes ? B : N, f.help});
+  for (const TieringField& f : kTieringFields) infos.push_back({f.name, "", f.gauge ? G : C, f.bytes ? B : N, f.help});
   for (std::size_t i = 0; i < driver::kFunctionCount; ++i) {
     if (driver::kFunctions[i].kind == driver::Kind::Hook) {
       infos.push_back({"hook_calls", std::string("function=") + driver::kFunctions[i].symbol, C, N,

@@ -180,6 +180,7 @@ void tiering_line(const Report& r, Lines& lines) {
   const Value period = process(r, "tiering_period");
   if (period) s.add(*period != 0 ? "period " + count(*period) + " launches" : std::string("no period learned"));
   s.add(process(r, "tiering_kept_in_place"), "kept in place");
+  if (const Value off = process(r, "tiering_guard_off"); off.value_or(0) != 0) s.add("thrash guard off (measured faster)");
   s.end_clause();
   if (const Value given_up = process(r, "tiering_holds_given_up"); given_up.value_or(0) != 0) s.add(given_up, "holds given up");
   if (const std::string text = s.text(); !text.empty()) lines.add("  tiering: " + text);

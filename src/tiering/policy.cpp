@@ -16,7 +16,7 @@ constexpr std::uint64_t kNever = ~std::uint64_t{0};
 
 }  // namespace
 
-Policy::Policy(World& world, PolicyConfig config) : world_(world), config_(config) {}
+Policy::Policy(World& world, PolicyConfig config) : world_(world), config_(config), guard_(config.guard) {}
 
 void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) {
   ++count_;
@@ -46,6 +46,8 @@ void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) 
   }
   buffers = touched;
   const Candidate proven = learn(signature, function, buffers);
+  const std::size_t phase_before = phase_;
+  const std::uint64_t learned_before = stats_.periods_learned;
   if (!learned_.empty()) {
     const std::size_t n = learned_.size();
     if (matches(learned_[phase_], signature, function, buffers)) {
@@ -74,7 +76,16 @@ void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) 
     plan_recency(buffers);
     return;
   }
+  if (phase_ < phase_before || stats_.periods_learned != learned_before) period_begins();
   plan_ahead();
+}
+
+void Policy::period_begins() {
+  const std::uint64_t n = ++periods_begun_;
+  const bool kept = stats_.kept_in_place != kept_at_period_;
+  kept_at_period_ = stats_.kept_in_place;
+  guard_.period_started(n, world_.period_started(n), kept);  // what it kept stays kept for this period
+  stats_.guard = guard_.stats();
 }
 
 void Policy::prune() {
@@ -193,6 +204,7 @@ void Policy::adopt_period(const Candidate& proven) {
   }
   phase_ = 0;  // the launch just seen closed a period: the next one opens the next
   misses_ = 0;
+  guard_.reset();  // another sequence: whether the guard pays is measured again
   ++stats_.periods_learned;
   stats_.period = period;
   trace::record(trace::Kind::Period, -1, 0, period);
@@ -245,7 +257,8 @@ std::uint64_t Policy::room() {
 }
 
 void Policy::find_victims(std::uint64_t needed_at) {
-  // Device buffers that may go, best first: with a period, those not needed within the lookahead,
+  // Device buffers that may go, best first: with a period, those not needed within the lookahead
+  // (with the thrash guard off, any needed later than the buffer promoted: make_room checks),
   // farthest next use first (Belady), then those outside the period that are cold; by recency, the
   // cold ones, least recently used first. Once a launch: make_room takes from the front.
   victims_.clear();
@@ -260,7 +273,7 @@ void Policy::find_victims(std::uint64_t needed_at) {
       rank = kNever - 1;  // advised to lie in host memory: the first to go
     } else if (by_period && !k.uses.empty()) {
       rank = next_use(k);
-      if (rank < config_.lookahead) continue;
+      if (rank < config_.lookahead && guard_.on()) continue;
     } else {
       if (!cold(k)) continue;
       rank = by_period ? learned_.size() + (count_ - k.last_touch) : count_ - k.last_touch;
@@ -318,13 +331,21 @@ void Policy::plan_ahead() {
       if (kept_by_advice(k)) continue;
       // Within the budget for promotions in flight (one larger than it goes alone).
       if (pending != 0 && pending + k.buffer.bytes > config_.in_flight_bytes) continue;
-      // Thrash guard: used once a period, and staying would push out others: read it in place.
-      if (k.uses.size() < 2 && room() < k.buffer.bytes) {
+      // Thrash guard: used once a period, and staying would push out others: read it in place
+      // (while it pays: guard_trial.h). What is already on the device needs no room.
+      const std::uint64_t needed = world_.host_bytes(k.buffer);
+      if (guard_.on() && k.uses.size() < 2 && room() < needed) {
         ++stats_.kept_in_place;
         k.kept_at = count_;
+        // The room there is still takes part of it: that part is then read from the device, and
+        // nothing was pushed out for it.
+        if (const std::uint64_t part = room(); part != 0 && world_.promote_part(k.buffer, part)) {
+          ++stats_.parts_promoted;
+          room_ = 0;
+        }
         continue;
       }
-      if (!make_room(k.buffer.bytes, d)) continue;
+      if (!make_room(needed, d)) continue;
       if (!world_.move(k.buffer, pool::Tier::Device)) continue;
       k.promotion_asked = count_;
       asked_up_.push_back(address);

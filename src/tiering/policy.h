@@ -37,7 +37,9 @@
 //     buffer promoted.
 //   - Thrash guard: a buffer touched by only one launch a period and not able to stay (no room
 //     without demoting others) is read in place instead: moving it costs its bytes twice over PCIe
-//     (in and out), reading it in place once (GMEM's remote-access rule).
+//     (in and out), reading it in place once (GMEM's remote-access rule). Not for a kernel that reads
+//     its operand many times (a GEMM at a large batch): whether the guard pays is measured, by timing
+//     the period with it on and off (guard_trial.h).
 //   - Advice (advice.h): a buffer that prefers the device is never demoted to make room; one that
 //     prefers the host is never promoted (it is read in place) and is the first to go for room.
 //   - A launch that breaks the sequence counts as a miss; after `max_misses` in a row the period is
@@ -62,11 +64,13 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
 #include "pool/pool.h"
+#include "tiering/guard_trial.h"
 
 namespace uvmpool::tiering {
 
@@ -80,6 +84,7 @@ struct PolicyConfig {
                                                     // (a short one too: the same launch twice is no period)
   std::uint64_t cold_after = 4096;                  // launches a buffer outside any learned period must go
                                                     // unused (and twice its longest reuse) to be demoted
+  GuardTrialConfig guard;                           // the thrash guard: measured or fixed (guard_trial.h)
 };
 
 // Where the program asked an allocation to lie (cuMemAdvise's preferred location; advice.h).
@@ -93,7 +98,9 @@ struct PolicyStats {
   std::uint64_t promotions = 0;      // asked for
   std::uint64_t demotions = 0;
   std::uint64_t kept_in_place = 0;   // thrash-guard decisions: a buffer left in host memory, read in place
+  std::uint64_t parts_promoted = 0;  // ... of which the part that fit the room there was was promoted
   std::uint64_t kept_by_advice = 0;  // promotions not asked for: the buffer prefers the host (advice)
+  GuardTrialStats guard;             // the thrash guard's trials
 };
 
 class Policy {
@@ -111,11 +118,20 @@ class Policy {
    public:
     virtual ~World() = default;
     virtual bool in_host(const Buffer& b) = 0;     // the buffer's tier now
+    // Its bytes in host memory now: all or none, unless a move was cut short (some of its pieces moved).
+    virtual std::uint64_t host_bytes(const Buffer& b) { return in_host(b) ? b.bytes : 0; }
     virtual std::uint64_t device_room() = 0;       // device bytes a promotion may take without a demotion
     virtual bool move(const Buffer& b, pool::Tier to) = 0;  // asks; false when refused at once
+    // Asks to promote the part of the buffer in host memory that `room` bytes take, whole pieces
+    // from its start. False when refused, or when not a piece fits.
+    virtual bool promote_part(const Buffer&, std::uint64_t /*room*/) { return false; }
     // Whether a move asked for the buffer may still happen (false: carried out, refused or dropped).
     // Unknown by default: an ask is then taken as dropped only after a period.
     virtual bool moving(const Buffer&) { return true; }
+    // The thrash guard's clock: period `n` of the learned sequence begins (its first launch was just
+    // queued; numbers only grow). Answers the GPU time of an earlier period once the device has run
+    // it, at most one a call. None by default: without a clock the guard stays on (guard_trial.h).
+    virtual std::optional<GuardTrial::Time> period_started(std::uint64_t /*n*/) { return std::nullopt; }
   };
 
   Policy(World& world, PolicyConfig config = {});
@@ -163,6 +179,8 @@ class Policy {
   // Adds the launch to the history and follows the candidates; returns the one proven (period 0: none).
   Candidate learn(std::uint64_t signature, std::uint64_t function, std::span<const Buffer> buffers);
   void adopt_period(const Candidate& proven);
+  // A period of the learned sequence begins: the guard's trial hears of it.
+  void period_begins();
   void drop_period();
   void plan_ahead();
   // Whether advice keeps `k` in host memory (counted, and remembered as the thrash guard's decisions are).
@@ -198,6 +216,11 @@ class Policy {
   std::size_t phase_ = 0;
   std::size_t misses_ = 0;
   std::size_t learned_run_ = 0;  // launches it explained (a candidate must explain more to replace it)
+
+  // The thrash guard (guard_trial.h): periods begun, and its decisions when the last one began.
+  GuardTrial guard_;
+  std::uint64_t periods_begun_ = 0;
+  std::uint64_t kept_at_period_ = 0;
 
   std::unordered_map<CUdeviceptr, Known> known_;
   std::vector<CUdeviceptr> asked_up_, asked_down_;  // buffers with a promotion / demotion asked

@@ -8,6 +8,7 @@
 #include "config/options.h"
 #include "driver/real_driver.h"
 #include "tiering/launch_args.h"
+#include "tiering/period_clock.h"
 #include "trace/trace.h"
 
 namespace uvmpool::tiering {
@@ -46,6 +47,9 @@ PolicyConfig configured_policy() {
   PolicyConfig c;
   c.lookahead = static_cast<std::size_t>(o.tiering_lookahead);
   c.in_flight_bytes = o.tiering_in_flight.bytes;
+  c.guard.setting = o.tiering_thrash_guard == "on"    ? GuardSetting::On
+                    : o.tiering_thrash_guard == "off" ? GuardSetting::Off
+                                                      : GuardSetting::Measure;  // the option table refuses others
   return c;
 }
 
@@ -53,7 +57,8 @@ PolicyConfig configured_policy() {
 class Tiering::PoolWorld : public Policy::World {
  public:
   using Ask = std::function<bool(CUdeviceptr, CUdeviceptr, pool::Tier, int)>;
-  PoolWorld(pool::Pool& pool, Mover& mover, Ask ask) : pool_(pool), mover_(mover), ask_(std::move(ask)) {}
+  PoolWorld(const driver::Table& driver, pool::Pool& pool, Mover& mover, Ask ask)
+      : pool_(pool), mover_(mover), ask_(std::move(ask)), clock_(driver) {}
 
   // Spilled allocations lie in host memory from some point to their end (placement fills the device
   // first), and moves move whole allocations: the first and last granules tell.
@@ -61,20 +66,62 @@ class Tiering::PoolWorld : public Policy::World {
     return pool_.probe(b.address).host || (b.bytes != 0 && pool_.probe(b.address + b.bytes - 1).host);
   }
 
+  std::uint64_t host_bytes(const Policy::Buffer& b) override {
+    std::uint64_t bytes = 0;
+    for (CUdeviceptr at = b.address, end = b.address + b.bytes; at < end;) {
+      const pool::Pool::Probe hit = pool_.probe(at);
+      if (hit.owner == 0) break;  // freed since the launch
+      const CUdeviceptr next = std::min<CUdeviceptr>(hit.granule_end, end);
+      if (hit.host) bytes += next - at;
+      at = next;
+    }
+    return bytes;
+  }
+
   std::uint64_t device_room() override { return pool_.promotion_room(device_); }
+
+  bool promote_part(const Policy::Buffer& b, std::uint64_t room) override {
+    // The range from the start that holds as many host pieces as the room takes: the mover asked for
+    // it moves only those (Tiering::ask_moves).
+    const std::uint64_t granule = std::max<std::uint64_t>(pool_.stats(device_).chunk_size, 1);
+    std::uint64_t pieces = room / granule;
+    CUdeviceptr end = b.base;
+    for (const CUdeviceptr last = b.base + b.bytes; end < last && pieces != 0;) {
+      const pool::Pool::Probe hit = pool_.probe(end);
+      if (hit.owner == 0) break;
+      const CUdeviceptr next = std::min<CUdeviceptr>(hit.granule_end, last);
+      if (hit.host) {
+        if ((next - end + granule - 1) / granule > pieces) break;  // a larger piece than the room
+        pieces -= (next - end + granule - 1) / granule;
+      }
+      end = next;
+    }
+    return end != b.base && host_bytes({b.base, b.base, end - b.base}) != 0 &&
+           ask_(b.base, end, pool::Tier::Device, device_);
+  }
 
   // The allocation's pieces in the other tier.
   bool move(const Policy::Buffer& b, pool::Tier to) override { return ask_(b.base, b.base + b.bytes, to, device_); }
 
   bool moving(const Policy::Buffer& b) override { return mover_.outstanding(b.base, b.bytes); }
 
-  void set_device(int device) { device_ = device; }
+  std::optional<GuardTrial::Time> period_started(std::uint64_t n) override { return clock_.mark(n, stream_, capturing_); }
+
+  // The launch shown to the policy now: its device, its stream, and whether a capture is under way.
+  void set_launch(int device, CUstream stream, bool capturing) {
+    device_ = device;
+    stream_ = stream;
+    capturing_ = capturing;
+  }
 
  private:
   pool::Pool& pool_;
   Mover& mover_;
   const Ask ask_;
+  PeriodClock clock_;
   int device_ = 0;
+  CUstream stream_ = nullptr;
+  bool capturing_ = false;
 };
 
 bool Tiering::ask_moves(CUdeviceptr from, CUdeviceptr end, pool::Tier to, int device) {
@@ -104,7 +151,7 @@ Tiering::Tiering(const driver::Table& driver, pool::Pool& pool, Mode mode, Strea
                  MoverConfig mover, PolicyConfig policy)
     : driver_(driver), pool_(pool), mode_(mode), streams_(streams), layouts_(driver),
       mover_(driver, pool, streams, mover),
-      world_(std::make_unique<PoolWorld>(pool, mover_, [this](CUdeviceptr from, CUdeviceptr end, pool::Tier to,
+      world_(std::make_unique<PoolWorld>(driver, pool, mover_, [this](CUdeviceptr from, CUdeviceptr end, pool::Tier to,
                                                               int device) { return ask_moves(from, end, to, device); })) {
   if (mode == Mode::Auto) {
     policy_ = std::make_unique<Policy>(*world_, policy);
@@ -310,7 +357,7 @@ void Tiering::after_launch(const LaunchSeen& seen, CUstream stream) {
   if (mover_.config().overlap) mover_.launch_ends();
   if (seen.read == LaunchSeen::Read::Read && seen.touches.count != 0) {
     if (trace::recording()) trace_launch(seen);
-    if (mode_ == Mode::Auto) show_policy(seen);
+    if (mode_ == Mode::Auto) show_policy(seen, stream);
   }
 }
 
@@ -340,7 +387,7 @@ void Tiering::trace_launch(const LaunchSeen& seen) {
     trace::record(trace::Kind::Touch, device, touched[i].address, touched[i].bytes, touched[i].host ? touched[i].bytes : 0);
 }
 
-void Tiering::show_policy(const LaunchSeen& seen) {
+void Tiering::show_policy(const LaunchSeen& seen, CUstream stream) {
   // Each pointer as the buffer it lies in: the live allocation's base and size (the pool's answer).
   Policy::Buffer buffers[LaunchTouches::kMax];
   std::size_t n = 0;
@@ -354,7 +401,7 @@ void Tiering::show_policy(const LaunchSeen& seen) {
   }
   if (n == 0) return;
   MutexLock lock(policy_mu_);
-  world_->set_device(device);
+  world_->set_launch(device, stream, graphs_.capturing());
   policy_->on_launch(reinterpret_cast<std::uintptr_t>(seen.function), std::span<const Policy::Buffer>(buffers, n));
 }
 
@@ -423,6 +470,9 @@ Stats Tiering::stats() const {
     s.periods_dropped = p.periods_dropped;
     s.kept_in_place = p.kept_in_place;
     s.kept_by_advice = p.kept_by_advice;
+    s.parts_promoted = p.parts_promoted;
+    s.guard_trials = p.guard.trials;
+    s.guard_off = p.guard.off;
   }
   return s;
 }

@@ -90,6 +90,9 @@ struct Stats {
   std::uint64_t periods_dropped = 0;    // times the learned period was dropped (the program changed)
   std::uint64_t kept_in_place = 0;      // thrash-guard decisions: memory left in host memory, read in place
   std::uint64_t kept_by_advice = 0;     // promotions not asked for: the memory prefers the host (advice)
+  std::uint64_t parts_promoted = 0;     // ... of which the part that fit the room there was was promoted
+  std::uint64_t guard_trials = 0;       // thrash-guard trials begun (guard_trial.h)
+  std::uint64_t guard_off = 0;          // 1 while the thrash guard is off: single-use memory moves
   std::uint64_t prefetches = 0;         // prefetches of pool memory (cuMemPrefetchAsync, uvmpool_prefetch)
   std::uint64_t advice = 0;             // advice on pool memory (cuMemAdvise, uvmpool_advise)
 };
@@ -159,7 +162,7 @@ class Tiering {
   std::unique_ptr<PoolWorld> world_;
   mutable Mutex policy_mu_;  // the policy is single-threaded; launches come from any thread
   std::unique_ptr<Policy> policy_ UVMPOOL_GUARDED_BY(policy_mu_);
-  void show_policy(const LaunchSeen& seen);
+  void show_policy(const LaunchSeen& seen, CUstream stream);
   // Asks the mover for the pieces of [from, end) on `device` not in `to`'s tier, a run of them at a
   // time, none larger than a batch (an epoch's hold grows with what it moves). False: none asked.
   bool ask_moves(CUdeviceptr from, CUdeviceptr end, pool::Tier to, int device);

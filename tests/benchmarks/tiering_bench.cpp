@@ -10,7 +10,10 @@
 //   saved activation, the activation gradient ping-pong, weight gradient written), then AdamW per
 //   layer (weights, gradients, state);
 // - decoding: batch-1 token steps over weights 1.5x the budget, each layer's weights read once a
-//   token, and a small KV cache per layer.
+//   token, and a small KV cache per layer;
+// - batched: the same steps at a large batch, each layer's weights read 32 times (a GEMM reads a
+//   weight tile once per tile of the batch): where reading in place loses to moving, so the thrash
+//   guard's trial turns the guard off (docs/tiering.md "The thrash guard is measured").
 //
 // Each is run: with everything fitting (the compute time at HBM speed), with today's first-come
 // placement (UVMPOOL_TIERING=remote: what spilled is read in place on every touch), and with the
@@ -93,9 +96,9 @@ Workload training(std::uint64_t unit) {
   return w;
 }
 
-Workload decoding(std::uint64_t unit) {
+Workload decoding(std::uint64_t unit, std::uint32_t passes = 1) {
   constexpr int kLayers = 24;
-  Workload w{"decoding", {}, {}, 0};
+  Workload w{passes == 1 ? "decoding" : "batched", {}, {}, 0};
   std::vector<std::size_t> weight, kv;
   for (int l = 0; l < kLayers; ++l) {
     w.tensors.push_back(16 * unit);  // 1.5x a 256-unit budget over 24 layers
@@ -103,7 +106,7 @@ Workload decoding(std::uint64_t unit) {
     w.tensors.push_back(unit / 2);
     kv.push_back(w.tensors.size() - 1);
   }
-  for (int l = 0; l < kLayers; ++l) w.step.push_back({{weight[l], 1, false}, {kv[l], 1, true}});
+  for (int l = 0; l < kLayers; ++l) w.step.push_back({{weight[l], passes, false}, {kv[l], 1, true}});
   return w;
 }
 
@@ -215,12 +218,12 @@ unsigned long long violations() {
 int main(int argc, char** argv) {
   Options options("uvmpool-bench-tiering", "Kernel-sequence replays that do not fit: tiering against first-come placement (modeled).");
   options.add("unit", "2M", "the replay's size unit: the training budget is 256 units, decoding weights 384");
-  options.add("steps", "8", "steps replayed; the last --timed are timed");
+  options.add("steps", "16", "steps replayed; the last --timed are timed (the thrash guard's trial takes about 10 after the period is learned)");
   options.add("timed", "3", "steps timed");
   options.add("lookahead", "32", "tiering policy: launches looked ahead");
   options.add("in-flight", "256M", "tiering policy: promotion bytes in flight");
   options.add("batch", "128M", "mover: bytes per epoch");
-  options.add("workloads", "training,decoding", "which replays");
+  options.add("workloads", "training,decoding,batched", "which replays");
   options.add("holds-ahead", "8", "mover: holds standing at once in the holds-ahead row");
   options.add("queue-depth", "0", "operations the program runs ahead of the GPU before it waits (0: a whole step)");
   options.parse(&argc, argv);
@@ -250,6 +253,7 @@ int main(int argc, char** argv) {
   const std::string which = options.text("workloads");
   if (which.find("training") != std::string::npos) workloads.push_back(training(unit));
   if (which.find("decoding") != std::string::npos) workloads.push_back(decoding(unit));
+  if (which.find("batched") != std::string::npos) workloads.push_back(decoding(unit, 32));
   bool ok = true;
   for (const Workload& w : workloads) {
     const std::uint64_t budget = 256 * unit;
@@ -258,6 +262,9 @@ int main(int argc, char** argv) {
     const Run held = replay(w, budget, tiering::Mode::Auto, false, steps, timed, policy, batch);
     const Run overlap = replay(w, budget, tiering::Mode::Auto, true, steps, timed, policy, batch);
     const Run ahead = replay(w, budget, tiering::Mode::Auto, false, steps, timed, policy, batch, g_holds_ahead);
+    tiering::PolicyConfig guard_on = policy;  // the thrash guard as it was before its trial
+    guard_on.guard.setting = tiering::GuardSetting::On;
+    const Run kept = replay(w, budget, tiering::Mode::Auto, false, steps, timed, guard_on, batch, g_holds_ahead);
     const double pcie = static_cast<double>(w.need() - budget) / copy_rate;  // each way, in parallel
     const double floor = std::max(fits.step_seconds, pcie);
     std::printf("\n%s: %s needed, device budget %s (%.2fx); floor %s a step (fits: %s, PCIe each way: %s)\n",
@@ -279,6 +286,7 @@ int main(int argc, char** argv) {
     row("tiering auto, copies overlap", overlap);
     const std::string ahead_name = "tiering auto, " + std::to_string(g_holds_ahead) + " holds ahead";
     row(ahead_name.c_str(), ahead);
+    row((ahead_name + ", guard on").c_str(), kept);
     if (w.activation_bytes != 0) {
       const double save_on_cpu = fits.step_seconds + 2.0 * static_cast<double>(w.activation_bytes) / copy_rate;
       std::printf("  %-30s %12s %10s %12s   (modeled: the fitting step + activations out and back on its stream)\n",
@@ -291,10 +299,14 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(held.policy.demotions), static_cast<unsigned long long>(held.policy.kept_in_place),
                 static_cast<unsigned long long>(held.mover.epochs), static_cast<unsigned long long>(held.mover.moves),
                 static_cast<unsigned long long>(held.mover.moves_failed));
-    std::printf("  policy (%s): period %llu launches, %llu promotions, %llu demotions, %llu kept in place; "
+    std::printf("  policy (%s): period %llu launches, %llu promotions, %llu demotions, %llu kept in place, "
+                "thrash guard %s after %llu trials (period on %s, off %s); "
                 "mover: %llu epochs, %llu moves, %llu failed, %llu requested, %llu refused\n", ahead_name.c_str(),
                 static_cast<unsigned long long>(ahead.policy.period), static_cast<unsigned long long>(ahead.policy.promotions),
                 static_cast<unsigned long long>(ahead.policy.demotions), static_cast<unsigned long long>(ahead.policy.kept_in_place),
+                ahead.policy.guard.off != 0 ? "off" : "on", static_cast<unsigned long long>(ahead.policy.guard.trials),
+                format_seconds(static_cast<double>(ahead.policy.guard.on_ns) * 1e-9).c_str(),
+                format_seconds(static_cast<double>(ahead.policy.guard.off_ns) * 1e-9).c_str(),
                 static_cast<unsigned long long>(ahead.mover.epochs), static_cast<unsigned long long>(ahead.mover.moves),
                 static_cast<unsigned long long>(ahead.mover.moves_failed), static_cast<unsigned long long>(ahead.mover.requested),
                 static_cast<unsigned long long>(ahead.mover.refused));

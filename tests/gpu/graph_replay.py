@@ -76,6 +76,7 @@ try:
                                             "launches_read", "launches_in_place", "tiering_moves",
                                             "tiering_promoted_bytes", "tiering_demoted_bytes", "tiering_epochs",
                                             "tiering_moves_failed", "tiering_period", "tiering_kept_in_place",
+                                            "tiering_parts_promoted", "tiering_guard_trials", "tiering_guard_off",
                                             "tiering_holds_given_up")}
 except (AttributeError, OSError, KeyError, ValueError):
     pass
@@ -113,7 +114,10 @@ def main():
     lib = os.path.abspath(args.lib)
     limited = {"UVMPOOL_DEVICE_LIMIT": args.limit}
     settings = {"native": ({}, None), "remote": ({**limited, "UVMPOOL_TIERING": "remote"}, lib),
-                "auto": ({**limited, "UVMPOOL_TIERING": "auto"}, lib)}
+                "auto": ({**limited, "UVMPOOL_TIERING": "auto"}, lib),
+                # one epoch at a time, and the thrash guard fixed on as before its trial (docs/tiering.md)
+                "auto_held": ({**limited, "UVMPOOL_TIERING": "auto", "UVMPOOL_TIERING_HOLDS_AHEAD": "1"}, lib),
+                "auto_guard_on": ({**limited, "UVMPOOL_TIERING": "auto", "UVMPOOL_TIERING_THRASH_GUARD": "on"}, lib)}
     ok, done = True, []
     for shape in args.shapes.split(","):
         wanted = ["remote"] + [n for n in args.runs.split(",") if n in settings and n != "remote"]

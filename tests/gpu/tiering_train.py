@@ -44,6 +44,7 @@ try:
                                             "tiering_demoted_bytes", "tiering_epochs", "tiering_moves_failed",
                                             "tiering_moves_touched", "tiering_period", "tiering_periods_learned",
                                             "tiering_periods_dropped", "tiering_kept_in_place",
+                                            "tiering_guard_trials", "tiering_guard_off",
                                             "tiering_holds_given_up", "tiering_host_waits")}
 except (AttributeError, OSError, KeyError, ValueError):
     pass
@@ -90,6 +91,9 @@ def main():
         "auto_overlap": ({**limited, "UVMPOOL_TIERING": "auto", "UVMPOOL_TIERING_COPY": "overlap"}, lib),
         # holds placed ahead in the program's stream order (docs/tiering.md)
         "auto_ahead": ({**limited, "UVMPOOL_TIERING": "auto", "UVMPOOL_TIERING_HOLDS_AHEAD": "8"}, lib),
+        # the thrash guard fixed on, as before its trial (docs/tiering.md "The thrash guard is measured")
+        "auto_ahead_guard_on": ({**limited, "UVMPOOL_TIERING": "auto", "UVMPOOL_TIERING_HOLDS_AHEAD": "8",
+                                 "UVMPOOL_TIERING_THRASH_GUARD": "on"}, lib),
     }
     wanted = ["remote"] + [n for n in args.runs.split(",") if n in settings and n != "remote"]
     runs = {n: run(n, settings[n][0], settings[n][1], args) for n in wanted}

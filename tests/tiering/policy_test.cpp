@@ -20,6 +20,8 @@
 namespace {
 
 using uvmpool::pool::Tier;
+using uvmpool::tiering::GuardSetting;
+using uvmpool::tiering::GuardTrial;
 using uvmpool::tiering::Policy;
 using uvmpool::tiering::PolicyConfig;
 using uvmpool::tiering::PolicyStats;
@@ -63,8 +65,20 @@ class FakeWorld : public Policy::World {
     }
     x.host = to == Tier::Host;
     (to == Tier::Device ? ever_promoted : ever_demoted).insert(b.address);
+    clock += x.bytes;  // a byte over PCIe: 1 ns
     return true;
   }
+  // With `timed`, a period's time is answered as the next begins: launches and moves take modeled
+  // time on `clock` (ns): a byte over PCIe 1, from device memory 1/64 (HBM against PCIe, about).
+  std::optional<GuardTrial::Time> period_started(std::uint64_t n) override {
+    const std::uint64_t ns = clock - marked_;
+    marked_ = clock;
+    if (!timed || n == 1) return std::nullopt;
+    return GuardTrial::Time{n - 1, ns};
+  }
+  bool timed = false;
+  std::uint32_t passes = 1;  // times a launch reads each buffer it touches
+  std::uint64_t clock = 0;
   // One launch of `function` over `addresses`: counts hits (on device) and bytes read in place.
   void launch(Policy& policy, std::uint64_t function, const std::vector<CUdeviceptr>& addresses) {
     std::vector<Policy::Buffer> seen;
@@ -74,8 +88,10 @@ class FakeWorld : public Policy::World {
       if (b.host) {
         ++misses;
         in_place += b.bytes;
+        clock += b.bytes * passes;
       } else {
         ++hits;
+        clock += b.bytes * passes / 64;
       }
     }
     policy.on_launch(function, seen);
@@ -87,7 +103,7 @@ class FakeWorld : public Policy::World {
   std::set<CUdeviceptr> ever_promoted, ever_demoted;
 
  private:
-  std::uint64_t capacity_, used_ = 0;
+  std::uint64_t capacity_, used_ = 0, marked_ = 0;
   CUdeviceptr next_ = 1ull << 40;
   std::map<CUdeviceptr, Policy::Buffer> buffers_;
 };
@@ -228,6 +244,52 @@ TEST(Policy_, ABufferUsedOnceAPeriodThatCannotStayIsReadInPlace) {
   EXPECT_EQ(w.demoted, 0u);
   EXPECT_EQ(w.in_place, 10 * 4 * kUnit) << "the excess is read in place, once a token";
   EXPECT_GT(p.stats().kept_in_place, 0u);
+}
+
+// A decoding-shaped sweep (each weight read by one launch a token, 1.5x what fits) whose kernels read
+// their weights `passes` times, on a timed world; the per-token time of the last 10 tokens.
+struct Sweep {
+  std::uint64_t token_ns = 0, in_place = 0, promoted = 0;
+  PolicyStats stats;
+};
+Sweep sweep(std::uint32_t passes, GuardSetting setting) {
+  FakeWorld w(8 * kUnit);
+  w.timed = true;
+  w.passes = passes;
+  std::vector<std::vector<CUdeviceptr>> token;
+  for (int i = 0; i < 12; ++i) token.push_back({w.add(kUnit, i >= 8)});
+  PolicyConfig c;
+  c.guard.setting = setting;
+  Policy p(w, c);
+  run(w, p, token, 30);
+  w.reset_counts();
+  const std::uint64_t before = w.clock;
+  run(w, p, token, 10);
+  return {(w.clock - before) / 10, w.in_place, w.promoted, p.stats()};
+}
+
+TEST(Policy_, TheThrashGuardGoesOffWhenReadingInPlaceIsMeasuredSlower) {
+  // A GEMM at a large batch reads its weights 32 times: in place, each read crosses PCIe.
+  const Sweep kept = sweep(32, GuardSetting::On), measured = sweep(32, GuardSetting::Measure);
+  EXPECT_EQ(kept.promoted, 0u);
+  EXPECT_EQ(kept.stats.guard.trials, 0u);
+  EXPECT_EQ(measured.stats.guard.trials, 1u);
+  EXPECT_EQ(measured.stats.guard.off, 1u);
+  EXPECT_GT(measured.stats.guard.on_ns, 2 * measured.stats.guard.off_ns);
+  EXPECT_GT(measured.promoted, 0u) << "the excess moves in ahead of its launch";
+  EXPECT_LT(measured.in_place, kept.in_place);
+  EXPECT_LT(2 * measured.token_ns, kept.token_ns) << "measured " << measured.token_ns << " ns a token, kept " << kept.token_ns;
+}
+
+TEST(Policy_, TheThrashGuardStaysOnWhenEachByteIsReadOnce) {
+  // A batch-1 decode's GEMV reads each weight once: moving it in and out costs twice reading it.
+  const Sweep kept = sweep(1, GuardSetting::On), measured = sweep(1, GuardSetting::Measure);
+  EXPECT_EQ(measured.stats.guard.trials, 1u);
+  EXPECT_EQ(measured.stats.guard.off, 0u);
+  EXPECT_LT(measured.stats.guard.on_ns, measured.stats.guard.off_ns);
+  EXPECT_EQ(measured.promoted, 0u);
+  EXPECT_EQ(measured.in_place, kept.in_place);
+  EXPECT_EQ(measured.token_ns, kept.token_ns);
 }
 
 TEST(Policy_, TrainingShapedStepHitsMostlyOnTheDevice) {
