@@ -197,6 +197,13 @@ void Segment::set_state(shm::State state) {
 
 void Segment::unlink() { ::unlink(path_.c_str()); }
 
+void Segment::close_inherited() {
+  if (base_ != nullptr) munmap(base_, bytes_);
+  if (fd_ >= 0) close(fd_);
+  base_ = nullptr;
+  fd_ = -1;
+}
+
 std::unique_ptr<Publisher> Publisher::start(std::function<Report()> collect, std::uint32_t interval_ms,
                                             const std::string& dir) {
   std::string error;
@@ -219,6 +226,12 @@ Publisher::~Publisher() {
 
 void Publisher::run() {
   pthread_setname_np(pthread_self(), "uvmpool-stats");
+  const std::string& own = segment_->path();
+  std::size_t removed = 0;
+  for (const SegmentInfo& s : list_segments(false, own.substr(0, own.rfind('/')))) {
+    if (s.path != own && remove_stale(s)) ++removed;
+  }
+  if (removed != 0) log::debug("removed {} stale statistics segment(s) of ended processes", removed);
   std::unique_lock lock(mu_);
   while (!stopping_) {
     wake_.wait_for(lock, std::chrono::milliseconds(interval_ms_));
@@ -244,9 +257,11 @@ void Publisher::stop(bool keep) {
 }
 
 void Publisher::abandon() {
-  // The thread does not exist in the child and the segment is the parent's: touch neither. The
-  // caller leaks this object (a joinable std::thread must not be destroyed).
+  // The thread does not exist in the child and the segment's file is the parent's: only our copy of
+  // its descriptor and mapping go. The caller leaks this object (a joinable std::thread must not be
+  // destroyed), and with it the Segment (no allocator call after fork).
   stopped_ = true;
+  segment_->close_inherited();
   (void)segment_.release();
 }
 

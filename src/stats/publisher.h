@@ -34,6 +34,10 @@ class Segment {
   void write(const Report& r);
   void set_state(shm::State state);
   void unlink();  // removes the file (the mapping stays valid)
+  // In a forked child: unmaps and closes the parent's segment, touching neither its file nor its lock
+  // (a flock belongs to the open file, which the parent keeps open), so that a child outliving its
+  // parent does not keep the parent's segment looking alive. System calls only, no allocation.
+  void close_inherited();
   const std::string& path() const { return path_; }
 
  private:
@@ -46,7 +50,9 @@ class Segment {
   std::size_t device_count_ = 0;  // metrics per device
 };
 
-// The thread that keeps a segment current.
+// The thread that keeps a segment current. On starting it also removes the stale segments of this
+// user's ended processes in its directory (shm_reader.h: nobody holds their lock): a process killed
+// by a signal or abort() cannot remove its own, and no uvmpool-stat may ever run to sweep them.
 class Publisher {
  public:
   // Creates the segment from collect() and starts refreshing it. nullptr (and a log line) on failure.
@@ -55,8 +61,8 @@ class Publisher {
   ~Publisher();  // stop(false) unless already stopped
   // Joins the thread; writes the final figures; marks the segment exited, then removes it unless `keep`.
   void stop(bool keep = false);
-  // In a forked child: forgets the parent's thread and segment without touching either; the caller
-  // must then leak the Publisher.
+  // In a forked child: forgets the parent's thread and closes its copy of the segment (the file and
+  // the lock stay the parent's); the caller must then leak the Publisher.
   void abandon();
   const std::string& path() const { return segment_->path(); }
 

@@ -421,6 +421,10 @@ SegmentInfo inspect_segment(const std::string& path) {
       info.alive = errno == EWOULDBLOCK;
     } else {
       flock(m.fd(), LOCK_UN);
+      // Every writer locks its segment before the magic makes it readable, and holds the lock until
+      // it dies, so a readable segment nobody locks has no writer left, however recent its values: a
+      // process ended by abort() or a signal (NCCL's watchdog) must not keep it for seconds more.
+      if (valid) info.fresh = false;
     }
   }
   return info;

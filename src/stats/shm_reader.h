@@ -24,12 +24,15 @@ struct SegmentInfo {
   std::uint64_t start_ticks = 0;             // the header's (when readable)
   shm::State state = shm::State::Starting;   // the header's (when readable)
   bool alive = false;          // the process that wrote it still runs (process_alive), or holds a lock on it
-  bool fresh = false;          // its values were written within 3 refresh intervals + 1 s
+  bool fresh = false;          // its values were written within 3 refresh intervals + 1 s, and (when
+                               // readable) its writer still holds the lock: a readable segment that
+                               // nobody locks is never fresh
   std::uint64_t updated_unix_ns = 0;         // the header's (when readable)
   std::uint32_t interval_ms = 0;             // the header's (when readable)
   // Stale: left by a process that has ended. A segment still being refreshed is never stale, whatever
   // its pid says here: its writer may live in another pid namespace (a container with --ipc=host
-  // shares /dev/shm, not pids), where our kill() and /proc cannot see it.
+  // shares /dev/shm, not pids), where our kill() and /proc cannot see it, but where it holds the
+  // segment's lock. Once nobody holds that lock the writer is gone, refreshed a moment ago or not.
   bool stale() const { return !alive && !fresh; }
 };
 

@@ -1,6 +1,8 @@
 // The library's writer (src/stats/publisher.h) against the reader and against the test writer: what
 // the publisher writes reads back as the Report it was given, and carries the same descriptors, values
 // and header fields as segment_writer.h (offsets may differ: the layout fixes them in the header).
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -167,6 +169,110 @@ TEST(Publisher, ThreadRefreshesThenMarksExited) {
   EXPECT_EQ(got.process_values[0], calls.load());  // the final figures
   p.reset();
   unlink(path.c_str());
+}
+
+// A child process that publishes a segment in `dir` through the library's writer, then (when
+// `fork_again`) forks a grandchild that closes its inherited copy as the library's fork handler does,
+// then waits to be killed. Its pid and its segment's path come back once both are in place.
+struct Publishing {
+  pid_t pid = -1, grandchild = -1;
+  std::string path;
+};
+
+Publishing publish_in_child(const std::string& dir, bool fork_again) {
+  int ready[2];
+  EXPECT_EQ(pipe(ready), 0);
+  Publishing out;
+  out.pid = fork();
+  if (out.pid == 0) {
+    close(ready[0]);
+    Report r = two_devices();
+    r.pid = getpid();
+    r.updated_unix_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    std::string error;
+    std::unique_ptr<Segment> s = Segment::create(r, 100, &error, dir);
+    pid_t grandchild = 0;
+    if (s != nullptr && fork_again) {
+      grandchild = fork();
+      if (grandchild == 0) {
+        s->close_inherited();
+        (void)s.release();
+        for (;;) pause();
+      }
+    }
+    const bool ok = s != nullptr && grandchild >= 0;
+    const pid_t word = ok ? grandchild : -1;
+    (void)!write(ready[1], &word, sizeof word);
+    for (;;) pause();
+  }
+  close(ready[1]);
+  pid_t word = -1;
+  EXPECT_EQ(read(ready[0], &word, sizeof word), static_cast<ssize_t>(sizeof word));
+  close(ready[0]);
+  EXPECT_GE(word, 0) << "the child could not publish";
+  out.grandchild = word > 0 ? word : -1;
+  char name[64];
+  shm::segment_name(name, sizeof name, geteuid(), out.pid);
+  out.path = dir + "/" + name;
+  return out;
+}
+
+void kill_and_reap(pid_t pid) {
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+}
+
+TEST(Publisher, ASegmentIsStaleAsSoonAsItsWriterDies) {
+  // As NCCL's watchdog ends a rank (abort(): no exit handler runs), its values a moment old.
+  test::TempDir dir;
+  const Publishing p = publish_in_child(dir.path(), false);
+  SegmentInfo s = inspect_segment(p.path);
+  ASSERT_TRUE(s.readable) << s.error;
+  EXPECT_TRUE(s.alive);
+  EXPECT_TRUE(s.fresh);  // just written: only the lock tells that its writer is gone
+  EXPECT_FALSE(s.stale());
+  kill_and_reap(p.pid);
+  s = inspect_segment(p.path);
+  EXPECT_TRUE(s.readable) << s.error;
+  EXPECT_FALSE(s.alive);
+  EXPECT_FALSE(s.fresh);
+  EXPECT_TRUE(s.stale());
+  EXPECT_TRUE(remove_stale(s));
+  EXPECT_NE(access(p.path.c_str(), F_OK), 0);
+}
+
+TEST(Publisher, AForkedChildDoesNotKeepItsParentsSegmentAlive) {
+  test::TempDir dir;
+  const Publishing p = publish_in_child(dir.path(), true);
+  ASSERT_GT(p.grandchild, 0);
+  kill_and_reap(p.pid);  // the grandchild lives on (a data loader's worker outliving its trainer)
+  const SegmentInfo s = inspect_segment(p.path);
+  EXPECT_FALSE(s.alive);
+  EXPECT_TRUE(s.stale());
+  kill(p.grandchild, SIGKILL);  // not ours to reap: its parent is gone, init reaps it
+}
+
+TEST(Publisher, StartingRemovesTheStaleSegmentsOfEndedProcesses) {
+  test::TempDir dir;
+  Report gone = two_devices();
+  gone.pid = test::dead_pid();
+  test::SegmentWriter ended(gone, dir.path(), geteuid(), 1);
+  ended.keep();
+  ended.end();
+  Report in_other_namespace = two_devices();
+  in_other_namespace.pid = test::dead_pid();  // a pid that means nothing here, but its lock is held
+  test::SegmentWriter locked(in_other_namespace, dir.path(), geteuid(), 1);
+  ASSERT_TRUE(inspect_segment(ended.path()).stale());
+  std::unique_ptr<Publisher> p = Publisher::start([] { return two_devices(); }, 10, dir.path());
+  ASSERT_NE(p, nullptr);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (access(ended.path().c_str(), F_OK) == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_NE(access(ended.path().c_str(), F_OK), 0) << "the ended process's segment is still there";
+  EXPECT_EQ(access(locked.path().c_str(), F_OK), 0);
+  EXPECT_EQ(access(p->path().c_str(), F_OK), 0);
+  p->stop();
 }
 
 }  // namespace

@@ -59,6 +59,7 @@ class SegmentWriter {
 
     fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd_ < 0 || ftruncate(fd_, static_cast<off_t>(size_)) != 0) throw std::runtime_error("cannot create " + path_);
+    flock(fd_, LOCK_SH);  // as the library's publisher does: held while the writer lives
     void* p = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
     if (p == MAP_FAILED) throw std::runtime_error("cannot map " + path_);
     bytes_ = static_cast<unsigned char*>(p);
@@ -124,12 +125,13 @@ class SegmentWriter {
   const std::string& path() const { return path_; }
   int fd() const { return fd_; }
   void keep() { keep_ = true; }
-  // Makes the values look `seconds` old: a segment nobody has refreshed for that long (its writer
-  // ended), so that a pid that is not running here makes it stale.
+  // The writer dies (a signal, abort()): its lock goes with it, its file stays as it was.
+  void end() { flock(fd_, LOCK_UN); }
+  // Makes the values look `seconds` old: a segment nobody has refreshed for that long.
   void age(double seconds) {
     const auto ns = header().updated_unix_ns.load();
     header().updated_unix_ns.store(ns - static_cast<std::uint64_t>(seconds * 1e9));
-  }  // leave the file behind (a process that died without cleaning up)
+  }
 
  private:
   static constexpr auto kRelaxed = std::memory_order_relaxed;

@@ -115,7 +115,7 @@ TEST(Reader, ListsOwnSegmentsOnlyUnlessAllUsers) {
   EXPECT_TRUE(list_segments(false, dir.file("missing")).empty());
 }
 
-TEST(Reader, StaleWhenThePidIsGoneOrReused) {
+TEST(Reader, StaleWhenThePidIsGoneOrReusedAndNobodyLocksIt) {
   TempDir dir;
   const pid_t dead = test::dead_pid();
   std::uint64_t parent_ticks = 0;
@@ -123,18 +123,20 @@ TEST(Reader, StaleWhenThePidIsGoneOrReused) {
   SegmentWriter gone(report_of(dead), dir.path(), geteuid(), 12345);
   SegmentWriter reused(report_of(getppid()), dir.path(), geteuid(), parent_ticks + 1);  // a later process's pid
   SegmentWriter live(report_of(getpid()), dir.path(), geteuid(), own_ticks());
-  // Still refreshed: the writer may run in another pid namespace, so not stale yet.
+  // Locked: the writer may run in another pid namespace, so alive whatever its pid says here.
   for (const SegmentInfo& s : list_segments(false, dir.path())) {
-    EXPECT_EQ(s.alive, s.pid == getpid()) << s.name;
+    EXPECT_TRUE(s.alive) << s.name;
     EXPECT_TRUE(s.fresh) << s.name;
     EXPECT_FALSE(s.stale()) << s.name;
   }
-  gone.age(3600);
-  reused.age(3600);
-  live.age(3600);  // a live process refreshes; this one is alive by its pid anyway
+  // The writers die, their values a moment old (abort() runs no exit handler): stale at once, not
+  // seconds later. The live one is alive by its pid anyway.
+  gone.end();
+  reused.end();
+  live.end();
   for (const SegmentInfo& s : list_segments(false, dir.path())) {
     EXPECT_EQ(s.alive, s.pid == getpid()) << s.name;
-    EXPECT_FALSE(s.fresh) << s.name;
+    EXPECT_EQ(s.fresh, s.pid == getpid()) << s.name;
     EXPECT_EQ(s.stale(), s.pid != getpid()) << s.name;
   }
   EXPECT_FALSE(process_alive(dead, 0));
@@ -148,6 +150,7 @@ TEST(Reader, AnExitedSegmentIsStaleOnceItsProcessIsGone) {
   Report r = report_of(test::dead_pid());
   r.exited = true;
   SegmentWriter w(r, dir.path(), geteuid(), 1);  // just written, but final
+  w.end();
   const SegmentInfo s = inspect_segment(w.path());
   EXPECT_EQ(s.state, shm::State::Exited);
   EXPECT_FALSE(s.fresh);
@@ -158,10 +161,10 @@ TEST(Reader, RemovesOnlyStaleSegmentsOfItsOwnUser) {
   TempDir dir;
   SegmentWriter gone(report_of(test::dead_pid()), dir.path(), geteuid(), 1);
   gone.keep();
-  gone.age(3600);
+  gone.end();
   SegmentWriter live(report_of(getpid()), dir.path(), geteuid(), own_ticks());
   SegmentWriter other(report_of(test::dead_pid()), dir.path(), geteuid() + 1, 1);
-  other.age(3600);
+  other.end();
   SegmentWriter refreshed(report_of(test::dead_pid()), dir.path(), geteuid(), 1);  // another pid namespace's
   for (const SegmentInfo& s : list_segments(true, dir.path())) {
     const bool removable = s.path == gone.path();
@@ -173,13 +176,12 @@ TEST(Reader, RemovesOnlyStaleSegmentsOfItsOwnUser) {
 TEST(Reader, ALockedSegmentIsAliveWhateverItsPid) {
   // A writer in another pid namespace: its pid means nothing here, its lock does.
   TempDir dir;
-  SegmentWriter w(report_of(test::dead_pid()), dir.path(), geteuid(), 1);
+  SegmentWriter w(report_of(test::dead_pid()), dir.path(), geteuid(), 1);  // locks, as a writer does
   w.age(3600);  // not refreshed either
-  ASSERT_EQ(flock(w.fd(), LOCK_SH), 0);
   SegmentInfo s = inspect_segment(w.path());
   EXPECT_TRUE(s.alive);
   EXPECT_FALSE(remove_stale(s));
-  flock(w.fd(), LOCK_UN);
+  w.end();
   s = inspect_segment(w.path());
   EXPECT_FALSE(s.alive);
   EXPECT_TRUE(s.stale());

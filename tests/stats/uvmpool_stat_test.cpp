@@ -105,7 +105,7 @@ TEST(Stat, RemovesStaleSegmentsUnlessAskedToKeepThem) {
   const pid_t dead = test::dead_pid();
   {
     SegmentWriter w(report_of(dead), dir.path(), geteuid(), 1);
-    w.age(3600);  // not refreshed for an hour: its writer is gone
+    w.end();  // its writer is gone, without cleaning up
     w.keep();
   }
   char name[64];
@@ -203,6 +203,7 @@ TEST(Stat, WatchEndsWhenTheProcessEnds) {
     _exit(0);
   }
   SegmentWriter w(report_of(child), dir.path(), geteuid(), ticks_of(child));
+  w.end();  // written here on the child's behalf: the lock would be the child's, not this process's
   std::thread reaper([&] { waitpid(child, nullptr, 0); });  // a zombie would still count as running
   const auto start = std::chrono::steady_clock::now();
   const Result r = stat(dir, {"--watch=0.05", std::to_string(child)});
@@ -218,7 +219,7 @@ TEST(Stat, WatchEndsWhenTheProcessEnds) {
 TEST(Stat, AnEndedProcessShowsItsLastFigures) {
   TempDir dir;
   SegmentWriter w(report_of(test::dead_pid()), dir.path(), geteuid(), 1);
-  w.age(3600);
+  w.end();
   const Result r = stat(dir, {std::to_string(w.report().pid)});
   EXPECT_EQ(r.status, 0);
   EXPECT_NE(r.err.find("has ended; these are the last figures it published"), std::string::npos) << r.err;
