@@ -45,7 +45,7 @@ for part in ${parts//,/ }; do
           tee -a "$logs/peer_ipc.log"
       done
       step peer_ipc_py 420 python3 tests/gpu/peer_ipc.py --lib "$lib" ;;
-    nccl) step nccl 420 python3 tests/gpu/nccl_check.py --lib "$lib" ;;
+    nccl) step nccl 420 python3 tests/gpu/nccl_check.py --lib "$lib" --tiering-off ;;
     kill) step kill 300 python3 tests/gpu/ddp_train.py --lib "$lib" --parts kill ;;
     ddp) step ddp 560 python3 tests/gpu/ddp_train.py --lib "$lib" --dropin "$build/dropin" --parts fits,overcommit ;;
     *) echo "gpu-multi: unknown part '$part'"; status=2 ;;

@@ -33,6 +33,11 @@ from scoreboard_common import PcieMeter, base_env, device_figures, fmt_bytes, ru
 
 SHAPE = dict(n_layer=24, n_embd=1024, n_head=16, vocab_size=50257, n_positions=1024)  # as score_train.py
 RESULT = "UVMPOOL_DDP_RESULT "
+# What tiering did in a rank (docs/observability.md): moves, bytes each way, holds, launches that read
+# host memory in place, the period learned and the thrash guard's decisions.
+TIERING_FIGURES = ("launches_read", "launches_in_place", "tiering_moves", "tiering_promoted_bytes", "tiering_demoted_bytes",
+                   "tiering_epochs", "tiering_host_waits", "tiering_holds_given_up", "tiering_moves_failed",
+                   "tiering_period", "tiering_kept_in_place", "tiering_guard_trials", "tiering_guard_off")
 
 
 def parse(argv):
@@ -124,6 +129,7 @@ def worker(args):
         "spilled_allocations": dev.get("spilled_allocations"), "budget": dev.get("budget"),
         "external_device_bytes": dev.get("external_device_bytes"),
         "cuMemCreate_calls": proc.get("hook_calls", {}).get("cuMemCreate"),
+        "tiering": {k: proc.get(k) for k in TIERING_FIGURES},
     }
     gathered = [None] * world
     dist.all_gather_object(gathered, mine)
@@ -254,6 +260,10 @@ def part_overcommit(args, lib, native, failures, summary):
               f"{[(fmt_bytes(r['peak_live_device']), fmt_bytes(r['peak_live_host'])) for r in ranks]}; spilled "
               f"allocations {[r['spilled_allocations'] for r in ranks]}; losses over {args.warmup + steps} steps "
               f"against uncapped: {words}", flush=True)
+        for r in ranks:
+            t = r.get("tiering") or {}
+            print(f"UVMPOOL_DDP_ROW overcommit tiering {mode} rank {r['rank']}: " + ", ".join(
+                f"{k} {fmt_bytes(v) if k.endswith('_bytes') and v is not None else v}" for k, v in t.items()), flush=True)
         if not same:
             failures.append(f"overcommitted, tiering {mode}: losses differ from uncapped")
     ranks = best
