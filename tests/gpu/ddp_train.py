@@ -18,7 +18,8 @@ process a GPU, DistributedDataParallel), issue 20 items 1, 2 and 5:
   (worker: python3 ddp_train.py --worker ... under torchrun or started by --parts kill)
 
 Every process keeps NVLink multicast off (NCCL_NVLS_ENABLE=0 and the like): the machines lent here
-require it. Deterministic: CUBLAS_WORKSPACE_CONFIG=:4096:8, fixed seeds, the same data per rank.
+require it. Deterministic: CUBLAS_WORKSPACE_CONFIG=:4096:8, deterministic kernels and eager attention
+(--no-deterministic: the fused kernels), fixed seeds, the same data per rank.
 Last line: UVMPOOL_DDP ok|FAIL <what failed>.
 """
 import argparse, re, datetime, json, os, signal, statistics, subprocess, sys, tempfile, time
@@ -57,6 +58,9 @@ def parse(argv):
     p.add_argument("--capped-steps", type=int, default=6, help="steps when overcommitted")
     p.add_argument("--nccl-timeout", type=int, default=60, help="seconds (the kill part's collective timeout)")
     p.add_argument("--timeout", type=int, default=300, help="seconds each run may take")
+    p.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=True,
+                   help="deterministic kernels and attention written out (default): native DDP then repeats its "
+                        "losses bit for bit, so uvmpool's must equal them")
     return p.parse_args(argv)
 
 
@@ -73,8 +77,13 @@ def worker(args):
     if args.memory_fraction > 0:
         torch.cuda.set_per_process_memory_fraction(args.memory_fraction, local)
     torch.manual_seed(1234)
+    if args.deterministic:
+        # Two H200s showed native DDP differing from itself from step 2 on (fused attention's backward
+        # and the embedding's accumulate in no fixed order); a 2-rank all-reduce adds two values, the
+        # same either way. With every kernel deterministic the losses repeat bit for bit.
+        torch.use_deterministic_algorithms(True, warn_only=True)  # a warning, not a failed run, names any exception
     with torch.device("cuda", local):
-        model = GPT2LMHeadModel(GPT2Config(**SHAPE))
+        model = GPT2LMHeadModel(GPT2Config(**SHAPE, **({"attn_implementation": "eager"} if args.deterministic else {})))
     model.train()
     ddp = DDP(model, device_ids=[local])
     opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4, weight_decay=0.1)
@@ -147,7 +156,8 @@ def launch(args, label, env, extra, steps):
     # each rank's first error rather than torchrun's last line.
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--tee", "3",
            os.path.abspath(__file__), "--worker", "--out", out, "--batch", str(args.batch), "--seq", str(args.seq),
-           "--warmup", str(args.warmup), "--steps", str(steps)] + extra
+           "--warmup", str(args.warmup), "--steps", str(steps),
+           "--deterministic" if args.deterministic else "--no-deterministic"] + extra
     env = dict(env, **MULTICAST_OFF)
     _, code, _, text = run_child(cmd, env, args.timeout, f"{label} {' '.join(extra)}".strip())
     lines = text.splitlines()
