@@ -7,6 +7,8 @@
 #     nccl       tests/gpu/nccl_check.py: all-reduce bandwidth, NCCL's own cuMemCreate, peer queries
 #     kill       tests/gpu/ddp_train.py --parts kill: one rank killed in the middle of a step
 #     ddp        tests/gpu/ddp_train.py --parts fits,overcommit: DDP fitting and at a third of its need
+#     fits       tests/gpu/ddp_train.py --parts fits alone (ddp takes about 9 minutes on two H200s)
+#     overcommit tests/gpu/ddp_train.py --parts overcommit alone (with one native run for its need)
 #   (default: all). Logs go to $OUT when set, else to /tmp/uvmpool-multi.
 # NVLink multicast stays off in every process (NCCL_NVLS_ENABLE=0 and the like): the shared machines
 # this runs on require it.
@@ -48,6 +50,7 @@ for part in ${parts//,/ }; do
     nccl) step nccl 420 python3 tests/gpu/nccl_check.py --lib "$lib" --tiering-off ;;
     kill) step kill 300 python3 tests/gpu/ddp_train.py --lib "$lib" --parts kill ;;
     ddp) step ddp 560 python3 tests/gpu/ddp_train.py --lib "$lib" --dropin "$build/dropin" --parts fits,overcommit ;;
+    fits|overcommit) step "$part" 560 python3 tests/gpu/ddp_train.py --lib "$lib" --dropin "$build/dropin" --parts "$part" ;;
     *) echo "gpu-multi: unknown part '$part'"; status=2 ;;
   esac
 done

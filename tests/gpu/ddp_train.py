@@ -57,6 +57,9 @@ def parse(argv):
     p.add_argument("--steps", type=int, default=20, help="steps when it fits (all count for the losses)")
     p.add_argument("--capped-steps", type=int, default=6, help="steps when overcommitted")
     p.add_argument("--nccl-timeout", type=int, default=60, help="seconds (the kill part's collective timeout)")
+    p.add_argument("--collective-timeout", type=int, default=600,
+                   help="seconds (the other parts' collective timeout: PyTorch's own default for NCCL, so a stall "
+                        "shows as a slow step, not as a failed run)")
     p.add_argument("--timeout", type=int, default=300, help="seconds each run may take")
     p.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=True,
                    help="deterministic kernels and attention written out (default): native DDP then repeats its "
@@ -156,12 +159,14 @@ def launch(args, label, env, extra, steps):
     # each rank's first error rather than torchrun's last line.
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--tee", "3",
            os.path.abspath(__file__), "--worker", "--out", out, "--batch", str(args.batch), "--seq", str(args.seq),
-           "--warmup", str(args.warmup), "--steps", str(steps),
+           "--warmup", str(args.warmup), "--steps", str(steps), "--nccl-timeout", str(args.collective_timeout),
            "--deterministic" if args.deterministic else "--no-deterministic"] + extra
     env = dict(env, **MULTICAST_OFF)
     _, code, _, text = run_child(cmd, env, args.timeout, f"{label} {' '.join(extra)}".strip())
     lines = text.splitlines()
     if code != 0 or not os.path.exists(out):
+        # How far it got, step by step (rank 0's lines), before the error.
+        print("\n".join(l[:200] for l in lines if re.match(r"\[(?:default|rank)0\]:step ", l)), flush=True)
         return None, f"exit {code}: " + first_errors(lines)
     with open(out) as f:
         ranks = json.load(f)
@@ -350,7 +355,14 @@ def main():
     dropin = os.path.abspath(args.dropin or os.path.join(os.path.dirname(lib), "..", "dropin"))
     parts = args.parts.split(",")
     failures, summary = [], {}
-    native = part_fits(args, lib, dropin, failures, summary) if ("fits" in parts or "overcommit" in parts) else None
+    if "fits" in parts:
+        native = part_fits(args, lib, dropin, failures, summary)
+    elif "overcommit" in parts:  # only its need, and the uncapped losses: one native run
+        native, why = launch(args, "native DDP", base_env(), [], args.steps)
+        if native is None:
+            failures.append(f"native DDP: {why}")
+    else:
+        native = None
     if "overcommit" in parts and native:
         part_overcommit(args, lib, native, failures, summary)
     if "kill" in parts:
