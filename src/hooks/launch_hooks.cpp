@@ -69,6 +69,40 @@ bool is_launch_hook(driver::Fn fn) {
     case Fn::cuMemsetD16Async_ptsz:
     case Fn::cuMemsetD32Async:
     case Fn::cuMemsetD32Async_ptsz:
+    case Fn::cuMemsetD2D8_v2:
+    case Fn::cuMemsetD2D8_v2_ptds:
+    case Fn::cuMemsetD2D16_v2:
+    case Fn::cuMemsetD2D16_v2_ptds:
+    case Fn::cuMemsetD2D32_v2:
+    case Fn::cuMemsetD2D32_v2_ptds:
+    case Fn::cuMemsetD2D8Async:
+    case Fn::cuMemsetD2D8Async_ptsz:
+    case Fn::cuMemsetD2D16Async:
+    case Fn::cuMemsetD2D16Async_ptsz:
+    case Fn::cuMemsetD2D32Async:
+    case Fn::cuMemsetD2D32Async_ptsz:
+    case Fn::cuMemcpy2D_v2:
+    case Fn::cuMemcpy2D_v2_ptds:
+    case Fn::cuMemcpy2DUnaligned_v2:
+    case Fn::cuMemcpy2DUnaligned_v2_ptds:
+    case Fn::cuMemcpy2DAsync_v2:
+    case Fn::cuMemcpy2DAsync_v2_ptsz:
+    case Fn::cuMemcpy3D_v2:
+    case Fn::cuMemcpy3D_v2_ptds:
+    case Fn::cuMemcpy3DAsync_v2:
+    case Fn::cuMemcpy3DAsync_v2_ptsz:
+    case Fn::cuMemcpyPeer:
+    case Fn::cuMemcpyPeer_ptds:
+    case Fn::cuMemcpyPeerAsync:
+    case Fn::cuMemcpyPeerAsync_ptsz:
+    case Fn::cuMemcpy3DPeer:
+    case Fn::cuMemcpy3DPeer_ptds:
+    case Fn::cuMemcpy3DPeerAsync:
+    case Fn::cuMemcpy3DPeerAsync_ptsz:
+    case Fn::cuMemcpyBatchAsync:
+    case Fn::cuMemcpyBatchAsync_ptsz:
+    case Fn::cuMemcpyBatchAsync_v2:
+    case Fn::cuMemcpyBatchAsync_v2_ptsz:
     // Capture and graphs (graph_hooks.cpp).
     case Fn::cuStreamBeginCapture_v2:
     case Fn::cuStreamBeginCapture_v2_ptsz:

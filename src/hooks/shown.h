@@ -3,7 +3,7 @@
 // touches) and after (a move whose memory it touched meanwhile is dropped; src/tiering/mover.h).
 #pragma once
 
-#include <initializer_list>
+#include <span>
 
 #include "tiering/tiering.h"
 
@@ -16,9 +16,9 @@ class Shown {
       : tiering_(tiering::Tiering::process()), stream_(stream) {
     if (tiering_ != nullptr) tiering_->before_launch(f, stream, params, extra, &seen_);
   }
-  Shown(tiering::Transfer kind, CUstream stream, std::initializer_list<tiering::TransferRange> ranges)
+  Shown(tiering::Transfer kind, CUstream stream, std::span<const tiering::TransferRange> ranges)
       : tiering_(tiering::Tiering::process()), stream_(stream) {
-    if (tiering_ != nullptr) tiering_->before_transfer(kind, stream, {ranges.begin(), ranges.size()}, &seen_);
+    if (tiering_ != nullptr) tiering_->before_transfer(kind, stream, ranges, &seen_);
   }
   Shown(CUgraphExec exec, CUstream stream) : tiering_(tiering::Tiering::process()), stream_(stream) {
     if (tiering_ != nullptr) tiering_->before_graph_launch(exec, stream, &seen_);

@@ -4,14 +4,19 @@
 // The copies that may wait inside the driver for the device also pass the host-wait gate
 // (host_wait_hooks.cpp says what was measured): the synchronous ones, and the asynchronous ones
 // with a host side (pageable host memory makes them synchronous). Device-to-device asynchronous
-// copies and the memsets never waited on the host in the measurement and are not gated. Handed out
-// only while tiering watches launches (hands_out): with UVMPOOL_TIERING=off they cost nothing.
+// copies and the memsets never waited on the host in the measurement and are not gated. Strided
+// copies (2D, 3D), peer copies and pitched memsets touch the span from their first byte to their
+// last on each side (tiering/transfer_ranges.h); a batch of copies touches each of its copies. Handed
+// out only while tiering watches launches (hands_out): with UVMPOOL_TIERING=off they cost nothing.
 #include "driver/real_driver.h"
 #include "hooks/hooks.h"
 #include "hooks/shown.h"
 #include "stats/counters.h"
 #include "tiering/streams.h"
 #include "tiering/tiering.h"
+#include "tiering/transfer_ranges.h"
+
+#include <vector>
 
 namespace uvmpool::hooks::impl {
 namespace {
@@ -25,17 +30,22 @@ tiering::HostWaitGate& gate() { return tiering::StreamRegistry::process().host_w
 
 }  // namespace
 
-// Counts the call, shows it to tiering (`stream`, `kind`, the ranges), passes the gate when `gated`
-// (before the showing: a call waiting at the gate is not under way), and forwards it.
-#define UVMPOOL_TRANSFER(symbol, params, args, gated, kind, stream, ...)      \
+// Counts the call, passes the gate when `gated` (before the showing: a call waiting at the gate is not
+// under way), shows it to tiering (`stream`, `kind`, the tiering::TransferRanges `ranges`), and
+// forwards it.
+#define UVMPOOL_TRANSFER_OF(symbol, params, args, gated, kind, stream, ranges) \
   CUresult CUDAAPI symbol params {                                            \
     stats::count_hook(driver::Fn::symbol);                                    \
     const driver::RealDriver* d = driver::real();                            \
     if (d == nullptr || d->table.symbol == nullptr) return CUDA_ERROR_NO_DEVICE; \
     const tiering::HostWaitGate::Pass pass(gate(), gated);                    \
-    const Shown shown(Transfer::kind, stream, {__VA_ARGS__});                 \
+    const tiering::TransferRanges touched = ranges;                           \
+    const Shown shown(Transfer::kind, stream, touched.span());                \
     return d->table.symbol args;                                              \
   }
+// The flat ones: the ranges as given, {address, bytes} each.
+#define UVMPOOL_TRANSFER(symbol, params, args, gated, kind, stream, ...) \
+  UVMPOOL_TRANSFER_OF(symbol, params, args, gated, kind, stream, (tiering::flat_ranges(__VA_ARGS__)))
 
 // Synchronous copies (the legacy default stream, or the thread's): gated.
 UVMPOOL_TRANSFER(cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n), true, Copy, nullptr,
@@ -99,6 +109,127 @@ UVMPOOL_TRANSFER(cuMemsetD32Async, (CUdeviceptr p, unsigned int v, size_t n, CUs
 UVMPOOL_TRANSFER(cuMemsetD32Async_ptsz, (CUdeviceptr p, unsigned int v, size_t n, CUstream s), (p, v, n, s), false,
                  Memset, per_thread(s), {p, 4 * n})
 
+// Strided copies: gated when synchronous, or when a side may be host memory.
+UVMPOOL_TRANSFER_OF(cuMemcpy2D_v2, (const CUDA_MEMCPY2D* c), (c), true, Copy, nullptr, tiering::ranges_of(c))
+UVMPOOL_TRANSFER_OF(cuMemcpy2D_v2_ptds, (const CUDA_MEMCPY2D* c), (c), true, Copy, CU_STREAM_PER_THREAD,
+                    tiering::ranges_of(c))
+UVMPOOL_TRANSFER_OF(cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D* c), (c), true, Copy, nullptr, tiering::ranges_of(c))
+UVMPOOL_TRANSFER_OF(cuMemcpy2DUnaligned_v2_ptds, (const CUDA_MEMCPY2D* c), (c), true, Copy, CU_STREAM_PER_THREAD,
+                    tiering::ranges_of(c))
+UVMPOOL_TRANSFER_OF(cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D* c, CUstream s), (c, s), tiering::has_host_side(c), Copy,
+                    s, tiering::ranges_of(c))
+UVMPOOL_TRANSFER_OF(cuMemcpy2DAsync_v2_ptsz, (const CUDA_MEMCPY2D* c, CUstream s), (c, s), tiering::has_host_side(c),
+                    Copy, per_thread(s), tiering::ranges_of(c))
+UVMPOOL_TRANSFER_OF(cuMemcpy3D_v2, (const CUDA_MEMCPY3D* c), (c), true, Copy, nullptr, tiering::ranges_of(c))
+UVMPOOL_TRANSFER_OF(cuMemcpy3D_v2_ptds, (const CUDA_MEMCPY3D* c), (c), true, Copy, CU_STREAM_PER_THREAD,
+                    tiering::ranges_of(c))
+UVMPOOL_TRANSFER_OF(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D* c, CUstream s), (c, s), tiering::has_host_side(c), Copy,
+                    s, tiering::ranges_of(c))
+UVMPOOL_TRANSFER_OF(cuMemcpy3DAsync_v2_ptsz, (const CUDA_MEMCPY3D* c, CUstream s), (c, s), tiering::has_host_side(c),
+                    Copy, per_thread(s), tiering::ranges_of(c))
+UVMPOOL_TRANSFER_OF(cuMemcpy3DPeer, (const CUDA_MEMCPY3D_PEER* c), (c), true, Copy, nullptr, tiering::ranges_of(c))
+UVMPOOL_TRANSFER_OF(cuMemcpy3DPeer_ptds, (const CUDA_MEMCPY3D_PEER* c), (c), true, Copy, CU_STREAM_PER_THREAD,
+                    tiering::ranges_of(c))
+UVMPOOL_TRANSFER_OF(cuMemcpy3DPeerAsync, (const CUDA_MEMCPY3D_PEER* c, CUstream s), (c, s), tiering::has_host_side(c),
+                    Copy, s, tiering::ranges_of(c))
+UVMPOOL_TRANSFER_OF(cuMemcpy3DPeerAsync_ptsz, (const CUDA_MEMCPY3D_PEER* c, CUstream s), (c, s),
+                    tiering::has_host_side(c), Copy, per_thread(s), tiering::ranges_of(c))
+
+// Peer copies: device memory on both sides; the synchronous ones gated.
+UVMPOOL_TRANSFER(cuMemcpyPeer, (CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n),
+                 (dst, dc, src, sc, n), true, Copy, nullptr, {dst, n}, {src, n})
+UVMPOOL_TRANSFER(cuMemcpyPeer_ptds, (CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n),
+                 (dst, dc, src, sc, n), true, Copy, CU_STREAM_PER_THREAD, {dst, n}, {src, n})
+UVMPOOL_TRANSFER(cuMemcpyPeerAsync, (CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n, CUstream s),
+                 (dst, dc, src, sc, n, s), false, Copy, s, {dst, n}, {src, n})
+UVMPOOL_TRANSFER(cuMemcpyPeerAsync_ptsz,
+                 (CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n, CUstream s),
+                 (dst, dc, src, sc, n, s), false, Copy, per_thread(s), {dst, n}, {src, n})
+
+// Pitched memsets: `height` rows of `width` elements, `pitch` bytes apart. Not gated, as the memsets.
+UVMPOOL_TRANSFER_OF(cuMemsetD2D8_v2, (CUdeviceptr p, size_t pitch, unsigned char v, size_t w, size_t h),
+                    (p, pitch, v, w, h), false, Memset, nullptr, tiering::pitched_range(p, pitch, w, 1, h))
+UVMPOOL_TRANSFER_OF(cuMemsetD2D8_v2_ptds, (CUdeviceptr p, size_t pitch, unsigned char v, size_t w, size_t h),
+                    (p, pitch, v, w, h), false, Memset, CU_STREAM_PER_THREAD, tiering::pitched_range(p, pitch, w, 1, h))
+UVMPOOL_TRANSFER_OF(cuMemsetD2D16_v2, (CUdeviceptr p, size_t pitch, unsigned short v, size_t w, size_t h),
+                    (p, pitch, v, w, h), false, Memset, nullptr, tiering::pitched_range(p, pitch, w, 2, h))
+UVMPOOL_TRANSFER_OF(cuMemsetD2D16_v2_ptds, (CUdeviceptr p, size_t pitch, unsigned short v, size_t w, size_t h),
+                    (p, pitch, v, w, h), false, Memset, CU_STREAM_PER_THREAD, tiering::pitched_range(p, pitch, w, 2, h))
+UVMPOOL_TRANSFER_OF(cuMemsetD2D32_v2, (CUdeviceptr p, size_t pitch, unsigned int v, size_t w, size_t h),
+                    (p, pitch, v, w, h), false, Memset, nullptr, tiering::pitched_range(p, pitch, w, 4, h))
+UVMPOOL_TRANSFER_OF(cuMemsetD2D32_v2_ptds, (CUdeviceptr p, size_t pitch, unsigned int v, size_t w, size_t h),
+                    (p, pitch, v, w, h), false, Memset, CU_STREAM_PER_THREAD, tiering::pitched_range(p, pitch, w, 4, h))
+UVMPOOL_TRANSFER_OF(cuMemsetD2D8Async, (CUdeviceptr p, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s),
+                    (p, pitch, v, w, h, s), false, Memset, s, tiering::pitched_range(p, pitch, w, 1, h))
+UVMPOOL_TRANSFER_OF(cuMemsetD2D8Async_ptsz,
+                    (CUdeviceptr p, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s),
+                    (p, pitch, v, w, h, s), false, Memset, per_thread(s), tiering::pitched_range(p, pitch, w, 1, h))
+UVMPOOL_TRANSFER_OF(cuMemsetD2D16Async,
+                    (CUdeviceptr p, size_t pitch, unsigned short v, size_t w, size_t h, CUstream s),
+                    (p, pitch, v, w, h, s), false, Memset, s, tiering::pitched_range(p, pitch, w, 2, h))
+UVMPOOL_TRANSFER_OF(cuMemsetD2D16Async_ptsz,
+                    (CUdeviceptr p, size_t pitch, unsigned short v, size_t w, size_t h, CUstream s),
+                    (p, pitch, v, w, h, s), false, Memset, per_thread(s), tiering::pitched_range(p, pitch, w, 2, h))
+UVMPOOL_TRANSFER_OF(cuMemsetD2D32Async, (CUdeviceptr p, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s),
+                    (p, pitch, v, w, h, s), false, Memset, s, tiering::pitched_range(p, pitch, w, 4, h))
+UVMPOOL_TRANSFER_OF(cuMemsetD2D32Async_ptsz,
+                    (CUdeviceptr p, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s),
+                    (p, pitch, v, w, h, s), false, Memset, per_thread(s), tiering::pitched_range(p, pitch, w, 4, h))
+
 #undef UVMPOOL_TRANSFER
+#undef UVMPOOL_TRANSFER_OF
+
+namespace {
+
+// A batch of copies: each copy's two sides, any of which may be host memory (gated). Arrays the
+// driver would read anyway; null ones give no range (the driver refuses them).
+std::vector<tiering::TransferRange> batch_ranges(const CUdeviceptr* dsts, const CUdeviceptr* srcs,
+                                                 const size_t* sizes, size_t count) {
+  std::vector<tiering::TransferRange> out;
+  if (dsts == nullptr || srcs == nullptr || sizes == nullptr) return out;
+  out.reserve(2 * count);
+  for (size_t i = 0; i < count; ++i) {
+    if (sizes[i] == 0) continue;
+    out.push_back({dsts[i], sizes[i]});
+    out.push_back({srcs[i], sizes[i]});
+  }
+  return out;
+}
+
+template <typename Forward>
+CUresult batch(driver::Fn fn, CUstream stream, const CUdeviceptr* dsts, const CUdeviceptr* srcs, const size_t* sizes,
+               size_t count, Forward forward) {
+  stats::count_hook(fn);
+  const tiering::HostWaitGate::Pass pass(gate());
+  const std::vector<tiering::TransferRange> ranges = batch_ranges(dsts, srcs, sizes, count);
+  const Shown shown(Transfer::Copy, stream, ranges);
+  return forward();
+}
+
+}  // namespace
+
+#define UVMPOOL_BATCH(symbol, params, args, stream)                                             \
+  CUresult CUDAAPI symbol params {                                                              \
+    const driver::RealDriver* d = driver::real();                                              \
+    if (d == nullptr || d->table.symbol == nullptr) return CUDA_ERROR_NO_DEVICE;                \
+    return batch(driver::Fn::symbol, stream, dsts, srcs, sizes, count, [&] { return d->table.symbol args; }); \
+  }
+UVMPOOL_BATCH(cuMemcpyBatchAsync,
+              (CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count, CUmemcpyAttributes* attrs,
+               size_t* attr_indices, size_t attr_count, size_t* fail_index, CUstream s),
+              (dsts, srcs, sizes, count, attrs, attr_indices, attr_count, fail_index, s), s)
+UVMPOOL_BATCH(cuMemcpyBatchAsync_ptsz,
+              (CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count, CUmemcpyAttributes* attrs,
+               size_t* attr_indices, size_t attr_count, size_t* fail_index, CUstream s),
+              (dsts, srcs, sizes, count, attrs, attr_indices, attr_count, fail_index, s), per_thread(s))
+UVMPOOL_BATCH(cuMemcpyBatchAsync_v2,
+              (CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count, CUmemcpyAttributes* attrs,
+               size_t* attr_indices, size_t attr_count, CUstream s),
+              (dsts, srcs, sizes, count, attrs, attr_indices, attr_count, s), s)
+UVMPOOL_BATCH(cuMemcpyBatchAsync_v2_ptsz,
+              (CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count, CUmemcpyAttributes* attrs,
+               size_t* attr_indices, size_t attr_count, CUstream s),
+              (dsts, srcs, sizes, count, attrs, attr_indices, attr_count, s), per_thread(s))
+#undef UVMPOOL_BATCH
 
 }  // namespace uvmpool::hooks::impl

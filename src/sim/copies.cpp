@@ -11,6 +11,7 @@
 
 #include "sim/address_space.h"
 #include "sim/contexts.h"
+#include "sim/copy_work.h"
 #include "sim/device_memory.h"
 #include "sim/entry_points.h"
 #include "sim/streams_events.h"
@@ -19,21 +20,12 @@
 namespace uvmpool::sim {
 namespace {
 
-enum class Side { Device, HostOrDevice };
-
 // Caller holds the address space's lock (shared).
 CUresult check_range(AddressSpace& space, std::uintptr_t p, std::size_t n, bool write, Side side) {
   if (p == 0 || p + n < p) return CUDA_ERROR_INVALID_VALUE;
   if (space.overlaps_arena(p, n)) return space.accessible(p, n, write) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   return side == Side::Device ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
-
-// How a copy or memset is submitted: on a stream (the Async forms), or on the default stream with the
-// host waiting for it. `per_thread` for the _ptds and _ptsz forms.
-struct Submission {
-  const CUstream* stream;  // nullptr: synchronous
-  bool per_thread;
-};
 
 CUresult work_context(Submission how) {
   Context* context = nullptr;
@@ -50,17 +42,37 @@ CUresult run(Submission how, WorkSpec work, bool waits, bool keeps_others_out) {
                                    keeps_others_out);
 }
 
-CUresult copy(std::uintptr_t dst, Side dst_side, std::uintptr_t src, Side src_side, std::size_t n, Submission how,
-              const char* call) {
+// Row r of slice z of one side; whether the last byte of the whole extent stays in the address space.
+std::uintptr_t row_at(const Rows& rows, std::size_t r, std::size_t z) { return rows.base + z * rows.slice + r * rows.pitch; }
+bool fits(const Rows& rows, const Extent& e) {
+  std::size_t down = 0, across = 0, span = 0, end = 0;
+  return !__builtin_mul_overflow(e.depth - 1, rows.slice, &down) &&
+         !__builtin_mul_overflow(e.height - 1, rows.pitch, &across) && !__builtin_add_overflow(down, across, &span) &&
+         !__builtin_add_overflow(span, e.width, &span) && !__builtin_add_overflow(rows.base, span, &end);
+}
+
+// Every row of both sides, as the side allows. Caller holds the address space's lock (shared).
+CUresult check_rows(AddressSpace& space, const Rows& dst, const Rows& src, const Extent& e) {
+  for (std::size_t z = 0; z < e.depth; ++z)
+    for (std::size_t r = 0; r < e.height; ++r) {
+      if (CUresult s = check_range(space, row_at(dst, r, z), e.width, true, dst.side); s != CUDA_SUCCESS) return s;
+      if (CUresult s = check_range(space, row_at(src, r, z), e.width, false, src.side); s != CUDA_SUCCESS) return s;
+    }
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+CUresult copy_rows(Rows dst, Rows src, Extent extent, Submission how, const char* call) {
   if (CUresult status = work_context(how); status != CUDA_SUCCESS) return status;
-  if (n == 0) return CUDA_SUCCESS;
+  if (extent.width == 0 || extent.height == 0 || extent.depth == 0) return CUDA_SUCCESS;
+  if (!fits(dst, extent) || !fits(src, extent)) return CUDA_ERROR_INVALID_VALUE;
   bool pageable = false;
   {
     AddressSpace& space = AddressSpace::get();
     std::shared_lock lock(space.mutex);
-    if (CUresult status = check_range(space, dst, n, true, dst_side); status != CUDA_SUCCESS) return status;
-    if (CUresult status = check_range(space, src, n, false, src_side); status != CUDA_SUCCESS) return status;
-    pageable = pageable_side(space, dst, src);
+    if (CUresult status = check_rows(space, dst, src, extent); status != CUDA_SUCCESS) return status;
+    pageable = pageable_side(space, dst.base, src.base);
   }
   WorkSpec work;
   work.kind = WorkKind::Copy;
@@ -68,53 +80,77 @@ CUresult copy(std::uintptr_t dst, Side dst_side, std::uintptr_t src, Side src_si
   // Checked again when it executes: the memory may have gone while it waited in its stream.
   work.effect = [=](int, Touches& touches) {
     AddressSpace& space = AddressSpace::get();
-    if (check_range(space, dst, n, true, dst_side) != CUDA_SUCCESS ||
-        check_range(space, src, n, false, src_side) != CUDA_SUCCESS)
-      return CUDA_ERROR_ILLEGAL_ADDRESS;
-    classify_copy(space, dst, src, n, touches);
-    std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
+    if (check_rows(space, dst, src, extent) != CUDA_SUCCESS) return CUDA_ERROR_ILLEGAL_ADDRESS;
+    for (std::size_t z = 0; z < extent.depth; ++z)
+      for (std::size_t r = 0; r < extent.height; ++r) {
+        const std::uintptr_t to = row_at(dst, r, z), from = row_at(src, r, z);
+        classify_copy(space, to, from, extent.width, touches);
+        std::memmove(reinterpret_cast<void*>(to), reinterpret_cast<const void*>(from), extent.width);
+      }
     return CUDA_SUCCESS;
   };
   return run(how, std::move(work), how.stream == nullptr || pageable, true);
 }
 
-template <typename T>
-CUresult fill(CUdeviceptr dst, T value, std::size_t count, Submission how, const char* call) {
+CUresult fill_rows(CUdeviceptr dst, std::size_t pitch, std::uint32_t value, std::size_t size, std::size_t width,
+                   std::size_t height, Submission how, const char* call) {
   if (CUresult status = work_context(how); status != CUDA_SUCCESS) return status;
-  if (dst % sizeof(T) != 0) return CUDA_ERROR_INVALID_VALUE;  // D16/D32 need element alignment
-  if (count == 0) return CUDA_SUCCESS;
-  if (count > SIZE_MAX / sizeof(T)) return CUDA_ERROR_INVALID_VALUE;
+  if (dst % size != 0 || (height > 1 && pitch % size != 0)) return CUDA_ERROR_INVALID_VALUE;  // element alignment
+  if (width == 0 || height == 0) return CUDA_SUCCESS;
+  std::size_t row_bytes = 0;
+  if (__builtin_mul_overflow(width, size, &row_bytes) || (height > 1 && pitch < row_bytes))
+    return CUDA_ERROR_INVALID_VALUE;
+  const Rows rows{dst, Side::Device, pitch, 0};
+  const Extent extent{row_bytes, height, 1};
+  if (!fits(rows, extent)) return CUDA_ERROR_INVALID_VALUE;
   {
     AddressSpace& space = AddressSpace::get();
     std::shared_lock lock(space.mutex);
-    if (CUresult status = check_range(space, dst, count * sizeof(T), true, Side::Device); status != CUDA_SUCCESS)
-      return status;
+    for (std::size_t r = 0; r < height; ++r)
+      if (CUresult s = check_range(space, row_at(rows, r, 0), row_bytes, true, Side::Device); s != CUDA_SUCCESS)
+        return s;
   }
   WorkSpec work;
   work.kind = WorkKind::Memset;
   work.what = call;
   work.effect = [=](int device, Touches& touches) {
     AddressSpace& space = AddressSpace::get();
-    if (check_range(space, dst, count * sizeof(T), true, Side::Device) != CUDA_SUCCESS)
-      return CUDA_ERROR_ILLEGAL_ADDRESS;
+    for (std::size_t r = 0; r < height; ++r)
+      if (check_range(space, row_at(rows, r, 0), row_bytes, true, Side::Device) != CUDA_SUCCESS)
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
     // A memset is device work: the bytes count per tier, whichever device's memory they are.
     DeviceMemory memory(space, device, touches);
-    T* out = memory.write<T>(dst, count);
-    if (out == nullptr) {
-      // Memory the device cannot reach (another device's cuMemAlloc): as the copy engine would, write
-      // it anyway, counted as device bytes.
-      touches.device_write += count * sizeof(T);
-      touches.add_range(dst, dst + count * sizeof(T));
-      out = reinterpret_cast<T*>(dst);
-    }
-    if constexpr (sizeof(T) == 1) {
-      std::memset(out, value, count);
-    } else {
-      for (std::size_t i = 0; i < count; ++i) out[i] = value;
+    for (std::size_t r = 0; r < height; ++r) {
+      const std::uintptr_t at = row_at(rows, r, 0);
+      auto* out = static_cast<unsigned char*>(memory.write<unsigned char>(at, row_bytes));
+      if (out == nullptr) {
+        // Memory the device cannot reach (another device's cuMemAlloc): as the copy engine would, write
+        // it anyway, counted as device bytes.
+        touches.device_write += row_bytes;
+        touches.add_range(at, at + row_bytes);
+        out = reinterpret_cast<unsigned char*>(at);
+      }
+      if (size == 1) {
+        std::memset(out, static_cast<int>(value), row_bytes);
+      } else {
+        for (std::size_t i = 0; i < width; ++i) std::memcpy(out + i * size, &value, size);  // little-endian
+      }
     }
     return CUDA_SUCCESS;
   };
   return run(how, std::move(work), how.stream == nullptr, false);
+}
+
+namespace {
+
+CUresult copy(std::uintptr_t dst, Side dst_side, std::uintptr_t src, Side src_side, std::size_t n, Submission how,
+              const char* call) {
+  return copy_rows({dst, dst_side}, {src, src_side}, {n}, how, call);
+}
+
+template <typename T>
+CUresult fill(CUdeviceptr dst, T value, std::size_t count, Submission how, const char* call) {
+  return fill_rows(dst, 0, value, sizeof(T), count, 1, how, call);
 }
 
 std::uintptr_t host(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }

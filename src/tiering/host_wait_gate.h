@@ -22,8 +22,9 @@
 // launch therefore passes the gate too (Tiering::before_launch), and so do cuMemAllocHost, cuMemHostAlloc
 // and cuMemFreeHost (an allocation and free of pinned memory blocked as a pair), and a cuMemFree of
 // memory not the pool's (the driver's free waits for the device; the pool frees without the driver).
-// Not measured, and not hooked at all: calls outside uvmpool's driver list that may wait the same way (cuMemcpy2D/3D/Peer,
-// cuMemcpyBatchAsync, cuFuncSetAttribute, ...).
+// The strided, peer and batched copies pass it by the same rule as the flat ones (transfer_hooks.cpp),
+// by analogy: they were not measured apart. Not hooked at all: calls outside uvmpool's driver list
+// that may wait the same way (cuMemcpy3DBatchAsync, cuFuncSetAttribute, ...).
 #pragma once
 
 #include <atomic>

@@ -2,7 +2,7 @@
 // that spills past UVMPOOL_DEVICE_LIMIT and launches a kernel on the spilled memory through each
 // launch route: cuLaunchKernel, its per-thread variant, cuLaunchKernelEx and cuLaunchCooperativeKernel,
 // in the kernelParams and the extra forms; then copies and memsets there (the transfer hooks: each
-// is a touch too) and one memset on the device part; then captures a fill and a memset there on a
+// is a touch too), flat, strided, peer and batched, and one memset on the device part; then captures a fill and a memset there on a
 // stream into a graph (cuGraphInstantiate asked by its CUDA 12 name) and launches the graph twice. It
 // checks every result, then prints what uvmpool's statistics say the hooks saw, for the hooks tests
 // (tests/hooks/CMakeLists.txt) to match:
@@ -37,6 +37,11 @@ int main() {
       resolve<s::cuMemsetD16Async_ptsz>("cuMemsetD16Async", 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
   auto memset8 = resolve<s::cuMemsetD8_v2>("cuMemsetD8", 3020);
   auto dtod_async = resolve<s::cuMemcpyDtoDAsync_v2>("cuMemcpyDtoDAsync", 3020);
+  auto memset2d_async = resolve<s::cuMemsetD2D32Async>("cuMemsetD2D32Async", 3020);
+  auto copy2d = resolve<s::cuMemcpy2D_v2>("cuMemcpy2D", 3020);
+  auto peer_async = resolve<s::cuMemcpyPeerAsync>("cuMemcpyPeerAsync", 4000);
+  auto batch_async = resolve<s::cuMemcpyBatchAsync_v2>("cuMemcpyBatchAsync", 13000);
+  auto current = resolve<s::cuCtxGetCurrent>("cuCtxGetCurrent", 4000);
   auto stream_create = resolve<s::cuStreamCreate>("cuStreamCreate", 2000);
   auto stream_sync = resolve<s::cuStreamSynchronize>("cuStreamSynchronize", 2000);
   auto stream_destroy = resolve<s::cuStreamDestroy_v2>("cuStreamDestroy", 4000);
@@ -103,6 +108,39 @@ int main() {
     std::vector<std::uint32_t> got(1024);
     CU(dtoh(got.data(), at + i * 4096, 4096));
     for (std::uint32_t v : got) CLIENT_CHECK(v == expected[i], "transfer %d left %#x", i, v);
+  }
+
+  // The strided, peer and batched transfers (4, all in place), then one copy out to check them: 4 rows
+  // of 256 bytes set 1024 apart, copied as rows to the next 4 KiB, on by a peer copy, on by a batch.
+  const CUdeviceptr strided = tail + 32 * 4096;
+  CUstream batch_stream = nullptr;
+  CU(stream_create(&batch_stream, CU_STREAM_NON_BLOCKING));
+  CU(memset8(strided, 0, 4 * 4096));
+  CU(memset2d_async(strided, 1024, 0x600DF00Du, 64, 4, nullptr));
+  CUDA_MEMCPY2D rows{};
+  rows.srcMemoryType = rows.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  rows.srcDevice = strided;
+  rows.dstDevice = strided + 4096;
+  rows.srcPitch = rows.dstPitch = 1024;
+  rows.WidthInBytes = 256;
+  rows.Height = 4;
+  CU(copy2d(&rows));
+  CUcontext context = nullptr;
+  CU(current(&context));
+  CU(peer_async(strided + 2 * 4096, context, strided + 4096, context, 4096, nullptr));
+  CU(sync());
+  CUdeviceptr batch_dst = strided + 3 * 4096, batch_src = strided + 2 * 4096;
+  std::size_t batch_bytes = 4096, first_attribute = 0;
+  CUmemcpyAttributes attributes{};
+  attributes.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+  CU(batch_async(&batch_dst, &batch_src, &batch_bytes, 1, &attributes, &first_attribute, 1, batch_stream));
+  CU(stream_sync(batch_stream));
+  CU(stream_destroy(batch_stream));
+  {
+    std::vector<std::uint32_t> got(1024);
+    CU(dtoh(got.data(), strided + 3 * 4096, 4096));
+    for (std::size_t i = 0; i < got.size(); ++i)
+      CLIENT_CHECK(got[i] == (i % 256 < 64 ? 0x600DF00Du : 0u), "strided transfers left %#x at %zu", got[i], i);
   }
 
   // A graph captured on a stream: a fill and a memset of the spilled tail, which run only when it is

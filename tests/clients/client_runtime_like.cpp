@@ -20,12 +20,14 @@ __asm__(".symver dlsym_glibc_2_2_5, dlsym@GLIBC_2.2.5");
 
 namespace {
 
-// Every hook but the launches takes at most five integer or pointer arguments; called with zeros it must answer with
-// an error code (or success for frees of 0), never crash.
+// Every hook but the launches, the batched copies, the asynchronous peer copy and the asynchronous pitched
+// memsets takes at most five integer or pointer arguments; called with zeros it must answer with an error
+// code (or success for frees of 0), never crash.
 using AnyHook = CUresult (*)(std::uintptr_t, std::uintptr_t, std::uintptr_t, std::uintptr_t, std::uintptr_t);
 
 // Calls `fn`, the hook of `symbol`, with every argument zero in its own arity: the launches take up to
-// eleven arguments, and a five-argument call would hand the driver stack garbage as the rest.
+// eleven arguments, the batched copies nine, and a five-argument call would hand the driver register
+// or stack garbage as the rest.
 CUresult call_with_nulls(const char* symbol, void* fn) {
   namespace s = uvmpool::driver::sig;
   const std::string_view name(symbol);
@@ -34,6 +36,14 @@ CUresult call_with_nulls(const char* symbol, void* fn) {
     return reinterpret_cast<s::cuLaunchKernel>(fn)(nullptr, 0, 0, 0, 0, 0, 0, 0, nullptr, nullptr, nullptr);
   if (name.starts_with("cuLaunchCooperativeKernel"))
     return reinterpret_cast<s::cuLaunchCooperativeKernel>(fn)(nullptr, 0, 0, 0, 0, 0, 0, 0, nullptr, nullptr);
+  if (name.starts_with("cuMemcpyBatchAsync_v2"))
+    return reinterpret_cast<s::cuMemcpyBatchAsync_v2>(fn)(nullptr, nullptr, nullptr, 0, nullptr, nullptr, 0, nullptr);
+  if (name.starts_with("cuMemcpyBatchAsync"))
+    return reinterpret_cast<s::cuMemcpyBatchAsync>(fn)(nullptr, nullptr, nullptr, 0, nullptr, nullptr, 0, nullptr, nullptr);
+  if (name.starts_with("cuMemcpyPeerAsync"))
+    return reinterpret_cast<s::cuMemcpyPeerAsync>(fn)(0, nullptr, 0, nullptr, 0, nullptr);
+  if (name.starts_with("cuMemsetD2D") && name.find("Async") != std::string_view::npos)
+    return reinterpret_cast<s::cuMemsetD2D32Async>(fn)(0, 0, 0, 0, 0, nullptr);  // the value's width aside, alike
   return reinterpret_cast<AnyHook>(fn)(0, 0, 0, 0, 0);
 }
 

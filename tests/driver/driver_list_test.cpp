@@ -108,6 +108,47 @@ TEST_F(RealDriverTable, CopyHooksWaitAtTheGateWhileTheMoverHolds) {
   expect_waits_at_the_gate([] { hooks::impl::cuMemcpyDtoH_v2(nullptr, 0, 0); });
 }
 
+// The strided, peer and batched copies pass it when they may wait on the host: when synchronous, or
+// with a side that is (or, unified, may be) host memory; a batch always (its copies may be pageable).
+// The descriptors are null: what the driver answers does not matter here.
+TEST_F(RealDriverTable, StridedPeerAndBatchCopiesWaitAtTheGateWhenTheyMayWaitOnTheHost) {
+  expect_waits_at_the_gate([] { hooks::impl::cuMemcpy2D_v2(nullptr); });
+  expect_waits_at_the_gate([] { hooks::impl::cuMemcpy3D_v2_ptds(nullptr); });
+  expect_waits_at_the_gate([] { hooks::impl::cuMemcpy3DPeer(nullptr); });
+  expect_waits_at_the_gate([] { hooks::impl::cuMemcpyPeer(0, nullptr, 0, nullptr, 0); });
+  expect_waits_at_the_gate([] {
+    CUDA_MEMCPY2D c{};
+    c.srcMemoryType = CU_MEMORYTYPE_HOST;
+    c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    hooks::impl::cuMemcpy2DAsync_v2(&c, nullptr);
+  });
+  expect_waits_at_the_gate([] { hooks::impl::cuMemcpyBatchAsync_v2(nullptr, nullptr, nullptr, 0, nullptr, nullptr, 0, nullptr); });
+}
+
+// Device-to-device asynchronous copies and pitched memsets never waited on the host: they go through
+// a closed gate.
+TEST_F(RealDriverTable, AsynchronousDeviceCopiesAndPitchedMemsetsPassAClosedGate) {
+  tiering::HostWaitGate& gate = tiering::StreamRegistry::process().host_waits();
+  ASSERT_TRUE(gate.close(std::chrono::milliseconds(1000)));
+  const std::uint64_t waited = gate.waited();
+  std::atomic<int> returned{0};
+  std::thread caller([&] {
+    CUDA_MEMCPY2D c{};
+    c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    hooks::impl::cuMemcpy2DAsync_v2(&c, nullptr);
+    ++returned;
+    hooks::impl::cuMemcpyPeerAsync(0, nullptr, 0, nullptr, 0, nullptr);
+    ++returned;
+    hooks::impl::cuMemsetD2D32Async(0, 0, 0, 0, 0, nullptr);
+    ++returned;
+  });
+  for (int i = 0; i < 200 && returned < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(returned, 3) << "a call waited at the gate";
+  gate.open();
+  caller.join();
+  EXPECT_EQ(gate.waited(), waited);
+}
+
 // So does a free of memory not the pool's: the driver's cuMemFree waits for the device.
 TEST_F(RealDriverTable, AForeignFreeWaitsAtTheGateWhileTheMoverHolds) {
   expect_waits_at_the_gate([] { hooks::impl::cuMemFree_v2(0x1000); });

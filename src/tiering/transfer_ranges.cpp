@@ -1,0 +1,67 @@
+#include "tiering/transfer_ranges.h"
+
+namespace uvmpool::tiering {
+namespace {
+
+bool may_be_pool(CUmemorytype type) { return type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_UNIFIED; }
+bool may_be_host(CUmemorytype type) { return type == CU_MEMORYTYPE_HOST || type == CU_MEMORYTYPE_UNIFIED; }
+
+// The span of one side: its first byte at (z * slice_height + y) * pitch + x from `base`, its last
+// ((depth - 1) * slice_height + height - 1) * pitch + width - 1 past that. Nothing on overflow.
+void add_side(TransferRanges& out, CUmemorytype type, CUdeviceptr base, std::size_t x, std::size_t y, std::size_t z,
+              std::size_t pitch, std::size_t slice_height, std::size_t width, std::size_t height, std::size_t depth) {
+  if (!may_be_pool(type) || base == 0 || width == 0 || height == 0 || depth == 0) return;
+  std::size_t first_row = 0, rows = 0, first = 0, span = 0, start = 0, end = 0;
+  if (__builtin_mul_overflow(z, slice_height, &first_row) || __builtin_add_overflow(first_row, y, &first_row) ||
+      __builtin_mul_overflow(first_row, pitch, &first) || __builtin_add_overflow(first, x, &first) ||
+      __builtin_mul_overflow(depth - 1, slice_height, &rows) || __builtin_add_overflow(rows, height - 1, &rows) ||
+      __builtin_mul_overflow(rows, pitch, &span) || __builtin_add_overflow(span, width, &span) ||
+      __builtin_add_overflow(base, first, &start) || __builtin_add_overflow(start, span, &end))
+    return;
+  out.add(start, span);
+}
+
+}  // namespace
+
+TransferRanges ranges_of(const CUDA_MEMCPY2D* c) {
+  TransferRanges out;
+  if (c == nullptr) return out;
+  add_side(out, c->dstMemoryType, c->dstDevice, c->dstXInBytes, c->dstY, 0, c->dstPitch, 0, c->WidthInBytes,
+           c->Height, 1);
+  add_side(out, c->srcMemoryType, c->srcDevice, c->srcXInBytes, c->srcY, 0, c->srcPitch, 0, c->WidthInBytes,
+           c->Height, 1);
+  return out;
+}
+
+// CUDA_MEMCPY3D and CUDA_MEMCPY3D_PEER name their sides' fields alike.
+template <typename Copy3D>
+TransferRanges ranges_3d(const Copy3D* c) {
+  TransferRanges out;
+  if (c == nullptr) return out;
+  add_side(out, c->dstMemoryType, c->dstDevice, c->dstXInBytes, c->dstY, c->dstZ, c->dstPitch, c->dstHeight,
+           c->WidthInBytes, c->Height, c->Depth);
+  add_side(out, c->srcMemoryType, c->srcDevice, c->srcXInBytes, c->srcY, c->srcZ, c->srcPitch, c->srcHeight,
+           c->WidthInBytes, c->Height, c->Depth);
+  return out;
+}
+TransferRanges ranges_of(const CUDA_MEMCPY3D* c) { return ranges_3d(c); }
+TransferRanges ranges_of(const CUDA_MEMCPY3D_PEER* c) { return ranges_3d(c); }
+
+TransferRanges pitched_range(CUdeviceptr p, std::size_t pitch, std::size_t width, std::size_t element,
+                             std::size_t height) {
+  TransferRanges out;
+  std::size_t width_bytes = 0;
+  if (!__builtin_mul_overflow(width, element, &width_bytes))
+    add_side(out, CU_MEMORYTYPE_DEVICE, p, 0, 0, 0, pitch, 0, width_bytes, height, 1);
+  return out;
+}
+
+template <typename Copy>
+bool host_side(const Copy* c) {
+  return c != nullptr && (may_be_host(c->dstMemoryType) || may_be_host(c->srcMemoryType));
+}
+bool has_host_side(const CUDA_MEMCPY2D* c) { return host_side(c); }
+bool has_host_side(const CUDA_MEMCPY3D* c) { return host_side(c); }
+bool has_host_side(const CUDA_MEMCPY3D_PEER* c) { return host_side(c); }
+
+}  // namespace uvmpool::tiering

@@ -1,0 +1,57 @@
+// What a strided or peer copy, or a pitched memset, touches, as tiering's transfer ranges
+// (Tiering::before_transfer): for each side that may be pool memory, the span from its first byte to
+// its last. A strided side touches only its rows, but the span is what a mapping-granular touch needs
+// (a row gap inside one mapping changes nothing), and it is cheap to find. Sides of host or array
+// type are never pool memory and give no range; a unified side may be, and is looked up.
+//
+// Used by the transfer hooks (src/hooks/transfer_hooks.cpp) before they forward the call, so every
+// figure comes from arguments the driver has not checked yet: a null descriptor, an extent that
+// overflows, or a type the driver would refuse gives no range, never a fault (the driver then answers
+// the program with its own error).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <span>
+
+#include "driver/driver_api.h"
+#include "tiering/tiering.h"
+
+namespace uvmpool::tiering {
+
+// Up to two ranges (a copy's destination and source), in that order.
+class TransferRanges {
+ public:
+  void add(CUdeviceptr address, std::size_t bytes) {
+    if (address != 0 && bytes != 0) ranges_[count_++] = {address, bytes};
+  }
+  std::span<const TransferRange> span() const { return {ranges_.data(), count_}; }
+
+ private:
+  std::array<TransferRange, 2> ranges_{};
+  std::size_t count_ = 0;
+};
+
+TransferRanges ranges_of(const CUDA_MEMCPY2D* copy);
+TransferRanges ranges_of(const CUDA_MEMCPY3D* copy);
+TransferRanges ranges_of(const CUDA_MEMCPY3D_PEER* copy);
+
+// A pitched memset: `height` rows of `width` elements of `element` bytes, `pitch` bytes apart from `p`.
+TransferRanges pitched_range(CUdeviceptr p, std::size_t pitch, std::size_t width, std::size_t element,
+                             std::size_t height);
+// A flat copy's or memset's ranges, as given.
+inline TransferRanges flat_ranges(TransferRange first, TransferRange second = {0, 0}) {
+  TransferRanges out;
+  out.add(first.address, first.bytes);
+  out.add(second.address, second.bytes);
+  return out;
+}
+
+// Whether a side of the copy is (or, unified, may be) host memory: the real driver then may wait for
+// the device before it returns, even for an asynchronous copy (pageable memory), so the hook passes
+// the host-wait gate. A null descriptor: false (the driver refuses it at once).
+bool has_host_side(const CUDA_MEMCPY2D* copy);
+bool has_host_side(const CUDA_MEMCPY3D* copy);
+bool has_host_side(const CUDA_MEMCPY3D_PEER* copy);
+
+}  // namespace uvmpool::tiering
