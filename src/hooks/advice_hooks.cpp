@@ -1,5 +1,6 @@
-// Hooks of cuMemAdvise and cuMemPrefetchAsync, both forms: uvmpool answers them for pool memory
-// (src/tiering/advice.h says how), the driver for the rest (managed memory keeps its hints).
+// Hooks of cuMemAdvise and cuMemPrefetchAsync, both forms, and cuMemPrefetchBatchAsync: uvmpool answers
+// them for pool memory (src/tiering/advice.h says how), the driver for the rest (managed memory keeps
+// its hints).
 #include "driver/real_driver.h"
 #include "hooks/hooks.h"
 #include "stats/counters.h"
@@ -62,5 +63,24 @@ CUresult CUDAAPI cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t bytes, CUmemLo
 }
 
 #undef UVMPOOL_ANSWER_OR_FORWARD
+
+// cuMemPrefetchBatchAsync: the pool's ranges answered here, the rest forwarded as a batch of their own
+// on the same stream (tiering::prefetch_batch); a batch with none of the pool's, or malformed, goes to
+// the driver as made.
+#define UVMPOOL_PREFETCH_BATCH(symbol)                                                                     \
+  CUresult CUDAAPI symbol(CUdeviceptr* ptrs, size_t* sizes, size_t count, CUmemLocation* locations,         \
+                          size_t* first, size_t loc_count, unsigned long long flags, CUstream stream) {     \
+    stats::count_hook(Fn::symbol);                                                                        \
+    const driver::Table* d = real_table();                                                                \
+    if (d == nullptr || d->symbol == nullptr) return CUDA_ERROR_NO_DEVICE;                                \
+    const std::optional<CUresult> r = tiering::prefetch_batch(                                            \
+        ptrs, sizes, count, locations, first, loc_count, flags,                                           \
+        [&](std::vector<CUdeviceptr>& p, std::vector<size_t>& n, std::vector<CUmemLocation>& l,          \
+            std::vector<size_t>& f) { return d->symbol(p.data(), n.data(), p.size(), l.data(), f.data(), l.size(), flags, stream); }); \
+    return r ? *r : d->symbol(ptrs, sizes, count, locations, first, loc_count, flags, stream);            \
+  }
+UVMPOOL_PREFETCH_BATCH(cuMemPrefetchBatchAsync)
+UVMPOOL_PREFETCH_BATCH(cuMemPrefetchBatchAsync_ptsz)
+#undef UVMPOOL_PREFETCH_BATCH
 
 }  // namespace uvmpool::hooks::impl

@@ -1,6 +1,7 @@
 #include "tiering/advice.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "config/log.h"
@@ -105,6 +106,49 @@ std::optional<CUresult> prefetch(pool::Pool& pool, Tiering* tiering, int devices
   return CUDA_SUCCESS;
 }
 
+std::optional<CUresult> prefetch_batch(pool::Pool& pool, Tiering* tiering, int devices, const CUdeviceptr* ptrs,
+                                       const std::size_t* sizes, std::size_t count, const CUmemLocation* locations,
+                                       const std::size_t* loc_first, std::size_t loc_count, unsigned long long flags,
+                                       const BatchForward& forward) {
+  if (ptrs == nullptr || sizes == nullptr || locations == nullptr || loc_first == nullptr || count == 0 ||
+      loc_count == 0 || loc_count > count || loc_first[0] != 0 || flags != 0)
+    return std::nullopt;
+  for (std::size_t k = 1; k < loc_count; ++k)
+    if (loc_first[k] <= loc_first[k - 1] || loc_first[k] >= count) return std::nullopt;
+  // Each range's location, and which ranges are the driver's.
+  std::vector<CUdeviceptr> foreign_ptrs;
+  std::vector<std::size_t> foreign_sizes, foreign_first;
+  std::vector<CUmemLocation> foreign_locations;
+  std::size_t ours = 0;
+  for (std::size_t j = 0, k = 0; j < count; ++j) {
+    while (k + 1 < loc_count && loc_first[k + 1] <= j) ++k;
+    if (pool.in_pool_space(ptrs[j])) {
+      ++ours;
+      continue;
+    }
+    const bool same = !foreign_locations.empty() && std::memcmp(&foreign_locations.back(), &locations[k],
+                                                                sizeof(CUmemLocation)) == 0;
+    if (!same) {
+      foreign_first.push_back(foreign_ptrs.size());
+      foreign_locations.push_back(locations[k]);
+    }
+    foreign_ptrs.push_back(ptrs[j]);
+    foreign_sizes.push_back(sizes[j]);
+  }
+  if (ours == 0) return std::nullopt;
+  if (!foreign_ptrs.empty())
+    if (const CUresult r = forward(foreign_ptrs, foreign_sizes, foreign_locations, foreign_first); r != CUDA_SUCCESS)
+      return r;
+  for (std::size_t j = 0, k = 0; j < count; ++j) {
+    while (k + 1 < loc_count && loc_first[k + 1] <= j) ++k;
+    if (!pool.in_pool_space(ptrs[j])) continue;
+    if (const std::optional<CUresult> r = prefetch(pool, tiering, devices, ptrs[j], sizes[j], place_of(locations[k]), 0);
+        r && *r != CUDA_SUCCESS)
+      return r;
+  }
+  return CUDA_SUCCESS;
+}
+
 std::optional<CUresult> advise(CUdeviceptr p, std::size_t bytes, CUmem_advise advice, std::optional<Place> where,
                                bool* acted) {
   if (acted != nullptr) *acted = false;
@@ -119,6 +163,15 @@ std::optional<CUresult> prefetch(CUdeviceptr p, std::size_t bytes, std::optional
   pool::Pool* pool = pool::Pool::existing();
   if (pool == nullptr) return std::nullopt;
   return prefetch(*pool, Tiering::process(), process_devices(), p, bytes, where, flags, acted);
+}
+
+std::optional<CUresult> prefetch_batch(const CUdeviceptr* ptrs, const std::size_t* sizes, std::size_t count,
+                                       const CUmemLocation* locations, const std::size_t* loc_first,
+                                       std::size_t loc_count, unsigned long long flags, const BatchForward& forward) {
+  pool::Pool* pool = pool::Pool::existing();
+  if (pool == nullptr) return std::nullopt;
+  return prefetch_batch(*pool, Tiering::process(), process_devices(), ptrs, sizes, count, locations, loc_first,
+                        loc_count, flags, forward);
 }
 
 void AdviceTable::prefer(const pool::AllocationInfo& allocation, Preference preference) {

@@ -27,8 +27,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <unordered_map>
+#include <vector>
 
 #include "config/thread_safety.h"
 #include "driver/driver_api.h"
@@ -58,12 +60,30 @@ std::optional<CUresult> advise(pool::Pool& pool, Tiering* tiering, int devices, 
                                CUmem_advise advice, std::optional<Place> where, bool* acted = nullptr);
 std::optional<CUresult> prefetch(pool::Pool& pool, Tiering* tiering, int devices, CUdeviceptr p, std::size_t bytes,
                                  std::optional<Place> where, unsigned flags, bool* acted = nullptr);
+
+// cuMemPrefetchBatchAsync (CUDA 13): `count` ranges, range j going to the location whose index in
+// `loc_first` is the last not above j. The ranges in the pool's space are answered as prefetch()
+// answers one; the others are handed to `forward` as a batch of their own (the same shape: ranges,
+// locations and their first indices), first, so that a batch the driver refuses is refused before
+// any pool memory moves. nullopt: no range is pool memory, or the call is malformed (null arrays, no
+// location, first indices not starting at 0 or not rising, flags the driver defines none of): the
+// caller forwards it as made, and the driver answers.
+using BatchForward = std::function<CUresult(std::vector<CUdeviceptr>& ptrs, std::vector<std::size_t>& sizes,
+                                            std::vector<CUmemLocation>& locations, std::vector<std::size_t>& first)>;
+std::optional<CUresult> prefetch_batch(pool::Pool& pool, Tiering* tiering, int devices, const CUdeviceptr* ptrs,
+                                       const std::size_t* sizes, std::size_t count, const CUmemLocation* locations,
+                                       const std::size_t* loc_first, std::size_t loc_count, unsigned long long flags,
+                                       const BatchForward& forward);
+
 // The same for the process: its pool and tiering, the driver's device count. nullopt also before the
 // pool exists (no pool memory yet).
 std::optional<CUresult> advise(CUdeviceptr p, std::size_t bytes, CUmem_advise advice, std::optional<Place> where,
                                bool* acted = nullptr);
 std::optional<CUresult> prefetch(CUdeviceptr p, std::size_t bytes, std::optional<Place> where, unsigned flags,
                                  bool* acted = nullptr);
+std::optional<CUresult> prefetch_batch(const CUdeviceptr* ptrs, const std::size_t* sizes, std::size_t count,
+                                       const CUmemLocation* locations, const std::size_t* loc_first,
+                                       std::size_t loc_count, unsigned long long flags, const BatchForward& forward);
 
 // The preferred locations given, per allocation. An entry names its allocation by base and buffer id,
 // which is never reused, so advice on a freed allocation never reaches one made later at its address.

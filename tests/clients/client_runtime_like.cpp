@@ -20,8 +20,8 @@ __asm__(".symver dlsym_glibc_2_2_5, dlsym@GLIBC_2.2.5");
 
 namespace {
 
-// Every hook but the launches, the batched copies, the asynchronous peer copy and the asynchronous pitched
-// memsets takes at most five integer or pointer arguments; called with zeros it must answer with an error
+// Every hook but the launches, the batched copies and prefetches, the asynchronous peer copy and the
+// asynchronous pitched memsets takes at most five integer or pointer arguments; called with zeros it must answer with an error
 // code (or success for frees of 0), never crash.
 using AnyHook = CUresult (*)(std::uintptr_t, std::uintptr_t, std::uintptr_t, std::uintptr_t, std::uintptr_t);
 
@@ -40,6 +40,8 @@ CUresult call_with_nulls(const char* symbol, void* fn) {
     return reinterpret_cast<s::cuMemcpyBatchAsync_v2>(fn)(nullptr, nullptr, nullptr, 0, nullptr, nullptr, 0, nullptr);
   if (name.starts_with("cuMemcpyBatchAsync"))
     return reinterpret_cast<s::cuMemcpyBatchAsync>(fn)(nullptr, nullptr, nullptr, 0, nullptr, nullptr, 0, nullptr, nullptr);
+  if (name.starts_with("cuMemPrefetchBatchAsync"))
+    return reinterpret_cast<s::cuMemPrefetchBatchAsync>(fn)(nullptr, nullptr, 0, nullptr, nullptr, 0, 0, nullptr);
   if (name.starts_with("cuMemcpyPeerAsync"))
     return reinterpret_cast<s::cuMemcpyPeerAsync>(fn)(0, nullptr, 0, nullptr, 0, nullptr);
   if (name.starts_with("cuMemsetD2D") && name.find("Async") != std::string_view::npos)

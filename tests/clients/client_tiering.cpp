@@ -2,7 +2,8 @@
 // the hooks tests (tests/hooks/CMakeLists.txt). Past UVMPOOL_DEVICE_LIMIT=64M:
 //   1. prefetches (cuMemPrefetchAsync, both forms, the per-thread one too) move a device allocation out
 //      and a spilled one in, with their bytes; advice (cuMemAdvise, both forms) on pool memory is
-//      answered by uvmpool, on the driver's own memory by the driver; the C API (uvmpool_prefetch,
+//      answered by uvmpool, on the driver's own memory by the driver; a batch of prefetches
+//      (cuMemPrefetchBatchAsync) with the driver's memory in it is the driver's; the C API (uvmpool_prefetch,
 //      uvmpool_advise) refuses what is not pool memory;
 //   2. a kernel cycling over three 32 MiB buffers (more than the device holds) repeats long enough for
 //      the policy to learn the sequence and move buffers ahead of the launches, and every value the
@@ -56,6 +57,7 @@ int main() {
   auto prefetch = resolve<s::cuMemPrefetchAsync_v2>("cuMemPrefetchAsync", 12020);
   auto prefetch_v1_ptsz =
       resolve<s::cuMemPrefetchAsync_ptsz>("cuMemPrefetchAsync", 8000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+  auto prefetch_batch = resolve<s::cuMemPrefetchBatchAsync>("cuMemPrefetchBatchAsync", 13000);
   auto advise = resolve<s::cuMemAdvise_v2>("cuMemAdvise", 12020);
   auto advise_v1 = resolve<s::cuMemAdvise>("cuMemAdvise", 8000);
   auto load = resolve<s::cuModuleLoadData>("cuModuleLoadData", 2000);
@@ -95,6 +97,16 @@ int main() {
   void* pinned = nullptr;
   CU(alloc_host(&pinned, 4096));
   const CUresult foreign = advise(reinterpret_cast<CUdeviceptr>(pinned), 4096, CU_MEM_ADVISE_SET_READ_MOSTLY, device);
+  // A batch of prefetches (CUDA 13): the pool's ranges are uvmpool's to answer, the rest the driver's,
+  // which refuses the pinned memory (not managed) and with it the whole batch; without it, uvmpool's.
+  {
+    CUdeviceptr ptrs[2] = {b, reinterpret_cast<CUdeviceptr>(pinned)};
+    std::size_t sizes[2] = {32 * kMiB, 4096}, first = 0;
+    CUmemLocation where = device;
+    CLIENT_CHECK(prefetch_batch(ptrs, sizes, 2, &where, &first, 1, 0, nullptr) == CUDA_ERROR_INVALID_VALUE,
+                 "a batch with memory neither the pool's nor managed accepted");
+    CU(prefetch_batch(ptrs, sizes, 1, &where, &first, 1, 0, nullptr));
+  }
   CU(free_host(pinned));
   const int advised = uvmpool_advise(b, 32 * kMiB, UVMPOOL_TIER_DEVICE);  // 0: kept; 1: tiering off
   CLIENT_CHECK(uvmpool_prefetch(b, 32 * kMiB, 7) == -1, "uvmpool_prefetch took tier 7");

@@ -181,6 +181,65 @@ TEST_F(Advice_, MemoryThatIsNotThePoolsIsLeftToTheDriver) {
   ASSERT_CU(drv().cuMemFree_v2(foreign));
 }
 
+TEST_F(Advice_, ABatchOfPrefetchesAnswersThePoolsRangesAndForwardsTheRest) {
+  allocate_both_tiers();
+  ASSERT_CU(drv().cuMemsetD32_v2(in_host, 0xab, 16 * kMiB / 4));
+  const CUdeviceptr foreign_a = 0x1000, foreign_b = 0x9000;  // outside the pool's space
+  // Ranges 0 and 1 to the device, 2 and 3 to the host: the first location applies from range 0, the
+  // second from range 2.
+  CUdeviceptr ptrs[4] = {in_host, foreign_a, on_device, foreign_b};
+  std::size_t sizes[4] = {16 * kMiB, 4096, 8 * kMiB, 8192};
+  CUmemLocation locations[2] = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, {CU_MEM_LOCATION_TYPE_HOST, 0}};
+  std::size_t first[2] = {0, 2};
+  int forwarded = 0;
+  const auto forward = [&](std::vector<CUdeviceptr>& p, std::vector<std::size_t>& n, std::vector<CUmemLocation>& l,
+                           std::vector<std::size_t>& f) {
+    ++forwarded;
+    EXPECT_EQ(p, (std::vector<CUdeviceptr>{foreign_a, foreign_b}));
+    EXPECT_EQ(n, (std::vector<std::size_t>{4096, 8192}));
+    EXPECT_EQ(f, (std::vector<std::size_t>{0, 1}));
+    EXPECT_EQ(l.size(), 2u);
+    if (l.size() == 2) {
+      EXPECT_EQ(l[0].type, CU_MEM_LOCATION_TYPE_DEVICE);
+      EXPECT_EQ(l[1].type, CU_MEM_LOCATION_TYPE_HOST);
+    }
+    return CUDA_SUCCESS;
+  };
+  std::optional<CUresult> r = uvmpool::tiering::prefetch_batch(*pool, tiering.get(), 1, ptrs, sizes, 4, locations,
+                                                               first, 2, 0, forward);
+  ASSERT_TRUE(r.has_value());
+  ASSERT_CU(*r);
+  EXPECT_EQ(forwarded, 1);
+  ASSERT_CU(tiering->mover().run_until_idle());
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "DDDDDDDD");
+  EXPECT_EQ(tiers(on_device, 8 * kMiB, gran), "HHHH");
+  EXPECT_TRUE(holds(in_host, 16 * kMiB, 0xab));
+  EXPECT_EQ(tiering->stats().prefetches, 2u);
+
+  // A batch the driver refuses is refused before any pool memory moves.
+  ptrs[0] = in_host;
+  locations[0] = {CU_MEM_LOCATION_TYPE_HOST, 0};
+  r = uvmpool::tiering::prefetch_batch(*pool, tiering.get(), 1, ptrs, sizes, 4, locations, first, 2, 0,
+                                       [](auto&, auto&, auto&, auto&) { return CUDA_ERROR_INVALID_VALUE; });
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(*r, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(tiering->mover().stats().requested, 2u) << "nothing more asked of the mover";
+
+  // None of the pool's, or malformed: the driver's to answer as made.
+  const auto never = [](auto&, auto&, auto&, auto&) {
+    ADD_FAILURE() << "forwarded";
+    return CUDA_SUCCESS;
+  };
+  CUdeviceptr theirs[1] = {foreign_a};
+  EXPECT_FALSE(
+      uvmpool::tiering::prefetch_batch(*pool, tiering.get(), 1, theirs, sizes, 1, locations, first, 1, 0, never));
+  std::size_t late[2] = {1, 2};
+  EXPECT_FALSE(uvmpool::tiering::prefetch_batch(*pool, tiering.get(), 1, ptrs, sizes, 4, locations, late, 2, 0, never));
+  EXPECT_FALSE(uvmpool::tiering::prefetch_batch(*pool, tiering.get(), 1, ptrs, sizes, 4, locations, first, 2, 1, never));
+  EXPECT_FALSE(uvmpool::tiering::prefetch_batch(*pool, tiering.get(), 1, nullptr, sizes, 4, locations, first, 2, 0, never));
+  EXPECT_FALSE(uvmpool::tiering::prefetch_batch(*pool, tiering.get(), 1, ptrs, sizes, 4, locations, first, 0, 0, never));
+}
+
 TEST_F(Advice_, APreferredLocationReachesThePolicyAndEndsWithItsAllocation) {
   allocate_both_tiers();
   EXPECT_EQ(preference(in_host), Preference::None);
