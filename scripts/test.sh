@@ -56,6 +56,10 @@ tsan_targets="uvmpool-pool-tests uvmpool-pool-budget-tests uvmpool-pool-spill-te
   uvmpool-trace-tests uvmpool-trace-timeline-tests uvmpool-trace-e2e-tests uvmpool_stats_tests
   uvmpool_stats_publisher_tests uvmpool-bench-stress"
 tsan_tests='^(pool|trace|stats)\.|^stress_'
+# Left out of TSan by name: the fault-injection cases (one thread rebuilding a pool at every failing
+# driver call: nothing for TSan to find that the pool's thread tests do not, and over 80 s a case
+# under it; ASan+UBSan runs them all). tests/sanitizer/README.md lists this with the labels.
+tsan_skip='FaultInjection'
 
 run normal "$base" -- -DUVMPOOL_SANITIZE=
 for s in $sanitizers; do
@@ -63,9 +67,9 @@ for s in $sanitizers; do
     address) run "ASan+UBSan" "$base-asan" -LE 'no_sanitize|no_asan' -- -DUVMPOOL_SANITIZE=address ;;
     thread)
       if [ "$tsan_all" = 1 ]; then
-        run TSan "$base-tsan" -LE 'no_sanitize|no_tsan' -- -DUVMPOOL_SANITIZE=thread
+        run TSan "$base-tsan" -E "$tsan_skip" -LE 'no_sanitize|no_tsan' -- -DUVMPOOL_SANITIZE=thread
       else
-        targets=$tsan_targets run TSan "$base-tsan" -R "$tsan_tests" -LE 'no_sanitize|no_tsan' \
+        targets=$tsan_targets run TSan "$base-tsan" -R "$tsan_tests" -E "$tsan_skip" -LE 'no_sanitize|no_tsan' \
           -- -DUVMPOOL_SANITIZE=thread
       fi ;;
     undefined) run UBSan "$base-ubsan" -LE 'no_sanitize' -- -DUVMPOOL_SANITIZE=undefined ;;

@@ -11,8 +11,12 @@
 
 #include <unistd.h>
 
+// spdlog is compiled here alone (header-only, SPDLOG_HEADER_ONLY from uvmpool_logging_deps), and fmt
+// once for the library in fmt_library.cpp: nothing else includes spdlog (see log.h).
+#include <fmt/format.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include "config/options.h"
 #include "config/output_file.h"
@@ -99,12 +103,18 @@ spdlog::logger& null_logger() {
   return *logger;
 }
 
-}  // namespace
-
-void set_component(const char* name) {
-  if (name) g_component.store(name);
+spdlog::level::level_enum to_spdlog(Level level) {
+  switch (level) {
+    case Level::trace: return spdlog::level::trace;
+    case Level::debug: return spdlog::level::debug;
+    case Level::info: return spdlog::level::info;
+    case Level::warn: return spdlog::level::warn;
+    case Level::error: return spdlog::level::err;
+  }
+  return spdlog::level::err;
 }
 
+// The process's logger, created on first use from the options. Never throws.
 spdlog::logger& get() {
   // Never destroyed: threads and exit-time code may log after static destructors have begun.
   static spdlog::logger* logger = []() -> spdlog::logger* {
@@ -115,6 +125,25 @@ spdlog::logger& get() {
     }
   }();
   return logger ? *logger : null_logger();
+}
+
+}  // namespace
+
+void set_component(const char* name) {
+  if (name) g_component.store(name);
+}
+
+void write(Level level, fmt::string_view format, fmt::format_args args) noexcept {
+  try {
+    spdlog::logger& logger = get();  // throws only when even the stand-in cannot be made (no memory)
+    const spdlog::level::level_enum to = to_spdlog(level);
+    if (!logger.should_log(to)) return;
+    fmt::memory_buffer line;
+    fmt::vformat_to(fmt::appender(line), format, args);
+    logger.log(to, spdlog::string_view_t(line.data(), line.size()));
+  } catch (...) {
+    // No memory for the logger or the line, or a sink that threw: nowhere to report it.
+  }
 }
 
 void shutdown() {
