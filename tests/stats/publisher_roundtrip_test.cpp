@@ -173,7 +173,7 @@ TEST(Publisher, ThreadRefreshesThenMarksExited) {
 
 // A child process that publishes a segment in `dir` through the library's writer, then (when
 // `fork_again`) forks a grandchild that closes its inherited copy as the library's fork handler does,
-// then waits to be killed. Its pid and its segment's path come back once both are in place.
+// and waits for it to have closed it, then waits to be killed. Its pid and its segment's path come back once both are in place.
 struct Publishing {
   pid_t pid = -1, grandchild = -1;
   std::string path;
@@ -193,12 +193,22 @@ Publishing publish_in_child(const std::string& dir, bool fork_again) {
     std::unique_ptr<Segment> s = Segment::create(r, 100, &error, dir);
     pid_t grandchild = 0;
     if (s != nullptr && fork_again) {
+      // Its copy closed before the child says it is in place: the lock is the open file's, which the
+      // grandchild shares until then.
+      int closed[2];
+      if (pipe(closed) != 0) _exit(1);
       grandchild = fork();
       if (grandchild == 0) {
         s->close_inherited();
         (void)s.release();
+        const char done = 1;
+        (void)!write(closed[1], &done, 1);
         for (;;) pause();
       }
+      char done = 0;
+      if (grandchild > 0 && read(closed[0], &done, 1) != 1) grandchild = -1;
+      close(closed[0]);
+      close(closed[1]);
     }
     const bool ok = s != nullptr && grandchild >= 0;
     const pid_t word = ok ? grandchild : -1;
