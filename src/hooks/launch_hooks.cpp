@@ -103,6 +103,10 @@ bool is_launch_hook(driver::Fn fn) {
     case Fn::cuMemcpyBatchAsync_ptsz:
     case Fn::cuMemcpyBatchAsync_v2:
     case Fn::cuMemcpyBatchAsync_v2_ptsz:
+    case Fn::cuMemcpy3DBatchAsync:
+    case Fn::cuMemcpy3DBatchAsync_ptsz:
+    case Fn::cuMemcpy3DBatchAsync_v2:
+    case Fn::cuMemcpy3DBatchAsync_v2_ptsz:
     // Capture and graphs (graph_hooks.cpp).
     case Fn::cuStreamBeginCapture_v2:
     case Fn::cuStreamBeginCapture_v2_ptsz:

@@ -6,7 +6,7 @@
 // with a host side (pageable host memory makes them synchronous). Device-to-device asynchronous
 // copies and the memsets never waited on the host in the measurement and are not gated. Strided
 // copies (2D, 3D), peer copies and pitched memsets touch the span from their first byte to their
-// last on each side (tiering/transfer_ranges.h); a batch of copies touches each of its copies. Handed
+// last on each side (tiering/transfer_ranges.h); a batch of copies (flat or 3D) touches each of its copies. Handed
 // out only while tiering watches launches (hands_out): with UVMPOOL_TIERING=off they cost nothing.
 #include "driver/real_driver.h"
 #include "hooks/hooks.h"
@@ -196,40 +196,64 @@ std::vector<tiering::TransferRange> batch_ranges(const CUdeviceptr* dsts, const 
   return out;
 }
 
+// A batch of 3D copies: each copy's pointer operands (tiering/transfer_ranges.h), any of which may be
+// host memory (gated). A null list gives no range (the driver refuses it).
+std::vector<tiering::TransferRange> batch_ranges(const CUDA_MEMCPY3D_BATCH_OP* ops, size_t count) {
+  std::vector<tiering::TransferRange> out;
+  if (ops == nullptr) return out;
+  out.reserve(2 * count);
+  for (size_t i = 0; i < count; ++i)
+    for (const tiering::TransferRange& r : tiering::ranges_of(ops[i]).span()) out.push_back(r);
+  return out;
+}
+
 template <typename Forward>
-CUresult batch(driver::Fn fn, CUstream stream, const CUdeviceptr* dsts, const CUdeviceptr* srcs, const size_t* sizes,
-               size_t count, Forward forward) {
-  stats::count_hook(fn);
+CUresult batch(CUstream stream, const std::vector<tiering::TransferRange>& ranges, Forward forward) {
   const tiering::HostWaitGate::Pass pass(gate());
-  const std::vector<tiering::TransferRange> ranges = batch_ranges(dsts, srcs, sizes, count);
   const Shown shown(Transfer::Copy, stream, ranges);
   return forward();
 }
 
 }  // namespace
 
-#define UVMPOOL_BATCH(symbol, params, args, stream)                                             \
-  CUresult CUDAAPI symbol params {                                                              \
-    const driver::RealDriver* d = driver::real();                                              \
-    if (d == nullptr || d->table.symbol == nullptr) return CUDA_ERROR_NO_DEVICE;                \
-    return batch(driver::Fn::symbol, stream, dsts, srcs, sizes, count, [&] { return d->table.symbol args; }); \
+// Counts the call, finds its ranges (`ranges`, from the call's arguments) and forwards it, gated.
+#define UVMPOOL_BATCH(symbol, params, args, stream, ranges)                                   \
+  CUresult CUDAAPI symbol params {                                                            \
+    stats::count_hook(driver::Fn::symbol);                                                    \
+    const driver::RealDriver* d = driver::real();                                            \
+    if (d == nullptr || d->table.symbol == nullptr) return CUDA_ERROR_NO_DEVICE;              \
+    return batch(stream, ranges, [&] { return d->table.symbol args; });                      \
   }
 UVMPOOL_BATCH(cuMemcpyBatchAsync,
               (CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count, CUmemcpyAttributes* attrs,
                size_t* attr_indices, size_t attr_count, size_t* fail_index, CUstream s),
-              (dsts, srcs, sizes, count, attrs, attr_indices, attr_count, fail_index, s), s)
+              (dsts, srcs, sizes, count, attrs, attr_indices, attr_count, fail_index, s), s,
+              batch_ranges(dsts, srcs, sizes, count))
 UVMPOOL_BATCH(cuMemcpyBatchAsync_ptsz,
               (CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count, CUmemcpyAttributes* attrs,
                size_t* attr_indices, size_t attr_count, size_t* fail_index, CUstream s),
-              (dsts, srcs, sizes, count, attrs, attr_indices, attr_count, fail_index, s), per_thread(s))
+              (dsts, srcs, sizes, count, attrs, attr_indices, attr_count, fail_index, s), per_thread(s),
+              batch_ranges(dsts, srcs, sizes, count))
 UVMPOOL_BATCH(cuMemcpyBatchAsync_v2,
               (CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count, CUmemcpyAttributes* attrs,
                size_t* attr_indices, size_t attr_count, CUstream s),
-              (dsts, srcs, sizes, count, attrs, attr_indices, attr_count, s), s)
+              (dsts, srcs, sizes, count, attrs, attr_indices, attr_count, s), s, batch_ranges(dsts, srcs, sizes, count))
 UVMPOOL_BATCH(cuMemcpyBatchAsync_v2_ptsz,
               (CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count, CUmemcpyAttributes* attrs,
                size_t* attr_indices, size_t attr_count, CUstream s),
-              (dsts, srcs, sizes, count, attrs, attr_indices, attr_count, s), per_thread(s))
+              (dsts, srcs, sizes, count, attrs, attr_indices, attr_count, s), per_thread(s),
+              batch_ranges(dsts, srcs, sizes, count))
+UVMPOOL_BATCH(cuMemcpy3DBatchAsync,
+              (size_t count, CUDA_MEMCPY3D_BATCH_OP* ops, size_t* fail_index, unsigned long long flags, CUstream s),
+              (count, ops, fail_index, flags, s), s, batch_ranges(ops, count))
+UVMPOOL_BATCH(cuMemcpy3DBatchAsync_ptsz,
+              (size_t count, CUDA_MEMCPY3D_BATCH_OP* ops, size_t* fail_index, unsigned long long flags, CUstream s),
+              (count, ops, fail_index, flags, s), per_thread(s), batch_ranges(ops, count))
+UVMPOOL_BATCH(cuMemcpy3DBatchAsync_v2, (size_t count, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags, CUstream s),
+              (count, ops, flags, s), s, batch_ranges(ops, count))
+UVMPOOL_BATCH(cuMemcpy3DBatchAsync_v2_ptsz,
+              (size_t count, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags, CUstream s), (count, ops, flags, s),
+              per_thread(s), batch_ranges(ops, count))
 #undef UVMPOOL_BATCH
 
 }  // namespace uvmpool::hooks::impl

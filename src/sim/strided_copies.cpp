@@ -1,6 +1,6 @@
 // The strided and grouped copies and the pitched memsets: cuMemcpy2D/3D (and Unaligned, Async), the
-// peer copies (cuMemcpyPeer, cuMemcpy3DPeer), the batched copies (cuMemcpyBatchAsync) and
-// cuMemsetD2D*. Each is rows of a flat copy or memset (copy_work.h), with the real driver's checks
+// peer copies (cuMemcpyPeer, cuMemcpy3DPeer), the batched copies (cuMemcpyBatchAsync,
+// cuMemcpy3DBatchAsync) and cuMemsetD2D*. Each is rows of a flat copy or memset (copy_work.h), with the real driver's checks
 // of its arguments where the simulator can make them. The simulator has no CUDA arrays: a side of
 // type CU_MEMORYTYPE_ARRAY is refused (CUDA_ERROR_NOT_SUPPORTED). All devices share one address
 // space here, so a peer copy is a device-to-device copy once both contexts are known.
@@ -134,6 +134,43 @@ CUresult copy_batch(CUdeviceptr* dsts, CUdeviceptr* srcs, std::size_t* sizes, st
   return CUDA_SUCCESS;
 }
 
+// cuMemcpy3DBatchAsync: `count` 3D copies between pointer operands on one stream (never the legacy
+// default stream); an element is a byte between two pointers, a row `rowLength` of them (the width
+// when 0), a layer `layerHeight` rows (the height when 0). Array operands are refused
+// (CUDA_ERROR_NOT_SUPPORTED, no arrays here); flags must be 0, as the driver defines none. On a
+// failure *fail_index names the copy, as for cuMemcpyBatchAsync.
+CUresult pointer_side(const CUmemcpy3DOperand& o, const CUextent3D& e, SideSpec* out) {
+  if (o.type == CU_MEMCPY_OPERAND_TYPE_ARRAY) return CUDA_ERROR_NOT_SUPPORTED;
+  if (o.type != CU_MEMCPY_OPERAND_TYPE_POINTER) return CUDA_ERROR_INVALID_VALUE;
+  const std::size_t row = o.op.ptr.rowLength != 0 ? o.op.ptr.rowLength : e.width;
+  const std::size_t layer = o.op.ptr.layerHeight != 0 ? o.op.ptr.layerHeight : e.height;
+  if (row < e.width || layer < e.height) return CUDA_ERROR_INVALID_VALUE;
+  *out = {CU_MEMORYTYPE_UNIFIED, nullptr, o.op.ptr.ptr, 0, 0, 0, row, layer};
+  return CUDA_SUCCESS;
+}
+
+CUresult copy_batch_3d(std::size_t count, const CUDA_MEMCPY3D_BATCH_OP* ops, std::size_t* fail_index,
+                       unsigned long long flags, CUstream stream, bool per_thread, const char* call) {
+  if (fail_index != nullptr) *fail_index = SIZE_MAX;
+  if (count == 0 || ops == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!per_thread && (stream == nullptr || stream == CU_STREAM_LEGACY)) return CUDA_ERROR_INVALID_VALUE;
+  const Submission how{&stream, per_thread};
+  for (std::size_t i = 0; i < count; ++i) {
+    const CUDA_MEMCPY3D_BATCH_OP& op = ops[i];
+    SideSpec dst{}, src{};
+    CUresult r = op.extent.width == 0 || op.extent.height == 0 || op.extent.depth == 0 ? CUDA_ERROR_INVALID_VALUE
+                                                                                           : CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS) r = pointer_side(op.dst, op.extent, &dst);
+    if (r == CUDA_SUCCESS) r = pointer_side(op.src, op.extent, &src);
+    if (r == CUDA_SUCCESS) r = copy_sides(dst, src, {op.extent.width, op.extent.height, op.extent.depth}, how, call);
+    if (r != CUDA_SUCCESS) {
+      if (fail_index != nullptr) *fail_index = i;
+      return r;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
 
 CUresult impl::cuMemcpy2D_v2(const CUDA_MEMCPY2D* c) { return copy_2d(c, kSync, "cuMemcpy2D_v2"); }
@@ -198,6 +235,23 @@ CUresult impl::cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr_v2* dsts, CUdeviceptr_v2* 
                                           CUstream s) {
   return copy_batch(dsts, srcs, sizes, count, attrs, attr_indices, attr_count, nullptr, s, true,
                     "cuMemcpyBatchAsync_v2_ptsz");
+}
+
+CUresult impl::cuMemcpy3DBatchAsync(size_t count, CUDA_MEMCPY3D_BATCH_OP_v1* ops, size_t* fail_index,
+                                    unsigned long long flags, CUstream s) {
+  return copy_batch_3d(count, ops, fail_index, flags, s, false, "cuMemcpy3DBatchAsync");
+}
+CUresult impl::cuMemcpy3DBatchAsync_ptsz(size_t count, CUDA_MEMCPY3D_BATCH_OP_v1* ops, size_t* fail_index,
+                                         unsigned long long flags, CUstream s) {
+  return copy_batch_3d(count, ops, fail_index, flags, s, true, "cuMemcpy3DBatchAsync_ptsz");
+}
+CUresult impl::cuMemcpy3DBatchAsync_v2(size_t count, CUDA_MEMCPY3D_BATCH_OP_v1* ops, unsigned long long flags,
+                                       CUstream s) {
+  return copy_batch_3d(count, ops, nullptr, flags, s, false, "cuMemcpy3DBatchAsync_v2");
+}
+CUresult impl::cuMemcpy3DBatchAsync_v2_ptsz(size_t count, CUDA_MEMCPY3D_BATCH_OP_v1* ops, unsigned long long flags,
+                                            CUstream s) {
+  return copy_batch_3d(count, ops, nullptr, flags, s, true, "cuMemcpy3DBatchAsync_v2_ptsz");
 }
 
 // Pitched memsets: `height` rows of `width` elements, `pitch` bytes apart.

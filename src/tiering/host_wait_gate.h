@@ -24,7 +24,7 @@
 // memory not the pool's (the driver's free waits for the device; the pool frees without the driver).
 // The strided, peer and batched copies pass it by the same rule as the flat ones (transfer_hooks.cpp),
 // by analogy: they were not measured apart. Not hooked at all: calls outside uvmpool's driver list
-// that may wait the same way (cuMemcpy3DBatchAsync, cuFuncSetAttribute, ...).
+// that may wait the same way (cuFuncSetAttribute, ...).
 #pragma once
 
 #include <atomic>

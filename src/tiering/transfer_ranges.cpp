@@ -47,6 +47,25 @@ TransferRanges ranges_3d(const Copy3D* c) {
 TransferRanges ranges_of(const CUDA_MEMCPY3D* c) { return ranges_3d(c); }
 TransferRanges ranges_of(const CUDA_MEMCPY3D_PEER* c) { return ranges_3d(c); }
 
+TransferRanges ranges_of(const CUDA_MEMCPY3D_BATCH_OP& op) {
+  constexpr std::size_t kLargestArrayElement = 16;
+  const bool with_array = op.src.type == CU_MEMCPY_OPERAND_TYPE_ARRAY || op.dst.type == CU_MEMCPY_OPERAND_TYPE_ARRAY;
+  const std::size_t element = with_array ? kLargestArrayElement : 1;
+  TransferRanges out;
+  std::size_t width = 0;
+  if (__builtin_mul_overflow(op.extent.width, element, &width)) return out;
+  for (const CUmemcpy3DOperand* side : {&op.dst, &op.src}) {
+    if (side->type != CU_MEMCPY_OPERAND_TYPE_POINTER) continue;
+    const std::size_t row = side->op.ptr.rowLength != 0 ? side->op.ptr.rowLength : op.extent.width;
+    const std::size_t layer = side->op.ptr.layerHeight != 0 ? side->op.ptr.layerHeight : op.extent.height;
+    std::size_t pitch = 0;
+    if (__builtin_mul_overflow(row, element, &pitch)) continue;
+    add_side(out, CU_MEMORYTYPE_UNIFIED, side->op.ptr.ptr, 0, 0, 0, pitch, layer, width, op.extent.height,
+             op.extent.depth);
+  }
+  return out;
+}
+
 TransferRanges pitched_range(CUdeviceptr p, std::size_t pitch, std::size_t width, std::size_t element,
                              std::size_t height) {
   TransferRanges out;

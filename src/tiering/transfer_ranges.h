@@ -36,6 +36,13 @@ TransferRanges ranges_of(const CUDA_MEMCPY2D* copy);
 TransferRanges ranges_of(const CUDA_MEMCPY3D* copy);
 TransferRanges ranges_of(const CUDA_MEMCPY3D_PEER* copy);
 
+// One copy of a 3D batch (cuMemcpy3DBatchAsync): each pointer operand's span, its rows `rowLength`
+// elements apart (the width when 0) and its layers `layerHeight` rows (the height when 0), from its
+// pointer. Between two pointers an element is a byte; against a CUDA array it is the array's, which
+// the call does not say (at most 16 bytes: four 32-bit channels), so that span is taken 16 times as
+// wide: a touch too wide only plans more, one too narrow would miss memory the copy reads or writes.
+TransferRanges ranges_of(const CUDA_MEMCPY3D_BATCH_OP& op);
+
 // A pitched memset: `height` rows of `width` elements of `element` bytes, `pitch` bytes apart from `p`.
 TransferRanges pitched_range(CUdeviceptr p, std::size_t pitch, std::size_t width, std::size_t element,
                              std::size_t height);

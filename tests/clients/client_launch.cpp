@@ -2,7 +2,7 @@
 // that spills past UVMPOOL_DEVICE_LIMIT and launches a kernel on the spilled memory through each
 // launch route: cuLaunchKernel, its per-thread variant, cuLaunchKernelEx and cuLaunchCooperativeKernel,
 // in the kernelParams and the extra forms; then copies and memsets there (the transfer hooks: each
-// is a touch too), flat, strided, peer and batched, and one memset on the device part; then captures a fill and a memset there on a
+// is a touch too), flat, strided, peer and batched (flat and 3D), and one memset on the device part; then captures a fill and a memset there on a
 // stream into a graph (cuGraphInstantiate asked by its CUDA 12 name) and launches the graph twice. It
 // checks every result, then prints what uvmpool's statistics say the hooks saw, for the hooks tests
 // (tests/hooks/CMakeLists.txt) to match:
@@ -41,6 +41,7 @@ int main() {
   auto copy2d = resolve<s::cuMemcpy2D_v2>("cuMemcpy2D", 3020);
   auto peer_async = resolve<s::cuMemcpyPeerAsync>("cuMemcpyPeerAsync", 4000);
   auto batch_async = resolve<s::cuMemcpyBatchAsync_v2>("cuMemcpyBatchAsync", 13000);
+  auto batch_3d_async = resolve<s::cuMemcpy3DBatchAsync_v2>("cuMemcpy3DBatchAsync", 13000);
   auto current = resolve<s::cuCtxGetCurrent>("cuCtxGetCurrent", 4000);
   auto stream_create = resolve<s::cuStreamCreate>("cuStreamCreate", 2000);
   auto stream_sync = resolve<s::cuStreamSynchronize>("cuStreamSynchronize", 2000);
@@ -110,12 +111,13 @@ int main() {
     for (std::uint32_t v : got) CLIENT_CHECK(v == expected[i], "transfer %d left %#x", i, v);
   }
 
-  // The strided, peer and batched transfers (4, all in place), then one copy out to check them: 4 rows
-  // of 256 bytes set 1024 apart, copied as rows to the next 4 KiB, on by a peer copy, on by a batch.
+  // The strided, peer and batched transfers (5, all in place), then one copy out to check them: 4 rows
+  // of 256 bytes set 1024 apart, copied as rows to the next 4 KiB, on by a peer copy, on by a batch,
+  // on as rows by a 3D batch.
   const CUdeviceptr strided = tail + 32 * 4096;
   CUstream batch_stream = nullptr;
   CU(stream_create(&batch_stream, CU_STREAM_NON_BLOCKING));
-  CU(memset8(strided, 0, 4 * 4096));
+  CU(memset8(strided, 0, 5 * 4096));
   CU(memset2d_async(strided, 1024, 0x600DF00Du, 64, 4, nullptr));
   CUDA_MEMCPY2D rows{};
   rows.srcMemoryType = rows.dstMemoryType = CU_MEMORYTYPE_DEVICE;
@@ -134,11 +136,19 @@ int main() {
   CUmemcpyAttributes attributes{};
   attributes.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
   CU(batch_async(&batch_dst, &batch_src, &batch_bytes, 1, &attributes, &first_attribute, 1, batch_stream));
+  CUDA_MEMCPY3D_BATCH_OP rows_3d{};
+  rows_3d.src.type = rows_3d.dst.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+  rows_3d.src.op.ptr.ptr = strided + 3 * 4096;
+  rows_3d.dst.op.ptr.ptr = strided + 4 * 4096;
+  rows_3d.src.op.ptr.rowLength = rows_3d.dst.op.ptr.rowLength = 1024;
+  rows_3d.extent = {256, 4, 1};
+  rows_3d.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+  CU(batch_3d_async(1, &rows_3d, 0, batch_stream));
   CU(stream_sync(batch_stream));
   CU(stream_destroy(batch_stream));
   {
     std::vector<std::uint32_t> got(1024);
-    CU(dtoh(got.data(), strided + 3 * 4096, 4096));
+    CU(dtoh(got.data(), strided + 4 * 4096, 4096));
     for (std::size_t i = 0; i < got.size(); ++i)
       CLIENT_CHECK(got[i] == (i % 256 < 64 ? 0x600DF00Du : 0u), "strided transfers left %#x at %zu", got[i], i);
   }

@@ -123,6 +123,8 @@ TEST_F(RealDriverTable, StridedPeerAndBatchCopiesWaitAtTheGateWhenTheyMayWaitOnT
     hooks::impl::cuMemcpy2DAsync_v2(&c, nullptr);
   });
   expect_waits_at_the_gate([] { hooks::impl::cuMemcpyBatchAsync_v2(nullptr, nullptr, nullptr, 0, nullptr, nullptr, 0, nullptr); });
+  expect_waits_at_the_gate([] { hooks::impl::cuMemcpy3DBatchAsync_v2_ptsz(0, nullptr, 0, nullptr); });
+  expect_waits_at_the_gate([] { hooks::impl::cuMemcpy3DBatchAsync(0, nullptr, nullptr, 0, nullptr); });
 }
 
 // Device-to-device asynchronous copies and pitched memsets never waited on the host: they go through

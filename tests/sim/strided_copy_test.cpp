@@ -1,4 +1,4 @@
-// Strided, peer and batched copies and pitched memsets (src/sim/strided_copies.cpp): the bytes of
+// Strided, peer and batched (flat and 3D) copies and pitched memsets (src/sim/strided_copies.cpp): the bytes of
 // every row land where the pitches say and nothing between rows changes, every variant works, and
 // what the real driver refuses (a pitch narrower than a row, arrays, unknown contexts, a batch on
 // the legacy stream or with attributes not starting at its first copy) is an error, not a crash.
@@ -215,6 +215,71 @@ TEST_F(StridedCopies, ABatchCopiesEachPieceAndNamesTheOneThatFailed) {
   EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE,
                reinterpret_cast<V1>(pfn)(dsts, srcs, sizes, 3, &attrs, &first, 1, &failed, stream));
   EXPECT_EQ(failed, 1u);
+  EXPECT_CU(cuStreamSynchronize(stream));
+  EXPECT_CU(cuStreamDestroy(stream));
+}
+
+// One copy of a 3D batch between two pointers: `width` bytes a row, rows `row` bytes apart and
+// layers `layer` rows apart on both sides.
+CUDA_MEMCPY3D_BATCH_OP op_3d(CUdeviceptr dst, CUdeviceptr src, std::size_t row, std::size_t layer, CUextent3D e) {
+  CUDA_MEMCPY3D_BATCH_OP op{};
+  for (auto [side, p] : {std::pair{&op.dst, dst}, std::pair{&op.src, src}}) {
+    side->type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+    side->op.ptr.ptr = p;
+    side->op.ptr.rowLength = row;
+    side->op.ptr.layerHeight = layer;
+  }
+  op.extent = e;
+  op.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+  return op;
+}
+
+TEST_F(StridedCopies, A3DBatchCopiesEachRowOfEachLayerAndNamesTheOneThatFailed) {
+  CUstream stream = nullptr;
+  ASSERT_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr p = 0;
+  ASSERT_CU(cuMemAlloc(&p, 4096));
+  ASSERT_CU(cuMemsetD8(p, 0, 4096));
+  std::vector<unsigned char> in(2 * 3 * 32);  // 2 layers of 3 rows, 32 bytes apart
+  std::iota(in.begin(), in.end(), 1);
+  // 8 bytes of each of 2 rows of each of 2 layers (layers of 3 rows), from the host rows 32 apart to
+  // device rows 64 apart; then a second copy, flat, back to the host.
+  unsigned char back[8] = {};
+  CUDA_MEMCPY3D_BATCH_OP ops[2] = {
+      op_3d(p, reinterpret_cast<CUdeviceptr>(in.data()), 0, 0, {8, 2, 2}),
+      op_3d(reinterpret_cast<CUdeviceptr>(back), p, 0, 0, {8, 1, 1})};
+  ops[0].src.op.ptr.rowLength = 32;
+  ops[0].src.op.ptr.layerHeight = 3;
+  ops[0].dst.op.ptr.rowLength = 64;
+  ops[0].dst.op.ptr.layerHeight = 3;
+  ASSERT_CU(cuMemcpy3DBatchAsync(2, ops, 0, stream));
+  ASSERT_CU(cuStreamSynchronize(stream));
+  for (std::size_t z = 0; z < 2; ++z)
+    for (std::size_t y = 0; y < 2; ++y) {
+      const std::size_t from = (z * 3 + y) * 32, to = (z * 3 + y) * 64;
+      EXPECT_EQ(std::memcmp(bytes(p + to), in.data() + from, 8), 0) << "layer " << z << ", row " << y;
+      EXPECT_EQ(bytes(p + to)[8], 0) << "past layer " << z << ", row " << y;
+    }
+  EXPECT_EQ(bytes(p + 2 * 64)[0], 0) << "the third row of a layer is not copied";
+  EXPECT_EQ(std::memcmp(back, in.data(), 8), 0) << "the second copy of the batch";
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, cuMemcpy3DBatchAsync(2, ops, 0, nullptr)) << "never on the legacy stream";
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, cuMemcpy3DBatchAsync(2, ops, 1, stream)) << "flags: none defined";
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, cuMemcpy3DBatchAsync(0, ops, 0, stream));
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, cuMemcpy3DBatchAsync(2, nullptr, 0, stream));
+  // The first version (CUDA 12.8) names the copy that failed: a row narrower than the width, an
+  // array (none in the simulator).
+  using V1 = CUresult (*)(std::size_t, CUDA_MEMCPY3D_BATCH_OP*, std::size_t*, unsigned long long, CUstream);
+  void* pfn = nullptr;
+  CUdriverProcAddressQueryResult found{};
+  ASSERT_CU(cuGetProcAddress("cuMemcpy3DBatchAsync", &pfn, 12080, CU_GET_PROC_ADDRESS_DEFAULT, &found));
+  std::size_t failed = 0;
+  ops[1].src.op.ptr.rowLength = 4;
+  ops[1].extent.height = 2;
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, reinterpret_cast<V1>(pfn)(2, ops, &failed, 0, stream));
+  EXPECT_EQ(failed, 1u);
+  ops[0].src.type = CU_MEMCPY_OPERAND_TYPE_ARRAY;
+  EXPECT_CU_EQ(CUDA_ERROR_NOT_SUPPORTED, reinterpret_cast<V1>(pfn)(2, ops, &failed, 0, stream));
+  EXPECT_EQ(failed, 0u);
   EXPECT_CU(cuStreamSynchronize(stream));
   EXPECT_CU(cuStreamDestroy(stream));
 }

@@ -95,6 +95,27 @@ TEST(TransferRanges, NothingWhereTheDriverWillRefuse) {
   EXPECT_TRUE(list(uvmpool::tiering::ranges_of(&c)).empty()) << "no type";
 }
 
+TEST(TransferRanges, A3DBatchCopyTouchesEachPointerOperandsSpan) {
+  CUDA_MEMCPY3D_BATCH_OP op{};
+  op.dst.type = op.src.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+  op.dst.op.ptr.ptr = 0x100000;
+  op.dst.op.ptr.rowLength = 64;   // rows 64 bytes apart
+  op.dst.op.ptr.layerHeight = 4;  // layers 4 rows apart
+  op.src.op.ptr.ptr = 0x300000;   // rows and layers as the extent: packed
+  op.extent = {16, 2, 3};
+  EXPECT_EQ(list(uvmpool::tiering::ranges_of(op)),
+            (Ranges{{0x100000, (2 * 4 + 1) * 64 + 16}, {0x300000, 16 * 2 * 3}}));
+  // Against an array, elements are the array's (up to 16 bytes): the pointer's span is 16 times as wide.
+  op.src.type = CU_MEMCPY_OPERAND_TYPE_ARRAY;
+  EXPECT_EQ(list(uvmpool::tiering::ranges_of(op)), (Ranges{{0x100000, 16 * ((2 * 4 + 1) * 64 + 16)}}));
+  op.dst.op.ptr.rowLength = SIZE_MAX / 8;
+  EXPECT_TRUE(list(uvmpool::tiering::ranges_of(op)).empty()) << "the pitch overflows";
+  op.dst.type = static_cast<CUmemcpy3DOperandType>(0);
+  op.src.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+  op.extent.depth = 0;
+  EXPECT_TRUE(list(uvmpool::tiering::ranges_of(op)).empty()) << "no type, and no layers";
+}
+
 TEST(TransferRanges, PitchedMemsetsAndFlatRanges) {
   EXPECT_EQ(list(uvmpool::tiering::pitched_range(0x100000, 64, 4, 4, 3)), (Ranges{{0x100000, 2 * 64 + 16}}));
   EXPECT_TRUE(list(uvmpool::tiering::pitched_range(0x100000, 64, SIZE_MAX, 4, 3)).empty()) << "width overflows";
