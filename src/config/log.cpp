@@ -114,7 +114,8 @@ spdlog::level::level_enum to_spdlog(Level level) {
   return spdlog::level::err;
 }
 
-// The process's logger, created on first use from the options. Never throws.
+// The process's logger, created on first use from the options; a stand-in that drops everything when
+// that fails. Throws only when even the stand-in cannot be made (no memory).
 spdlog::logger& get() {
   // Never destroyed: threads and exit-time code may log after static destructors have begun.
   static spdlog::logger* logger = []() -> spdlog::logger* {

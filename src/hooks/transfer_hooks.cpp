@@ -202,8 +202,10 @@ std::vector<tiering::TransferRange> batch_ranges(const CUDA_MEMCPY3D_BATCH_OP* o
   std::vector<tiering::TransferRange> out;
   if (ops == nullptr) return out;
   out.reserve(2 * count);
-  for (size_t i = 0; i < count; ++i)
-    for (const tiering::TransferRange& r : tiering::ranges_of(ops[i]).span()) out.push_back(r);
+  for (size_t i = 0; i < count; ++i) {
+    const tiering::TransferRanges ranges = tiering::ranges_of(ops[i]);  // named: span() points into it
+    for (const tiering::TransferRange& r : ranges.span()) out.push_back(r);
+  }
   return out;
 }
 
