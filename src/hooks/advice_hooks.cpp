@@ -76,7 +76,9 @@ CUresult CUDAAPI cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t bytes, CUmemLo
     const std::optional<CUresult> r = tiering::prefetch_batch(                                            \
         ptrs, sizes, count, locations, first, loc_count, flags,                                           \
         [&](std::vector<CUdeviceptr>& p, std::vector<size_t>& n, std::vector<CUmemLocation>& l,          \
-            std::vector<size_t>& f) { return d->symbol(p.data(), n.data(), p.size(), l.data(), f.data(), l.size(), flags, stream); }); \
+            std::vector<size_t>& f) {                                                                     \
+          return d->symbol(p.data(), n.data(), p.size(), l.data(), f.data(), l.size(), flags, stream);     \
+        });                                                                                               \
     return r ? *r : d->symbol(ptrs, sizes, count, locations, first, loc_count, flags, stream);            \
   }
 UVMPOOL_PREFETCH_BATCH(cuMemPrefetchBatchAsync)

@@ -251,7 +251,8 @@ UVMPOOL_BATCH(cuMemcpy3DBatchAsync,
 UVMPOOL_BATCH(cuMemcpy3DBatchAsync_ptsz,
               (size_t count, CUDA_MEMCPY3D_BATCH_OP* ops, size_t* fail_index, unsigned long long flags, CUstream s),
               (count, ops, fail_index, flags, s), per_thread(s), batch_ranges(ops, count))
-UVMPOOL_BATCH(cuMemcpy3DBatchAsync_v2, (size_t count, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags, CUstream s),
+UVMPOOL_BATCH(cuMemcpy3DBatchAsync_v2,
+              (size_t count, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags, CUstream s),
               (count, ops, flags, s), s, batch_ranges(ops, count))
 UVMPOOL_BATCH(cuMemcpy3DBatchAsync_v2_ptsz,
               (size_t count, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags, CUstream s), (count, ops, flags, s),

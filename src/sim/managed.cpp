@@ -1,7 +1,8 @@
-// Advice and prefetches (cuMemAdvise, cuMemPrefetchAsync, cuMemPrefetchBatchAsync). The simulated driver has no managed memory
-// (cuMemAllocManaged is not in the list), so it refuses both for every range, as the real driver
-// refuses them for memory that cuMemAllocManaged did not make: CUDA_ERROR_INVALID_VALUE. uvmpool
-// answers them itself for pool memory (src/tiering/advice.h) and hands only other memory down here.
+// Advice and prefetches (cuMemAdvise, cuMemPrefetchAsync, cuMemPrefetchBatchAsync). The simulated
+// driver has no managed memory (cuMemAllocManaged is not in the list), so it refuses them for every
+// range, as the real driver refuses them for memory that cuMemAllocManaged did not make:
+// CUDA_ERROR_INVALID_VALUE. uvmpool answers them itself for pool memory (src/tiering/advice.h) and
+// hands only other memory down here.
 #include "sim/entry_points.h"
 
 namespace uvmpool::sim {

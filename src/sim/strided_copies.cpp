@@ -1,7 +1,7 @@
 // The strided and grouped copies and the pitched memsets: cuMemcpy2D/3D (and Unaligned, Async), the
 // peer copies (cuMemcpyPeer, cuMemcpy3DPeer), the batched copies (cuMemcpyBatchAsync,
-// cuMemcpy3DBatchAsync) and cuMemsetD2D*. Each is rows of a flat copy or memset (copy_work.h), with the real driver's checks
-// of its arguments where the simulator can make them. The simulator has no CUDA arrays: a side of
+// cuMemcpy3DBatchAsync) and cuMemsetD2D*. Each is rows of a flat copy or memset (copy_work.h), with
+// the real driver's checks of its arguments where the simulator can make them. The simulator has no CUDA arrays: a side of
 // type CU_MEMORYTYPE_ARRAY is refused (CUDA_ERROR_NOT_SUPPORTED). All devices share one address
 // space here, so a peer copy is a device-to-device copy once both contexts are known.
 #include <cstdint>
