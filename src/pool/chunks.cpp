@@ -21,9 +21,9 @@ std::size_t StreamKeyHash::operator()(const StreamKey& k) const {
 }
 
 DevicePool::DevicePool(const driver::Table& driver, int device, const PoolConfig& config, AddressMap& map,
-                       HostTier* host)
-    : d_(driver), device_(device), config_(config), map_(map), vmm_(driver, device), counters_(config.counters),
-      host_tier_(host) {}
+                       HostTier* host, const std::atomic<DeviceWaits*>& waits)
+    : d_(driver), device_(device), config_(config), map_(map), device_waits_(waits), vmm_(driver, device),
+      counters_(config.counters), host_tier_(host) {}
 
 DevicePool::~DevicePool() {
   if (abandoned_) return;

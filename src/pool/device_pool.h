@@ -26,6 +26,7 @@
 #include "config/size_math.h"
 #include "config/thread_safety.h"
 #include "pool/address_map.h"
+#include "pool/device_waits.h"
 #include "pool/host_tier.h"
 #include "pool/pool.h"
 #include "pool/size_classes.h"
@@ -145,8 +146,10 @@ struct StreamKeyHash {
 
 class DevicePool {
  public:
-  // `host` is the process's host tier, nullptr when spilling is off.
-  DevicePool(const driver::Table& driver, int device, const PoolConfig& config, AddressMap& map, HostTier* host);
+  // `host` is the process's host tier, nullptr when spilling is off; `waits`, who is told of the pool's
+  // own waits for the device (device_waits.h; the pointer may be null and may change).
+  DevicePool(const driver::Table& driver, int device, const PoolConfig& config, AddressMap& map, HostTier* host,
+             const std::atomic<DeviceWaits*>& waits);
   ~DevicePool();  // gives every chunk back (tests); the process's pool is never destroyed
   DevicePool(const DevicePool&) = delete;
   DevicePool& operator=(const DevicePool&) = delete;
@@ -353,6 +356,7 @@ class DevicePool {
   const int device_;
   PoolConfig config_;
   AddressMap& map_;
+  const std::atomic<DeviceWaits*>& device_waits_;  // Pool's: told before each wait for the device
   Vmm vmm_;
   bool abandoned_ = false;
   const bool counters_;

@@ -66,6 +66,7 @@ PoolConfig PoolConfig::from_options(const config::Options& o) {
 
 struct Pool::Devices {
   AddressMap map;
+  std::atomic<DeviceWaits*> waits{nullptr};  // set_device_waits
   std::array<std::atomic<DevicePool*>, kMaxDevices> pools{};
   std::array<std::atomic<bool>, kMaxDevices> unsupported{};
   Mutex init_mu;  // one DevicePool made per device
@@ -101,6 +102,10 @@ Pool::~Pool() {
 
 void Pool::stop_background() {
   if (host_) host_->stop();
+}
+
+void Pool::set_device_waits(DeviceWaits* waits, DeviceWaits* expected) {
+  devices_->waits.compare_exchange_strong(expected, waits, std::memory_order_acq_rel);
 }
 
 void Pool::abandon() {
@@ -140,7 +145,7 @@ DevicePool* Pool::device_pool(int device) {
   if (devices_->unsupported[device].load(std::memory_order_relaxed)) return nullptr;
   MutexLock lock(devices_->init_mu);
   if (DevicePool* p = devices_->pools[device].load(std::memory_order_relaxed)) return p;
-  auto pool = std::make_unique<DevicePool>(driver_, device, config_, devices_->map, host_.get());
+  auto pool = std::make_unique<DevicePool>(driver_, device, config_, devices_->map, host_.get(), devices_->waits);
   if (const CUresult r = pool->init(); r != CUDA_SUCCESS) {
     log::info("device {}: no virtual memory management ({}); the driver serves its allocations", device,
               static_cast<int>(r));

@@ -25,6 +25,7 @@
 
 #include "config/options.h"
 #include "driver/driver_api.h"
+#include "pool/device_waits.h"
 #include "pool/size_classes.h"
 #include "pool/vmm.h"
 
@@ -262,6 +263,10 @@ class Pool {
   void abandon();
   // At exit: stops the background reserve thread (waits for its driver call in flight, if any).
   void stop_background();
+  // Who is told before and after each of the pool's own waits for the device (device_waits.h):
+  // tiering's mover, whose holds such a wait must not meet. `expected`: replaced only if it is the
+  // one installed (a mover that stops takes only itself away).
+  void set_device_waits(DeviceWaits* waits, DeviceWaits* expected);
 
  private:
   DevicePool* device_pool(int device);  // made on first use

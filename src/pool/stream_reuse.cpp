@@ -4,6 +4,8 @@
 // completed. Events are recorded lazily — when someone else needs memory — one per stream for all
 // its frees since, so freeing costs no driver call. The per-thread default stream can only be named
 // by its own thread, so its frees record their event at once.
+#include <optional>
+
 #include "config/log.h"
 #include "driver/context_scope.h"
 #include "pool/device_pool.h"
@@ -21,6 +23,7 @@ void DevicePool::note_sync_free(CUcontext context) {
 
 void DevicePool::wait_for_context(CUcontext context) {
   ScopedContext in(d_, context);
+  const DeviceWaitScope waiting(device_waits_);  // mu_ is held: no hold may stand meanwhile
   if (const CUresult r = d_.cuCtxSynchronize(); r != CUDA_SUCCESS)
     log::debug("device {}: waiting for the device before a move: error {}", device_, static_cast<int>(r));
 }
@@ -29,6 +32,7 @@ void DevicePool::fence_unmap() {
   if (!unfenced_.load(std::memory_order_acquire) || !unfenced_.exchange(false, std::memory_order_acq_rel)) return;
   if (process_exiting()) return;  // the driver may be going away; nothing runs after exit anyway
   ScopedContext in(d_, unfenced_context_.load(std::memory_order_relaxed));
+  const DeviceWaitScope waiting(device_waits_);  // mu_ is held: no hold may stand meanwhile
   if (const CUresult r = d_.cuCtxSynchronize(); r != CUDA_SUCCESS)
     log::debug("device {}: waiting for the device before unmapping freed memory: error {}", device_, static_cast<int>(r));
 }
@@ -129,6 +133,8 @@ bool DevicePool::collect_pending(bool wait) {
       seal_locked(it->first, it->second, &ready);
       it = streams_.erase(it);  // streams come and go; keep no entry for an idle one
     }
+    std::optional<DeviceWaitScope> waiting;  // async_mu_ is held, which an allocation under mu_ may wait for
+    if (wait && !batches_.empty()) waiting.emplace(device_waits_);
     for (auto it = batches_.begin(); it != batches_.end();) {
       const CUresult r = wait ? d_.cuEventSynchronize(it->event) : d_.cuEventQuery(it->event);
       if (r == CUDA_ERROR_NOT_READY) {
@@ -156,6 +162,7 @@ void DevicePool::seal_locked(const StreamKey& key, StreamFrees& frees, std::vect
     // Events fail (or the stream is already gone): its work may still run, so wait for the whole
     // context before reusing what was freed on it.
     if (e != nullptr) spare_events_.push_back(e);
+    const DeviceWaitScope waiting(device_waits_);  // async_mu_ is held
     d_.cuCtxSynchronize();
     ready->insert(ready->end(), frees.open.begin(), frees.open.end());
   }

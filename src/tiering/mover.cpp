@@ -35,7 +35,9 @@ bool capturing(const driver::Table& d, CUstream stream) {
 }  // namespace
 
 Mover::Mover(const driver::Table& driver, pool::Pool& pool, StreamRegistry& streams, MoverConfig config)
-    : d_(driver), pool_(pool), streams_(streams), config_(config) {}
+    : d_(driver), pool_(pool), streams_(streams), config_(config) {
+  pool_.set_device_waits(&breaker_, nullptr);
+}
 
 Mover::~Mover() {
   stop();
@@ -47,6 +49,7 @@ Mover::~Mover() {
     flight_count_.store(0, std::memory_order_seq_cst);
     abort_all();
   }
+  pool_.set_device_waits(nullptr, &breaker_);  // no hold stands any more; the flag goes below
   for (DeviceResources& r : devices_) {
     if (r.context == nullptr) continue;
     {
@@ -74,7 +77,10 @@ bool Mover::request(CUdeviceptr p, std::size_t bytes, pool::Tier to) {
     }
     queue_.push_back({p, bytes, to});
     ++outstanding_[p];
-    if (config_.thread && !stopping_ && !thread_.joinable()) thread_ = std::thread(&Mover::thread_main, this);
+    if (config_.thread && !stopping_ && !thread_.joinable()) {
+      thread_ = std::thread(&Mover::thread_main, this);
+      if (pipelined()) guard_ = std::thread(&Mover::guard_main, this);
+    }
   }
   requested_.fetch_add(1, std::memory_order_relaxed);
   queue_cv_.notify_one();
@@ -82,14 +88,46 @@ bool Mover::request(CUdeviceptr p, std::size_t bytes, pool::Tier to) {
 }
 
 void Mover::stop() {
-  std::thread t;
+  std::thread t, guard;
   {
     MutexLock lock(queue_mu_);
     stopping_ = true;
     t = std::move(thread_);
+    guard = std::move(guard_);
   }
   queue_cv_.notify_all();
+  guard_cv_.notify_all();
   if (t.joinable()) t.join();
+  if (guard.joinable()) guard.join();
+}
+
+namespace {
+std::int64_t steady_ns(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+}  // namespace
+
+void Mover::guard_main() {
+  const auto limit = std::chrono::duration_cast<std::chrono::nanoseconds>(2 * config_.hold_timeout).count();
+  const auto period = std::max<std::chrono::milliseconds>(config_.hold_timeout / 4, std::chrono::milliseconds(1));
+  for (;;) {
+    {
+      UniqueMutexLock lock(queue_mu_);
+      guard_cv_.wait_for(lock.native(), period, [this]() UVMPOOL_NO_THREAD_SAFETY_ANALYSIS { return stopping_; });
+      if (stopping_) return;
+    }
+    std::int64_t since = oldest_hold_ns_.load(std::memory_order_acquire);
+    const std::int64_t now = steady_ns(std::chrono::steady_clock::now());
+    if (since == 0 || now - since < limit) continue;
+    // The mover's thread gives the oldest hold up at the hold timeout when it runs: it did not. The
+    // next look waits another two hold timeouts.
+    oldest_hold_ns_.compare_exchange_strong(since, now, std::memory_order_acq_rel);
+    if (!breaker_.release_all()) continue;
+    log::warn("tiering: the mover made no progress for {} ms while holds stood; every standing hold is released, "
+              "their moves dropped",
+              std::chrono::duration_cast<std::chrono::milliseconds>(2 * config_.hold_timeout).count());
+    count_given_up();
+  }
 }
 
 void Mover::thread_main() {
@@ -208,11 +246,14 @@ CUresult Mover::ensure_resources(int device) {
     }
     flag_ = static_cast<volatile std::uint32_t*>(p);
     __atomic_store_n(flag_, epoch_, __ATOMIC_RELEASE);
+    breaker_.set_flag(flag_);
   }
   return CUDA_SUCCESS;
 }
 
 bool Mover::record_on_streams(bool gate, std::uint32_t value, Held* held) {
+  // A pool path waiting for the device now would never see its wait end behind this hold.
+  if (gate && !breaker_.may_hold(value)) return false;
   std::vector<CUcontext> gone;
   const CUdeviceptr flag = flag_device_;
   const bool recorded = streams_.with_targets([&](const std::vector<StreamRegistry::Target>& targets,
@@ -332,15 +373,13 @@ class Mover::Watchdog {
   std::thread thread_;    // last: it starts once the fields above exist
 };
 
-void Mover::raise_flag(volatile std::uint32_t* flag, std::uint32_t value) {
-  std::uint32_t now = __atomic_load_n(flag, __ATOMIC_ACQUIRE);
-  while (now < value && !__atomic_compare_exchange_n(flag, &now, value, false, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {
-  }
-}
-
 void Mover::note_given_up() {
   log::warn("tiering: the program's work did not drain within {} ms of a hold; the hold is given up, nothing moves",
             config_.hold_timeout.count());
+  count_given_up();
+}
+
+void Mover::count_given_up() {
   if (given_up_.fetch_add(1, std::memory_order_relaxed) + 1 == kMaxHoldsGivenUp) {
     off_.store(true, std::memory_order_relaxed);
     log::warn("tiering: {} holds could not drain (work queued before a hold waits for work queued after it); "
@@ -355,6 +394,8 @@ void Mover::release(std::uint32_t value) {
   const bool last = placed_.empty();
   if (last) streams_.end_hold();
   raise_flag(flag_, value);
+  // The stall guard's clock: stopped with the last hold, else started again for the next.
+  oldest_hold_ns_.store(last ? 0 : steady_ns(std::chrono::steady_clock::now()), std::memory_order_release);
   if (last) streams_.host_waits().open();  // after the flag: what waited at the gate now finds its stream going
   // The held streams go on as the devices see the flag. A query lets a driver that looks for written
   // values only on calls (the simulator) see it too.
@@ -569,6 +610,7 @@ CUresult Mover::finish(Placed* placed) {
   // calls still inside may take up to the hold timeout to return; if they do not, the epoch is put off.
   // release() opens it again, whatever happens below.
   const bool gate_closed = placed != nullptr ? placed->standing : streams_.host_waits().close(config_.hold_timeout);
+  std::unique_lock<std::mutex> window;  // the breaker's commit window (open_commit), closed after the commit
   // Called by the pool inside this epoch (epoch_mu_ held throughout).
   const pool::Quiesce quiesce = [&](std::span<char> commit) UVMPOOL_REQUIRES(epoch_mu_) {
     Held hold;
@@ -612,17 +654,22 @@ CUresult Mover::finish(Placed* placed) {
       commit[i] = reported && e.copied[i] != 0 && !flight_touched_[i].load(std::memory_order_seq_cst);
     if (config_.inside_hold) config_.inside_hold();
     if (!wait_for(&hold)) return false;
+    if (breaker_.broken(value)) return false;  // released for a pool wait: the streams ran on; no copy
     if (!overlap) {
       if (enqueue_copies(nullptr) != CUDA_SUCCESS) std::fill(e.copied.begin(), e.copied.end(), 0);
       copies_done(true);
       for (std::size_t i = 0; i < e.moves.size(); ++i) commit[i] = e.copied[i];
     }
-    return !watchdog.stop();
+    if (watchdog.stop()) return false;
+    // No break passes from here to the end of the remaps (the window closes after commit_quiesced);
+    // one that came before means the streams ran on, and nothing commits.
+    return breaker_.open_commit(value, &window);
   };
   std::vector<pool::Move*> pointers;
   for (pool::Move& m : e.moves) pointers.push_back(&m);
   std::vector<CUresult> results(e.moves.size(), CUDA_ERROR_NOT_READY);
   pool_.commit_quiesced(e.device, pointers, quiesce, results);
+  if (window.owns_lock()) window.unlock();
   if (placed == nullptr) epoch_ = value;
   release(value);  // always: a hold may stand on some streams even when quiesce failed half-way
   if (held_at != std::chrono::steady_clock::time_point{}) {
@@ -735,7 +782,11 @@ CUresult Mover::place_locked() {
   // A stream that refused behind earlier holds: this one's partial hold is released in its turn.
   p.epoch = std::move(e);
   e = Epoch{};
-  if (placed_.empty()) p.first_since = std::chrono::steady_clock::now();
+  if (placed_.empty()) {
+    p.first_since = std::chrono::steady_clock::now();
+    std::int64_t none = 0;  // the stall guard's clock starts with the first standing hold
+    oldest_hold_ns_.compare_exchange_strong(none, steady_ns(p.first_since), std::memory_order_acq_rel);
+  }
   placed_.push_back(std::move(p));
   standing_.store(placed_.size(), std::memory_order_relaxed);
   return CUDA_SUCCESS;
@@ -752,6 +803,8 @@ bool Mover::drained(Placed& p) {
 CUresult Mover::complete_locked(bool wait) {
   if (placed_.empty()) return CUDA_SUCCESS;
   Placed& first = placed_.front();
+  // Released already (for a pool wait, or by the stall guard): nothing of it commits, nothing to wait for.
+  if (first.standing && !first.given_up && breaker_.broken(first.value)) first.given_up = true;
   if (first.standing && !first.given_up && !drained(first)) {
     if (!wait) {
       if (std::chrono::steady_clock::now() - first.first_since < config_.hold_timeout) return CUDA_ERROR_NOT_READY;
@@ -806,7 +859,12 @@ CUresult Mover::pipeline_step() {
     queued = !queue_.empty();
   }
   CUresult placed = CUDA_SUCCESS;
-  if (queued && placed_.size() < config_.holds_ahead && (placed_.empty() || !streams_.host_waits().has_waiters())) {
+  if (queued && breaker_.pool_waiting()) {
+    // Nor while a pool path waits for the device: the hold would be refused (may_hold), after the
+    // gate's close had made the program's calls wait for nothing. Tried again a little later.
+    placed = CUDA_ERROR_NOT_READY;
+  } else if (queued && placed_.size() < config_.holds_ahead &&
+             (placed_.empty() || !streams_.host_waits().has_waiters())) {
     placed = place_locked();
     if (placed != CUDA_SUCCESS && placed != CUDA_ERROR_NOT_READY) return placed;
   }
@@ -838,6 +896,7 @@ MoverStats Mover::stats() const {
   s.moves_failed = failed_.load(std::memory_order_relaxed);
   s.held_ns = held_ns_.load(std::memory_order_relaxed);
   s.holds_given_up = given_up_.load(std::memory_order_relaxed);
+  s.holds_broken = breaker_.breaks();
   s.off = off_.load(std::memory_order_relaxed);
   return s;
 }

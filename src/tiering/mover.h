@@ -45,9 +45,13 @@
 // releases a later one. While any hold stands the host-wait gate stays closed, and no new hold is
 // placed while a program call waits at the gate (so the calls get in once the standing holds drain).
 // A hold that does not drain within the hold timeout once it is the first is given up, as by the
-// watchdog. The pool's lock is taken only for each epoch's commit, not across the drain; a pool path
-// that waits for the device under that lock (a free's fence) meets a standing hold and ends when the
-// hold is given up: a stall bounded by the hold timeout, which is why this is not the default yet.
+// watchdog. The pool's lock is taken only for each epoch's commit, not across the drain. A pool path
+// that waits for the device under that lock (a free's fence before an unmap) would meet the standing
+// holds and never end, since completing them takes the lock: before such a wait the hold breaker
+// (hold_breaker.h) releases every standing hold, and their epochs commit nothing. And the mover's
+// thread may itself be stuck while holds stand (waiting for a lock, or in a driver call that waits
+// behind a hold), where no timeout of its own runs: with its thread, a stall guard releases every
+// standing hold once the oldest has stood for twice the hold timeout, counted as a hold given up.
 //
 // Requests come from the policy (next), cuMemPrefetchAsync and uvmpool_prefetch; each is carried out
 // at the next epoch, on the mover's thread or (tests) on the caller's (run_epoch, place_epoch).
@@ -67,6 +71,7 @@
 #include "config/thread_safety.h"
 #include "driver/driver_api.h"
 #include "pool/pool.h"
+#include "tiering/hold_breaker.h"
 #include "tiering/streams.h"
 #include "tiering/touches.h"
 
@@ -100,6 +105,7 @@ struct MoverStats {
   std::uint64_t moves_failed = 0;     // refused by the pool or the driver (no room, a failing step)
   std::uint64_t held_ns = 0;          // host time the program's streams were held, summed over epochs
   std::uint64_t holds_given_up = 0;   // holds the watchdog gave up (the program's work did not drain)
+  std::uint64_t holds_broken = 0;     // times the standing holds were released for a pool wait (hold_breaker.h)
   bool off = false;                   // moves turned off for good: holds kept failing to drain
 };
 
@@ -211,9 +217,9 @@ class Mover {
   void give_up_placed() UVMPOOL_REQUIRES(epoch_mu_);   // at stop: every standing hold released, moves aborted
   CUresult pipeline_step() UVMPOOL_REQUIRES(epoch_mu_);  // the thread's round with holds ahead
   bool pipelined() const { return config_.holds_ahead > 1 && !config_.overlap; }
-  // Raises the flag to `value` (never lowers it: a later hold's value may be written already).
-  static void raise_flag(volatile std::uint32_t* flag, std::uint32_t value);
-  void note_given_up();  // a hold given up: counted, and moves turned off after kMaxHoldsGivenUp
+  void note_given_up();    // a hold given up: logged, then counted
+  void count_given_up();   // counted, and moves turned off after kMaxHoldsGivenUp
+  void guard_main();       // the stall guard's thread (see "Holds ahead" above)
   CUresult poll_locked() UVMPOOL_REQUIRES(epoch_mu_);
   void abort_all() UVMPOOL_REQUIRES(epoch_mu_);
   void put_back(const std::vector<Request>& requests);
@@ -235,6 +241,8 @@ class Mover {
   pool::Pool& pool_;
   StreamRegistry& streams_;
   const MoverConfig config_;
+  // Told of the pool's waits for the device (installed in the pool from construction to destruction).
+  HoldBreaker breaker_;
 
   Mutex queue_mu_;
   std::deque<Request> queue_ UVMPOOL_GUARDED_BY(queue_mu_);
@@ -243,6 +251,11 @@ class Mover {
   std::condition_variable queue_cv_;
   bool stopping_ UVMPOOL_GUARDED_BY(queue_mu_) = false;
   std::thread thread_ UVMPOOL_GUARDED_BY(queue_mu_);
+  std::condition_variable guard_cv_;                 // wakes the stall guard at stop (queue_mu_)
+  std::thread guard_ UVMPOOL_GUARDED_BY(queue_mu_);  // with thread_, when holds are placed ahead
+  // Since when (steady_clock, ns) a hold has stood without the mover releasing one; 0: none stands.
+  // Written under epoch_mu_ (place_locked, release) and by the guard, read by the guard.
+  std::atomic<std::int64_t> oldest_hold_ns_{0};
 
   // One epoch at a time (the thread's or a caller's of run_epoch).
   Mutex epoch_mu_;

@@ -461,6 +461,7 @@ Stats Tiering::stats() const {
   s.moves_failed = m.moves_failed;
   s.epochs = m.epochs;
   s.holds_given_up = m.holds_given_up;
+  s.holds_broken = m.holds_broken;
   s.host_waits = streams_.host_waits().waited();
   if (mode_ == Mode::Auto) {
     MutexLock lock(policy_mu_);

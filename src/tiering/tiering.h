@@ -84,6 +84,7 @@ struct Stats {
   std::uint64_t moves_failed = 0;       // refused by the pool or a failing driver step (nothing lost)
   std::uint64_t epochs = 0;             // times the program's streams were held for commits
   std::uint64_t holds_given_up = 0;     // holds the watchdog ended (moves are off after kMaxHoldsGivenUp)
+  std::uint64_t holds_broken = 0;       // times standing holds were released for a pool wait (their moves dropped)
   std::uint64_t host_waits = 0;         // program calls that waited at the host-wait gate during holds
   std::uint64_t policy_period = 0;      // launches in the learned period (0: none, recency rules)
   std::uint64_t periods_learned = 0;    // times a period was learned (again: taken anew, or replaced)

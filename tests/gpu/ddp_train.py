@@ -37,7 +37,7 @@ RESULT = "UVMPOOL_DDP_RESULT "
 # What tiering did in a rank (docs/observability.md): moves, bytes each way, holds, launches that read
 # host memory in place, the period learned and the thrash guard's decisions.
 TIERING_FIGURES = ("launches_read", "launches_in_place", "tiering_moves", "tiering_promoted_bytes", "tiering_demoted_bytes",
-                   "tiering_epochs", "tiering_host_waits", "tiering_holds_given_up", "tiering_moves_failed",
+                   "tiering_epochs", "tiering_host_waits", "tiering_holds_given_up", "tiering_holds_broken", "tiering_moves_failed",
                    "tiering_period", "tiering_kept_in_place", "tiering_guard_trials", "tiering_guard_off")
 
 
@@ -56,6 +56,9 @@ def parse(argv):
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=20, help="steps when it fits (all count for the losses)")
     p.add_argument("--capped-steps", type=int, default=6, help="steps when overcommitted")
+    p.add_argument("--capped-modes", default="remote,auto", help="UVMPOOL_TIERING modes run overcommitted")
+    p.add_argument("--save-on-cpu", action=argparse.BooleanOptionalAction, default=True,
+                   help="run save_on_cpu on the same memory beside the overcommitted runs")
     p.add_argument("--nccl-timeout", type=int, default=60, help="seconds (the kill part's collective timeout)")
     p.add_argument("--collective-timeout", type=int, default=600,
                    help="seconds (the other parts' collective timeout: PyTorch's own default for NCCL, so a stall "
@@ -164,6 +167,10 @@ def launch(args, label, env, extra, steps):
     env = dict(env, **MULTICAST_OFF)
     _, code, _, text = run_child(cmd, env, args.timeout, f"{label} {' '.join(extra)}".strip())
     lines = text.splitlines()
+    # What uvmpool warned of in each rank (holds given up, moves that failed), the first 30.
+    warned = [l[:240] for l in lines if re.search(r"\[uvmpool\] (warning|error)", l)]
+    if warned:
+        print(f"{len(warned)} uvmpool warnings, the first {min(30, len(warned))}:\n" + "\n".join(warned[:30]), flush=True)
     if code != 0 or not os.path.exists(out):
         # How far it got, step by step (rank 0's lines), before the error.
         print("\n".join(l[:200] for l in lines if re.match(r"\[(?:default|rank)0\]:step ", l)), flush=True)
@@ -259,9 +266,10 @@ def part_overcommit(args, lib, native, failures, summary):
     tolerance = summary.get("native_spread", 0.0)
     best = None  # the faster of the uvmpool runs, for the comparison with save_on_cpu
     # Spilled memory read in place (remote), and moved ahead of the launches (auto, docs/tiering.md).
-    for mode in ("remote", "auto"):
-        ranks, why = launch(args, f"uvmpool at a third, tiering {mode}", uvmpool_env(lib, limit, UVMPOOL_TIERING=mode), [],
-                            steps)
+    for mode in args.capped_modes.split(","):
+        # At warn, a hold given up or a move that failed is printed (by each rank, prefixed with it).
+        ranks, why = launch(args, f"uvmpool at a third, tiering {mode}",
+                            uvmpool_env(lib, limit, UVMPOOL_TIERING=mode, UVMPOOL_LOG_LEVEL="warn"), [], steps)
         if ranks is None:
             failures.append(f"overcommitted, tiering {mode}: {why}")
             continue
@@ -282,6 +290,8 @@ def part_overcommit(args, lib, native, failures, summary):
         if not same:
             failures.append(f"overcommitted, tiering {mode}: losses differ from uncapped")
     ranks = best
+    if not args.save_on_cpu:
+        return
     # save_on_cpu with the same bytes for tensors: PyTorch's cap is the limit less the context.
     context = max(r["context_overhead"] for r in native)
     total = native[0]["device_total"]  # cudaMemGetInfo's total, which the fraction is of

@@ -57,6 +57,7 @@ inline Report sample_report() {
   add_process(r, "tiering_period", 2285, Kind::Gauge, Unit::Count);
   add_process(r, "tiering_kept_in_place", 44);
   add_process(r, "tiering_holds_given_up", 0);
+  add_process(r, "tiering_holds_broken", 0);
   add_process(r, "trace_events", 0);
   add_process(r, "trace_dropped", 0);
 

@@ -610,6 +610,105 @@ TEST_F(Mover_, AStandingHoldThatDoesNotDrainIsGivenUpAndTheNextStillCommits) {
   ASSERT_CU(drv().cuMemFreeHost(signal));
 }
 
+TEST_F(Mover_, APoolWaitUnderItsLockReleasesTheStandingHoldsAndTheirEpochsCommitNothing) {
+  // Two holds stand; the program then frees memory its work behind the holds still writes, and asks
+  // for a size the pool serves by taking that cached mapping apart: the unmap waits for the device
+  // (a free's fence, under the pool's lock), which completing the holds needs. The wait releases both
+  // holds first (on a GPU it hung a DDP rank for good: docs/gpu-results.md); the fill behind them
+  // runs before the unmap, and neither epoch commits.
+  allocate_both_tiers();
+  ASSERT_CU(fill_on_stream(on_device, 4, 0));  // loaded before any hold stands (as above)
+  fill(on_device, 8 * kMiB, 12);
+  const CUdeviceptr x = must_allocate(*pool, 16 * kMiB);  // the cached room
+  ASSERT_NE(x, 0u);
+  MoverConfig config;
+  config.holds_ahead = 2;
+  make_mover(config);
+  busy(on_device, 8 * kMiB);  // unfinished when the holds are placed
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(mover->request(on_device + static_cast<CUdeviceptr>(i) * 4 * kMiB, 4 * kMiB, Tier::Host));
+    ASSERT_CU(mover->place_epoch());
+  }
+  ASSERT_EQ(mover->standing_holds(), 2u);
+  ASSERT_CU(fill_on_stream(x, 16 * kMiB, 13));  // behind both holds, on memory about to be freed
+  const std::uint64_t broken_before = pool->stats(0).mappings_broken;
+  must_free(*pool, x);
+  const CUdeviceptr y = allocate(20 * kMiB);  // larger than any cached mapping: x's is taken apart for its chunks
+  ASSERT_NE(y, 0u);
+  EXPECT_GT(pool->stats(0).mappings_broken, broken_before) << "the test needs the cached mapping taken apart";
+  EXPECT_EQ(mover->stats().holds_broken, 1u);
+  ASSERT_CU(mover->complete_placed(true));
+  ASSERT_CU(mover->complete_placed(true));
+  EXPECT_EQ(mover->standing_holds(), 0u);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(tiers(on_device, 8 * kMiB, gran), "DDDD") << "an epoch whose hold was released committed";
+  EXPECT_TRUE(window_holds(on_device, 0, 8 * kMiB, 12));
+  const auto s = mover->stats();
+  EXPECT_EQ(s.moves, 0u);
+  EXPECT_EQ(s.holds_given_up, 0u) << "released for the pool's wait, not by the watchdog";
+  EXPECT_FALSE(s.off);
+  // Holds are placed again once the wait is over, and the next epoch commits.
+  ASSERT_TRUE(mover->request(on_device, 4 * kMiB, Tier::Host));
+  ASSERT_CU(mover->run_until_idle());
+  EXPECT_EQ(tiers(on_device, 8 * kMiB, gran), "HHDD");
+  EXPECT_TRUE(window_holds(on_device, 0, 8 * kMiB, 12));
+}
+
+TEST_F(Mover_, TheStallGuardReleasesTheHoldsWhenTheMoversThreadIsStuck) {
+  // A hold stands on work that does not drain, and the mover's thread is stuck where no timeout of
+  // its own runs (demotions: a promotion's room could make the pool fence, which waits for the
+  // program's own wait below) (here: waiting for the stream registry's lock, which another thread keeps for 1.5 s).
+  // The stall guard releases the standing hold after twice the hold timeout, as a hold given up,
+  // while the mover's thread is still stuck; the epoch commits nothing; the next one commits.
+  allocate_both_tiers();
+  ASSERT_CU(fill_on_stream(on_device, 4, 0));  // loaded before any hold stands (as above)
+  fill(on_device, 8 * kMiB, 14);
+  void* signal = nullptr;
+  ASSERT_CU(drv().cuMemHostAlloc(&signal, 64, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+  *static_cast<volatile std::uint32_t*>(signal) = 0;
+  CUdeviceptr signal_device = 0;
+  ASSERT_CU(drv().cuMemHostGetDevicePointer_v2(&signal_device, signal, 0));
+  ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, signal_device, 1, CU_STREAM_WAIT_VALUE_GEQ));
+  MoverConfig config;
+  config.holds_ahead = 2;
+  config.hold_timeout = std::chrono::milliseconds(100);
+  mover = std::make_unique<Mover>(drv(), *pool, streams, config);  // with its thread and the guard
+  ASSERT_TRUE(mover->request(on_device, 4 * kMiB, Tier::Host));
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (mover->standing_holds() == 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(mover->standing_holds(), 1u);
+  std::atomic<bool> locked{false};
+  std::thread keeper([&] {
+    streams.with_targets([&](const std::vector<StreamRegistry::Target>&, StreamRegistry::Hold&, auto&) {
+      locked = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      return 0;
+    });
+  });
+  while (!locked) std::this_thread::yield();
+  ASSERT_TRUE(mover->request(on_device + 4 * kMiB, 4 * kMiB, Tier::Host));  // its epoch waits for the registry
+  const auto guard_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1200);
+  while (mover->stats().holds_given_up == 0 && std::chrono::steady_clock::now() < guard_until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(mover->stats().holds_given_up, 1u) << "the guard released nothing while the mover's thread was stuck";
+  keeper.join();
+  *static_cast<volatile std::uint32_t*>(signal) = 1;
+  const auto done_until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((mover->stats().moves + mover->stats().moves_failed < 2 || mover->standing_holds() != 0) &&
+         std::chrono::steady_clock::now() < done_until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  const auto s = mover->stats();
+  EXPECT_EQ(s.moves, 1u) << "the released epoch commits nothing, the next commits";
+  EXPECT_EQ(s.holds_given_up, 1u) << "the released hold counted once";
+  EXPECT_FALSE(s.off);
+  EXPECT_EQ(tiers(on_device, 8 * kMiB, gran), "DDHH");
+  EXPECT_TRUE(window_holds(on_device, 0, 8 * kMiB, 14));
+  mover.reset();
+  ASSERT_CU(drv().cuMemFreeHost(signal));
+}
+
 TEST_F(Mover_, AMoverDestroyedWithHoldsStandingReleasesThemAndMovesNothing) {
   allocate_both_tiers();
   ASSERT_CU(fill_on_stream(on_device, 4, 0));  // loaded before any hold stands (as above)
