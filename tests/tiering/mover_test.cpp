@@ -693,7 +693,7 @@ TEST_F(Mover_, TheStallGuardReleasesTheHoldsWhenTheMoversThreadIsStuck) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(mover->stats().holds_given_up, 1u) << "the guard released nothing while the mover's thread was stuck";
   keeper.join();
-  *static_cast<volatile std::uint32_t*>(signal) = 1;
+  __atomic_store_n(static_cast<std::uint32_t*>(signal), 1u, __ATOMIC_RELEASE);  // read by the mover's thread's calls
   const auto done_until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while ((mover->stats().moves + mover->stats().moves_failed < 2 || mover->standing_holds() != 0) &&
          std::chrono::steady_clock::now() < done_until)
