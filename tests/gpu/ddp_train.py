@@ -30,7 +30,7 @@ MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1
 os.environ.update(MULTICAST_OFF)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from scoreboard_common import PcieMeter, base_env, device_figures, fmt_bytes, run_child, uvmpool_env, uvmpool_report
+from scoreboard_common import PcieMeter, base_env, device_figures, fmt_bytes, uvmpool_env, uvmpool_report
 
 SHAPE = dict(n_layer=24, n_embd=1024, n_head=16, vocab_size=50257, n_positions=1024)  # as score_train.py
 RESULT = "UVMPOOL_DDP_RESULT "
@@ -72,6 +72,8 @@ def parse(argv):
 
 # ---------------------------------------------------------------------------------------------- worker
 def worker(args):
+    import faulthandler
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # a run past its time: every thread's stack
     import torch, torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -165,7 +167,7 @@ def launch(args, label, env, extra, steps):
            "--warmup", str(args.warmup), "--steps", str(steps), "--nccl-timeout", str(args.collective_timeout),
            "--deterministic" if args.deterministic else "--no-deterministic"] + extra
     env = dict(env, **MULTICAST_OFF)
-    _, code, _, text = run_child(cmd, env, args.timeout, f"{label} {' '.join(extra)}".strip())
+    code, text = run_diagnosed(cmd, env, args.timeout, f"{label} {' '.join(extra)}".strip())
     lines = text.splitlines()
     # What uvmpool warned of in each rank (holds given up, moves that failed), the first 30.
     warned = [l[:240] for l in lines if re.search(r"\[uvmpool\] (warning|error)", l)]
@@ -181,6 +183,39 @@ def launch(args, label, env, extra, steps):
         if not all(r["uvmpool"] for r in ranks):
             return None, "uvmpool was not loaded in every rank"
     return ranks, None
+
+
+def run_diagnosed(cmd, env, timeout, label):
+    """run_child's (exit status or 'timeout', output), but a run past its time is looked at before it is
+    killed: each worker's uvmpool figures (uvmpool-stat, when preloaded) and every Python thread's stack
+    (SIGUSR1, faulthandler), so a hang says where it waits."""
+    print(f"== {label}: " + " ".join(f"{k}={env[k]}" for k in ("LD_PRELOAD", "UVMPOOL_DEVICE_LIMIT", "UVMPOOL_TIERING")
+                                      if k in env), flush=True)
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        code = p.returncode
+    except subprocess.TimeoutExpired:
+        code = "timeout"
+        workers = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+        stat = os.path.join(os.path.dirname(env.get("LD_PRELOAD", "")), "..", "bin", "uvmpool-stat")
+        for pid in workers:
+            if env.get("LD_PRELOAD") and os.path.exists(stat):
+                r = subprocess.run([stat, pid], capture_output=True, text=True, timeout=30)
+                print(f"uvmpool-stat {pid} at the timeout:\n{r.stdout}{r.stderr}", flush=True)
+            try:
+                os.kill(int(pid), signal.SIGUSR1)
+            except OSError:
+                pass
+        time.sleep(3)  # the stacks are written
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        stacks = [l for l in out.splitlines() if re.search(r'(Thread 0x|Current thread|  File ")', l)]
+        print(f"Python stacks at the timeout ({len(stacks)} lines):\n" + "\n".join(l[:200] for l in stacks[:120]), flush=True)
+    sys.stdout.write("\n".join(out.splitlines()[-25:]) + "\n")
+    print(f"== {label}: exit {code}, {time.perf_counter() - t0:.1f} s", flush=True)
+    return code, out
 
 
 def first_errors(lines):
