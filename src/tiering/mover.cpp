@@ -757,17 +757,29 @@ CUresult Mover::complete_placed(bool wait) {
 
 CUresult Mover::place_locked() {
   if (placed_.size() >= std::max<std::size_t>(config_.holds_ahead, 1)) return CUDA_ERROR_NOT_READY;
+  // The gate stays open a while after a close that found calls staying inside (below).
+  if (placed_.empty() && !epoch_state_.active && std::chrono::steady_clock::now() < gate_retry_at_)
+    return CUDA_ERROR_NOT_READY;
   if (!epoch_state_.active) {
     if (const CUresult r = begin(); r != CUDA_SUCCESS) return r;
     if (!epoch_state_.active) return CUDA_SUCCESS;  // nothing to move
   }
   Epoch& e = epoch_state_;
   // The first hold closes the gate (waiting for the program's calls inside the driver, as finish()
-  // does); later ones find it closed, and it stays so until the last standing hold is released.
-  if (placed_.empty() && !streams_.host_waits().close(config_.hold_timeout)) {
-    const std::vector<Request> taken = e.taken;  // abort_all forgets the epoch
-    abort_all();
-    return put_off(taken);
+  // does); later ones find it closed, and it stays so until the last standing hold is released. While
+  // it closes, the program's other such calls wait at it; a call that stays inside longer than the
+  // gate's patience waits for work that may need them (under DDP, another rank's collective, whose
+  // launch waits at that rank's closed gate): the epoch is put off and the gate left open a while,
+  // from 10 ms, doubling up to 200 ms, so the program is never stopped for long at the gate.
+  if (placed_.empty()) {
+    if (!streams_.host_waits().close(std::min(config_.gate_patience, config_.hold_timeout))) {
+      gate_backoff_ = std::clamp(2 * gate_backoff_, kMinGateBackoff, kMaxGateBackoff);
+      gate_retry_at_ = std::chrono::steady_clock::now() + gate_backoff_;
+      const std::vector<Request> taken = e.taken;  // abort_all forgets the epoch
+      abort_all();
+      return put_off(taken);
+    }
+    gate_backoff_ = std::chrono::milliseconds(0);
   }
   Placed p;
   p.value = ++epoch_;

@@ -87,6 +87,9 @@ struct MoverConfig {
   // Epochs whose holds may stand at once (see "Holds ahead" above); 1: each epoch drains, copies,
   // commits and releases before the next is prepared. Ignored with overlap.
   std::size_t holds_ahead = 1;
+  // With holds ahead: how long the first hold's closing of the host-wait gate waits for the program's
+  // calls inside the driver to return before the epoch is put off (mover.cpp, place_locked).
+  std::chrono::milliseconds gate_patience{50};
   // For tests, to place program work inside an epoch: called on the epoch's thread right after the
   // overlapped copies finished (overlap), and right after the hold was recorded on every stream.
   std::function<void()> after_copy;
@@ -273,6 +276,10 @@ class Mover {
   std::deque<Placed> placed_ UVMPOOL_GUARDED_BY(epoch_mu_);  // standing holds, oldest first
   std::atomic<std::size_t> standing_{0};                      // placed_.size(), read without the lock
   static constexpr int kMaxPutOffs = 1000;
+  static constexpr std::chrono::milliseconds kMinGateBackoff{10}, kMaxGateBackoff{200};
+  // After a close of the gate that found calls staying inside: no hold is placed before gate_retry_at_.
+  std::chrono::milliseconds gate_backoff_ UVMPOOL_GUARDED_BY(epoch_mu_){0};
+  std::chrono::steady_clock::time_point gate_retry_at_ UVMPOOL_GUARDED_BY(epoch_mu_){};
   int put_offs_ UVMPOOL_GUARDED_BY(epoch_mu_) = 0;  // epochs put off in a row
 
   // The owners of the moves whose overlapped copy is in flight, read by launched() without a lock:

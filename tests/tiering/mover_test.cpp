@@ -795,6 +795,41 @@ TEST_F(Mover_, AHoldWaitsForACallInsideTheGateOrIsPutOff) {
   EXPECT_EQ(streams.host_waits().waited(), 0u);
 }
 
+TEST_F(Mover_, WithHoldsAheadACallStayingInsideTheGatePutsTheEpochOffSoonAndLeavesTheGateOpen) {
+  // A call inside the gate for 600 ms (under DDP: a copy waiting for a collective that needs another
+  // rank's launch, which waits at that rank's closed gate). The first hold's close gives up after the
+  // gate's patience (50 ms), not the hold timeout (10 s), the epoch is put off, and the gate stays open
+  // a while: a call of the program gets in without waiting.
+  allocate_both_tiers();
+  fill(in_host, 16 * kMiB, 16);
+  ASSERT_CU(fill_on_stream(on_device, 4, 0));  // loaded before any hold stands (as above)
+  MoverConfig config;
+  config.holds_ahead = 2;
+  make_mover(config);
+  std::atomic<bool> inside{false};
+  std::thread program([&] {
+    const uvmpool::tiering::HostWaitGate::Pass pass(streams.host_waits());
+    inside = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  });
+  while (!inside) std::this_thread::yield();
+  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_CU_EQ(CUDA_ERROR_NOT_READY, mover->place_epoch()) << "put off";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(400)) << "waited past the gate's patience";
+  EXPECT_EQ(mover->standing_holds(), 0u);
+  EXPECT_CU_EQ(CUDA_ERROR_NOT_READY, mover->place_epoch()) << "the gate stays open a while";
+  { const uvmpool::tiering::HostWaitGate::Pass pass(streams.host_waits()); }
+  EXPECT_EQ(streams.host_waits().waited(), 0u) << "a call waited at the gate";
+  program.join();
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));  // past the longest time the gate stays open
+  ASSERT_CU(mover->place_epoch());
+  ASSERT_CU(mover->complete_placed(true));
+  EXPECT_EQ(mover->stats().moves, 1u);
+  EXPECT_EQ(tiers(in_host, 4 * kMiB, gran), "DD");
+  EXPECT_TRUE(holds(in_host, 16 * kMiB, 16));
+}
+
 TEST_F(Mover_, WorkOfADestroyedStreamStillQueuedIsWaitedFor) {
   allocate_both_tiers();
   fill(on_device, 8 * kMiB, 13);
