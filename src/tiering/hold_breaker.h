@@ -6,9 +6,9 @@
 // holds ahead, several stand at once, each released only when the mover completes its epoch, and
 // completing takes the pool's lock (DevicePool::mu_). A program thread that holds that lock and waits
 // for the device (a free's fence before an unmap: cuCtxSynchronize) then waits for the holds, and the
-// mover for the lock. On two H200s under DDP this hung a rank for good (docs/gpu-results.md,
-// 2026-11-27, ninth session): the mover's watchdog never ran, since the mover was not waiting for a
-// hold but for the lock.
+// mover for the lock, for good: no watchdog runs, since the mover waits for the lock, not for a hold.
+// It fits how a DDP rank hung on two H200s (docs/gpu-results.md, tenth session), and the simulator
+// shows it (Mover_.APoolWaitUnderItsLockReleasesTheStandingHoldsAndTheirEpochsCommitNothing).
 //
 // So, before such a wait (before_device_wait), the breaker raises the flag to the value of the last
 // hold recorded: every standing hold lets the program's work through at once. An epoch whose hold was
