@@ -39,6 +39,7 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -94,6 +95,10 @@ struct State {
 };
 
 State* g = new State;  // never destroyed: frees may come during exit
+// A forked child's State, made without the heap: another thread of the parent may have held the
+// allocator's lock at the fork, and an allocator that does not take it around fork (ASan's in GCC 12)
+// would leave the child's malloc waiting for ever (ipc_fork_keeps_server timed out so under ASan).
+alignas(State) unsigned char g_child_state[sizeof(State)];
 std::atomic<std::size_t> g_exports{0};  // by_id.size(), so a free of a never-exported pointer takes no lock
 
 bool same_secret(const unsigned char* a, const unsigned char* b) {
@@ -404,7 +409,8 @@ void forget_in_child() {
   State* old = g;
   if (old->listen_fd >= 0) close(old->listen_fd);
   if (old->wake_fd >= 0) close(old->wake_fd);
-  g = new State;  // the old one is leaked: its mutex may be held, its thread is not here
+  g = new (g_child_state) State;  // the old one is leaked (its mutex may be held, its thread is not here);
+                                  // a grandchild reuses the storage, read above
   g_exports.store(0, std::memory_order_relaxed);
 }
 

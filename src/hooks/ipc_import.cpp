@@ -15,6 +15,7 @@
 #include <map>
 #include <set>
 #include <mutex>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,9 @@ struct Imports {
   std::set<int> opening;                     // connections of opens in progress
 };
 Imports* g = new Imports;  // never destroyed
+// A forked child's table, made without the heap (as ipc_export.cpp's State: malloc after a fork can wait
+// for ever for a lock another thread of the parent held).
+alignas(Imports) unsigned char g_child_imports[sizeof(Imports)];
 
 // fork holds the lock across itself, so the child sees the table whole (not half-changed by another
 // thread's open or close).
@@ -53,7 +57,7 @@ void forget_in_child() {
   // copies of the connections (opens in progress included), so the exporter sees the parent's alone.
   for (const auto& [address, import] : g->by_address) close(import.connection);
   for (int fd : g->opening) close(fd);
-  g = new Imports;  // the old one is leaked: its mutex is held by the thread that forked
+  g = new (g_child_imports) Imports;  // the old one is leaked: its mutex is held by the thread that forked
 }
 
 void unmap(const driver::Table& d, const Import& im, std::size_t mapped) {
