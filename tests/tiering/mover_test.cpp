@@ -68,6 +68,18 @@ class Mover_ : public TieringTest {
     void* params[] = {&p, &n, &passes, &write};
     ASSERT_CU(drv().cuLaunchKernel(touch_kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
   }
+  // A thread of the program inside the host-wait gate for `time` (a call waiting inside the driver),
+  // returned once it is in.
+  std::thread stay_inside_gate(std::chrono::milliseconds time) {
+    std::atomic<bool> inside{false};
+    std::thread program([this, time, &inside] {
+      const uvmpool::tiering::HostWaitGate::Pass pass(streams.host_waits());
+      inside = true;
+      std::this_thread::sleep_for(time);
+    });
+    while (!inside) std::this_thread::yield();
+    return program;
+  }
   CUresult fill_on_stream(CUdeviceptr p, std::size_t bytes, std::uint32_t value) {
     std::uint64_t count = bytes / 4;
     void* params[] = {&p, &count, &value};
@@ -775,13 +787,7 @@ TEST_F(Mover_, AHoldWaitsForACallInsideTheGateOrIsPutOff) {
   MoverConfig config;
   config.hold_timeout = std::chrono::milliseconds(200);
   make_mover(config);
-  std::atomic<bool> inside{false};
-  std::thread program([&] {
-    const uvmpool::tiering::HostWaitGate::Pass pass(streams.host_waits());
-    inside = true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  });
-  while (!inside) std::this_thread::yield();
+  std::thread program = stay_inside_gate(std::chrono::milliseconds(500));
   EXPECT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
   EXPECT_CU_EQ(CUDA_ERROR_NOT_READY, mover->run_epoch()) << "put off";
   EXPECT_EQ(mover->stats().moves, 0u) << "a hold was placed while a call was inside the gate";
@@ -806,13 +812,7 @@ TEST_F(Mover_, WithHoldsAheadACallStayingInsideTheGatePutsTheEpochOffSoonAndLeav
   MoverConfig config;
   config.holds_ahead = 2;
   make_mover(config);
-  std::atomic<bool> inside{false};
-  std::thread program([&] {
-    const uvmpool::tiering::HostWaitGate::Pass pass(streams.host_waits());
-    inside = true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(600));
-  });
-  while (!inside) std::this_thread::yield();
+  std::thread program = stay_inside_gate(std::chrono::milliseconds(600));
   ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_CU_EQ(CUDA_ERROR_NOT_READY, mover->place_epoch()) << "put off";
