@@ -306,13 +306,16 @@ template <typename Matters>
 CUresult wait_for_queues(State& st, std::unique_lock<std::mutex>& lock, Matters&& matters) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(clock::costs().hang_timeout_ms);
   for (;;) {
+    // Asked before the drain, not after: a thread that writes the value and exits between the drain
+    // and the question would otherwise leave this one alone with work that is no longer stuck.
+    const bool alone = !other_threads_exist();
     drain_all(st, lock);
     const Stream* stuck = nullptr;
     st.objects.for_each_stream([&](const Stream& s) {
       if (stuck == nullptr && !s.queue.empty() && matters(s)) stuck = &s;
     });
     if (stuck == nullptr) return CUDA_SUCCESS;
-    if (!stuck->in_host_fn && (!other_threads_exist() || std::chrono::steady_clock::now() >= deadline)) {
+    if (!stuck->in_host_fn && (alone || std::chrono::steady_clock::now() >= deadline)) {
       log::error("a synchronize would wait forever: {} waits for a value at {:#x} that nothing writes",
                  stream_name(*stuck), stuck->queue.front().spec.address);
       return CUDA_ERROR_LAUNCH_TIMEOUT;

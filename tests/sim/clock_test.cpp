@@ -345,6 +345,22 @@ TEST_F(Clock, AnotherThreadWritingTheValueReleasesASynchronize) {
   writer.join();
 }
 
+// A writer that writes at once and ends: it may be gone by the time the synchronize asks whether any
+// other thread could still write, with its value already written. Many times, since the window is
+// short (the old order failed this under ASan in CI, once, as the 20 ms writer above).
+TEST_F(Clock, AThreadThatWritesTheValueAndEndsAtOnceReleasesASynchronize) {
+  Flag flag;
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  for (std::uint32_t i = 1; i <= 300; ++i) {
+    ASSERT_CU(cuStreamWaitValue32(s, flag.device, i, CU_STREAM_WAIT_VALUE_EQ));
+    std::thread writer([&] { __atomic_store_n(flag.host, i, __ATOMIC_RELEASE); });
+    const CUresult r = cuStreamSynchronize(s);
+    writer.join();
+    ASSERT_CU(r) << "round " << i;
+  }
+}
+
 // The same sequence, run twice from a reset clock, gives the same virtual times.
 TEST_F(Clock, TheSameSequenceGivesTheSameTimes) {
   CUdeviceptr p = 0;
