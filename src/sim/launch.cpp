@@ -5,6 +5,7 @@
 // of a library in one context); a CUkernel is a LibraryKernel. Launches take a CUfunction or a CUkernel
 // cast to one, as the real driver does. Handles stay valid until their module or library is unloaded;
 // a stale or foreign handle is CUDA_ERROR_INVALID_HANDLE, never a crash.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -17,6 +18,7 @@
 #include "sim/address_space.h"
 #include "sim/contexts.h"
 #include "sim/device_memory.h"
+#include "sim/devices.h"
 #include "sim/entry_points.h"
 #include "sim/kernels.h"
 #include "sim/launch.h"
@@ -28,11 +30,21 @@ namespace {
 
 struct Module;
 
+// A function's limits, as an H100 or H200 reports them (sm_90: 227 KiB of shared memory a block with
+// the opt-in, 48 KiB without; 1024 threads a block, 2048 a multiprocessor).
+constexpr int kDefaultDynamicShared = 48 * 1024;
+constexpr int kMaxDynamicShared = 227 * 1024;
+constexpr int kMaxThreadsPerBlock = 1024;
+constexpr int kMaxThreadsPerSm = 2048;
+
 struct Function {
   const KernelInfo* kernel;
   Context* context;  // where it runs
   Module* module;
   bool loaded = false;  // launched once (lazy loading: the first launch loads it); Registry::mutex
+  // Set with cuFuncSetAttribute / cuKernelSetAttribute; Registry::mutex.
+  int max_dynamic_shared = kDefaultDynamicShared;
+  int carveout = -1;  // CU_SHAREDMEM_CARVEOUT_DEFAULT
 };
 
 struct LibraryKernel {
@@ -212,6 +224,99 @@ CUresult load_on_first_launch(Function* function, CUstream stream, bool per_thre
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   function->loaded = true;
+  return CUDA_SUCCESS;
+}
+
+// The same load made by a call on the function itself (an attribute, its occupancy, cuFuncLoad): no
+// stream is named, so it waits for every stream of the function's context. By analogy with the first
+// launch (what the GPU's driver does for these calls was not measured apart).
+CUresult load_for_use(Function* function) {
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    if (function->loaded || !lazy_loading()) return CUDA_SUCCESS;
+  }
+  if (CUresult status = timeline::wait_for_context_streams(function->context); status != CUDA_SUCCESS) return status;
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  function->loaded = true;
+  return CUDA_SUCCESS;
+}
+
+// The function a call on a CUfunction names (a CUkernel cast to one is refused, as by
+// cuFuncGetParamInfo), loaded; or on a CUkernel (`kernel` true) in the current context, whose device
+// must be `device`.
+CUresult function_in_use(const void* handle, bool kernel, int device, Function** out) {
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    if (kernel) {
+      if (r.kernels.count(handle) == 0) return CUDA_ERROR_INVALID_HANDLE;
+      if (!valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
+      if (CUresult status = find_function(r, static_cast<CUfunction>(const_cast<void*>(handle)), out); status != CUDA_SUCCESS)
+        return status;
+      if ((*out)->context->device != device) return CUDA_ERROR_INVALID_DEVICE;
+    } else {
+      auto f = r.functions.find(handle);
+      if (f == r.functions.end()) return CUDA_ERROR_INVALID_HANDLE;
+      *out = f->second;
+    }
+  }
+  return load_for_use(*out);
+}
+
+CUresult get_attribute(Function* function, CUfunction_attribute attribute, int* value) {
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  switch (attribute) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = kMaxThreadsPerBlock; return CUDA_SUCCESS;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 32; return CUDA_SUCCESS;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION:
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *value = 90; return CUDA_SUCCESS;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *value = function->max_dynamic_shared; return CUDA_SUCCESS;
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *value = function->carveout; return CUDA_SUCCESS;
+    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
+    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES:
+    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
+    case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA:
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
+    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: *value = 0; return CUDA_SUCCESS;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+// The two attributes a program may set; the others are the binary's.
+CUresult set_attribute(Function* function, CUfunction_attribute attribute, int value) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  if (attribute == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && value >= 0 && value <= kMaxDynamicShared) {
+    function->max_dynamic_shared = value;
+    return CUDA_SUCCESS;
+  }
+  if (attribute == CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT && value >= -1 && value <= 100) {
+    function->carveout = value;
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+// Resident blocks a multiprocessor holds: bounded by threads alone (the catalog's kernels use few
+// registers), none when the block or its shared memory is past the function's limits.
+CUresult occupancy(int* blocks, CUfunction f, int block_size, size_t dynamic_shared) {
+  if (blocks == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Function* function = nullptr;
+  if (CUresult status = function_in_use(f, false, 0, &function); status != CUDA_SUCCESS) return status;
+  if (block_size <= 0) return CUDA_ERROR_INVALID_VALUE;
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  const bool fits = block_size <= kMaxThreadsPerBlock &&
+                    dynamic_shared <= static_cast<size_t>(std::max(function->max_dynamic_shared, kDefaultDynamicShared));
+  *blocks = fits ? std::min(32, kMaxThreadsPerSm / block_size) : 0;
   return CUDA_SUCCESS;
 }
 
@@ -426,6 +531,52 @@ CUresult impl::cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t* 
   auto k = r.kernels.find(kernel);
   if (k == r.kernels.end()) return CUDA_ERROR_INVALID_HANDLE;
   return param_info(k->second->kernel, paramIndex, paramOffset, paramSize);
+}
+
+CUresult impl::cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUfunction hfunc) {
+  Function* function = nullptr;
+  if (CUresult status = function_in_use(hfunc, false, 0, &function); status != CUDA_SUCCESS) return status;
+  return get_attribute(function, attrib, pi);
+}
+
+CUresult impl::cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value) {
+  Function* function = nullptr;
+  if (CUresult status = function_in_use(hfunc, false, 0, &function); status != CUDA_SUCCESS) return status;
+  return set_attribute(function, attrib, value);
+}
+
+CUresult impl::cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config) {
+  if (config < CU_FUNC_CACHE_PREFER_NONE || config > CU_FUNC_CACHE_PREFER_EQUAL) return CUDA_ERROR_INVALID_VALUE;
+  Function* function = nullptr;
+  return function_in_use(hfunc, false, 0, &function);  // a preference only: nothing the catalog's kernels use
+}
+
+CUresult impl::cuFuncLoad(CUfunction hfunc) {
+  Function* function = nullptr;
+  return function_in_use(hfunc, false, 0, &function);
+}
+
+CUresult impl::cuKernelGetAttribute(int* pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev) {
+  Function* function = nullptr;
+  if (CUresult status = function_in_use(kernel, true, dev, &function); status != CUDA_SUCCESS) return status;
+  return get_attribute(function, attrib, pi);
+}
+
+CUresult impl::cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev) {
+  Function* function = nullptr;
+  if (CUresult status = function_in_use(kernel, true, dev, &function); status != CUDA_SUCCESS) return status;
+  return set_attribute(function, attrib, val);
+}
+
+CUresult impl::cuOccupancyMaxActiveBlocksPerMultiprocessor(int* numBlocks, CUfunction func, int blockSize,
+                                                           size_t dynamicSMemSize) {
+  return occupancy(numBlocks, func, blockSize, dynamicSMemSize);
+}
+
+CUresult impl::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* numBlocks, CUfunction func, int blockSize,
+                                                                    size_t dynamicSMemSize, unsigned int flags) {
+  if ((flags & ~static_cast<unsigned>(CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  return occupancy(numBlocks, func, blockSize, dynamicSMemSize);
 }
 
 CUresult impl::cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,

@@ -484,6 +484,17 @@ CUresult wait_for_other_streams(CUstream handle, bool per_thread) {
   return wait_for_queues(st, lock, matters);
 }
 
+CUresult wait_for_context_streams(const Context* context) {
+  State& st = state();
+  std::unique_lock lock(st.mutex);
+  const auto matters = [&](const Stream& s) { return s.context == context; };
+  drain_all(st, lock);
+  bool stuck = false;
+  st.objects.for_each_stream([&](const Stream& s) { stuck = stuck || (matters(s) && !s.queue.empty()); });
+  const WaitingInside inside(stuck);
+  return wait_for_queues(st, lock, matters);
+}
+
 CUresult wait_at_the_door() {
   if (g_inside_waiting.load(std::memory_order_seq_cst) - (t_inside_waiting ? 1 : 0) <= 0) return CUDA_SUCCESS;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(clock::costs().hang_timeout_ms);

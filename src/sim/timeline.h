@@ -91,6 +91,9 @@ CUresult submit_and_wait(CUstream stream, bool per_thread, WorkSpec work, bool k
 // run yet. (On a GPU a first launch on a stream held behind a value returned at once, but later work
 // of other streams waited behind it; that is not modeled.)
 CUresult wait_for_other_streams(CUstream stream, bool per_thread);
+// The same for a load made by a call on the function itself (its attributes, its occupancy, cuFuncLoad):
+// waits for every stream of `context`.
+CUresult wait_for_context_streams(const Context* context);
 // Before a call that the driver's lock keeps out (exports.cpp): waits while another thread waits inside
 // a copy (submit_and_wait). CUDA_ERROR_LAUNCH_TIMEOUT, and an error logged, after the hang timeout:
 // on a GPU the call would wait until something wrote the value.

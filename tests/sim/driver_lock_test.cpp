@@ -132,5 +132,32 @@ TEST_F(LazyLoading, AKernelsFirstLaunchWaitsForTheOtherStreamsAndKeepsOthersOutB
   ASSERT_CU(cuCtxSynchronize());
 }
 
+// The calls on a function that load it (its attributes, its occupancy, cuFuncLoad) wait as its first
+// launch does, for every stream of its context; once it is loaded, neither they nor its launch wait.
+TEST_F(LazyLoading, ACallOnAFunctionLoadsItAsItsFirstLaunchWould) {
+  Flag flag;
+  CUdeviceptr p = 0;
+  ASSERT_CU(cuMemAlloc(&p, 4 << 20));
+  CUstream held = nullptr, launcher = nullptr;
+  ASSERT_CU(cuStreamCreate(&held, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamCreate(&launcher, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamWaitValue32(held, flag.device, 1, CU_STREAM_WAIT_VALUE_GEQ));
+  CUfunction fill = kernel("uvmpool_fill_u32");
+  Caller attribute(ctx, [&] { return cuFuncSetAttribute(fill, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 0); });
+  EXPECT_FALSE(returns_within(attribute, 100ms)) << "loading the function went ahead of another stream's queued work";
+  flag.write();
+  EXPECT_CU(attribute.join());
+  ASSERT_CU(cuStreamWaitValue32(held, flag.device, 2, CU_STREAM_WAIT_VALUE_GEQ));
+  int blocks = 0;
+  Caller occupancy(ctx, [&] { return cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fill, 128, 0); });
+  EXPECT_TRUE(returns_within(occupancy, 1000ms)) << "a loaded function's occupancy waited";
+  Caller first_launch(ctx, [&] { return launch(fill, launcher, p, std::uint64_t{16}, 2u); });
+  EXPECT_TRUE(returns_within(first_launch, 1000ms)) << "the launch of a function loaded by an attribute call waited";
+  __atomic_store_n(flag.host, 2u, __ATOMIC_RELEASE);
+  EXPECT_CU(occupancy.join());
+  EXPECT_CU(first_launch.join());
+  ASSERT_CU(cuCtxSynchronize());
+}
+
 }  // namespace
 }  // namespace simtest

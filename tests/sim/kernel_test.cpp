@@ -125,6 +125,57 @@ TEST_F(Kernels, ParamInfoAnswersEachParameterOfFunctionsAndKernelsAndNothingPast
   EXPECT_CU(cuLibraryUnload(library));
 }
 
+// A function's attributes and occupancy, as the runtime asks them (cudaFuncGetAttributes,
+// cudaFuncSetAttribute, cudaOccupancy*): the settable two are kept per function, in each context for a
+// library's kernel; the rest are the binary's; bad values, handles and devices are refused.
+TEST_F(Kernels, AFunctionsAttributesAndOccupancyAnswerAndBadOnesAreRefused) {
+  CUfunction f = kernel("uvmpool_fill_u32");
+  int value = 0;
+  ASSERT_CU(cuFuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f));
+  EXPECT_EQ(value, 1024);
+  ASSERT_CU(cuFuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f));
+  EXPECT_EQ(value, 48 << 10);
+  ASSERT_CU(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 200 << 10));
+  ASSERT_CU(cuFuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f));
+  EXPECT_EQ(value, 200 << 10);
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 300 << 10));
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_NUM_REGS, 8));
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 101));
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, cuFuncGetAttribute(nullptr, CU_FUNC_ATTRIBUTE_NUM_REGS, f));
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, cuFuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_MAX, f));
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_HANDLE, cuFuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_NUM_REGS,
+                                                             reinterpret_cast<CUfunction>(&value)));
+  EXPECT_CU(cuFuncSetCacheConfig(f, CU_FUNC_CACHE_PREFER_SHARED));
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, cuFuncSetCacheConfig(f, static_cast<CUfunc_cache>(7)));
+  EXPECT_CU(cuFuncLoad(f));
+
+  int blocks = 0;
+  ASSERT_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 256, 0));
+  EXPECT_EQ(blocks, 8);
+  ASSERT_CU(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, f, 1024, 100 << 10, 0));
+  EXPECT_EQ(blocks, 2) << "200 KiB were allowed above";
+  ASSERT_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 2048, 0));
+  EXPECT_EQ(blocks, 0) << "a block past the limit fits nowhere";
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 0, 0));
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, f, 32, 0, 0x10));
+
+  CUlibrary library = nullptr;
+  CUkernel k = nullptr;
+  ASSERT_CU(cuLibraryLoadData(&library, UVMPOOL_SIM_MODULE_IMAGE, nullptr, nullptr, 0, nullptr, nullptr, 0));
+  ASSERT_CU(cuLibraryGetKernel(&k, library, "uvmpool_fill_u32"));
+  ASSERT_CU(cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 100 << 10, k, 0));
+  ASSERT_CU(cuKernelGetAttribute(&value, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k, 0));
+  EXPECT_EQ(value, 100 << 10);
+  CUfunction from_kernel = nullptr;
+  ASSERT_CU(cuKernelGetFunction(&from_kernel, k));
+  ASSERT_CU(cuFuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, from_kernel));
+  EXPECT_EQ(value, 100 << 10) << "the kernel's function in this context is the one set";
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_DEVICE, cuKernelGetAttribute(&value, CU_FUNC_ATTRIBUTE_NUM_REGS, k, 99));
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_HANDLE,
+               cuKernelGetAttribute(&value, CU_FUNC_ATTRIBUTE_NUM_REGS, reinterpret_cast<CUkernel>(f), 0));
+  EXPECT_CU(cuLibraryUnload(library));
+}
+
 // Every launch entry point, each writing its own value into its own slot.
 TEST_F(Kernels, EveryLaunchFormRunsTheKernel) {
   CUlibrary library = nullptr;
