@@ -40,6 +40,14 @@ bool is_launch_hook(driver::Fn fn) {
     case Fn::cuLibraryLoadData:
     case Fn::cuLibraryGetKernel:
     case Fn::cuKernelGetFunction:
+    case Fn::cuFuncGetAttribute:
+    case Fn::cuFuncSetAttribute:
+    case Fn::cuFuncSetCacheConfig:
+    case Fn::cuFuncLoad:
+    case Fn::cuKernelGetAttribute:
+    case Fn::cuKernelSetAttribute:
+    case Fn::cuOccupancyMaxActiveBlocksPerMultiprocessor:
+    case Fn::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags:
     case Fn::cuMemcpy:
     case Fn::cuMemcpy_ptds:
     case Fn::cuMemcpyHtoD_v2:

@@ -23,8 +23,10 @@
 // and cuMemFreeHost (an allocation and free of pinned memory blocked as a pair), and a cuMemFree of
 // memory not the pool's (the driver's free waits for the device; the pool frees without the driver).
 // The strided, peer and batched copies pass it by the same rule as the flat ones (transfer_hooks.cpp),
-// by analogy: they were not measured apart. Not hooked at all: calls outside uvmpool's driver list
-// that may wait the same way (cuFuncSetAttribute, ...).
+// by analogy: they were not measured apart. So, until the function is loaded, do the calls on a function
+// that load it (its attributes, occupancy and cache preference, cuFuncLoad: Tiering::begin_loading_call).
+// Not hooked at all: calls outside uvmpool's driver list that may wait the same way (cuModuleGetGlobal,
+// cuLibraryGetGlobal, ...).
 #pragma once
 
 #include <atomic>

@@ -32,9 +32,11 @@ struct ParamLayout {
   };
   std::vector<Param> params;  // in parameter order
   bool known = false;         // false: the driver could not say (before CUDA 12.4, or a handle it refused)
-  // Whether a launch of the function has reached the driver (Tiering::after_launch): until then, a
-  // launch may load its module (lazy loading), which waits like a synchronous copy (host_wait_gate.h).
-  mutable std::atomic<bool> launched{false};
+  // Whether the driver has loaded the function: a launch of it reached the driver (Tiering::after_launch)
+  // or a call on it did (its attributes, its occupancy, cuFuncLoad: Tiering::end_loading_call). Until
+  // then such a call may load its module (lazy loading), which waits like a synchronous copy
+  // (host_wait_gate.h).
+  mutable std::atomic<bool> loaded{false};
 };
 
 class ParamLayouts {

@@ -202,7 +202,7 @@ void Tiering::before_launch(CUfunction f, CUstream stream, void** params, void**
   // wait behind a hold. So it waits for the hold to end, and no hold begins while it is in the driver.
   // Not covered: a first launch skipped above (nothing in host memory yet) that meets a demotion's
   // hold; the runtime's lazy loading is gated at its own calls too (src/hooks/host_wait_hooks.cpp).
-  if (mode_ == Mode::Auto && !layout.launched.load(std::memory_order_acquire)) {
+  if (mode_ == Mode::Auto && !layout.loaded.load(std::memory_order_acquire)) {
     // Out of the overlap count while it waits: an epoch's wait for launches under way must not wait
     // for one that waits for the epoch.
     const bool overlap = mover_.config().overlap;
@@ -341,9 +341,23 @@ bool Tiering::node_ranges(const CUDA_KERNEL_NODE_PARAMS& node, std::vector<Graph
   });
 }
 
+const ParamLayout* Tiering::begin_loading_call(CUfunction f) {
+  if (mode_ != Mode::Auto || f == nullptr) return nullptr;
+  const ParamLayout& layout = *layouts_.find(f);
+  if (layout.loaded.load(std::memory_order_acquire)) return nullptr;
+  streams_.host_waits().enter();
+  return &layout;
+}
+
+void Tiering::end_loading_call(const ParamLayout* layout, CUresult result) {
+  if (layout == nullptr) return;
+  if (result == CUDA_SUCCESS) layout->loaded.store(true, std::memory_order_release);
+  streams_.host_waits().leave();
+}
+
 void Tiering::after_launch(const LaunchSeen& seen, CUstream stream) {
   if (seen.first_launch != nullptr) {
-    seen.first_launch->launched.store(true, std::memory_order_release);
+    seen.first_launch->loaded.store(true, std::memory_order_release);
     streams_.host_waits().leave();
   }
   if (seen.read == LaunchSeen::Read::Read && seen.touches.count != 0 &&

@@ -118,6 +118,13 @@ class Tiering {
   // After the driver took the launch (whatever it answered): an overlapped move whose memory the
   // launch touched is dropped (mover.h); a default stream's context is noted for the mover's holds.
   void after_launch(const LaunchSeen& seen, CUstream stream);
+  // A call that may load `f` lazily besides its launch (cuFuncGetAttribute / cuFuncSetAttribute,
+  // cuKernelGetAttribute / cuKernelSetAttribute, cuFuncSetCacheConfig, the occupancy calls, cuFuncLoad;
+  // src/hooks/host_wait_hooks.cpp): under `auto`, until the function is known to be loaded, it passes
+  // the host-wait gate as a first launch does; once one such call or launch succeeded, none waits.
+  // begin's answer goes to end (nullptr: nothing was entered).
+  const ParamLayout* begin_loading_call(CUfunction f);
+  void end_loading_call(const ParamLayout* layout, CUresult result);
   // Before a copy or memset reaches the driver, as before_launch: the pool memory of `ranges` (each
   // mapping or slab it crosses, once) becomes the touches. after_launch follows it. A range not in
   // pool memory (host memory, another allocator's) touches nothing.

@@ -253,6 +253,52 @@ TEST_F(LaunchTouches_, AFunctionsFirstLaunchWaitsWhileTheMoverHoldsAndLaterOnesD
   seen.clear();
 }
 
+// The calls on a function that load it lazily besides its launch (its attributes, its occupancy,
+// cuFuncLoad; src/hooks/host_wait_hooks.cpp) wait at the gate while the mover holds, until one of them
+// or a launch has loaded it. A call that failed loaded nothing.
+TEST_F(LaunchTouches_, ACallThatLoadsAFunctionWaitsWhileTheMoverHoldsUntilTheFunctionIsLoaded) {
+  uvmpool::tiering::HostWaitGate& gate = streams.host_waits();
+  // Through the hooks' pair, as cuFuncSetAttribute's hook makes it.
+  const auto set_attribute = [&](CUfunction f, int bytes) {
+    const uvmpool::tiering::ParamLayout* loading = tiering->begin_loading_call(f);
+    const CUresult r = drv().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes);
+    tiering->end_loading_call(loading, r);
+    return r;
+  };
+  // A call on a thread of the program while the gate is closed: whether it returned within `limit`
+  // (the gate opens after that either way).
+  const auto returns_at_a_closed_gate = [&](int bytes, CUresult expected, std::chrono::milliseconds limit) {
+    EXPECT_TRUE(gate.close(std::chrono::milliseconds(1000)));
+    std::atomic<bool> returned{false};
+    std::thread call([&, context = ctx] {
+      drv().cuCtxSetCurrent(context);
+      EXPECT_CU_EQ(expected, set_attribute(gather, bytes));
+      returned = true;
+    });
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (!returned && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const bool in_time = returned;
+    gate.open();
+    call.join();
+    return in_time;
+  };
+  using std::chrono::milliseconds;
+  EXPECT_FALSE(returns_at_a_closed_gate(-5, CUDA_ERROR_INVALID_VALUE, milliseconds(50)))
+      << "a call that may load the function went into the driver during a hold";
+  EXPECT_FALSE(returns_at_a_closed_gate(64 << 10, CUDA_SUCCESS, milliseconds(50)))
+      << "a failed call counted the function as loaded";
+  EXPECT_EQ(gate.waited(), 2u);
+  EXPECT_TRUE(returns_at_a_closed_gate(32 << 10, CUDA_SUCCESS, milliseconds(5000)))
+      << "a call on a loaded function waited for the hold";
+  EXPECT_EQ(gate.waited(), 2u);
+  int bytes = 0;
+  EXPECT_CU(drv().cuFuncGetAttribute(&bytes, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, gather));
+  EXPECT_EQ(bytes, 32 << 10);
+  // Under `remote` nothing moves: no such call waits.
+  Tiering remote(drv(), *pool, Mode::Remote, streams);
+  EXPECT_EQ(remote.begin_loading_call(struct_fill), nullptr);
+}
+
 TEST_F(LaunchTouches_, AMoveChangesTheTierTheLaunchesSee) {
   allocate_both_tiers();
   ASSERT_CU(pool->fill_host_reserve(0, 8 * kMiB));
