@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tiering/mover_step.h"
+
 namespace uvmpool::stats {
 
 namespace {
@@ -160,6 +162,29 @@ void device_lines(const Report& r, std::size_t d, Lines& lines) {
   if (const std::string text = host.text(); !text.empty()) lines.add("  " + text);
 }
 
+// What tiering is doing at this moment, when it is doing anything: for a program that seems stuck,
+// whether the mover waits (and for what, since when) and whether the program's calls wait for it.
+void tiering_now_line(const Report& r, Lines& lines) {
+  const std::uint64_t step = process(r, "tiering_mover_step").value_or(0);
+  const std::uint64_t standing = process(r, "tiering_holds_standing").value_or(0);
+  const bool closed = process(r, "tiering_gate_closed").value_or(0) != 0;
+  if (step == 0 && standing == 0 && !closed) return;
+  Sentence s;
+  if (step != 0) {
+    const auto name = tiering::step_name(static_cast<tiering::MoverStep>(step));
+    char age[32];
+    std::snprintf(age, sizeof age, "%.1f s", static_cast<double>(process(r, "tiering_mover_step_ms").value_or(0)) / 1000.0);
+    s.add(std::string("mover ") + name + " for " + age);
+  }
+  if (standing != 0) s.add(Value(standing), standing == 1 ? "hold standing" : "holds standing");
+  s.end_clause();
+  if (closed) {
+    const std::uint64_t waiting = process(r, "tiering_gate_waiting").value_or(0);
+    s.add("host-wait gate closed, " + count(waiting) + (waiting == 1 ? " call waiting" : " calls waiting"));
+  }
+  lines.add("  tiering now: " + s.text());
+}
+
 // What tiering saw and did (docs/tiering.md), once it read a launch or moved something.
 void tiering_line(const Report& r, Lines& lines) {
   const Value read = process(r, "launches_read"), moves = process(r, "tiering_moves");
@@ -185,6 +210,7 @@ void tiering_line(const Report& r, Lines& lines) {
   if (const Value given_up = process(r, "tiering_holds_given_up"); given_up.value_or(0) != 0) s.add(given_up, "holds given up");
   if (const Value broken = process(r, "tiering_holds_broken"); broken.value_or(0) != 0) s.add(broken, "holds released for pool waits");
   if (const std::string text = s.text(); !text.empty()) lines.add("  tiering: " + text);
+  tiering_now_line(r, lines);
 }
 
 void process_lines(const Report& r, Lines& lines) {

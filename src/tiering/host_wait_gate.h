@@ -72,6 +72,9 @@ class HostWaitGate {
 
   // Whether a call waits at the closed gate now (the mover then places no further hold).
   bool has_waiters() const { return waiting_.load(std::memory_order_seq_cst) != 0; }
+  // Now, for the statistics: whether the gate is closed, and how many calls wait at it.
+  bool closed() const { return closed_.load(std::memory_order_relaxed); }
+  int waiters() const { return waiting_.load(std::memory_order_relaxed); }
 
   // Calls that waited at a closed gate since the start.
   std::uint64_t waited() const { return waited_.load(std::memory_order_relaxed); }

@@ -107,6 +107,12 @@ std::int64_t steady_ns(std::chrono::steady_clock::time_point t) {
 }
 }  // namespace
 
+void Mover::set_step(MoverStep step) {
+  if (step_.load(std::memory_order_relaxed) == step) return;
+  step_since_ns_.store(steady_ns(std::chrono::steady_clock::now()), std::memory_order_relaxed);
+  step_.store(step, std::memory_order_release);
+}
+
 void Mover::guard_main() {
   const auto limit = std::chrono::duration_cast<std::chrono::nanoseconds>(2 * config_.hold_timeout).count();
   const auto period = std::max<std::chrono::milliseconds>(config_.hold_timeout / 4, std::chrono::milliseconds(1));
@@ -134,6 +140,7 @@ void Mover::thread_main() {
   for (;;) {
     {
       UniqueMutexLock lock(queue_mu_);
+      if (queue_.empty() && standing_.load(std::memory_order_relaxed) == 0) set_step(MoverStep::Idle);
       queue_cv_.wait(lock.native(), [this]() UVMPOOL_NO_THREAD_SAFETY_ANALYSIS {
         return stopping_ || !queue_.empty() || standing_.load(std::memory_order_relaxed) != 0;
       });
@@ -487,9 +494,17 @@ void Mover::put_back(const std::vector<Request>& requests) {
 }
 
 CUresult Mover::begin() {
+  const CUresult r = prepare_epoch();
+  // Nothing begun (nothing queued, all refused, put off): the mover waits for holds or for requests.
+  if (!epoch_state_.active) set_step(placed_.empty() ? MoverStep::Idle : MoverStep::Draining);
+  return r;
+}
+
+CUresult Mover::prepare_epoch() {
   Epoch& e = epoch_state_;
   std::vector<Request> batch;
   if (!take_batch(&batch)) return CUDA_SUCCESS;
+  set_step(MoverStep::Preparing);
   // Nothing is prepared (mapped) while a graph is captured: VMM calls may invalidate a capture.
   if (capture_in_progress()) return put_off(batch);
 
@@ -582,6 +597,7 @@ CUresult Mover::begin() {
   }
   if (enqueue_copies(&e.fence) != CUDA_SUCCESS) std::fill(e.copied.begin(), e.copied.end(), 0);
   e.copying = true;
+  set_step(MoverStep::Copying);
   return CUDA_SUCCESS;
 }
 
@@ -609,10 +625,12 @@ CUresult Mover::finish(Placed* placed) {
   // thread's calls wait for it (host_wait_gate.h). Closed before the pool's lock is taken, since the
   // calls still inside may take up to the hold timeout to return; if they do not, the epoch is put off.
   // release() opens it again, whatever happens below.
+  if (placed == nullptr) set_step(MoverStep::ClosingGate);
   const bool gate_closed = placed != nullptr ? placed->standing : streams_.host_waits().close(config_.hold_timeout);
   std::unique_lock<std::mutex> window;  // the breaker's commit window (open_commit), closed after the commit
   // Called by the pool inside this epoch (epoch_mu_ held throughout).
   const pool::Quiesce quiesce = [&](std::span<char> commit) UVMPOOL_REQUIRES(epoch_mu_) {
+    set_step(MoverStep::Draining);  // the pool's lock is held from here to the end of the remaps
     Held hold;
     held_at = std::chrono::steady_clock::now();
     if (trace::recording()) held_tick = trace::now();
@@ -656,6 +674,7 @@ CUresult Mover::finish(Placed* placed) {
     if (!wait_for(&hold)) return false;
     if (breaker_.broken(value)) return false;  // released for a pool wait: the streams ran on; no copy
     if (!overlap) {
+      set_step(MoverStep::Copying);
       if (enqueue_copies(nullptr) != CUDA_SUCCESS) std::fill(e.copied.begin(), e.copied.end(), 0);
       copies_done(true);
       for (std::size_t i = 0; i < e.moves.size(); ++i) commit[i] = e.copied[i];
@@ -663,13 +682,16 @@ CUresult Mover::finish(Placed* placed) {
     if (watchdog.stop()) return false;
     // No break passes from here to the end of the remaps (the window closes after commit_quiesced);
     // one that came before means the streams ran on, and nothing commits.
+    set_step(MoverStep::Committing);
     return breaker_.open_commit(value, &window);
   };
   std::vector<pool::Move*> pointers;
   for (pool::Move& m : e.moves) pointers.push_back(&m);
   std::vector<CUresult> results(e.moves.size(), CUDA_ERROR_NOT_READY);
+  set_step(MoverStep::WaitingForPool);
   pool_.commit_quiesced(e.device, pointers, quiesce, results);
   if (window.owns_lock()) window.unlock();
+  set_step(MoverStep::Idle);
   if (placed == nullptr) epoch_ = value;
   release(value);  // always: a hold may stand on some streams even when quiesce failed half-way
   if (held_at != std::chrono::steady_clock::time_point{}) {
@@ -772,6 +794,7 @@ CUresult Mover::place_locked() {
   // launch waits at that rank's closed gate): the epoch is put off and the gate left open a while,
   // from 10 ms, doubling up to 200 ms, so the program is never stopped for long at the gate.
   if (placed_.empty()) {
+    set_step(MoverStep::ClosingGate);
     if (!streams_.host_waits().close(std::min(config_.gate_patience, config_.hold_timeout))) {
       gate_backoff_ = std::clamp(2 * gate_backoff_, kMinGateBackoff, kMaxGateBackoff);
       gate_retry_at_ = std::chrono::steady_clock::now() + gate_backoff_;
@@ -818,6 +841,7 @@ CUresult Mover::complete_locked(bool wait) {
   // Released already (for a pool wait, or by the stall guard): nothing of it commits, nothing to wait for.
   if (first.standing && !first.given_up && breaker_.broken(first.value)) first.given_up = true;
   if (first.standing && !first.given_up && !drained(first)) {
+    set_step(MoverStep::Draining);
     if (!wait) {
       if (std::chrono::steady_clock::now() - first.first_since < config_.hold_timeout) return CUDA_ERROR_NOT_READY;
       // As the watchdog does: the held work goes on, nothing of this epoch commits.
@@ -880,6 +904,7 @@ CUresult Mover::pipeline_step() {
     placed = place_locked();
     if (placed != CUDA_SUCCESS && placed != CUDA_ERROR_NOT_READY) return placed;
   }
+  set_step(placed_.empty() ? MoverStep::Idle : MoverStep::Draining);
   // NOT_READY (the caller waits a little): holds stand, or an epoch was put off (a graph capture).
   return placed_.empty() && placed == CUDA_SUCCESS ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
@@ -910,6 +935,11 @@ MoverStats Mover::stats() const {
   s.holds_given_up = given_up_.load(std::memory_order_relaxed);
   s.holds_broken = breaker_.breaks();
   s.off = off_.load(std::memory_order_relaxed);
+  s.step = step_.load(std::memory_order_acquire);
+  const std::int64_t since = step_since_ns_.load(std::memory_order_relaxed);
+  const std::int64_t now = steady_ns(std::chrono::steady_clock::now());
+  s.step_ms = s.step != MoverStep::Idle && since != 0 && now > since ? static_cast<std::uint64_t>((now - since) / 1000000) : 0;
+  s.standing_holds = standing_.load(std::memory_order_relaxed);
   return s;
 }
 

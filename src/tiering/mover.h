@@ -68,6 +68,7 @@
 #include <thread>
 #include <vector>
 
+#include "tiering/mover_step.h"
 #include "config/thread_safety.h"
 #include "driver/driver_api.h"
 #include "pool/pool.h"
@@ -110,6 +111,10 @@ struct MoverStats {
   std::uint64_t holds_given_up = 0;   // holds the watchdog gave up (the program's work did not drain)
   std::uint64_t holds_broken = 0;     // times the standing holds were released for a pool wait (hold_breaker.h)
   bool off = false;                   // moves turned off for good: holds kept failing to drain
+  // Now, not counts: what the mover is doing and for how long (ms), and the holds standing.
+  MoverStep step = MoverStep::Idle;
+  std::uint64_t step_ms = 0;
+  std::uint64_t standing_holds = 0;
 };
 
 class Mover {
@@ -211,6 +216,7 @@ class Mover {
   void settle(const std::vector<Request>& requests);
   static std::size_t direction(pool::Tier to) { return to == pool::Tier::Device ? 1 : 0; }
   CUresult begin() UVMPOOL_REQUIRES(epoch_mu_);
+  CUresult prepare_epoch() UVMPOOL_REQUIRES(epoch_mu_);  // begin's work; begin sets the step after it
   bool copies_done(bool wait) UVMPOOL_REQUIRES(epoch_mu_);
   // Ends the epoch begun: holds (unless `placed`, whose hold stands already), copies, commits, releases.
   CUresult finish(Placed* placed = nullptr) UVMPOOL_REQUIRES(epoch_mu_);
@@ -239,6 +245,8 @@ class Mover {
   CUresult enqueue_copies(const Held* after) UVMPOOL_REQUIRES(epoch_mu_);
   void thread_main();
   void wake_thread();
+  // Says what the mover does from now (MoverStats::step); the same step again keeps its start.
+  void set_step(MoverStep step);
 
   const driver::Table& d_;
   pool::Pool& pool_;
@@ -292,6 +300,8 @@ class Mover {
   std::atomic<std::uint64_t> requested_{0}, refused_{0}, epochs_{0}, postponed_{0}, moves_{0}, promoted_{0},
       demoted_{0}, touched_{0}, failed_{0}, held_ns_{0}, given_up_{0};
   std::atomic<bool> off_{false};
+  std::atomic<MoverStep> step_{MoverStep::Idle};
+  std::atomic<std::int64_t> step_since_ns_{0};  // steady_clock, when step_ began
 };
 
 }  // namespace uvmpool::tiering

@@ -477,6 +477,11 @@ Stats Tiering::stats() const {
   s.holds_given_up = m.holds_given_up;
   s.holds_broken = m.holds_broken;
   s.host_waits = streams_.host_waits().waited();
+  s.mover_step = static_cast<std::uint64_t>(m.step);
+  s.mover_step_ms = m.step_ms;
+  s.holds_standing = m.standing_holds;
+  s.gate_closed = streams_.host_waits().closed() ? 1 : 0;
+  s.gate_waiting = static_cast<std::uint64_t>(std::max(streams_.host_waits().waiters(), 0));
   if (mode_ == Mode::Auto) {
     MutexLock lock(policy_mu_);
     const PolicyStats p = policy_->stats();

@@ -138,6 +138,34 @@ TEST(Table, TieringLineOnlyOnceSomethingWasReadOrMoved) {
   EXPECT_FALSE(has_line_starting(table, "  tiering:")) << table;
 }
 
+// What the mover does at this moment, for a program that seems stuck: only while it does something.
+TEST(Table, TieringNowLineSaysWhatTheMoverWaitsForAndSince) {
+  Report r = sample_report();
+  const auto set = [&r](const char* name, std::uint64_t v) {
+    bool found = false;
+    for (std::size_t m = 0; m < r.process_metrics.size(); ++m) {
+      if (r.process_metrics[m].name == name) r.process_values[m] = v, found = true;
+    }
+    EXPECT_TRUE(found) << name;
+  };
+  EXPECT_FALSE(has_line_starting(format_table(r, false), "  tiering now:"));
+  set("tiering_mover_step", 3);
+  set("tiering_mover_step_ms", 412345);
+  set("tiering_holds_standing", 2);
+  set("tiering_gate_closed", 1);
+  set("tiering_gate_waiting", 1);
+  std::string table = format_table(r, false);
+  EXPECT_TRUE(has_line_starting(table, "  tiering now: mover waiting for the program's work to reach its hold for 412.3 s, "
+                                       "2 holds standing; host-wait gate closed, 1 call waiting"))
+      << table;
+  set("tiering_mover_step", 4);
+  set("tiering_mover_step_ms", 1500);
+  set("tiering_holds_standing", 0);
+  set("tiering_gate_closed", 0);
+  table = format_table(r, false);
+  EXPECT_NE(table.find("\n  tiering now: mover waiting for the pool's lock for 1.5 s\n"), std::string::npos) << table;
+}
+
 TEST(Table, EmptyAndInconsistentReportsDoNotCrash) {
   EXPECT_EQ(format_table(Report{}, false), "pid 0, 0.0 s\n");
   Report r = sample_report();

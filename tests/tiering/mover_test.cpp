@@ -622,6 +622,63 @@ TEST_F(Mover_, AStandingHoldThatDoesNotDrainIsGivenUpAndTheNextStillCommits) {
   ASSERT_CU(drv().cuMemFreeHost(signal));
 }
 
+// What the statistics say about the mover at this moment (uvmpool-stat's "tiering now" line): its
+// thread's step and how long it has lasted, the holds standing, the gate and the calls waiting at it.
+TEST_F(Mover_, ItsStatisticsSayWhatItWaitsForAndSince) {
+  allocate_both_tiers();
+  ASSERT_CU(fill_on_stream(on_device, 4, 0));  // loaded before any hold stands
+  fill(in_host, 16 * kMiB, 6);
+  // The room freed by allocate_both_tiers is taken apart now, while nothing waits: taken apart by the
+  // mover's preparation, after that free, it would wait for the device (DevicePool::fence_unmap), here
+  // for the signal below (the statistics then say "preparing moves").
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  pool->release_idle();
+  void* signal = nullptr;
+  ASSERT_CU(drv().cuMemHostAlloc(&signal, 64, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+  *static_cast<volatile std::uint32_t*>(signal) = 0;
+  CUdeviceptr signal_device = 0;
+  ASSERT_CU(drv().cuMemHostGetDevicePointer_v2(&signal_device, signal, 0));
+  MoverConfig config;
+  config.holds_ahead = 2;
+  config.hold_timeout = std::chrono::seconds(30);  // never reached: the signal comes first
+  mover = std::make_unique<Mover>(drv(), *pool, streams, config);  // with its thread
+  EXPECT_EQ(mover->stats().step, uvmpool::tiering::MoverStep::Idle);
+  EXPECT_EQ(mover->stats().step_ms, 0u);
+  ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, signal_device, 1, CU_STREAM_WAIT_VALUE_GEQ));
+  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+  const auto until = [](int seconds) { return std::chrono::steady_clock::now() + std::chrono::seconds(seconds); };
+  for (const auto end = until(10); std::chrono::steady_clock::now() < end;) {
+    const uvmpool::tiering::MoverStats s = mover->stats();
+    if (s.step == uvmpool::tiering::MoverStep::Draining && s.standing_holds == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  uvmpool::tiering::MoverStats s = mover->stats();
+  ASSERT_EQ(s.step, uvmpool::tiering::MoverStep::Draining) << uvmpool::tiering::step_name(s.step);
+  ASSERT_EQ(s.standing_holds, 1u);
+  EXPECT_TRUE(streams.host_waits().closed());
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  EXPECT_GE(mover->stats().step_ms, s.step_ms + 50) << "the step's age keeps growing while it lasts";
+  std::thread program([this] { const uvmpool::tiering::HostWaitGate::Pass pass(streams.host_waits()); });
+  for (const auto end = until(10); streams.host_waits().waiters() == 0 && std::chrono::steady_clock::now() < end;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(streams.host_waits().waiters(), 1);
+  *static_cast<volatile std::uint32_t*>(signal) = 1;
+  program.join();  // the gate opens with the hold's release
+  for (const auto end = until(10); std::chrono::steady_clock::now() < end;) {
+    s = mover->stats();
+    if (s.moves == 1 && s.step == uvmpool::tiering::MoverStep::Idle) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(s.moves, 1u);
+  EXPECT_EQ(s.step, uvmpool::tiering::MoverStep::Idle) << uvmpool::tiering::step_name(s.step);
+  EXPECT_EQ(s.standing_holds, 0u);
+  EXPECT_FALSE(streams.host_waits().closed());
+  EXPECT_EQ(streams.host_waits().waiters(), 0);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(tiers(in_host, 4 * kMiB, gran), "DD");
+  ASSERT_CU(drv().cuMemFreeHost(signal));
+}
+
 TEST_F(Mover_, APoolWaitUnderItsLockReleasesTheStandingHoldsAndTheirEpochsCommitNothing) {
   // Two holds stand; the program then frees memory its work behind the holds still writes, and asks
   // for a size the pool serves by taking that cached mapping apart: the unmap waits for the device
