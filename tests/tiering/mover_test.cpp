@@ -86,6 +86,26 @@ class Mover_ : public TieringTest {
     return drv().cuLaunchKernel(fill_kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
   }
 
+  // A 32-bit value in pinned host memory that the program's streams wait on (cuStreamWaitValue32) and
+  // the test writes: work that cannot run until the test says so.
+  struct HostSignal {
+    HostSignal() {
+      EXPECT_CU(drv().cuMemHostAlloc(&host, 64, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+      if (host == nullptr) return;
+      write(0);
+      EXPECT_CU(drv().cuMemHostGetDevicePointer_v2(&device, host, 0));
+    }
+    ~HostSignal() {
+      if (host != nullptr) EXPECT_CU(drv().cuMemFreeHost(host));
+    }
+    HostSignal(const HostSignal&) = delete;
+    HostSignal& operator=(const HostSignal&) = delete;
+    // Read by the simulated driver's calls on other threads (the mover's).
+    void write(std::uint32_t value) { __atomic_store_n(static_cast<std::uint32_t*>(host), value, __ATOMIC_RELEASE); }
+    void* host = nullptr;
+    CUdeviceptr device = 0;
+  };
+
   StreamRegistry streams;
   std::unique_ptr<Mover> mover;
   CUfunction fill_kernel = nullptr, touch_kernel = nullptr, gather_kernel = nullptr;
@@ -473,19 +493,16 @@ TEST_F(Mover_, AHoldThatCannotDrainIsGivenUpAndTwoTurnMovesOff) {
   CUcontext context = nullptr;
   ASSERT_CU(drv().cuCtxGetCurrent(&context));
   streams.created(other, context, true);
-  void* signal = nullptr;
-  ASSERT_CU(drv().cuMemHostAlloc(&signal, 64, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
-  *static_cast<volatile std::uint32_t*>(signal) = 0;
-  CUdeviceptr signal_device = 0;
-  ASSERT_CU(drv().cuMemHostGetDevicePointer_v2(&signal_device, signal, 0));
+  HostSignal signal;
+  ASSERT_NE(signal.device, 0u);
   std::uint32_t round = 0;
   MoverConfig config;
   config.hold_timeout = std::chrono::milliseconds(100);
-  config.inside_hold = [&] { ASSERT_CU(drv().cuStreamWriteValue32_v2(other, signal_device, ++round, 0)); };
+  config.inside_hold = [&] { ASSERT_CU(drv().cuStreamWriteValue32_v2(other, signal.device, ++round, 0)); };
   make_mover(config);
   // Twice: the second hold given up turns moves off for good (each would stall the program).
   for (std::uint32_t attempt = 1; attempt <= 2; ++attempt) {
-    ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, signal_device, attempt, CU_STREAM_WAIT_VALUE_GEQ));
+    ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, signal.device, attempt, CU_STREAM_WAIT_VALUE_GEQ));
     ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
     ASSERT_CU(mover->run_epoch());
     const auto s = mover->stats();
@@ -501,7 +518,6 @@ TEST_F(Mover_, AHoldThatCannotDrainIsGivenUpAndTwoTurnMovesOff) {
   EXPECT_TRUE(holds(in_host, 16 * kMiB, 12));
   streams.destroying(other);
   ASSERT_CU(drv().cuStreamDestroy_v2(other));
-  ASSERT_CU(drv().cuMemFreeHost(signal));
 }
 
 TEST_F(Mover_, HoldsAheadLandEachMoveWhereItWasAskedForInStreamOrder) {
@@ -590,16 +606,13 @@ TEST_F(Mover_, AStandingHoldThatDoesNotDrainIsGivenUpAndTheNextStillCommits) {
   // Loaded before any hold stands (as in HoldsAheadLandEachMoveWhereItWasAskedForInStreamOrder).
   ASSERT_CU(fill_on_stream(on_device, 4, 0));
   fill(in_host, 16 * kMiB, 6);
-  void* signal = nullptr;
-  ASSERT_CU(drv().cuMemHostAlloc(&signal, 64, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
-  *static_cast<volatile std::uint32_t*>(signal) = 0;
-  CUdeviceptr signal_device = 0;
-  ASSERT_CU(drv().cuMemHostGetDevicePointer_v2(&signal_device, signal, 0));
+  HostSignal signal;
+  ASSERT_NE(signal.device, 0u);
   MoverConfig config;
   config.holds_ahead = 2;
   config.hold_timeout = std::chrono::milliseconds(100);
   make_mover(config);
-  ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, signal_device, 1, CU_STREAM_WAIT_VALUE_GEQ));
+  ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, signal.device, 1, CU_STREAM_WAIT_VALUE_GEQ));
   ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
   ASSERT_CU(mover->place_epoch());
   ASSERT_CU(fill_on_stream(in_host, 4 * kMiB, 7));  // between the holds
@@ -609,7 +622,7 @@ TEST_F(Mover_, AStandingHoldThatDoesNotDrainIsGivenUpAndTheNextStillCommits) {
   ASSERT_CU(mover->complete_placed(true));  // gives the first up after 100 ms
   EXPECT_EQ(mover->stats().holds_given_up, 1u);
   EXPECT_EQ(tiers(in_host, 8 * kMiB, gran), "HHHH");
-  *static_cast<volatile std::uint32_t*>(signal) = 1;
+  signal.write(1);
   ASSERT_CU(mover->complete_placed(true));
   EXPECT_EQ(tiers(in_host, 8 * kMiB, gran), "HHDD");
   ASSERT_CU(drv().cuStreamSynchronize(stream));
@@ -619,7 +632,6 @@ TEST_F(Mover_, AStandingHoldThatDoesNotDrainIsGivenUpAndTheNextStillCommits) {
   EXPECT_EQ(s.moves, 1u);
   EXPECT_EQ(s.moves_failed, 1u);
   EXPECT_FALSE(s.off);
-  ASSERT_CU(drv().cuMemFreeHost(signal));
 }
 
 // What the statistics say about the mover at this moment (uvmpool-stat's "tiering now" line): its
@@ -633,18 +645,15 @@ TEST_F(Mover_, ItsStatisticsSayWhatItWaitsForAndSince) {
   // for the signal below (the statistics then say "preparing moves").
   ASSERT_CU(drv().cuStreamSynchronize(stream));
   pool->release_idle();
-  void* signal = nullptr;
-  ASSERT_CU(drv().cuMemHostAlloc(&signal, 64, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
-  *static_cast<volatile std::uint32_t*>(signal) = 0;
-  CUdeviceptr signal_device = 0;
-  ASSERT_CU(drv().cuMemHostGetDevicePointer_v2(&signal_device, signal, 0));
+  HostSignal signal;
+  ASSERT_NE(signal.device, 0u);
   MoverConfig config;
   config.holds_ahead = 2;
   config.hold_timeout = std::chrono::seconds(30);  // never reached: the signal comes first
   mover = std::make_unique<Mover>(drv(), *pool, streams, config);  // with its thread
   EXPECT_EQ(mover->stats().step, uvmpool::tiering::MoverStep::Idle);
   EXPECT_EQ(mover->stats().step_ms, 0u);
-  ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, signal_device, 1, CU_STREAM_WAIT_VALUE_GEQ));
+  ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, signal.device, 1, CU_STREAM_WAIT_VALUE_GEQ));
   ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
   const auto until = [](int seconds) { return std::chrono::steady_clock::now() + std::chrono::seconds(seconds); };
   for (const auto end = until(10); std::chrono::steady_clock::now() < end;) {
@@ -662,7 +671,7 @@ TEST_F(Mover_, ItsStatisticsSayWhatItWaitsForAndSince) {
   for (const auto end = until(10); streams.host_waits().waiters() == 0 && std::chrono::steady_clock::now() < end;)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(streams.host_waits().waiters(), 1);
-  *static_cast<volatile std::uint32_t*>(signal) = 1;
+  signal.write(1);
   program.join();  // the gate opens with the hold's release
   for (const auto end = until(10); std::chrono::steady_clock::now() < end;) {
     s = mover->stats();
@@ -676,7 +685,6 @@ TEST_F(Mover_, ItsStatisticsSayWhatItWaitsForAndSince) {
   EXPECT_EQ(streams.host_waits().waiters(), 0);
   ASSERT_CU(drv().cuStreamSynchronize(stream));
   EXPECT_EQ(tiers(in_host, 4 * kMiB, gran), "DD");
-  ASSERT_CU(drv().cuMemFreeHost(signal));
 }
 
 TEST_F(Mover_, APoolWaitUnderItsLockReleasesTheStandingHoldsAndTheirEpochsCommitNothing) {
@@ -732,12 +740,9 @@ TEST_F(Mover_, TheStallGuardReleasesTheHoldsWhenTheMoversThreadIsStuck) {
   allocate_both_tiers();
   ASSERT_CU(fill_on_stream(on_device, 4, 0));  // loaded before any hold stands (as above)
   fill(on_device, 8 * kMiB, 14);
-  void* signal = nullptr;
-  ASSERT_CU(drv().cuMemHostAlloc(&signal, 64, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
-  *static_cast<volatile std::uint32_t*>(signal) = 0;
-  CUdeviceptr signal_device = 0;
-  ASSERT_CU(drv().cuMemHostGetDevicePointer_v2(&signal_device, signal, 0));
-  ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, signal_device, 1, CU_STREAM_WAIT_VALUE_GEQ));
+  HostSignal signal;
+  ASSERT_NE(signal.device, 0u);
+  ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, signal.device, 1, CU_STREAM_WAIT_VALUE_GEQ));
   MoverConfig config;
   config.holds_ahead = 2;
   config.hold_timeout = std::chrono::milliseconds(100);
@@ -762,7 +767,7 @@ TEST_F(Mover_, TheStallGuardReleasesTheHoldsWhenTheMoversThreadIsStuck) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(mover->stats().holds_given_up, 1u) << "the guard released nothing while the mover's thread was stuck";
   keeper.join();
-  __atomic_store_n(static_cast<std::uint32_t*>(signal), 1u, __ATOMIC_RELEASE);  // read by the mover's thread's calls
+  signal.write(1);  // read by the mover's thread's calls
   const auto done_until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while ((mover->stats().moves + mover->stats().moves_failed < 2 || mover->standing_holds() != 0) &&
          std::chrono::steady_clock::now() < done_until)
@@ -775,7 +780,6 @@ TEST_F(Mover_, TheStallGuardReleasesTheHoldsWhenTheMoversThreadIsStuck) {
   EXPECT_EQ(tiers(on_device, 8 * kMiB, gran), "DDHH");
   EXPECT_TRUE(window_holds(on_device, 0, 8 * kMiB, 14));
   mover.reset();
-  ASSERT_CU(drv().cuMemFreeHost(signal));
 }
 
 TEST_F(Mover_, AMoverDestroyedWithHoldsStandingReleasesThemAndMovesNothing) {
