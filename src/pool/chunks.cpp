@@ -204,11 +204,11 @@ void DevicePool::note_grown(std::size_t n) {
   if (host_ && held * chunk_ * 2 >= budget_) host_->arm();
 }
 
-std::size_t DevicePool::take_device_chunks(std::size_t n, bool all_or_nothing) {
+std::size_t DevicePool::take_device_chunks(std::size_t n, bool all_or_nothing, bool evict) {
   // Idle memory first — cached mappings and empty slabs are taken apart before the pool grows — so
   // what the pool holds stays close to what the program uses; growth only covers the shortfall.
-  if (free_granules() < n) evict_cached(n - free_granules());
-  if (free_granules() < n) evict_empty_slabs();
+  if (evict && free_granules() < n) evict_cached(n - free_granules());
+  if (evict && free_granules() < n) evict_empty_slabs();
   if (free_granules() < n) {
     const std::size_t want = n - free_granules();
     const std::size_t can = std::min(want, growable_chunks());

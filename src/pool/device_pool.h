@@ -172,7 +172,11 @@ class DevicePool {
 
   CUresult memory_info(std::size_t* free_bytes, std::size_t* total_bytes);
   // Pool::prepare_move and the steps after it (move.cpp).
-  CUresult prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Move* out);
+  CUresult prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Move* out, MoveWaits waits);
+  // Whether taking a mapping apart now would wait for the device first (a synchronous free since the
+  // last fence). A free on another thread may make it so just after: then that one unmap waits.
+  bool fence_due() const { return unfenced_.load(std::memory_order_acquire); }
+  void fence_freed();  // Pool::fence_freed: fence_unmap under mu_
   CUresult copy_move(const Move& move, CUstream stream);
   CUresult commit_move(Move* move);
   void abort_move(Move* move);
@@ -252,8 +256,9 @@ class DevicePool {
   void end_move(Entry owner) UVMPOOL_REQUIRES(mu_);
   // A cached mapping taken out of its bin, its cached figures with it (false: an allocation took it).
   bool withdraw_cached(Block* b) UVMPOOL_REQUIRES(mu_);
-  // n granules of new pieces in `tier`: OUT_OF_MEMORY, nothing taken, when the tier has no room.
-  CUresult take_target(std::size_t n, Tier tier, std::vector<Chunk>* out) UVMPOOL_REQUIRES(mu_);
+  // n granules of new pieces in `tier`: OUT_OF_MEMORY, nothing taken, when the tier has no room. With
+  // NoWait, idle mappings are taken apart only while no fence is due (fence_due).
+  CUresult take_target(std::size_t n, Tier tier, std::vector<Chunk>* out, MoveWaits waits) UVMPOOL_REQUIRES(mu_);
   // Waits for work that may still use freed memory the move is about to unmap.
   void fence_move(Entry owner) UVMPOOL_REQUIRES(mu_);
   // commit_move and abort_move under mu_; `quiesced`: the caller has stopped all work that could
@@ -288,7 +293,8 @@ class DevicePool {
   CUresult take_chunks(std::size_t n, std::vector<Chunk>* out) UVMPOOL_REQUIRES(mu_);
   void return_chunks(std::span<const Chunk> chunks);  // unmapped pieces back: device free lists, host reserve
   // Makes n granules free on the device (evicting idle memory, then growing); how many are free, at most n.
-  std::size_t take_device_chunks(std::size_t n, bool all_or_nothing) UVMPOOL_REQUIRES(mu_);
+  // `evict` false: free granules and growth only, no idle mapping taken apart.
+  std::size_t take_device_chunks(std::size_t n, bool all_or_nothing, bool evict = true) UVMPOOL_REQUIRES(mu_);
   // n free granules into `out` as pieces: whole extents while they fit, chunks for the rest (making
   // chunks of free extents if need be). Fewer only where the driver refused a step.
   std::size_t pull_device_pieces(std::size_t n, std::vector<Chunk>* out) UVMPOOL_REQUIRES(mu_);

@@ -47,7 +47,7 @@
 
 namespace uvmpool::pool {
 
-CUresult DevicePool::prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Move* m) {
+CUresult DevicePool::prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Move* m, MoveWaits waits) {
   // Guard mode unmaps every free at once and keeps each allocation its own mapping: not worth moving.
   if (config_.guard || (to == Tier::Host && !host_)) return CUDA_ERROR_NOT_SUPPORTED;
   MutexLock lock(mu_);
@@ -99,7 +99,7 @@ CUresult DevicePool::prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Mov
     return CUDA_SUCCESS;
   }
   m->owner = e;
-  CUresult r = take_target(m->bytes / chunk_, to, &m->target);
+  CUresult r = take_target(m->bytes / chunk_, to, &m->target, waits);
   if (r == CUDA_SUCCESS) {
     r = take_range(m->bytes, &m->staging);
     if (r != CUDA_SUCCESS) m->staging = 0;
@@ -313,11 +313,14 @@ bool DevicePool::withdraw_cached(Block* b) {
   return true;
 }
 
-CUresult DevicePool::take_target(std::size_t n, Tier tier, std::vector<Chunk>* out) {
+CUresult DevicePool::take_target(std::size_t n, Tier tier, std::vector<Chunk>* out, MoveWaits waits) {
   out->clear();
+  // Taking idle mappings apart (device or host) fences first when a synchronous free came since the
+  // last fence: with NoWait those are left for a program thread's next allocation to take.
+  const bool may_evict = waits == MoveWaits::Allowed || !fence_due();
   if (tier == Tier::Device) {
     // Idle device memory first, then growth within the budget: as an allocation would.
-    if (take_device_chunks(n, true) < n) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (take_device_chunks(n, true, may_evict) < n) return CUDA_ERROR_OUT_OF_MEMORY;
     if (pull_device_pieces(n, out) < n) {  // the driver refused a step
       return_chunks(*out);
       out->clear();
@@ -332,9 +335,9 @@ CUresult DevicePool::take_target(std::size_t n, Tier tier, std::vector<Chunk>* o
   }
   const std::size_t rest = n - granules_of(*out);
   if (rest == 0) return CUDA_SUCCESS;
-  if (host_->size() < rest) unmap_host_runs(rest);
+  if (may_evict && host_->size() < rest) unmap_host_runs(rest);
   CUresult r = host_->take(rest, out);
-  if (r != CUDA_SUCCESS && evict_spilled(false) != 0) r = host_->take(rest, out);
+  if (r != CUDA_SUCCESS && may_evict && evict_spilled(false) != 0) r = host_->take(rest, out);
   if (r != CUDA_SUCCESS) {
     return_chunks(*out);  // the extents taken go back to the stock
     out->clear();

@@ -261,13 +261,13 @@ std::optional<ChunkView> Pool::chunks_of(CUdeviceptr p) const {
   return owner->chunks_of(e, p);
 }
 
-CUresult Pool::prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Move* out) {
+CUresult Pool::prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Move* out, MoveWaits waits) {
   if (out == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   *out = Move{};
   const Entry e = devices_->map.lookup(p);
   DevicePool* owner = e != 0 ? owner_of(e) : nullptr;
   if (owner == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return owner->prepare_move(p, bytes, to, out);
+  return owner->prepare_move(p, bytes, to, out, waits);
 }
 
 namespace {
@@ -424,6 +424,19 @@ CUresult Pool::fill_host_reserve(int device, std::size_t bytes) {
 void Pool::release_idle(bool keep_chunks) {
   for (auto& slot : devices_->pools) {
     if (DevicePool* p = slot.load(std::memory_order_acquire)) p->release_idle(keep_chunks);
+  }
+}
+
+bool Pool::fence_due() const {
+  for (const auto& slot : devices_->pools) {
+    if (const DevicePool* p = slot.load(std::memory_order_acquire); p != nullptr && p->fence_due()) return true;
+  }
+  return false;
+}
+
+void Pool::fence_freed() {
+  for (auto& slot : devices_->pools) {
+    if (DevicePool* p = slot.load(std::memory_order_acquire); p != nullptr && p->fence_due()) p->fence_freed();
   }
 }
 

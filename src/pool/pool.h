@@ -88,6 +88,15 @@ struct Move {
   std::vector<Chunk> target;             // the new pieces
 };
 
+// Whether preparing a move may wait for the device (Pool::prepare_move). Taking an idle mapping apart
+// after a synchronous free waits for all the program's queued work first (the pool frees without the
+// driver, and fences before it unmaps: DevicePool::fence_unmap), under the pool's lock. Tiering's mover
+// prepares with NoWait: such sources are left alone (a program thread's next allocation fences and
+// takes them), and the move finds room elsewhere or is refused for room, rather than the mover (and
+// every allocation behind the pool's lock) waiting half a training step, or its standing holds being
+// released for the wait (tiering/hold_breaker.h).
+enum class MoveWaits { Allowed, NoWait };
+
 // Tiering's way of stopping the program's work around commits (Pool::commit_quiesced).
 using Quiesce = std::function<bool(std::span<char> commit)>;
 
@@ -227,8 +236,9 @@ class Pool {
   //   commit_move: the new pieces mapped at the address, in place of the old, which go back to their
   //     tier. Failing, the old mapping stands and the move stays prepared (commit again, or abort).
   //   abort_move: gives the target back; the old mapping was never touched.
-  // Until the commit or abort, a free of that memory waits (so does exporting it).
-  CUresult prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Move* out);
+  // Until the commit or abort, a free of that memory waits (so does exporting it). With
+  // MoveWaits::NoWait, room that only a fence could free counts as none (OUT_OF_MEMORY).
+  CUresult prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Move* out, MoveWaits waits = MoveWaits::Allowed);
   CUresult copy_move(const Move& move, CUstream stream);
   CUresult commit_move(Move* move);
   void abort_move(Move* move);
@@ -252,6 +262,12 @@ class Pool {
   // Gives idle memory (free chunks, cached mappings, empty slabs) of every device back to the driver;
   // with `keep_chunks`, only takes the cached mappings and empty slabs apart, keeping their chunks.
   void release_idle(bool keep_chunks = false);
+  // Whether a fence is due on some device (a synchronous free since its last fence), and the fence
+  // itself: waits for the program's queued work under each such device's pool lock, after which idle
+  // mappings are taken apart without waiting. For tiering's mover, which prepares with MoveWaits::NoWait
+  // and fences this way only while none of its holds stand.
+  bool fence_due() const;
+  void fence_freed();
 
   DeviceStats stats(int device) const;
   // The pool's counters recomputed from its structures, per device; the differences, one per line

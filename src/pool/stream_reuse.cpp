@@ -37,6 +37,11 @@ void DevicePool::fence_unmap() {
     log::debug("device {}: waiting for the device before unmapping freed memory: error {}", device_, static_cast<int>(r));
 }
 
+void DevicePool::fence_freed() {
+  MutexLock lock(mu_);
+  fence_unmap();
+}
+
 CUevent DevicePool::take_event() {
   if (!spare_events_.empty()) {
     CUevent e = spare_events_.back();

@@ -152,7 +152,8 @@ constexpr TieringField kTieringFields[] = {
      &tiering::Stats::host_waits},
     {"tiering_mover_step",
      "What the tiering mover does now: 0 idle, 1 preparing moves, 2 closing the host-wait gate, 3 waiting for the "
-     "program's work to reach its hold, 4 waiting for the pool's lock, 5 copying, 6 remapping",
+     "program's work to reach its hold, 4 waiting for the pool's lock, 5 copying, 6 remapping, 7 waiting for the "
+     "program's queued work before taking idle memory apart",
      &tiering::Stats::mover_step, false, true},
     {"tiering_mover_step_ms", "How long the mover has been at its current step, in milliseconds (0 when idle)",
      &tiering::Stats::mover_step_ms, false, true},

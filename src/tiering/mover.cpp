@@ -526,7 +526,17 @@ CUresult Mover::prepare_epoch() {
   }
   for (const Request& r : batch) {
     pool::Move m;
-    const CUresult s = pool_.prepare_move(r.address, r.bytes, r.to, &m);
+    // Never waiting for the device here (pool.h, MoveWaits): the program's queued work can take half a
+    // step, and with holds standing the wait would release them.
+    CUresult s = pool_.prepare_move(r.address, r.bytes, r.to, &m, pool::MoveWaits::NoWait);
+    if (s == CUDA_ERROR_OUT_OF_MEMORY && placed_.empty() && pool_.fence_due()) {
+      // The room may lie in idle mappings behind a fence. With no hold standing the fence is made
+      // here, as an allocation taking that memory would make it, and the move asked for again.
+      set_step(MoverStep::Fencing);
+      pool_.fence_freed();
+      set_step(MoverStep::Preparing);
+      s = pool_.prepare_move(r.address, r.bytes, r.to, &m, pool::MoveWaits::NoWait);
+    }
     if (s == CUDA_ERROR_OUT_OF_MEMORY && r.to == pool::Tier::Device) {
       if (standing_demotions) {
         later.push_back(r);  // for as long as those stand: each commits or is given up

@@ -18,6 +18,7 @@ enum class MoverStep : std::uint8_t {
   WaitingForPool = 4,  // waiting for the device pool's lock to commit (a pool path holds it)
   Copying = 5,         // the epoch's copies under the hold
   Committing = 6,      // remapping at the moves' addresses (the pool's lock held)
+  Fencing = 7,         // waiting for the program's queued work before idle memory is taken apart for room
 };
 // A phrase for uvmpool-stat ("mover: waiting for the program's work to reach its hold for 12.0 s").
 constexpr const char* step_name(MoverStep step) {
@@ -29,6 +30,7 @@ constexpr const char* step_name(MoverStep step) {
     case MoverStep::WaitingForPool: return "waiting for the pool's lock";
     case MoverStep::Copying: return "copying";
     case MoverStep::Committing: return "remapping";
+    case MoverStep::Fencing: return "waiting for the program's queued work to take idle memory apart";
   }
   return "unknown";
 }

@@ -411,6 +411,63 @@ TEST_F(Moves, NoRoomInTheTargetTierIsOutOfMemoryAndChangesNothing) {
   EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, r) << " (a double free after a move is still one)";
 }
 
+// With MoveWaits::NoWait (tiering's mover), room that only a fence frees, an idle mapping after a
+// synchronous free, counts as none: OUT_OF_MEMORY, nothing changed, no wait for the device. Once
+// Pool::fence_freed has fenced, the same move takes that room. Allowed takes it at once (fencing).
+TEST_F(Moves, NoWaitLeavesRoomBehindAFenceAloneUntilFenced) {
+  using uvmpool::pool::MoveWaits;
+  const std::size_t budget = 32 * kMiB;
+  auto pool = make_pool(spill_config(budget));
+  pool->stop_background();
+  const CUdeviceptr full = must_allocate(*pool, room(budget) - 4 * gran);
+  CUdeviceptr idle = must_allocate(*pool, 2 * gran);
+  const CUdeviceptr base = must_allocate(*pool, 4 * gran);  // the device's last 2 chunks, then 2 on the host
+  const CUdeviceptr spilled = base + 2 * gran;
+  ASSERT_EQ(tiers(idle, 2 * gran, gran), "DD");
+  ASSERT_EQ(tiers(base, 4 * gran, gran), "DDHH");
+  fill(spilled, 2 * gran, 5);
+  const auto promote = [&](MoveWaits waits) {
+    Move m;
+    CUresult r = pool->prepare_move(spilled, 2 * gran, Tier::Device, &m, waits);
+    if (r != CUDA_SUCCESS) return r;
+    if ((r = pool->copy_move(m, stream)) == CUDA_SUCCESS) r = drv().cuStreamSynchronize(stream);
+    if (r == CUDA_SUCCESS) r = pool->commit_move(&m);
+    if (r != CUDA_SUCCESS) pool->abort_move(&m);
+    return r;
+  };
+  // The device's only free room in an idle mapping, freed synchronously: unmapping it needs a fence.
+  // NoWait leaves it alone and changes nothing.
+  const auto refused_behind_the_fence = [&] {
+    EXPECT_FALSE(pool->fence_due());
+    must_free(*pool, idle);
+    ASSERT_TRUE(pool->fence_due());
+    EXPECT_CU_EQ(CUDA_ERROR_OUT_OF_MEMORY, promote(MoveWaits::NoWait));
+    EXPECT_TRUE(pool->fence_due()) << "nothing fenced";
+    EXPECT_EQ(tiers(spilled, 2 * gran, gran), "HH");
+    EXPECT_EQ(pool->stats(0).moves_in_flight, 0u);
+    EXPECT_EQ(pool->check_invariants(), "");
+  };
+  refused_behind_the_fence();
+  ASSERT_CU(promote(MoveWaits::Allowed));  // fences on the way (here nothing is queued)
+  EXPECT_FALSE(pool->fence_due());
+  EXPECT_EQ(tiers(spilled, 2 * gran, gran), "DD");
+  EXPECT_TRUE(holds(spilled, 2 * gran, 5));
+
+  ASSERT_CU(move(*pool, spilled, 2 * gran, Tier::Host));  // the same again, fenced apart
+  idle = must_allocate(*pool, 2 * gran);
+  ASSERT_EQ(tiers(idle, 2 * gran, gran), "DD");
+  refused_behind_the_fence();
+  pool->fence_freed();
+  EXPECT_FALSE(pool->fence_due());
+  ASSERT_CU(promote(MoveWaits::NoWait));
+  EXPECT_EQ(tiers(spilled, 2 * gran, gran), "DD");
+  EXPECT_TRUE(holds(spilled, 2 * gran, 5));
+  EXPECT_EQ(pool->check_invariants(), "");
+  must_free(*pool, full);
+  must_free(*pool, base);
+  EXPECT_EQ(pool->check_invariants(), "");
+}
+
 // A free that meets a moving allocation waits for the move to end, then frees it.
 class MoveWait : public Moves, public ::testing::WithParamInterface<const char*> {};
 

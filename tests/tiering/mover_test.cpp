@@ -86,6 +86,21 @@ class Mover_ : public TieringTest {
     return drv().cuLaunchKernel(fill_kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
   }
 
+  // The mover with its own thread, two holds ahead, and a hold timeout the tests' signals always beat.
+  void start_threaded_mover() {
+    MoverConfig config;
+    config.holds_ahead = 2;
+    config.hold_timeout = std::chrono::seconds(30);
+    mover = std::make_unique<Mover>(drv(), *pool, streams, config);
+  }
+  // The mover's statistics once `done` holds of them, or after 10 s.
+  template <typename Done>
+  uvmpool::tiering::MoverStats stats_once(Done done) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!done(mover->stats()) && std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return mover->stats();
+  }
   // A 32-bit value in pinned host memory that the program's streams wait on (cuStreamWaitValue32) and
   // the test writes: work that cannot run until the test says so.
   struct HostSignal {
@@ -96,7 +111,9 @@ class Mover_ : public TieringTest {
       EXPECT_CU(drv().cuMemHostGetDevicePointer_v2(&device, host, 0));
     }
     ~HostSignal() {
-      if (host != nullptr) EXPECT_CU(drv().cuMemFreeHost(host));
+      if (host != nullptr) {
+        EXPECT_CU(drv().cuMemFreeHost(host));
+      }
     }
     HostSignal(const HostSignal&) = delete;
     HostSignal& operator=(const HostSignal&) = delete;
@@ -640,44 +657,33 @@ TEST_F(Mover_, ItsStatisticsSayWhatItWaitsForAndSince) {
   allocate_both_tiers();
   ASSERT_CU(fill_on_stream(on_device, 4, 0));  // loaded before any hold stands
   fill(in_host, 16 * kMiB, 6);
-  // The room freed by allocate_both_tiers is taken apart now, while nothing waits: taken apart by the
-  // mover's preparation, after that free, it would wait for the device (DevicePool::fence_unmap), here
-  // for the signal below (the statistics then say "preparing moves").
+  // The room freed by allocate_both_tiers is taken apart now, while nothing waits: otherwise the mover
+  // would first fence for it (ItFencesForIdleRoomOnlyWithNoHoldStanding...), here waiting for the signal.
   ASSERT_CU(drv().cuStreamSynchronize(stream));
   pool->release_idle();
   HostSignal signal;
   ASSERT_NE(signal.device, 0u);
-  MoverConfig config;
-  config.holds_ahead = 2;
-  config.hold_timeout = std::chrono::seconds(30);  // never reached: the signal comes first
-  mover = std::make_unique<Mover>(drv(), *pool, streams, config);  // with its thread
+  start_threaded_mover();
   EXPECT_EQ(mover->stats().step, uvmpool::tiering::MoverStep::Idle);
   EXPECT_EQ(mover->stats().step_ms, 0u);
   ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, signal.device, 1, CU_STREAM_WAIT_VALUE_GEQ));
   ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
-  const auto until = [](int seconds) { return std::chrono::steady_clock::now() + std::chrono::seconds(seconds); };
-  for (const auto end = until(10); std::chrono::steady_clock::now() < end;) {
-    const uvmpool::tiering::MoverStats s = mover->stats();
-    if (s.step == uvmpool::tiering::MoverStep::Draining && s.standing_holds == 1) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  uvmpool::tiering::MoverStats s = mover->stats();
+  uvmpool::tiering::MoverStats s = stats_once([](const uvmpool::tiering::MoverStats& m) {
+    return m.step == uvmpool::tiering::MoverStep::Draining && m.standing_holds == 1;
+  });
   ASSERT_EQ(s.step, uvmpool::tiering::MoverStep::Draining) << uvmpool::tiering::step_name(s.step);
   ASSERT_EQ(s.standing_holds, 1u);
   EXPECT_TRUE(streams.host_waits().closed());
   std::this_thread::sleep_for(std::chrono::milliseconds(60));
   EXPECT_GE(mover->stats().step_ms, s.step_ms + 50) << "the step's age keeps growing while it lasts";
   std::thread program([this] { const uvmpool::tiering::HostWaitGate::Pass pass(streams.host_waits()); });
-  for (const auto end = until(10); streams.host_waits().waiters() == 0 && std::chrono::steady_clock::now() < end;)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  stats_once([this](const uvmpool::tiering::MoverStats&) { return streams.host_waits().waiters() != 0; });
   EXPECT_EQ(streams.host_waits().waiters(), 1);
   signal.write(1);
   program.join();  // the gate opens with the hold's release
-  for (const auto end = until(10); std::chrono::steady_clock::now() < end;) {
-    s = mover->stats();
-    if (s.moves == 1 && s.step == uvmpool::tiering::MoverStep::Idle) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  s = stats_once([](const uvmpool::tiering::MoverStats& m) {
+    return m.moves == 1 && m.step == uvmpool::tiering::MoverStep::Idle;
+  });
   EXPECT_EQ(s.moves, 1u);
   EXPECT_EQ(s.step, uvmpool::tiering::MoverStep::Idle) << uvmpool::tiering::step_name(s.step);
   EXPECT_EQ(s.standing_holds, 0u);
@@ -685,6 +691,56 @@ TEST_F(Mover_, ItsStatisticsSayWhatItWaitsForAndSince) {
   EXPECT_EQ(streams.host_waits().waiters(), 0);
   ASSERT_CU(drv().cuStreamSynchronize(stream));
   EXPECT_EQ(tiers(in_host, 4 * kMiB, gran), "DD");
+}
+
+// The mover prepares without waiting for the device (pool::MoveWaits::NoWait). Room that lies in idle
+// mappings behind a fence (a synchronous free since the last one) is fenced for by the mover only while
+// none of its holds stand, and shows as its step; while a hold stands, such a move is refused instead,
+// and the hold is never released for a fence of the mover's own (before, the pool's wait broke it).
+TEST_F(Mover_, ItFencesForIdleRoomOnlyWithNoHoldStandingAndNeverBreaksItsOwnHolds) {
+  allocate_both_tiers();  // its room freed synchronously: taking it apart needs a fence
+  ASSERT_CU(fill_on_stream(on_device, 4, 0));  // loaded before any hold stands
+  fill(in_host, 16 * kMiB, 6);
+  ASSERT_TRUE(pool->fence_due());
+  HostSignal signal;
+  ASSERT_NE(signal.device, 0u);
+  start_threaded_mover();
+  using uvmpool::tiering::MoverStats;
+  using uvmpool::tiering::MoverStep;
+  // No hold stands: the mover fences, which waits for the queued work (held back by the signal).
+  ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, signal.device, 1, CU_STREAM_WAIT_VALUE_GEQ));
+  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+  MoverStats s = stats_once([](const MoverStats& m) { return m.step == MoverStep::Fencing; });
+  ASSERT_EQ(s.step, MoverStep::Fencing) << uvmpool::tiering::step_name(s.step);
+  EXPECT_EQ(s.standing_holds, 0u);
+  signal.write(1);
+  s = stats_once([](const MoverStats& m) { return m.moves == 1 && m.standing_holds == 0; });
+  ASSERT_EQ(s.moves, 1u);
+  EXPECT_FALSE(pool->fence_due());
+  // A hold stands (the work before it waits for the signal); a synchronous free makes a fence due;
+  // a promotion that needs the idle room is refused, and the standing hold is left alone.
+  ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, signal.device, 2, CU_STREAM_WAIT_VALUE_GEQ));
+  ASSERT_TRUE(mover->request(in_host + 4 * kMiB, 4 * kMiB, Tier::Device));
+  s = stats_once([](const MoverStats& m) { return m.standing_holds == 1; });
+  ASSERT_EQ(s.standing_holds, 1u);
+  must_free(*pool, on_device);
+  allocated.erase(std::find(allocated.begin(), allocated.end(), on_device));
+  ASSERT_TRUE(pool->fence_due());
+  const std::uint64_t failed = s.moves_failed;
+  ASSERT_TRUE(mover->request(in_host + 8 * kMiB, 4 * kMiB, Tier::Device));
+  s = stats_once([&](const MoverStats& m) { return m.moves_failed > failed; });
+  EXPECT_EQ(s.moves_failed, failed + 1) << "refused for room behind the fence";
+  EXPECT_EQ(s.holds_broken, 0u);
+  EXPECT_EQ(s.standing_holds, 1u);
+  EXPECT_NE(s.step, MoverStep::Fencing);
+  signal.write(2);
+  s = stats_once([](const MoverStats& m) { return m.moves == 2 && m.standing_holds == 0; });
+  EXPECT_EQ(s.moves, 2u);
+  EXPECT_EQ(s.holds_broken, 0u);
+  EXPECT_EQ(s.holds_given_up, 0u);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "DDDDHHHH");
+  EXPECT_TRUE(window_holds(in_host, 0, 16 * kMiB, 6));
 }
 
 TEST_F(Mover_, APoolWaitUnderItsLockReleasesTheStandingHoldsAndTheirEpochsCommitNothing) {
