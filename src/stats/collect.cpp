@@ -155,8 +155,8 @@ constexpr TieringField kTieringFields[] = {
      "program's work to reach its hold, 4 waiting for the pool's lock, 5 copying, 6 remapping, 7 waiting for the "
      "program's queued work before taking idle memory apart",
      &tiering::Stats::mover_step, false, true},
-    {"tiering_mover_step_ms", "How long the mover has been at its current step, in milliseconds (0 when idle)",
-     &tiering::Stats::mover_step_ms, false, true},
+    {"tiering_mover_step_seconds", "How long the mover has been at its current step, in whole seconds (0 when idle)",
+     &tiering::Stats::mover_step_seconds, false, true},
     {"tiering_holds_standing", "The mover's holds on the program's streams standing now (placed ahead, not yet released)",
      &tiering::Stats::holds_standing, false, true},
     {"tiering_gate_closed", "1 while the host-wait gate is closed (the program's calls that may wait in the driver wait outside it)",

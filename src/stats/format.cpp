@@ -172,9 +172,7 @@ void tiering_now_line(const Report& r, Lines& lines) {
   Sentence s;
   if (step != 0) {
     const auto name = tiering::step_name(static_cast<tiering::MoverStep>(step));
-    char age[32];
-    std::snprintf(age, sizeof age, "%.1f s", static_cast<double>(process(r, "tiering_mover_step_ms").value_or(0)) / 1000.0);
-    s.add(std::string("mover ") + name + " for " + age);
+    s.add(std::string("mover ") + name + " for " + count(process(r, "tiering_mover_step_seconds").value_or(0)) + " s");
   }
   if (standing != 0) s.add(Value(standing), standing == 1 ? "hold standing" : "holds standing");
   s.end_clause();

@@ -20,7 +20,7 @@ enum class MoverStep : std::uint8_t {
   Committing = 6,      // remapping at the moves' addresses (the pool's lock held)
   Fencing = 7,         // waiting for the program's queued work before idle memory is taken apart for room
 };
-// A phrase for uvmpool-stat ("mover: waiting for the program's work to reach its hold for 12.0 s").
+// A phrase for uvmpool-stat ("mover waiting for the program's work to reach its hold for 12 s").
 constexpr const char* step_name(MoverStep step) {
   switch (step) {
     case MoverStep::Idle: return "idle";

@@ -478,7 +478,7 @@ Stats Tiering::stats() const {
   s.holds_broken = m.holds_broken;
   s.host_waits = streams_.host_waits().waited();
   s.mover_step = static_cast<std::uint64_t>(m.step);
-  s.mover_step_ms = m.step_ms;
+  s.mover_step_seconds = m.step_ms / 1000;
   s.holds_standing = m.standing_holds;
   s.gate_closed = streams_.host_waits().closed() ? 1 : 0;
   s.gate_waiting = static_cast<std::uint64_t>(std::max(streams_.host_waits().waiters(), 0));

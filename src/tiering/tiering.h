@@ -87,9 +87,9 @@ struct Stats {
   std::uint64_t holds_broken = 0;       // times standing holds were released for a pool wait (their moves dropped)
   std::uint64_t host_waits = 0;         // program calls that waited at the host-wait gate during holds
   // Now, not counts (what a program that seems stuck is waiting for): the mover's step (MoverStep) and
-  // its age in ms, the holds standing, whether the host-wait gate is closed and the calls waiting at it.
+  // its age in whole seconds (Prometheus' base unit), the holds standing, whether the host-wait gate is closed and the calls waiting at it.
   std::uint64_t mover_step = 0;
-  std::uint64_t mover_step_ms = 0;
+  std::uint64_t mover_step_seconds = 0;
   std::uint64_t holds_standing = 0;
   std::uint64_t gate_closed = 0;
   std::uint64_t gate_waiting = 0;

@@ -40,7 +40,7 @@ TIERING_FIGURES = ("launches_read", "launches_in_place", "tiering_moves", "tieri
                    "tiering_epochs", "tiering_host_waits", "tiering_holds_given_up", "tiering_holds_broken", "tiering_moves_failed",
                    "tiering_period", "tiering_kept_in_place", "tiering_guard_trials", "tiering_guard_off",
                    # what the mover does at the moment the figures are read (a hung rank: what it waits for)
-                   "tiering_mover_step", "tiering_mover_step_ms", "tiering_holds_standing", "tiering_gate_closed",
+                   "tiering_mover_step", "tiering_mover_step_seconds", "tiering_holds_standing", "tiering_gate_closed",
                    "tiering_gate_waiting")
 
 

@@ -150,20 +150,20 @@ TEST(Table, TieringNowLineSaysWhatTheMoverWaitsForAndSince) {
   };
   EXPECT_FALSE(has_line_starting(format_table(r, false), "  tiering now:"));
   set("tiering_mover_step", 3);
-  set("tiering_mover_step_ms", 412345);
+  set("tiering_mover_step_seconds", 412);
   set("tiering_holds_standing", 2);
   set("tiering_gate_closed", 1);
   set("tiering_gate_waiting", 1);
   std::string table = format_table(r, false);
-  EXPECT_TRUE(has_line_starting(table, "  tiering now: mover waiting for the program's work to reach its hold for 412.3 s, "
+  EXPECT_TRUE(has_line_starting(table, "  tiering now: mover waiting for the program's work to reach its hold for 412 s, "
                                        "2 holds standing; host-wait gate closed, 1 call waiting"))
       << table;
   set("tiering_mover_step", 4);
-  set("tiering_mover_step_ms", 1500);
+  set("tiering_mover_step_seconds", 1);
   set("tiering_holds_standing", 0);
   set("tiering_gate_closed", 0);
   table = format_table(r, false);
-  EXPECT_NE(table.find("\n  tiering now: mover waiting for the pool's lock for 1.5 s\n"), std::string::npos) << table;
+  EXPECT_NE(table.find("\n  tiering now: mover waiting for the pool's lock for 1 s\n"), std::string::npos) << table;
 }
 
 TEST(Table, EmptyAndInconsistentReportsDoNotCrash) {
@@ -293,7 +293,9 @@ TEST(Prometheus, PodLabelsUuidsAndByteUnits) {
     EXPECT_EQ(s.labels.at("namespace"), "ml") << s.name;
     EXPECT_EQ(s.labels.at("container"), "main") << s.name;
     EXPECT_EQ(s.labels.count("ignored"), 0u) << s.name;
-    if (s.labels.count("device") != 0) EXPECT_EQ(s.labels.at("uuid"), r.device_uuids[0]) << s.name;
+    if (s.labels.count("device") != 0) {
+      EXPECT_EQ(s.labels.at("uuid"), r.device_uuids[0]) << s.name;
+    }
   }
   const nlohmann::json j = to_json_value(r);
   EXPECT_EQ(j["labels"]["pod"], "trainer-0");
