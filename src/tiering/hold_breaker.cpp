@@ -15,9 +15,19 @@ void HoldBreaker::set_flag(volatile std::uint32_t* flag) {
   flag_ = flag;
 }
 
-bool HoldBreaker::may_hold(std::uint32_t value) {
+void HoldBreaker::set_gate(HostWaitGate* gate) {
   MutexLock lock(mu_);
-  if (waiting_ != 0) return false;
+  gate_ = gate;
+}
+
+std::uint64_t HoldBreaker::gate_opens() {
+  MutexLock lock(mu_);
+  return gate_opens_;
+}
+
+bool HoldBreaker::may_hold(std::uint32_t value, std::uint64_t opens) {
+  MutexLock lock(mu_);
+  if (waiting_ != 0 || opens != gate_opens_) return false;
   if (value > last_hold_) last_hold_ = value;
   return true;
 }
@@ -47,6 +57,10 @@ bool HoldBreaker::release_locked() {
   // said yes before this) has its value in last_hold_ already, so its wait passes at once.
   raise_flag(flag_, last_hold_);
   released_through_ = last_hold_;
+  if (gate_ != nullptr) {  // after the flag: what waited at the gate finds its streams going
+    gate_->open();
+    ++gate_opens_;
+  }
   return true;
 }
 

@@ -23,8 +23,16 @@
 // for twice the hold timeout while holds stand: whatever the mover waits for then (a lock, a driver
 // call behind a hold), the program's work goes on.
 //
+// A release also opens the host-wait gate (host_wait_gate.h): with no hold standing nothing needs the
+// program's calls kept out of the driver, and a call waiting there (a synchronous copy, a kernel load)
+// may be what the released work, or the pool's wait, needs. Before, the gate stayed closed until the
+// mover completed the released epochs, which takes the pool's lock the waiting path holds, and after a
+// stall guard's release the program's calls stayed stopped as long as the mover. The mover closes the
+// gate again before its next hold; a release that comes between its close and its hold (counted by
+// gate_opens) makes may_hold refuse that hold, so no hold ever stands with the gate open.
+//
 // Lock order: the mover's epoch lock, then the pool's locks (DevicePool::mu_; async_mu_ on its own),
-// then mu_ here. Nothing here waits for the device or takes another lock.
+// then mu_ here, then the gate's own lock (HostWaitGate::open). Nothing here waits for the device.
 #pragma once
 
 #include <atomic>
@@ -33,6 +41,7 @@
 
 #include "config/thread_safety.h"
 #include "pool/device_waits.h"
+#include "tiering/host_wait_gate.h"
 
 namespace uvmpool::tiering {
 
@@ -43,9 +52,15 @@ class HoldBreaker final : public pool::DeviceWaits {
  public:
   // The mover's flag, once it has one (it lives as long as the mover).
   void set_flag(volatile std::uint32_t* flag);
-  // Before a hold with `value` is recorded on the program's streams: false while a pool path waits
-  // for the device (the hold would stall that wait): the caller places none.
-  bool may_hold(std::uint32_t value);
+  // The gate a release opens (the mover's; it outlives the breaker's use of it).
+  void set_gate(HostWaitGate* gate);
+  // How many releases have opened the gate so far: read before the mover closes the gate for a hold.
+  std::uint64_t gate_opens();
+  // Before a hold with `value` is recorded on the program's streams, whose gate was closed when
+  // gate_opens() said `opens`: false while a pool path waits for the device (the hold would stall that
+  // wait), or when a release has opened the gate since (the hold would stand with the gate open): the
+  // caller places none.
+  bool may_hold(std::uint32_t value, std::uint64_t opens);
   // Whether the hold with `value` was broken: its epoch must commit nothing.
   bool broken(std::uint32_t value);
   // Whether a pool path waits for the device now (a hint: may_hold decides).
@@ -68,6 +83,8 @@ class HoldBreaker final : public pool::DeviceWaits {
 
   Mutex mu_;
   volatile std::uint32_t* flag_ UVMPOOL_GUARDED_BY(mu_) = nullptr;
+  HostWaitGate* gate_ UVMPOOL_GUARDED_BY(mu_) = nullptr;
+  std::uint64_t gate_opens_ UVMPOOL_GUARDED_BY(mu_) = 0;  // releases that opened the gate
   std::uint32_t last_hold_ UVMPOOL_GUARDED_BY(mu_) = 0;         // the value of the last hold recorded
   std::uint32_t released_through_ UVMPOOL_GUARDED_BY(mu_) = 0;  // holds up to this value were broken
   std::uint32_t waiting_ UVMPOOL_GUARDED_BY(mu_) = 0;           // pool paths inside a wait for the device

@@ -254,13 +254,14 @@ CUresult Mover::ensure_resources(int device) {
     flag_ = static_cast<volatile std::uint32_t*>(p);
     __atomic_store_n(flag_, epoch_, __ATOMIC_RELEASE);
     breaker_.set_flag(flag_);
+    breaker_.set_gate(&streams_.host_waits());
   }
   return CUDA_SUCCESS;
 }
 
 bool Mover::record_on_streams(bool gate, std::uint32_t value, Held* held) {
   // A pool path waiting for the device now would never see its wait end behind this hold.
-  if (gate && !breaker_.may_hold(value)) return false;
+  if (gate && !breaker_.may_hold(value, gate_opens_)) return false;
   std::vector<CUcontext> gone;
   const CUdeviceptr flag = flag_device_;
   const bool recorded = streams_.with_targets([&](const std::vector<StreamRegistry::Target>& targets,
@@ -635,7 +636,10 @@ CUresult Mover::finish(Placed* placed) {
   // thread's calls wait for it (host_wait_gate.h). Closed before the pool's lock is taken, since the
   // calls still inside may take up to the hold timeout to return; if they do not, the epoch is put off.
   // release() opens it again, whatever happens below.
-  if (placed == nullptr) set_step(MoverStep::ClosingGate);
+  if (placed == nullptr) {
+    set_step(MoverStep::ClosingGate);
+    gate_opens_ = breaker_.gate_opens();
+  }
   const bool gate_closed = placed != nullptr ? placed->standing : streams_.host_waits().close(config_.hold_timeout);
   std::unique_lock<std::mutex> window;  // the breaker's commit window (open_commit), closed after the commit
   // Called by the pool inside this epoch (epoch_mu_ held throughout).
@@ -803,8 +807,10 @@ CUresult Mover::place_locked() {
   // gate's patience waits for work that may need them (under DDP, another rank's collective, whose
   // launch waits at that rank's closed gate): the epoch is put off and the gate left open a while,
   // from 10 ms, doubling up to 200 ms, so the program is never stopped for long at the gate.
-  if (placed_.empty()) {
+  // Closed again too after a release opened it (hold_breaker.h) while released epochs still stand.
+  if (placed_.empty() || !streams_.host_waits().closed()) {
     set_step(MoverStep::ClosingGate);
+    gate_opens_ = breaker_.gate_opens();
     if (!streams_.host_waits().close(std::min(config_.gate_patience, config_.hold_timeout))) {
       gate_backoff_ = std::clamp(2 * gate_backoff_, kMinGateBackoff, kMaxGateBackoff);
       gate_retry_at_ = std::chrono::steady_clock::now() + gate_backoff_;

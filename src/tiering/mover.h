@@ -289,6 +289,8 @@ class Mover {
   std::chrono::milliseconds gate_backoff_ UVMPOOL_GUARDED_BY(epoch_mu_){0};
   std::chrono::steady_clock::time_point gate_retry_at_ UVMPOOL_GUARDED_BY(epoch_mu_){};
   int put_offs_ UVMPOOL_GUARDED_BY(epoch_mu_) = 0;  // epochs put off in a row
+  // The breaker's count of gate openings when this mover last closed the gate (HoldBreaker::may_hold).
+  std::uint64_t gate_opens_ UVMPOOL_GUARDED_BY(epoch_mu_) = 0;
 
   // The owners of the moves whose overlapped copy is in flight, read by launched() without a lock:
   // written before flight_count_ is raised, cleared after it drops to 0.

@@ -770,6 +770,9 @@ TEST_F(Mover_, APoolWaitUnderItsLockReleasesTheStandingHoldsAndTheirEpochsCommit
   ASSERT_NE(y, 0u);
   EXPECT_GT(pool->stats(0).mappings_broken, broken_before) << "the test needs the cached mapping taken apart";
   EXPECT_EQ(mover->stats().holds_broken, 1u);
+  // No hold stands any more: the gate is open before the mover completes the released epochs, so a
+  // program call that may wait in the driver goes in at once.
+  EXPECT_FALSE(streams.host_waits().closed()) << "the gate stayed closed after the holds were released";
   ASSERT_CU(mover->complete_placed(true));
   ASSERT_CU(mover->complete_placed(true));
   EXPECT_EQ(mover->standing_holds(), 0u);
@@ -818,10 +821,20 @@ TEST_F(Mover_, TheStallGuardReleasesTheHoldsWhenTheMoversThreadIsStuck) {
   });
   while (!locked) std::this_thread::yield();
   ASSERT_TRUE(mover->request(on_device + 4 * kMiB, 4 * kMiB, Tier::Host));  // its epoch waits for the registry
+  // Then a program call that may wait in the driver (a synchronous copy) waits at the closed gate (not
+  // before: with a call waiting there the mover places no further hold, and would not get stuck).
+  stats_once([](const uvmpool::tiering::MoverStats& m) { return m.step == uvmpool::tiering::MoverStep::Preparing; });
+  std::atomic<bool> passed{false};
+  std::thread program([&] {
+    const uvmpool::tiering::HostWaitGate::Pass pass(streams.host_waits());
+    passed = true;
+  });
   const auto guard_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1200);
-  while (mover->stats().holds_given_up == 0 && std::chrono::steady_clock::now() < guard_until)
+  while ((mover->stats().holds_given_up == 0 || !passed) && std::chrono::steady_clock::now() < guard_until)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(mover->stats().holds_given_up, 1u) << "the guard released nothing while the mover's thread was stuck";
+  EXPECT_TRUE(passed) << "the program's call stayed at the gate while the mover's thread was stuck";
+  program.join();
   keeper.join();
   signal.write(1);  // read by the mover's thread's calls
   const auto done_until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
