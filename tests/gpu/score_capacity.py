@@ -22,7 +22,7 @@ import argparse, os, statistics, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from scoreboard_common import (PcieMeter, base_env, child_result, context_overhead_bytes, device_figures, fmt_bytes,
-                               lib_path, run_child, score, uvmpool_env, uvmpool_report)
+                               lib_path, run_mode, score, uvmpool_env, uvmpool_report)
 
 # Llama 3.2 3B's shape (3.2B parameters): 28 layers of width 3072, 24 heads sharing 8 key-value heads,
 # an MLP of 8192, Llama 3's vocabulary, tied embeddings.
@@ -114,13 +114,7 @@ def main():
           "--seq", str(args.seq), "--steps", str(args.steps)]
 
     def run(mode, env):
-        r, code, wall, out = run_child(me + ["--child", mode], env, args.timeout, mode)
-        if r is None:
-            tail = (out.strip().splitlines() or [""])[-1][:160]
-            return None, f"{mode} failed (exit {code}): {tail}"
-        if mode.startswith("uvmpool") and not r["uvmpool"]:
-            return None, f"{mode}: uvmpool was not loaded"
-        return r, None
+        return run_mode(me, mode, env, args.timeout)
 
     native, err_native = run("native", base_env())
     capped, err_capped, need, limit = None, "needs the native run", None, None

@@ -20,7 +20,7 @@ import argparse, os, statistics, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from scoreboard_common import (GIB, MIB, PcieMeter, base_env, child_result, context_overhead_bytes, device_figures,
-                               fmt_bytes, lib_path, run_child, score, uvmpool_env, uvmpool_report)
+                               fmt_bytes, lib_path, run_mode, score, uvmpool_env, uvmpool_report)
 
 # GPT-2 medium: 24 layers of width 1024, 16 heads, GPT-2's vocabulary and context.
 SHAPE = dict(n_layer=24, n_embd=1024, n_head=16, vocab_size=50257, n_positions=1024)
@@ -108,13 +108,7 @@ def main():
           "--warmup", str(args.warmup), "--steps", str(args.steps)]
 
     def run(mode, env):
-        r, code, wall, out = run_child(me + ["--child", mode], env, args.timeout, mode)
-        if r is None:
-            tail = (out.strip().splitlines() or [""])[-1][:160]
-            return None, f"{mode} failed (exit {code}): {tail}"
-        if mode.startswith("uvmpool") and not r["uvmpool"]:
-            return None, f"{mode}: uvmpool was not loaded"
-        return r, None
+        return run_mode(me, mode, env, args.timeout)
 
     native, err_native = run("native", base_env())
     fits, err_fits = run("uvmpool", uvmpool_env(lib))

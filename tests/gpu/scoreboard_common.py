@@ -82,6 +82,18 @@ def run_child(cmd, env, timeout, label, echo=True):
     return result, code, wall, out
 
 
+def run_mode(cmd, mode, env, timeout):
+    """Runs `cmd --child mode` (run_child): (its result, None), or (None, why not) when it printed none or
+    a uvmpool mode ran without uvmpool loaded."""
+    r, code, wall, out = run_child(cmd + ["--child", mode], env, timeout, mode)
+    if r is None:
+        tail = (out.strip().splitlines() or [""])[-1][:160]
+        return None, f"{mode} failed (exit {code}): {tail}"
+    if mode.startswith("uvmpool") and not r["uvmpool"]:
+        return None, f"{mode}: uvmpool was not loaded"
+    return r, None
+
+
 def uvmpool_report():
     """uvmpool's figures in this process (uvmpool_stats_json), or None when uvmpool is not loaded."""
     for lib in (None, "libcuda.so.1"):
