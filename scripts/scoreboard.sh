@@ -3,7 +3,8 @@
 # that compares uvmpool with what a user would pick instead, and prints one table last (each row a
 # ratio against a baseline measured in the same run, with its target and the ceiling it is bound by).
 #   bash scripts/scoreboard.sh [BUILD_DIR]     (default .carry/build, made by scripts/gpu-pack.sh)
-# Rows: 1 allocation latency and cold stitching, 2 kernel bandwidth, 3 streaming past the device
+# Rows: 1 allocation latency, cold stitching and churn (the fragmentation replay's time against a
+# caching allocator), 2 kernel bandwidth, 3 streaming past the device
 # limit, 4 GPT-2-medium training (fits; at save_on_cpu's memory), 5 fragmentation (smallest cap),
 # 6 GPT-2-XL inference at 1.5x the limit vs accelerate's offload, 7 capacity: a ~3B Llama fine-tuned at
 # half its peak need vs native (tests/gpu/score_capacity.py, not yet run on a GPU). docs/benchmarks.md
@@ -45,6 +46,7 @@ echo "== machine: $gpu; torch $torch; $(date -u +%Y-%m-%dT%H:%MZ)"
 
 step 1a uvmpool-bench-alloc 120 "$build/bin/uvmpool-bench-alloc" --overhead-sizes= --min-time=0.1
 step 1b uvmpool-bench-stitch 120 "$build/bin/uvmpool-bench-stitch" --reps=5
+step 1c uvmpool-bench-fragmentation 120 "$build/bin/uvmpool-bench-fragmentation" --scale=4
 step 2 uvmpool-bench-bandwidth 60 "$build/bin/uvmpool-bench-bandwidth" --reps=20
 step 3 uvmpool-bench-stream 120 "$build/bin/uvmpool-bench-stream"
 step 4 score_train 300 python3 tests/gpu/score_train.py --lib "$UVMPOOL_LIB"
