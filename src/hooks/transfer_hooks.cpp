@@ -30,22 +30,31 @@ tiering::HostWaitGate& gate() { return tiering::StreamRegistry::process().host_w
 
 }  // namespace
 
-// Counts the call, passes the gate when `gated` (before the showing: a call waiting at the gate is not
-// under way), shows it to tiering (`stream`, `kind`, the tiering::TransferRanges `ranges`), and
-// forwards it.
-#define UVMPOOL_TRANSFER_OF(symbol, params, args, gated, kind, stream, ranges) \
+// Counts the call, refuses it when `refused` (INVALID_VALUE), passes the gate when `gated` (before
+// the showing: a call waiting at the gate is not under way), shows it to tiering (`stream`, `kind`,
+// the tiering::TransferRanges `ranges`), and forwards it.
+#define UVMPOOL_TRANSFER_CHECKED(symbol, params, args, refused, gated, kind, stream, ranges) \
   CUresult CUDAAPI symbol params {                                            \
     stats::count_hook(driver::Fn::symbol);                                    \
     const driver::RealDriver* d = driver::real();                            \
     if (d == nullptr || d->table.symbol == nullptr) return CUDA_ERROR_NO_DEVICE; \
+    if (refused) return CUDA_ERROR_INVALID_VALUE;                             \
     const tiering::HostWaitGate::Pass pass(gate(), gated);                    \
     const tiering::TransferRanges touched = ranges;                           \
     const Shown shown(Transfer::kind, stream, touched.span());                \
     return d->table.symbol args;                                              \
   }
+// Any one whose touches are an expression of its arguments, `ranges`.
+#define UVMPOOL_TRANSFER_OF(symbol, params, args, gated, kind, stream, ranges) \
+  UVMPOOL_TRANSFER_CHECKED(symbol, params, args, false, gated, kind, stream, ranges)
 // The flat ones: the ranges as given, {address, bytes} each.
 #define UVMPOOL_TRANSFER(symbol, params, args, gated, kind, stream, ...) \
   UVMPOOL_TRANSFER_OF(symbol, params, args, gated, kind, stream, (tiering::flat_ranges(__VA_ARGS__)))
+// The strided copies, whose descriptor is `c`: a null one is refused here, since driver 580 crashes
+// on it in cuMemcpy3DPeer (the GPU suite's client_runtime_like, 2026-11-28) where cuMemcpy2D and
+// cuMemcpy3D answer INVALID_VALUE; the simulator crashes alike.
+#define UVMPOOL_STRIDED_COPY(symbol, params, args, gated, kind, stream, ranges) \
+  UVMPOOL_TRANSFER_CHECKED(symbol, params, args, c == nullptr, gated, kind, stream, ranges)
 
 // Synchronous copies (the legacy default stream, or the thread's): gated.
 UVMPOOL_TRANSFER(cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n), true, Copy, nullptr,
@@ -110,29 +119,29 @@ UVMPOOL_TRANSFER(cuMemsetD32Async_ptsz, (CUdeviceptr p, unsigned int v, size_t n
                  Memset, per_thread(s), {p, 4 * n})
 
 // Strided copies: gated when synchronous, or when a side may be host memory.
-UVMPOOL_TRANSFER_OF(cuMemcpy2D_v2, (const CUDA_MEMCPY2D* c), (c), true, Copy, nullptr, tiering::ranges_of(c))
-UVMPOOL_TRANSFER_OF(cuMemcpy2D_v2_ptds, (const CUDA_MEMCPY2D* c), (c), true, Copy, CU_STREAM_PER_THREAD,
+UVMPOOL_STRIDED_COPY(cuMemcpy2D_v2, (const CUDA_MEMCPY2D* c), (c), true, Copy, nullptr, tiering::ranges_of(c))
+UVMPOOL_STRIDED_COPY(cuMemcpy2D_v2_ptds, (const CUDA_MEMCPY2D* c), (c), true, Copy, CU_STREAM_PER_THREAD,
                     tiering::ranges_of(c))
-UVMPOOL_TRANSFER_OF(cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D* c), (c), true, Copy, nullptr, tiering::ranges_of(c))
-UVMPOOL_TRANSFER_OF(cuMemcpy2DUnaligned_v2_ptds, (const CUDA_MEMCPY2D* c), (c), true, Copy, CU_STREAM_PER_THREAD,
+UVMPOOL_STRIDED_COPY(cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D* c), (c), true, Copy, nullptr, tiering::ranges_of(c))
+UVMPOOL_STRIDED_COPY(cuMemcpy2DUnaligned_v2_ptds, (const CUDA_MEMCPY2D* c), (c), true, Copy, CU_STREAM_PER_THREAD,
                     tiering::ranges_of(c))
-UVMPOOL_TRANSFER_OF(cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D* c, CUstream s), (c, s), tiering::has_host_side(c), Copy,
+UVMPOOL_STRIDED_COPY(cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D* c, CUstream s), (c, s), tiering::has_host_side(c), Copy,
                     s, tiering::ranges_of(c))
-UVMPOOL_TRANSFER_OF(cuMemcpy2DAsync_v2_ptsz, (const CUDA_MEMCPY2D* c, CUstream s), (c, s), tiering::has_host_side(c),
+UVMPOOL_STRIDED_COPY(cuMemcpy2DAsync_v2_ptsz, (const CUDA_MEMCPY2D* c, CUstream s), (c, s), tiering::has_host_side(c),
                     Copy, per_thread(s), tiering::ranges_of(c))
-UVMPOOL_TRANSFER_OF(cuMemcpy3D_v2, (const CUDA_MEMCPY3D* c), (c), true, Copy, nullptr, tiering::ranges_of(c))
-UVMPOOL_TRANSFER_OF(cuMemcpy3D_v2_ptds, (const CUDA_MEMCPY3D* c), (c), true, Copy, CU_STREAM_PER_THREAD,
+UVMPOOL_STRIDED_COPY(cuMemcpy3D_v2, (const CUDA_MEMCPY3D* c), (c), true, Copy, nullptr, tiering::ranges_of(c))
+UVMPOOL_STRIDED_COPY(cuMemcpy3D_v2_ptds, (const CUDA_MEMCPY3D* c), (c), true, Copy, CU_STREAM_PER_THREAD,
                     tiering::ranges_of(c))
-UVMPOOL_TRANSFER_OF(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D* c, CUstream s), (c, s), tiering::has_host_side(c), Copy,
+UVMPOOL_STRIDED_COPY(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D* c, CUstream s), (c, s), tiering::has_host_side(c), Copy,
                     s, tiering::ranges_of(c))
-UVMPOOL_TRANSFER_OF(cuMemcpy3DAsync_v2_ptsz, (const CUDA_MEMCPY3D* c, CUstream s), (c, s), tiering::has_host_side(c),
+UVMPOOL_STRIDED_COPY(cuMemcpy3DAsync_v2_ptsz, (const CUDA_MEMCPY3D* c, CUstream s), (c, s), tiering::has_host_side(c),
                     Copy, per_thread(s), tiering::ranges_of(c))
-UVMPOOL_TRANSFER_OF(cuMemcpy3DPeer, (const CUDA_MEMCPY3D_PEER* c), (c), true, Copy, nullptr, tiering::ranges_of(c))
-UVMPOOL_TRANSFER_OF(cuMemcpy3DPeer_ptds, (const CUDA_MEMCPY3D_PEER* c), (c), true, Copy, CU_STREAM_PER_THREAD,
+UVMPOOL_STRIDED_COPY(cuMemcpy3DPeer, (const CUDA_MEMCPY3D_PEER* c), (c), true, Copy, nullptr, tiering::ranges_of(c))
+UVMPOOL_STRIDED_COPY(cuMemcpy3DPeer_ptds, (const CUDA_MEMCPY3D_PEER* c), (c), true, Copy, CU_STREAM_PER_THREAD,
                     tiering::ranges_of(c))
-UVMPOOL_TRANSFER_OF(cuMemcpy3DPeerAsync, (const CUDA_MEMCPY3D_PEER* c, CUstream s), (c, s), tiering::has_host_side(c),
+UVMPOOL_STRIDED_COPY(cuMemcpy3DPeerAsync, (const CUDA_MEMCPY3D_PEER* c, CUstream s), (c, s), tiering::has_host_side(c),
                     Copy, s, tiering::ranges_of(c))
-UVMPOOL_TRANSFER_OF(cuMemcpy3DPeerAsync_ptsz, (const CUDA_MEMCPY3D_PEER* c, CUstream s), (c, s),
+UVMPOOL_STRIDED_COPY(cuMemcpy3DPeerAsync_ptsz, (const CUDA_MEMCPY3D_PEER* c, CUstream s), (c, s),
                     tiering::has_host_side(c), Copy, per_thread(s), tiering::ranges_of(c))
 
 // Peer copies: device memory on both sides; the synchronous ones gated.

@@ -5,6 +5,8 @@
 // type CU_MEMORYTYPE_ARRAY is refused (CUDA_ERROR_NOT_SUPPORTED). All devices share one address
 // space here, so a peer copy is a device-to-device copy once both contexts are known.
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 #include "sim/contexts.h"
 #include "sim/copy_work.h"
@@ -92,7 +94,15 @@ CUresult known(CUcontext dst, CUcontext src) {
 }
 
 CUresult copy_3d_peer(const CUDA_MEMCPY3D_PEER* c, Submission how, const char* call) {
-  if (c == nullptr || c->srcLOD != 0 || c->dstLOD != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (c == nullptr) {
+    // Driver 580.159.04 crashes (SIGSEGV) in cuMemcpy3DPeer given a null descriptor, where
+    // cuMemcpy2D and cuMemcpy3D answer INVALID_VALUE (the GPU suite's client_runtime_like,
+    // 2026-11-28, docs/gpu-results.md); its other forms are taken to do the same. So does this
+    // driver, so that a caller passing one on is found here.
+    std::fprintf(stderr, "uvmpool-sim: %s(NULL): the real driver crashes on a null descriptor here\n", call);
+    std::abort();
+  }
+  if (c->srcLOD != 0 || c->dstLOD != 0) return CUDA_ERROR_INVALID_VALUE;
   // A side's context is ignored when the side is an array.
   if ((c->dstMemoryType != CU_MEMORYTYPE_ARRAY && from_handle(c->dstContext) == nullptr) ||
       (c->srcMemoryType != CU_MEMORYTYPE_ARRAY && from_handle(c->srcContext) == nullptr))

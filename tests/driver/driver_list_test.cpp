@@ -110,11 +110,20 @@ TEST_F(RealDriverTable, CopyHooksWaitAtTheGateWhileTheMoverHolds) {
 
 // The strided, peer and batched copies pass it when they may wait on the host: when synchronous, or
 // with a side that is (or, unified, may be) host memory; a batch always (its copies may be pageable).
-// The descriptors are null: what the driver answers does not matter here.
+// The descriptors are empty: what the driver answers does not matter here.
 TEST_F(RealDriverTable, StridedPeerAndBatchCopiesWaitAtTheGateWhenTheyMayWaitOnTheHost) {
-  expect_waits_at_the_gate([] { hooks::impl::cuMemcpy2D_v2(nullptr); });
-  expect_waits_at_the_gate([] { hooks::impl::cuMemcpy3D_v2_ptds(nullptr); });
-  expect_waits_at_the_gate([] { hooks::impl::cuMemcpy3DPeer(nullptr); });
+  expect_waits_at_the_gate([] {
+    const CUDA_MEMCPY2D c{};
+    hooks::impl::cuMemcpy2D_v2(&c);
+  });
+  expect_waits_at_the_gate([] {
+    const CUDA_MEMCPY3D c{};
+    hooks::impl::cuMemcpy3D_v2_ptds(&c);
+  });
+  expect_waits_at_the_gate([] {
+    const CUDA_MEMCPY3D_PEER c{};
+    hooks::impl::cuMemcpy3DPeer(&c);
+  });
   expect_waits_at_the_gate([] { hooks::impl::cuMemcpyPeer(0, nullptr, 0, nullptr, 0); });
   expect_waits_at_the_gate([] {
     CUDA_MEMCPY2D c{};
@@ -125,6 +134,21 @@ TEST_F(RealDriverTable, StridedPeerAndBatchCopiesWaitAtTheGateWhenTheyMayWaitOnT
   expect_waits_at_the_gate([] { hooks::impl::cuMemcpyBatchAsync_v2(nullptr, nullptr, nullptr, 0, nullptr, nullptr, 0, nullptr); });
   expect_waits_at_the_gate([] { hooks::impl::cuMemcpy3DBatchAsync_v2_ptsz(0, nullptr, 0, nullptr); });
   expect_waits_at_the_gate([] { hooks::impl::cuMemcpy3DBatchAsync(0, nullptr, nullptr, 0, nullptr); });
+}
+
+// A null descriptor is refused before the driver, which crashes on one in cuMemcpy3DPeer (driver
+// 580; the simulator crashes alike), and before the gate: such a call waits for nothing.
+TEST_F(RealDriverTable, StridedCopiesRefuseANullDescriptorThemselves) {
+  tiering::HostWaitGate& gate = tiering::StreamRegistry::process().host_waits();
+  ASSERT_TRUE(gate.close(std::chrono::milliseconds(1000)));
+  EXPECT_EQ(hooks::impl::cuMemcpy3DPeer(nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(hooks::impl::cuMemcpy3DPeer_ptds(nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(hooks::impl::cuMemcpy3DPeerAsync(nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(hooks::impl::cuMemcpy3DPeerAsync_ptsz(nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(hooks::impl::cuMemcpy2D_v2(nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(hooks::impl::cuMemcpy2DUnaligned_v2_ptds(nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(hooks::impl::cuMemcpy3DAsync_v2(nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+  gate.open();
 }
 
 // Device-to-device asynchronous copies and pitched memsets never waited on the host: they go through

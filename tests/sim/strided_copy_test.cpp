@@ -179,6 +179,13 @@ TEST_F(StridedCopies, PeerCopiesNameBothContexts) {
   EXPECT_CU_EQ(CUDA_ERROR_INVALID_CONTEXT, cuMemcpy3DPeerAsync(&c, nullptr));
 }
 
+// As driver 580 does (a SIGSEGV there): uvmpool's hooks must refuse a null descriptor themselves.
+TEST_F(StridedCopies, APeerCopyOfANullDescriptorCrashesAsTheRealDriversDoes) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH((void)cuMemcpy3DPeer(nullptr), "cuMemcpy3DPeer\\(NULL\\): the real driver crashes");
+  EXPECT_DEATH((void)cuMemcpy3DPeerAsync(nullptr, nullptr), "cuMemcpy3DPeerAsync\\(NULL\\)");
+}
+
 TEST_F(StridedCopies, ABatchCopiesEachPieceAndNamesTheOneThatFailed) {
   CUstream stream = nullptr;
   ASSERT_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
