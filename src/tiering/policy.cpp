@@ -28,7 +28,7 @@ void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) 
   std::vector<Buffer> touched;
   touched.reserve(buffers.size());
   for (const Buffer& b : buffers) {
-    signature = mix(signature, b.address);
+    if (!incidental(b)) signature = mix(signature, b.address);
     const CUdeviceptr key = b.base != 0 ? b.base : b.address;
     auto same = std::find_if(touched.begin(), touched.end(), [&](const Buffer& t) { return t.address == key; });
     if (same != touched.end()) {
@@ -45,12 +45,15 @@ void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) 
     if (!b.host) k.promotion_asked = 0;  // arrived (or never left)
   }
   buffers = touched;
-  const Candidate proven = learn(signature, function, buffers);
+  const std::uint64_t first_seen = functions_.try_emplace(function, count_).first->second;
+  const Candidate proven = learn(signature, function, buffers, first_seen);
   const std::size_t phase_before = phase_;
   const std::uint64_t learned_before = stats_.periods_learned;
   if (!learned_.empty()) {
     const std::size_t n = learned_.size();
-    if (matches(learned_[phase_], signature, function, buffers)) {
+    if (first_seen > count_ - n) {
+      phase_ = (phase_ + 1) % n;  // in place of the one expected: neither a match nor a miss
+    } else if (matches(learned_[phase_], signature, function, buffers)) {
       misses_ = 0;
       ++learned_run_;
       phase_ = (phase_ + 1) % n;
@@ -99,18 +102,26 @@ void Policy::prune() {
 }
 
 bool Policy::matches(const Launch& before, std::uint64_t signature, std::uint64_t function,
-                     std::span<const Buffer> now) {
+                     std::span<const Buffer> now) const {
   if (before.signature == signature) return true;
   if (before.function != function) return false;
-  std::size_t common = 0;
-  for (const Buffer& b : now)
-    common += std::find(before.buffers.begin(), before.buffers.end(), b.address) != before.buffers.end();
-  return common > 0 && common + 1 >= std::max(before.buffers.size(), now.size());
+  std::size_t common = 0, keys = 0;
+  for (const Buffer& b : now) {
+    if (incidental(b)) continue;
+    ++keys;
+    common += std::find(before.keys.begin(), before.keys.end(), b.address) != before.keys.end();
+  }
+  return common > 0 && common + 1 >= std::max(before.keys.size(), keys);
 }
 
-Policy::Candidate Policy::learn(std::uint64_t signature, std::uint64_t function, std::span<const Buffer> buffers) {
+Policy::Candidate Policy::learn(std::uint64_t signature, std::uint64_t function, std::span<const Buffer> buffers,
+                                std::uint64_t first_seen) {
   const std::uint64_t i = history_start_ + history_.size();  // this launch's position
   for (auto c = candidates_.begin(); c != candidates_.end();) {
+    if (first_seen > count_ - c->lag) {
+      ++c;  // its function is newer than the launch it would repeat: neither a match nor a miss
+      continue;
+    }
     // The launch this one should repeat is `lag` back: the period, give or take a launch that came
     // in another place (see the launches matched against the learned period, in on_launch).
     const auto before = [&](std::size_t back) -> const Launch& { return history_[i - back - history_start_]; };
@@ -121,7 +132,7 @@ Policy::Candidate Policy::learn(std::uint64_t signature, std::uint64_t function,
       ++c->run;  // the one expected comes later this time
       c->streak = 0;
       --c->lag;
-    } else if (++c->misses > c->run / 32 || ++c->streak > config_.max_misses || c->lag >= history_.size() ||
+    } else if (++c->misses > 1 + c->run / 32 || ++c->streak > config_.max_misses || c->lag >= history_.size() ||
                c->lag >= c->period + config_.max_misses) {
       c = candidates_.erase(c);  // not this period
       continue;
@@ -156,8 +167,11 @@ Policy::Candidate Policy::learn(std::uint64_t signature, std::uint64_t function,
     if (c.run < std::max(c.period, config_.min_repeat) || c.lag != c.period) continue;
     if (proven.period == 0 || c.run > proven.run || (c.run == proven.run && c.period < proven.period)) proven = c;
   }
-  Launch launch{signature, function, {}};
-  for (const Buffer& b : buffers) launch.buffers.push_back(b.address);
+  Launch launch{signature, function, {}, {}};
+  for (const Buffer& b : buffers) {
+    launch.buffers.push_back(b.address);
+    if (!incidental(b)) launch.keys.push_back(b.address);
+  }
   history_.push_back(std::move(launch));
   last_seen_[signature] = i;
   if (history_.size() > config_.max_period) {

@@ -3,10 +3,13 @@
 // Training steps and decoding steps repeat one launch sequence on the same addresses (PyTorch's
 // caching allocator hands out the same blocks every iteration). The policy learns that sequence:
 //
-//   - Every launch gets a signature: its function and the pool pointers it was given, in order. A
+//   - Every launch gets a signature: its function and the pool pointers it was given, in order (but
+//     those into small buffers, see below). A
 //     period P is a candidate when a launch's signature was last seen P launches ago; it is proven
 //     once P launches (and at least min_repeat) matched the launch P before them, with at most one
-//     in 32 not matching and never max_misses in a row.
+//     in 32 not matching (and one more: a young candidate's first miss does not end it; on the
+//     decoding job below, without it, the token's period was learned a token later and then replaced
+//     by twice itself) and never max_misses in a row.
 //   - Several candidates (kCandidates) are followed at once, always, also while a period is learned,
 //     over a history of the last max_period launches. Why: a step holds loops of its own. Measured
 //     on an H100 (16-layer training, docs/tiering.md): AdamW's foreach kernels launch ~50 times in a
@@ -30,6 +33,19 @@
 //     the pool's range 92 of a step's 2285 launches showed a different "pointer" each step, so no
 //     period was ever learned. The learned sequence keeps only the pointers both of the last two
 //     steps passed, so such words are not planned for either.
+//   - Small buffers are left out of the signature and of matching (incidental_bytes, 2 MiB: the
+//     caching allocator's small segments). Measured on an H200 (GPT-2-XL decoding, batch 1,
+//     tests/tiering/data/decode-h200.launches): a token is 1015 launches whose functions repeat, but
+//     activations of a few KiB rotate among eight 2 MiB segments from token to token, and a linear
+//     layer's launch (input, weight, output) shares only its 20 MiB weight with the one a token
+//     before. Only 409 of 7344 launches repeated their signature a token later; the policy learned
+//     84 periods of 20 to 80 launches (the layers), dropped 59, and ended with none. Moving or
+//     mispredicting a 2 MiB buffer costs little; the weights, which tiering is for, are larger.
+//   - A launch whose function was first launched less than a period ago repeats nothing: it takes the
+//     place of the launch a period before it, and is neither a match nor a miss. Measured on the
+//     same job: one launch a layer (48 a token) ran a function first launched in that token, another
+//     one each token, so a token repeated the one before it in 965 of its 1015 launches: one miss in
+//     20, against the one in 32 tolerated, and no candidate lived.
 //   - With a period learned, the policy knows each buffer's next use. Ahead of each launch it looks
 //     `lookahead` launches further: a buffer those will touch that lies in host memory is promoted,
 //     within a budget for promotions in flight. Room is made by demoting the device buffers whose next
@@ -82,6 +98,10 @@ struct PolicyConfig {
   std::size_t max_misses = 16;                      // launches off the sequence before it is dropped
   std::size_t min_repeat = 32;                      // launches that must repeat before a period is learned
                                                     // (a short one too: the same launch twice is no period)
+  // Buffers of at most this many bytes are left out of a launch's signature and of matching (see the
+  // top of this file): PyTorch's caching allocator puts every tensor of 1 MiB or less in 2 MiB
+  // segments, whose blocks change from one step to the next.
+  std::uint64_t incidental_bytes = std::uint64_t{2} << 20;
   std::uint64_t cold_after = 4096;                  // launches a buffer outside any learned period must go
                                                     // unused (and twice its longest reuse) to be demoted
   GuardTrialConfig guard;                           // the thrash guard: measured or fixed (guard_trial.h)
@@ -147,11 +167,13 @@ class Policy {
   struct Launch {
     std::uint64_t signature;
     std::uint64_t function;
-    std::vector<CUdeviceptr> buffers;
+    std::vector<CUdeviceptr> buffers;  // every one it touched (planned for)
+    std::vector<CUdeviceptr> keys;     // those above incidental_bytes (matched on)
   };
   // Whether `now` repeats `before` (see the top of this file).
-  static bool matches(const Launch& before, std::uint64_t signature, std::uint64_t function,
-                      std::span<const Buffer> now);
+  bool matches(const Launch& before, std::uint64_t signature, std::uint64_t function,
+               std::span<const Buffer> now) const;
+  bool incidental(const Buffer& b) const { return b.bytes <= config_.incidental_bytes; }
   struct Known {
     Buffer buffer;
     std::uint64_t last_touch = 0;       // launch count at its last touch
@@ -177,7 +199,10 @@ class Policy {
     std::size_t drift = 0;   // launches in a row with the lag off the period
   };
   // Adds the launch to the history and follows the candidates; returns the one proven (period 0: none).
-  Candidate learn(std::uint64_t signature, std::uint64_t function, std::span<const Buffer> buffers);
+  // `first_seen`: the launch count at its function's first launch. A function first launched within
+  // the period repeats nothing there (see the top of this file).
+  Candidate learn(std::uint64_t signature, std::uint64_t function, std::span<const Buffer> buffers,
+                  std::uint64_t first_seen);
   void adopt_period(const Candidate& proven);
   // A period of the learned sequence begins: the guard's trial hears of it.
   void period_begins();
@@ -209,6 +234,8 @@ class Policy {
   std::deque<Launch> history_;
   std::uint64_t history_start_ = 0;  // the position of history_.front()
   std::unordered_map<std::uint64_t, std::uint64_t> last_seen_;
+  // Every function launched (as many as the program's kernels), with the launch count at its first.
+  std::unordered_map<std::uint64_t, std::uint64_t> functions_;
   std::vector<Candidate> candidates_;
 
   // The learned period and the position in it.
