@@ -206,6 +206,8 @@ void tiering_line(const Report& r, Lines& lines) {
   if (const Value off = process(r, "tiering_guard_off"); off.value_or(0) != 0) s.add("thrash guard off (measured faster)");
   s.end_clause();
   if (const Value given_up = process(r, "tiering_holds_given_up"); given_up.value_or(0) != 0) s.add(given_up, "holds given up");
+  if (const Value extended = process(r, "tiering_holds_extended"); extended.value_or(0) != 0)
+    s.add(extended, "hold timeouts waited past (the device busy)");
   if (const Value broken = process(r, "tiering_holds_broken"); broken.value_or(0) != 0) s.add(broken, "holds released for pool waits");
   if (const std::string text = s.text(); !text.empty()) lines.add("  tiering: " + text);
   tiering_now_line(r, lines);

@@ -35,7 +35,7 @@ bool capturing(const driver::Table& d, CUstream stream) {
 }  // namespace
 
 Mover::Mover(const driver::Table& driver, pool::Pool& pool, StreamRegistry& streams, MoverConfig config)
-    : d_(driver), pool_(pool), streams_(streams), config_(config) {
+    : d_(driver), pool_(pool), streams_(streams), config_(config), progress_(driver, config.progress_every) {
   pool_.set_device_waits(&breaker_, nullptr);
 }
 
@@ -365,7 +365,10 @@ class Mover::Watchdog {
  private:
   void run() {
     std::unique_lock lock(m_);
-    if (cv_.wait_for(lock, mover_.config_.hold_timeout, [&] { return done_; })) return;
+    std::uint64_t passed = mover_.progress_.passed();
+    do {
+      if (cv_.wait_for(lock, mover_.config_.hold_timeout, [&] { return done_; })) return;
+    } while (mover_.still_progressing(&passed));
     gave_up_ = true;
     raise_flag(flag_, value_);
     mover_.note_given_up();
@@ -380,6 +383,19 @@ class Mover::Watchdog {
   bool gave_up_ = false;  // written by the thread before it ends; read after the join
   std::thread thread_;    // last: it starts once the fields above exist
 };
+
+bool Mover::still_progressing(std::uint64_t* passed) {
+  const std::uint64_t now = progress_.passed();
+  if (now <= *passed) return false;
+  *passed = now;
+  extended_.fetch_add(1, std::memory_order_relaxed);
+  // Nor is the mover stuck: the stall guard's clock starts again (a standing hold's only).
+  std::int64_t since = oldest_hold_ns_.load(std::memory_order_acquire);
+  if (since != 0)
+    oldest_hold_ns_.compare_exchange_strong(since, steady_ns(std::chrono::steady_clock::now()),
+                                            std::memory_order_acq_rel);
+  return true;
+}
 
 void Mover::note_given_up() {
   log::warn("tiering: the program's work did not drain within {} ms of a hold; the hold is given up, nothing moves",
@@ -860,6 +876,10 @@ CUresult Mover::complete_locked(bool wait) {
     set_step(MoverStep::Draining);
     if (!wait) {
       if (std::chrono::steady_clock::now() - first.first_since < config_.hold_timeout) return CUDA_ERROR_NOT_READY;
+      if (still_progressing(&first.marks_passed)) {  // a busy device, not a stuck hold: another timeout
+        first.first_since = std::chrono::steady_clock::now();
+        return CUDA_ERROR_NOT_READY;
+      }
       // As the watchdog does: the held work goes on, nothing of this epoch commits.
       first.given_up = true;
       raise_flag(flag_, first.value);
@@ -877,7 +897,10 @@ CUresult Mover::complete_locked(bool wait) {
   Placed p = std::move(placed_.front());
   placed_.pop_front();
   standing_.store(placed_.size(), std::memory_order_relaxed);
-  if (!placed_.empty()) placed_.front().first_since = std::chrono::steady_clock::now();
+  if (!placed_.empty()) {
+    placed_.front().first_since = std::chrono::steady_clock::now();
+    placed_.front().marks_passed = progress_.passed();
+  }
   epoch_state_ = std::move(p.epoch);
   return finish(&p);
 }
@@ -949,6 +972,7 @@ MoverStats Mover::stats() const {
   s.moves_failed = failed_.load(std::memory_order_relaxed);
   s.held_ns = held_ns_.load(std::memory_order_relaxed);
   s.holds_given_up = given_up_.load(std::memory_order_relaxed);
+  s.holds_extended = extended_.load(std::memory_order_relaxed);
   s.holds_broken = breaker_.breaks();
   s.off = off_.load(std::memory_order_relaxed);
   s.step = step_.load(std::memory_order_acquire);

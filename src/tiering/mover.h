@@ -73,6 +73,7 @@
 #include "driver/driver_api.h"
 #include "pool/pool.h"
 #include "tiering/hold_breaker.h"
+#include "tiering/progress_marks.h"
 #include "tiering/streams.h"
 #include "tiering/touches.h"
 
@@ -82,9 +83,12 @@ struct MoverConfig {
   bool overlap = false;                               // copy beside the program's work (see above)
   std::size_t max_batch_bytes = std::size_t{256} << 20;  // moved per epoch at most
   bool thread = true;                                 // epochs on a thread of the mover's own
-  // A hold not drained by then is given up (released, nothing committed): work queued before it may
-  // wait for work queued after it (a kernel on one device waiting for one on another, both held).
+  // A hold not drained by then, with no progress mark passed meanwhile, is given up (released,
+  // nothing committed): work queued before it may wait for work queued after it (a kernel on one
+  // device waiting for one on another, both held). One under which the device still passes the
+  // program's marks (progress_marks.h) is waited for another hold timeout.
   std::chrono::milliseconds hold_timeout{10000};
+  std::uint64_t progress_every = 32;  // launches shown between two progress marks
   // Epochs whose holds may stand at once (see "Holds ahead" above); 1: each epoch drains, copies,
   // commits and releases before the next is prepared. Ignored with overlap.
   std::size_t holds_ahead = 1;
@@ -109,6 +113,7 @@ struct MoverStats {
   std::uint64_t moves_failed = 0;     // refused by the pool or the driver (no room, a failing step)
   std::uint64_t held_ns = 0;          // host time the program's streams were held, summed over epochs
   std::uint64_t holds_given_up = 0;   // holds the watchdog gave up (the program's work did not drain)
+  std::uint64_t holds_extended = 0;   // hold timeouts passed with the device still passing marks: waited on
   std::uint64_t holds_broken = 0;     // times the standing holds were released for a pool wait (hold_breaker.h)
   bool off = false;                   // moves turned off for good: holds kept failing to drain
   // Now, not counts: what the mover is doing and for how long (ms), and the holds standing.
@@ -153,6 +158,9 @@ class Mover {
   CUresult place_epoch();
   CUresult complete_placed(bool wait);
   std::size_t standing_holds() const { return standing_.load(std::memory_order_relaxed); }
+  // The marks the launches shown to the policy record (Tiering), which tell a busy device from a
+  // stuck hold.
+  ProgressMarks& progress() { return progress_; }
   // Stops the thread (at exit, before the driver goes away); requests are then only queued.
   void stop();
 
@@ -208,6 +216,7 @@ class Mover {
     bool standing = false;    // false: a stream refused; released in its turn, nothing committed
     bool given_up = false;    // did not drain within the hold timeout once first: released, nothing committed
     std::chrono::steady_clock::time_point first_since{};  // when it became the first standing
+    std::uint64_t marks_passed = 0;  // ProgressMarks::passed() then, or at its last extension
   };
 
   bool take_batch(std::vector<Request>* batch);
@@ -226,6 +235,8 @@ class Mover {
   void give_up_placed() UVMPOOL_REQUIRES(epoch_mu_);   // at stop: every standing hold released, moves aborted
   CUresult pipeline_step() UVMPOOL_REQUIRES(epoch_mu_);  // the thread's round with holds ahead
   bool pipelined() const { return config_.holds_ahead > 1 && !config_.overlap; }
+  // Whether the device passed a progress mark since `*passed` (updated), counting the extension.
+  bool still_progressing(std::uint64_t* passed);
   void note_given_up();    // a hold given up: logged, then counted
   void count_given_up();   // counted, and moves turned off after kMaxHoldsGivenUp
   void guard_main();       // the stall guard's thread (see "Holds ahead" above)
@@ -300,7 +311,8 @@ class Mover {
   std::atomic<std::int64_t> launching_{0};  // launches between launch_begins and launch_ends
 
   std::atomic<std::uint64_t> requested_{0}, refused_{0}, epochs_{0}, postponed_{0}, moves_{0}, promoted_{0},
-      demoted_{0}, touched_{0}, failed_{0}, held_ns_{0}, given_up_{0};
+      demoted_{0}, touched_{0}, failed_{0}, held_ns_{0}, given_up_{0}, extended_{0};
+  ProgressMarks progress_;
   std::atomic<bool> off_{false};
   std::atomic<MoverStep> step_{MoverStep::Idle};
   std::atomic<std::int64_t> step_since_ns_{0};  // steady_clock, when step_ began

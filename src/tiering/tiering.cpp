@@ -416,6 +416,7 @@ void Tiering::show_policy(const LaunchSeen& seen, CUstream stream) {
   if (n == 0) return;
   MutexLock lock(policy_mu_);
   world_->set_launch(device, stream, graphs_.capturing());
+  mover_.progress().launched(stream, graphs_.capturing());
   policy_->on_launch(reinterpret_cast<std::uintptr_t>(seen.function), std::span<const Policy::Buffer>(buffers, n));
 }
 
@@ -475,6 +476,7 @@ Stats Tiering::stats() const {
   s.moves_failed = m.moves_failed;
   s.epochs = m.epochs;
   s.holds_given_up = m.holds_given_up;
+  s.holds_extended = m.holds_extended;
   s.holds_broken = m.holds_broken;
   s.host_waits = streams_.host_waits().waited();
   s.mover_step = static_cast<std::uint64_t>(m.step);

@@ -84,6 +84,7 @@ struct Stats {
   std::uint64_t moves_failed = 0;       // refused by the pool or a failing driver step (nothing lost)
   std::uint64_t epochs = 0;             // times the program's streams were held for commits
   std::uint64_t holds_given_up = 0;     // holds the watchdog ended (moves are off after kMaxHoldsGivenUp)
+  std::uint64_t holds_extended = 0;     // hold timeouts waited past: the device still passed progress marks
   std::uint64_t holds_broken = 0;       // times standing holds were released for a pool wait (their moves dropped)
   std::uint64_t host_waits = 0;         // program calls that waited at the host-wait gate during holds
   // Now, not counts (what a program that seems stuck is waiting for): the mover's step (MoverStep) and

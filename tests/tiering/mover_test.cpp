@@ -86,6 +86,24 @@ class Mover_ : public TieringTest {
     return drv().cuLaunchKernel(fill_kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
   }
 
+  // The room allocate_both_tiers freed, taken apart now while nothing waits: otherwise the mover
+  // first fences for it (ItFencesForIdleRoomOnlyWithNoHoldStanding...), and that wait, which no
+  // watchdog bounds, would take the program's queued work with it.
+  void release_idle_room() {
+    ASSERT_CU(drv().cuStreamSynchronize(stream));
+    pool->release_idle();
+  }
+  // After a slow drain (SlowDrain below): in_host's first 4 MiB promoted, with `seed`'s contents,
+  // past at least one hold timeout and with no hold given up.
+  void expect_promoted_past_the_timeout(std::uint32_t seed) {
+    const auto s = mover->stats();
+    EXPECT_EQ(s.holds_given_up, 0u);
+    EXPECT_GE(s.holds_extended, 1u);
+    EXPECT_EQ(s.moves, 1u);
+    EXPECT_EQ(tiers(in_host, 4 * kMiB, gran), "DD");
+    ASSERT_CU(drv().cuStreamSynchronize(stream));
+    EXPECT_TRUE(holds(in_host, 16 * kMiB, seed));
+  }
   // The mover with its own thread, two holds ahead, and a hold timeout the tests' signals always beat.
   void start_threaded_mover() {
     MoverConfig config;
@@ -649,6 +667,86 @@ TEST_F(Mover_, AStandingHoldThatDoesNotDrainIsGivenUpAndTheNextStillCommits) {
   EXPECT_EQ(s.moves, 1u);
   EXPECT_EQ(s.moves_failed, 1u);
   EXPECT_FALSE(s.off);
+}
+
+// Work before the hold that takes several hold timeouts to drain but keeps passing progress marks (a
+// device busy with kernels that read host memory in place, as scoreboard row 7 on an H200: 14 s a
+// step, and every hold given up) is waited for, not given up. `rounds` waits on the signal, each
+// followed by a mark, released one by one `step` apart.
+class SlowDrain {
+ public:
+  SlowDrain(Mover& mover, CUstream stream, CUdeviceptr signal, std::uint32_t rounds) {
+    for (std::uint32_t r = 1; r <= rounds; ++r) {
+      EXPECT_CU(drv().cuStreamWaitValue32_v2(stream, signal, r, CU_STREAM_WAIT_VALUE_GEQ));
+      mover.progress().launched(stream, false);
+      // Waited for by the writer once it released the round: in the simulator a query answers by
+      // the asking thread's virtual clock, and the watchdog's thread only sleeps (wall time), so
+      // the program's thread moves the clock past the mark as a synchronize of its own would.
+      CUevent e = nullptr;
+      EXPECT_CU(drv().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+      EXPECT_CU(drv().cuEventRecord(e, stream));
+      passed_.push_back(e);
+    }
+  }
+  // Writes 1, 2, ... into `host`, `step` apart, on a thread of its own.
+  void release(void* host, std::chrono::milliseconds step) {
+    writer_ = std::thread([this, host, step] {
+      for (std::uint32_t r = 1; r <= passed_.size(); ++r) {
+        std::this_thread::sleep_for(step);
+        __atomic_store_n(static_cast<std::uint32_t*>(host), r, __ATOMIC_RELEASE);
+        EXPECT_CU(drv().cuEventSynchronize(passed_[r - 1]));
+      }
+    });
+  }
+  ~SlowDrain() {
+    if (writer_.joinable()) writer_.join();
+    for (CUevent e : passed_) EXPECT_CU(drv().cuEventDestroy_v2(e));
+  }
+
+ private:
+  std::vector<CUevent> passed_;
+  std::thread writer_;
+};
+
+TEST_F(Mover_, AStandingHoldWhoseWorkKeepsPassingMarksIsWaitedForPastTheTimeout) {
+  allocate_both_tiers();
+  ASSERT_CU(fill_on_stream(on_device, 4, 0));  // loaded before any hold stands
+  fill(in_host, 16 * kMiB, 6);
+  release_idle_room();
+  HostSignal signal;
+  ASSERT_NE(signal.device, 0u);
+  MoverConfig config;
+  config.holds_ahead = 2;
+  config.hold_timeout = std::chrono::milliseconds(250);
+  config.progress_every = 1;
+  make_mover(config);
+  SlowDrain drain(*mover, stream, signal.device, 10);  // 10 x 50 ms: two hold timeouts
+  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+  ASSERT_CU(mover->place_epoch());
+  drain.release(signal.host, std::chrono::milliseconds(50));
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  CUresult r = CUDA_ERROR_NOT_READY;
+  while ((r = mover->complete_placed(false)) == CUDA_ERROR_NOT_READY && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_CU(r);
+  expect_promoted_past_the_timeout(6);
+}
+
+TEST_F(Mover_, AHoldWhoseWorkKeepsPassingMarksOutlivesTheWatchdog) {
+  allocate_both_tiers();
+  fill(in_host, 16 * kMiB, 8);
+  release_idle_room();
+  HostSignal signal;
+  ASSERT_NE(signal.device, 0u);
+  MoverConfig config;
+  config.hold_timeout = std::chrono::milliseconds(250);
+  config.progress_every = 1;
+  make_mover(config);
+  SlowDrain drain(*mover, stream, signal.device, 10);
+  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+  drain.release(signal.host, std::chrono::milliseconds(50));
+  ASSERT_CU(mover->run_epoch());  // the hold, drained 500 ms later under the watchdog
+  expect_promoted_past_the_timeout(8);
 }
 
 // What the statistics say about the mover at this moment (uvmpool-stat's "tiering now" line): its

@@ -1,0 +1,59 @@
+// Whether the device is getting through the program's queued work: events recorded on the program's
+// streams every few launches, and the newest of them the device has passed.
+//
+// Why: a hold that does not drain within the hold timeout is given up (mover.h), since work queued
+// before it may wait for work queued after it (a collective whose other half another rank holds back:
+// DDP on two H200s, docs/gpu-results.md). But a job whose kernels read much of their memory in place
+// over PCIe may simply need longer. Measured on an H200 (2026-11-28, scoreboard row 7: a 3B-parameter
+// model fine-tuned at half its memory, 14 s a step and 37 s the first): four holds were given up and
+// tiering never moved a byte. A hold whose earlier work still passes marks is waiting for a busy
+// device, not for itself; only one under which no mark passes for a whole hold timeout is given up.
+//
+// The marks are recorded as the policy is shown launches (Tiering, `auto` mode), not while a capture
+// is under way (the event would join the graph), and only in the context of the first mark (as
+// PeriodClock's). A mark recorded after a hold never passes while the hold stands, which is as it
+// should be. The ring holds kSlots marks, every `every` launches: 2048 launches at the default, more
+// than PyTorch queues ahead of the device; a mark overwritten before the device passed it is lost,
+// which can only make a hold look stuck (the old behaviour). Thread-safe: marks come from the
+// program's threads (under the policy's lock), queries from the mover's.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "config/thread_safety.h"
+#include "driver/driver_api.h"
+
+namespace uvmpool::tiering {
+
+class ProgressMarks {
+ public:
+  ProgressMarks(const driver::Table& d, std::uint64_t every) : d_(d), every_(every == 0 ? 1 : every) {}
+  ~ProgressMarks();
+  ProgressMarks(const ProgressMarks&) = delete;
+  ProgressMarks& operator=(const ProgressMarks&) = delete;
+
+  // A launch was just queued on `stream` by the calling thread: every `every`-th records a mark behind it.
+  void launched(CUstream stream, bool capturing);
+  // The newest mark the device has passed (marks are numbered from 1; 0: none yet). Only grows.
+  std::uint64_t passed();
+
+ private:
+  static constexpr std::size_t kSlots = 64;
+  struct Slot {
+    CUevent event = nullptr;
+    std::uint64_t mark = 0;  // the mark it holds now (0: none)
+  };
+
+  const driver::Table& d_;
+  const std::uint64_t every_;
+  Mutex mu_;
+  std::uint64_t launches_ UVMPOOL_GUARDED_BY(mu_) = 0;
+  std::uint64_t recorded_ UVMPOOL_GUARDED_BY(mu_) = 0;  // marks recorded
+  std::uint64_t passed_ UVMPOOL_GUARDED_BY(mu_) = 0;
+  std::array<Slot, kSlots> slots_ UVMPOOL_GUARDED_BY(mu_){};
+  CUcontext context_ UVMPOOL_GUARDED_BY(mu_) = nullptr;  // the events' context (null: none made yet)
+  bool failed_ UVMPOOL_GUARDED_BY(mu_) = false;          // a driver error: no more marks
+};
+
+}  // namespace uvmpool::tiering
