@@ -88,7 +88,7 @@ struct MoverConfig {
   // device waiting for one on another, both held). One under which the device still passes the
   // program's marks (progress_marks.h) is waited for another hold timeout.
   std::chrono::milliseconds hold_timeout{10000};
-  std::uint64_t progress_every = 32;  // launches shown between two progress marks
+  std::uint64_t progress_every = 128;  // launches shown between two progress marks
   // Epochs whose holds may stand at once (see "Holds ahead" above); 1: each epoch drains, copies,
   // commits and releases before the next is prepared. Ignored with overlap.
   std::size_t holds_ahead = 1;
