@@ -851,6 +851,7 @@ CUresult Mover::place_locked() {
   e = Epoch{};
   if (placed_.empty()) {
     p.first_since = std::chrono::steady_clock::now();
+    p.marks_passed = progress_.passed();
     std::int64_t none = 0;  // the stall guard's clock starts with the first standing hold
     oldest_hold_ns_.compare_exchange_strong(none, steady_ns(p.first_since), std::memory_order_acq_rel);
   }
