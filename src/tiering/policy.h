@@ -39,8 +39,10 @@
 //     activations of a few KiB rotate among eight 2 MiB segments from token to token, and a linear
 //     layer's launch (input, weight, output) shares only its 20 MiB weight with the one a token
 //     before. Only 409 of 7344 launches repeated their signature a token later; the policy learned
-//     84 periods of 20 to 80 launches (the layers), dropped 59, and ended with none. Moving or
-//     mispredicting a 2 MiB buffer costs little; the weights, which tiering is for, are larger.
+//     84 periods of 20 to 80 launches (the layers), dropped 59, and ended with none. Small buffers
+//     are still planned for (each learned launch keeps those both of its copies passed, as any
+//     pointer): on that job the hot ones, 2 MiB segments spilled behind the weights and read in place
+//     up to 686 times a token, are what learning the token lets the policy bring in.
 //   - A launch whose function was first launched less than a period ago repeats nothing: it takes the
 //     place of the launch a period before it, and is neither a match nor a miss. Measured on the
 //     same job: one launch a layer (48 a token) ran a function first launched in that token, another
