@@ -15,8 +15,9 @@ ProgressMarks::~ProgressMarks() {
 }
 
 void ProgressMarks::launched(CUstream stream, bool capturing) {
+  if ((launches_.fetch_add(1, std::memory_order_relaxed) + 1) % every_ != 0 || capturing) return;
   MutexLock lock(mu_);
-  if (failed_ || ++launches_ % every_ != 0 || capturing) return;
+  if (failed_) return;
   CUcontext current = nullptr;
   if (d_.cuCtxGetCurrent(&current) != CUDA_SUCCESS || current == nullptr) return;
   if (context_ == nullptr) {

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 
 #include "config/thread_safety.h"
@@ -37,7 +38,8 @@ class ProgressMarks {
   ProgressMarks(const ProgressMarks&) = delete;
   ProgressMarks& operator=(const ProgressMarks&) = delete;
 
-  // A launch was just queued on `stream` by the calling thread: every `every`-th records a mark behind it.
+  // A launch was just queued on `stream` by the calling thread: every `every`-th records a mark behind
+  // it; the others only count (no lock, no driver call).
   void launched(CUstream stream, bool capturing);
   // The newest mark the device has passed (marks are numbered from 1; 0: none yet). Only grows.
   std::uint64_t passed();
@@ -52,7 +54,7 @@ class ProgressMarks {
   const driver::Table& d_;
   const std::uint64_t every_;
   Mutex mu_;
-  std::uint64_t launches_ UVMPOOL_GUARDED_BY(mu_) = 0;
+  std::atomic<std::uint64_t> launches_{0};  // counted outside the lock: most launches record nothing
   std::uint64_t recorded_ UVMPOOL_GUARDED_BY(mu_) = 0;  // marks recorded
   std::uint64_t passed_ UVMPOOL_GUARDED_BY(mu_) = 0;
   std::array<Slot, kSlots> slots_ UVMPOOL_GUARDED_BY(mu_){};
