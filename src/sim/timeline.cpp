@@ -326,6 +326,62 @@ CUresult wait_for_queues(State& st, std::unique_lock<std::mutex>& lock, Matters&
   }
 }
 
+// Threads waiting inside a copy for work that cannot run yet (submit_and_wait), and whether the calling
+// thread is one.
+std::atomic<int> g_inside_waiting{0};
+thread_local bool t_inside_waiting = false;
+
+class WaitingInside {
+ public:
+  explicit WaitingInside(bool keeps_others_out) : on_(keeps_others_out) {
+    if (!on_) return;
+    t_inside_waiting = true;
+    g_inside_waiting.fetch_add(1, std::memory_order_seq_cst);
+  }
+  ~WaitingInside() {
+    if (!on_) return;
+    g_inside_waiting.fetch_sub(1, std::memory_order_seq_cst);
+    t_inside_waiting = false;
+  }
+  WaitingInside(const WaitingInside&) = delete;
+  WaitingInside& operator=(const WaitingInside&) = delete;
+
+ private:
+  bool on_;
+};
+
+// Measured on an H200 with driver 580 (tests/gpu/hold_blocking.cu, 2026-11-28): a stream took 1020
+// launches behind a value nobody had written, with 8 or 512 bytes of parameters alike; the next launch
+// waited inside the driver for room, and while it waited other threads' copies and VMM calls waited
+// too, as behind a waiting copy (event and stream queries, event synchronizes and context pushes did
+// not). Here each piece of work, event record and event wait queued takes one place, and a piece of
+// work waits for room (records and waits do not: the mover's holds are made of them).
+constexpr std::size_t kStreamRoom = 1020;
+
+// Before work is queued on `s`: waits (in wall time, pumping, keeping the others out) while its queue
+// is full. CUDA_ERROR_LAUNCH_TIMEOUT where it would wait forever; `s` may be gone when this returns
+// (CUDA_ERROR_INVALID_HANDLE).
+CUresult wait_for_room(State& st, Stream* s, std::size_t pieces, std::unique_lock<std::mutex>& lock) {
+  const auto full = [&] { return s->queue.size() + pieces > std::max(kStreamRoom, pieces); };
+  if (!full()) return CUDA_SUCCESS;
+  const WaitingInside inside(true);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(clock::costs().hang_timeout_ms);
+  for (;;) {
+    const bool alone = !other_threads_exist();
+    drain_all(st, lock);
+    if (!st.objects.alive(s)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!full()) return CUDA_SUCCESS;
+    if (!s->in_host_fn && (alone || std::chrono::steady_clock::now() >= deadline)) {
+      log::error("a launch would wait forever for room: {} holds {} pieces of work behind a value at {:#x} that "
+                 "nothing writes",
+                 stream_name(*s), s->queue.size(), s->queue.front().spec.address);
+      return CUDA_ERROR_LAUNCH_TIMEOUT;
+    }
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    lock.lock();
+  }
+}
 }  // namespace
 
 CUresult submit(CUstream handle, bool per_thread, WorkSpec work) {
@@ -338,6 +394,7 @@ CUresult submit(CUstream handle, bool per_thread, WorkSpec work) {
     s->capturing->work.push_back(std::move(work));
     return CUDA_SUCCESS;
   }
+  if (CUresult status = wait_for_room(st, s, 1, lock); status != CUDA_SUCCESS) return status;
   Queued item;
   item.type = Queued::Type::Work;
   item.spec = std::move(work);
@@ -355,6 +412,7 @@ CUresult submit_all(CUstream handle, bool per_thread, std::vector<WorkSpec> work
     for (WorkSpec& w : work) s->capturing->work.push_back(std::move(w));
     return CUDA_SUCCESS;
   }
+  if (CUresult status = wait_for_room(st, s, work.size(), lock); status != CUDA_SUCCESS) return status;
   // All queued before any runs: a host function among them drops the lock while it runs, and no other
   // thread's work may come between (a graph launch is one piece of work on its stream).
   const std::uint64_t now = clock::now();
@@ -421,31 +479,6 @@ CUresult capture_info(CUstream handle, bool per_thread, CUstreamCaptureStatus* s
   return CUDA_SUCCESS;
 }
 
-namespace {
-// Threads waiting inside a copy for work that cannot run yet (submit_and_wait), and whether the calling
-// thread is one.
-std::atomic<int> g_inside_waiting{0};
-thread_local bool t_inside_waiting = false;
-
-class WaitingInside {
- public:
-  explicit WaitingInside(bool keeps_others_out) : on_(keeps_others_out) {
-    if (!on_) return;
-    t_inside_waiting = true;
-    g_inside_waiting.fetch_add(1, std::memory_order_seq_cst);
-  }
-  ~WaitingInside() {
-    if (!on_) return;
-    g_inside_waiting.fetch_sub(1, std::memory_order_seq_cst);
-    t_inside_waiting = false;
-  }
-  WaitingInside(const WaitingInside&) = delete;
-  WaitingInside& operator=(const WaitingInside&) = delete;
-
- private:
-  bool on_;
-};
-}  // namespace
 
 CUresult submit_and_wait(CUstream handle, bool per_thread, WorkSpec work, bool keeps_others_out) {
   State& st = state();

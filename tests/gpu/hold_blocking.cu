@@ -58,6 +58,44 @@ __global__ void first_launch(int* p) {
 }
 CUstream g_side = nullptr;  // a non-blocking stream of the program, not held
 
+// Launches queued behind the hold until one waits for room in the stream's queue (row 7 of the
+// scoreboard, 2026-11-28: a job whose GPU runs far behind its launching thread keeps that queue full,
+// so the first launch after a hold waits inside the driver at once). `Args` is the parameter size: a
+// pointer, and a struct the size of PyTorch's elementwise kernels' (TensorIterator's offset calculators).
+struct Big {
+  char bytes[512];
+};
+__global__ void small_args(int* p) {
+  if (p != nullptr) p[0] = 1;
+}
+__global__ void big_args(Big b) {
+  if (b.bytes[0] == 7) b.bytes[1] = 1;
+}
+volatile unsigned* g_flag = nullptr;
+unsigned g_value = 0;
+std::atomic<long> g_queued{-1};      // launches that returned at once before the first that waited
+std::atomic<double> g_first_wait{0};  // how long that one waited, ms
+template <bool kBig>
+void launch_until_full(Shared&) {
+  long n = 0;
+  g_queued = -1;
+  while (n < 1000000 && __atomic_load_n(g_flag, __ATOMIC_ACQUIRE) < g_value) {
+    const Clock::time_point t = Clock::now();
+    if (kBig) {
+      big_args<<<1, 32, 0, cudaStreamLegacy>>>(Big{});
+    } else {
+      small_args<<<1, 32, 0, cudaStreamLegacy>>>(nullptr);
+    }
+    const double took = ms_since(t);
+    if (took > 5 && g_queued < 0) {
+      g_queued = n;
+      g_first_wait = took;
+      return;  // it returned: the flag was written (the queue drained), nothing more to learn
+    }
+    ++n;
+  }
+}
+
 // What the program thread does while the hold stands.
 struct Scenario {
   const char* name;
@@ -83,12 +121,24 @@ const Scenario kScenarios[] = {
     {"cuStreamCreate + cuStreamDestroy", [](Shared&) { CUstream s = nullptr; if (cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS) cuStreamDestroy(s); }},
     {"cuMemGetInfo", [](Shared&) { size_t f = 0, t = 0; cuMemGetInfo(&f, &t); }},
     {"cuMemsetD8 (synchronous form) 64 MiB", [](Shared& s) { cuMemsetD8(s.dev, 0, kCopy); }},
+    {"launches of a loaded kernel (8 B of parameters) on the held legacy stream until one waits", launch_until_full<false>},
+    {"launches of a loaded kernel (512 B of parameters) on the held legacy stream until one waits", launch_until_full<true>},
 };
 
 // The calls of one epoch, each timed from the scenario's start; `released_at` is when the flag went up.
 void mover(Shared& s, Clock::time_point t0, std::vector<std::pair<std::string, double>>* out, CUevent e) {
   cuCtxSetCurrent(s.ctx);
   auto note = [&](const char* what) { out->push_back({what, ms_since(t0)}); };
+  {
+    CUcontext popped = nullptr;
+    cuCtxPushCurrent(s.ctx);
+    cuCtxPopCurrent(&popped);
+    note("cuCtxPushCurrent + cuCtxPopCurrent");
+  }
+  cuEventQuery(e);
+  note("cuEventQuery(event before the hold)");
+  cuStreamQuery(s.mover_stream);
+  note("cuStreamQuery(mover's stream)");
   cuEventSynchronize(e);
   note("cuEventSynchronize(event before the hold)");
   cuMemcpyDtoDAsync(s.scratch, s.scratch + kMap, kMap, s.mover_stream);
@@ -140,8 +190,14 @@ int main() {
               loading != nullptr ? loading : "(unset)");
   unsigned value = 0;
   bool any_blocked = false;
+  g_flag = s.flag;
+  small_args<<<1, 32>>>(nullptr);  // loaded before the scenarios: their launches are not first launches
+  big_args<<<1, 32>>>(Big{});
+  CK(cuCtxSynchronize());
   for (const Scenario& sc : kScenarios) {
     ++value;
+    g_value = value;
+    g_queued = -1;
     CUevent e = nullptr;
     CK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
     CK(cuEventRecord(e, CU_STREAM_LEGACY));
@@ -172,6 +228,9 @@ int main() {
     any_blocked |= blocked;
     std::printf("\n[%s] program thread: %s; flag written at %.1f; program's call done at %.1f\n", sc.name,
                 blocked ? "BLOCKED the mover" : "the mover went on", released, program_done.load());
+    if (g_queued >= 0)
+      std::printf("  %ld launches queued behind the hold before one waited (%.1f ms, until the flag)\n", g_queued.load(),
+                  g_first_wait.load());
     for (const auto& c : calls) std::printf("  %8.1f  %s%s\n", c.second, c.first.c_str(), c.second >= released ? "  (after the flag)" : "");
   }
   std::printf("\nHOLD_BLOCKING %s\n", any_blocked ? "some calls blocked the mover" : "no call blocked the mover");

@@ -3,7 +3,9 @@
 // for work queued behind an unwritten value keeps every other thread's calls out until it returns,
 // except the synchronizing and querying ones; a copy from pageable memory waits for its stream even in
 // its asynchronous form; under lazy loading a kernel's first launch waits for the other streams the
-// same way. Tiering's hold (src/tiering/host_wait_gate.h) is built around this.
+// same way; and (an H200 with driver 580) a launch finding its stream's queue full behind such a value
+// (1020 pieces) waits for room the same way. Tiering's hold (src/tiering/host_wait_gate.h) and its
+// bound on how far the program runs ahead during one (Tiering::wait_for_queue_room) are built around this.
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -16,6 +18,7 @@ namespace {
 
 using DriverLock = SimTest;
 using LazyLoading = KernelTest;
+using QueueRoom = KernelTest;
 using namespace std::chrono_literals;
 
 // A 32-bit flag in pinned host memory that streams can wait on.
@@ -157,6 +160,33 @@ TEST_F(LazyLoading, ACallOnAFunctionLoadsItAsItsFirstLaunchWould) {
   EXPECT_CU(occupancy.join());
   EXPECT_CU(first_launch.join());
   ASSERT_CU(cuCtxSynchronize());
+}
+
+// tests/gpu/hold_blocking.cu on an H200 (2026-11-28): 1020 launches queued behind the value, the next
+// waited inside the driver until the value was written, and a copy of the mover's with it.
+TEST_F(QueueRoom, ALaunchFindingItsQueueFullBehindAValueWaitsForRoomAndKeepsOtherThreadsCallsOut) {
+  Flag flag;
+  CUdeviceptr p = 0;
+  ASSERT_CU(cuMemAlloc(&p, 4 << 20));
+  CUstream held = nullptr, other = nullptr;
+  ASSERT_CU(cuStreamCreate(&held, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  CUfunction fill = kernel("uvmpool_fill_u32");
+  ASSERT_CU(launch(fill, held, p, std::uint64_t{16}, 1u));  // loaded: the launches below are not first ones
+  ASSERT_CU(cuStreamWaitValue32(held, flag.device, 1, CU_STREAM_WAIT_VALUE_GEQ));
+  for (int i = 0; i < 1019; ++i) ASSERT_CU(launch(fill, held, p, std::uint64_t{16}, 2u)) << "launch " << i;
+  Caller full(ctx, [&] { return launch(fill, held, p, std::uint64_t{16}, 3u); });
+  EXPECT_FALSE(returns_within(full, 100ms)) << "a launch went into a full queue";
+  Caller query(ctx, [&] { return cuStreamQuery(other); });
+  EXPECT_TRUE(returns_within(query, 1000ms)) << "a stream query was kept out";
+  Caller copy(ctx, [&] { return cuMemcpyDtoDAsync(p + (2 << 20), p, 1 << 20, other); });
+  EXPECT_FALSE(returns_within(copy, 100ms)) << "a copy went ahead of the launch waiting for room";
+  flag.write();
+  EXPECT_CU(full.join());
+  EXPECT_CU(copy.join());
+  EXPECT_CU(query.join());
+  ASSERT_CU(cuStreamSynchronize(held));
+  EXPECT_EQ(read_back(p, 1)[0], 3u) << "the launch that waited did not run last";
 }
 
 }  // namespace
