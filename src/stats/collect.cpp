@@ -153,6 +153,9 @@ constexpr TieringField kTieringFields[] = {
      &tiering::Stats::holds_broken},
     {"tiering_host_waits", "Program calls that waited outside the driver while the mover held its streams (copies, kernel loads)",
      &tiering::Stats::host_waits},
+    {"tiering_queue_waits",
+     "Launches, copies and memsets that waited outside the driver during a hold, the program being 512 launches ahead of the device",
+     &tiering::Stats::queue_waits},
     {"tiering_mover_step",
      "What the tiering mover does now: 0 idle, 1 preparing moves, 2 closing the host-wait gate, 3 waiting for the "
      "program's work to reach its hold, 4 waiting for the pool's lock, 5 copying, 6 remapping, 7 waiting for the "

@@ -89,6 +89,13 @@ struct MoverConfig {
   // program's marks (progress_marks.h) is waited for another hold timeout.
   std::chrono::milliseconds hold_timeout{10000};
   std::uint64_t progress_every = 128;  // launches shown between two progress marks
+  // While the host-wait gate is closed (a hold stands or is being placed), a launch, copy or memset
+  // comes to the driver only while fewer than this many launches shown may be unfinished on the device
+  // (progress_marks.h); the others wait outside the driver (Tiering). A stream takes 1020 launches
+  // behind a hold on an H200, and one launch waiting inside the driver for room keeps the hold's copies
+  // and remaps out: half that leaves room for what is not counted (event records, the holds' own waits,
+  // another context's work). 0: no bound.
+  std::uint64_t run_ahead = 512;
   // Epochs whose holds may stand at once (see "Holds ahead" above); 1: each epoch drains, copies,
   // commits and releases before the next is prepared. Ignored with overlap.
   std::size_t holds_ahead = 1;

@@ -15,7 +15,9 @@ ProgressMarks::~ProgressMarks() {
 }
 
 void ProgressMarks::launched(CUstream stream, bool capturing) {
-  if ((launches_.fetch_add(1, std::memory_order_relaxed) + 1) % every_ != 0 || capturing) return;
+  if (capturing) return;  // nothing queued: the graph's launch is counted when it comes
+  const std::uint64_t launch = launches_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (launch % every_ != 0) return;
   MutexLock lock(mu_);
   if (failed_) return;
   CUcontext current = nullptr;
@@ -43,6 +45,7 @@ void ProgressMarks::launched(CUstream stream, bool capturing) {
     return;
   }
   slot.mark = ++recorded_;
+  slot.launch = launch;
 }
 
 std::uint64_t ProgressMarks::passed() {
@@ -52,7 +55,11 @@ std::uint64_t ProgressMarks::passed() {
   if (in.status() != CUDA_SUCCESS) return passed_;
   for (const Slot& s : slots_) {
     if (s.mark <= passed_) continue;
-    if (d_.cuEventQuery(s.event) == CUDA_SUCCESS) passed_ = s.mark;  // an error: not passed
+    if (d_.cuEventQuery(s.event) != CUDA_SUCCESS) continue;  // an error: not passed
+    passed_ = s.mark;
+    // The newest passed so far. Marks pass in order on one stream; across streams a later mark may pass
+    // before an earlier one, and the count then runs ahead of the slower stream (a bound no more).
+    completed_.store(s.launch, std::memory_order_release);
   }
   return passed_;
 }

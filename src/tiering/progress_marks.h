@@ -18,8 +18,20 @@
 // mark costs a cuEventRecord (1.4 us on an H200) on the launching thread, made only while launches
 // are read (memory in host memory, or a move under way); every 32nd launch changed the simulator's
 // modeled decoding row (8 holds ahead, 6.226 to 6.715 ms a step) through the thrash guard's trial,
-// every 128th leaves every row as it was. Thread-safe: marks come from the
-// program's threads (under the policy's lock), queries from the mover's.
+// every 128th leaves every row as it was.
+//
+// The same marks bound how far the program runs ahead of the device while a hold stands (Tiering's
+// queue-room wait). Measured on an H200 with driver 580 (tests/gpu/hold_blocking.cu, 2026-11-28): a
+// stream takes 1020 launches behind an unwritten cuStreamWaitValue32, whatever their parameter size;
+// the next launch waits inside the driver for room, and while it waits the mover's copies and VMM
+// calls wait too (event and stream queries, event synchronizes and context pushes do not). Row 7's
+// job keeps its queue full (the device reads host memory in place, far behind the launching thread),
+// so every hold met a launch waiting for room: the hold's copies could not start, and every hold was
+// given up. launches_ counts the launches shown (not those into a capture, which queue nothing); each
+// mark remembers that count, so `outstanding()` (launches shown minus the count at the newest mark
+// passed) bounds from above how many of them the device has not finished, to within the launches of
+// other contexts (counted, never marked). Thread-safe: marks come from the program's threads (under
+// the policy's lock), queries from the mover's and from launching threads waiting for room.
 #pragma once
 
 #include <array>
@@ -39,22 +51,31 @@ class ProgressMarks {
   ProgressMarks& operator=(const ProgressMarks&) = delete;
 
   // A launch was just queued on `stream` by the calling thread: every `every`-th records a mark behind
-  // it; the others only count (no lock, no driver call).
+  // it; the others only count (no lock, no driver call). One into a capture is not counted.
   void launched(CUstream stream, bool capturing);
   // The newest mark the device has passed (marks are numbered from 1; 0: none yet). Only grows.
   std::uint64_t passed();
+  // Launches shown that the device may not have finished, as of the last passed() (no driver call).
+  std::uint64_t outstanding() const {
+    // In this order: a count read after the mark it belongs to is never below it.
+    const std::uint64_t done = completed_.load(std::memory_order_acquire);
+    const std::uint64_t shown = launches_.load(std::memory_order_relaxed);
+    return shown > done ? shown - done : 0;
+  }
 
  private:
   static constexpr std::size_t kSlots = 64;
   struct Slot {
     CUevent event = nullptr;
-    std::uint64_t mark = 0;  // the mark it holds now (0: none)
+    std::uint64_t mark = 0;    // the mark it holds now (0: none)
+    std::uint64_t launch = 0;  // launches_ when it was recorded
   };
 
   const driver::Table& d_;
   const std::uint64_t every_;
   Mutex mu_;
-  std::atomic<std::uint64_t> launches_{0};  // counted outside the lock: most launches record nothing
+  std::atomic<std::uint64_t> launches_{0};   // counted outside the lock: most launches record nothing
+  std::atomic<std::uint64_t> completed_{0};  // the newest passed mark's launch count (written under mu_)
   std::uint64_t recorded_ UVMPOOL_GUARDED_BY(mu_) = 0;  // marks recorded
   std::uint64_t passed_ UVMPOOL_GUARDED_BY(mu_) = 0;
   std::array<Slot, kSlots> slots_ UVMPOOL_GUARDED_BY(mu_){};

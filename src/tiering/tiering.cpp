@@ -1,9 +1,11 @@
 #include "tiering/tiering.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <mutex>
+#include <thread>
 
 #include "config/options.h"
 #include "driver/real_driver.h"
@@ -194,6 +196,7 @@ void Tiering::before_launch(CUfunction f, CUstream stream, void** params, void**
   // A launch into a graph capture touches nothing now: what it names is the graph's (graph_touches.h).
   const std::uint64_t capture = captures ? capture_of(stream) : 0;
   if (capture == 0 && !pool_.any_host_mapped() && !mover_.copying()) return;
+  if (capture == 0) wait_for_queue_room();
   LaunchTouches& touches = seen->touches;
   touches.count = touches.dropped = touches.host = 0;
   const ParamLayout& layout = *layouts_.find(f);
@@ -242,6 +245,32 @@ void Tiering::before_launch(CUfunction f, CUstream stream, void** params, void**
     o(observer_context_.load(std::memory_order_relaxed), f, stream, touches);
 }
 
+void Tiering::wait_for_queue_room() {
+  const std::uint64_t limit = mover_.config().run_ahead;
+  if (mode_ != Mode::Auto || limit == 0) return;
+  HostWaitGate& gate = streams_.host_waits();
+  ProgressMarks& marks = mover_.progress();
+  // Two loads in the common case: no hold, or the device close behind.
+  if (!gate.closed() || marks.outstanding() < limit) return;
+  // Out of the overlap count while it waits, as a first launch at the gate (before_launch).
+  const bool overlap = mover_.config().overlap;
+  if (overlap) mover_.launch_ends();
+  bool counted = false;
+  // Marks behind a standing hold do not pass: this waits until the hold is released (the gate opens)
+  // or the device gets through enough of what came before it. Never unbounded: a hold that does not
+  // drain is given up within the hold timeout, which opens the gate.
+  for (;;) {
+    marks.passed();  // event queries: they do not wait for the driver's lock (progress_marks.h)
+    if (!gate.closed() || marks.outstanding() < limit) break;
+    if (!counted) {
+      counted = true;
+      queue_waits_.fetch_add(1, std::memory_order_relaxed);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  if (overlap) mover_.launch_begins();
+}
+
 std::uint64_t Tiering::capture_of(CUstream stream) {
   return graphs_.capturing() ? GraphTouches::capture_id(driver_, stream, true) : 0;
 }
@@ -280,6 +309,7 @@ void Tiering::before_transfer(Transfer kind, CUstream stream, std::span<const Tr
       return;  // Skipped: nothing runs until the graph does
     }
   if (!pool_.any_host_mapped() && !mover_.copying()) return;
+  wait_for_queue_room();
   LaunchTouches& touches = seen->touches;
   touches.count = touches.dropped = touches.host = 0;
   for (const TransferRange& r : ranges) add_range_touches(r.address, r.bytes, touches);
@@ -301,6 +331,7 @@ void Tiering::before_graph_launch(CUgraphExec exec, CUstream stream, LaunchSeen*
       return;
     }
   if (!pool_.any_host_mapped() && !mover_.copying()) return;
+  wait_for_queue_room();
   std::vector<GraphTouches::Range> ranges;
   if (!graphs_.launch_ranges(exec, &ranges)) {
     seen->read = LaunchSeen::Read::Unread;
@@ -479,6 +510,7 @@ Stats Tiering::stats() const {
   s.holds_extended = m.holds_extended;
   s.holds_broken = m.holds_broken;
   s.host_waits = streams_.host_waits().waited();
+  s.queue_waits = queue_waits_.load(std::memory_order_relaxed);
   s.mover_step = static_cast<std::uint64_t>(m.step);
   s.mover_step_seconds = m.step_ms / 1000;
   s.holds_standing = m.standing_holds;

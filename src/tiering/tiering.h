@@ -87,6 +87,7 @@ struct Stats {
   std::uint64_t holds_extended = 0;     // hold timeouts waited past: the device still passed progress marks
   std::uint64_t holds_broken = 0;       // times standing holds were released for a pool wait (their moves dropped)
   std::uint64_t host_waits = 0;         // program calls that waited at the host-wait gate during holds
+  std::uint64_t queue_waits = 0;        // launches, copies and memsets that waited for the device to catch up (run_ahead)
   // Now, not counts (what a program that seems stuck is waiting for): the mover's step (MoverStep) and
   // its age in whole seconds (Prometheus' base unit), the holds standing, whether the host-wait gate is closed and the calls waiting at it.
   std::uint64_t mover_step = 0;
@@ -179,6 +180,9 @@ class Tiering {
   mutable Mutex policy_mu_;  // the policy is single-threaded; launches come from any thread
   std::unique_ptr<Policy> policy_ UVMPOOL_GUARDED_BY(policy_mu_);
   void show_policy(const LaunchSeen& seen, CUstream stream);
+  // While a hold stands, keeps the program's launching thread out of the driver once it is run_ahead
+  // launches ahead of the device (MoverConfig::run_ahead, progress_marks.h). Under `auto` only.
+  void wait_for_queue_room();
   // Asks the mover for the pieces of [from, end) on `device` not in `to`'s tier, a run of them at a
   // time, none larger than a batch (an epoch's hold grows with what it moves). False: none asked.
   bool ask_moves(CUdeviceptr from, CUdeviceptr end, pool::Tier to, int device);
@@ -194,7 +198,7 @@ class Tiering {
   std::atomic<void*> observer_context_{nullptr};
   std::atomic<std::uint64_t> launches_read_{0}, launches_unread_{0}, pointers_{0}, host_pointers_{0},
       launches_in_place_{0}, transfers_read_{0}, transfers_in_place_{0}, prefetches_{0}, advice_calls_{0},
-      captured_{0}, graph_launches_read_{0}, graph_launches_unread_{0};
+      captured_{0}, graph_launches_read_{0}, graph_launches_unread_{0}, queue_waits_{0};
 };
 
 }  // namespace uvmpool::tiering

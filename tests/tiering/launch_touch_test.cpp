@@ -253,6 +253,70 @@ TEST_F(LaunchTouches_, AFunctionsFirstLaunchWaitsWhileTheMoverHoldsAndLaterOnesD
   seen.clear();
 }
 
+// Measured on an H200 (tests/gpu/hold_blocking.cu, 2026-11-28): a stream takes 1020 launches behind a
+// hold, the next waits inside the driver for room, and the mover's copies wait with it; scoreboard row
+// 7's job, which keeps its queue full, had every hold given up so. While a hold stands the program
+// runs at most run_ahead launches ahead of the device; the next waits outside the driver, where the
+// mover's copy does not wait for it, and goes on once the hold is released.
+TEST_F(LaunchTouches_, WhileAHoldStandsTheProgramRunsAtMostRunAheadLaunchesAheadOfTheDevice) {
+  allocate_both_tiers();
+  std::uint64_t count = 16;
+  std::uint32_t value = 1;
+  void* params[] = {&on_device, &count, &value};
+  ASSERT_CU(launch(fill, params));  // loaded: the launches below are not first launches
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  const std::uint64_t before = tiering->mover().progress().outstanding();
+  // The hold, as the mover places it: the gate closed, then a wait on a pinned flag.
+  void* flag_host = nullptr;
+  ASSERT_CU(drv().cuMemHostAlloc(&flag_host, 64, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+  auto* flag = static_cast<std::uint32_t*>(flag_host);
+  *flag = 0;
+  CUdeviceptr flag_device = 0;
+  ASSERT_CU(drv().cuMemHostGetDevicePointer_v2(&flag_device, flag_host, 0));
+  uvmpool::tiering::HostWaitGate& gate = streams.host_waits();
+  ASSERT_TRUE(gate.close(std::chrono::milliseconds(1000)));
+  CUstream mover_stream = nullptr;
+  ASSERT_CU(drv().cuStreamCreate(&mover_stream, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, flag_device, 1, CU_STREAM_WAIT_VALUE_GEQ));
+  // No ASSERT from here to the joins: the threads must be joined.
+  constexpr int kLaunches = 1500;  // past the 1020 the stream takes
+  std::atomic<int> launched{0};
+  std::thread program([&, context = ctx] {
+    drv().cuCtxSetCurrent(context);
+    for (int i = 0; i < kLaunches; ++i) {
+      EXPECT_CU(launch(fill, params));
+      launched.fetch_add(1);
+    }
+  });
+  // Until the program stops launching.
+  for (int last = -1; last != launched.load();) {
+    last = launched.load();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const std::uint64_t run_ahead = tiering->mover().config().run_ahead;
+  EXPECT_EQ(static_cast<std::uint64_t>(launched.load()), run_ahead - before) << "launches queued behind the hold";
+  EXPECT_EQ(tiering->stats().queue_waits, 1u);
+  // The mover's copy goes on.
+  std::atomic<bool> copied{false};
+  std::thread mover([&, context = ctx] {
+    drv().cuCtxSetCurrent(context);
+    EXPECT_CU(drv().cuMemcpyDtoDAsync_v2(spilled, on_device, kMiB, mover_stream));
+    copied = true;
+  });
+  for (int i = 0; i < 1000 && !copied; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(copied) << "the mover's copy waited for the program's launch";
+  __atomic_store_n(flag, 1u, __ATOMIC_RELEASE);
+  gate.open();
+  mover.join();
+  program.join();
+  EXPECT_EQ(launched.load(), kLaunches);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  ASSERT_CU(drv().cuStreamSynchronize(mover_stream));
+  drv().cuStreamDestroy_v2(mover_stream);
+  drv().cuMemFreeHost(flag_host);
+  seen.clear();
+}
+
 // The calls on a function that load it lazily besides its launch (its attributes, its occupancy,
 // cuFuncLoad; src/hooks/host_wait_hooks.cpp) wait at the gate while the mover holds, until one of them
 // or a launch has loaded it. A call that failed loaded nothing.
