@@ -288,11 +288,13 @@ TEST_F(LaunchTouches_, WhileAHoldStandsTheProgramRunsAtMostRunAheadLaunchesAhead
       launched.fetch_add(1);
     }
   });
-  // Until the program stops launching.
-  for (int last = -1; last != launched.load();) {
-    last = launched.load();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Until the program waits for room (or, without the bound, stops inside the driver), then a while.
+  for (int i = 0; i < 1000 && tiering->stats().queue_waits == 0; ++i) {
+    const int last = launched.load();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (last == launched.load() && last >= 1019) break;  // in the driver, its queue full
   }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const std::uint64_t run_ahead = tiering->mover().config().run_ahead;
   EXPECT_EQ(static_cast<std::uint64_t>(launched.load()), run_ahead - before) << "launches queued behind the hold";
   EXPECT_EQ(tiering->stats().queue_waits, 1u);
