@@ -209,6 +209,8 @@ void tiering_line(const Report& r, Lines& lines) {
   if (const Value extended = process(r, "tiering_holds_extended"); extended.value_or(0) != 0)
     s.add(extended, "hold timeouts waited past (the device busy)");
   if (const Value broken = process(r, "tiering_holds_broken"); broken.value_or(0) != 0) s.add(broken, "holds released for pool waits");
+  if (const Value waits = process(r, "tiering_queue_waits"); waits.value_or(0) != 0)
+    s.add(waits, "launches held back during holds (512 ahead of the device)");
   if (const std::string text = s.text(); !text.empty()) lines.add("  tiering: " + text);
   tiering_now_line(r, lines);
 }

@@ -107,7 +107,7 @@ def child(args):
         "uvmpool": report is not None,
         "peak_live_device": dev.get("peak_live_device_bytes"), "peak_live_host": dev.get("peak_live_host_bytes"),
         "tiering": {k: (report or {}).get("process", {}).get(k) for k in (
-            "tiering_moves", "tiering_promoted_bytes", "tiering_demoted_bytes", "tiering_holds_given_up", "tiering_holds_extended",
+            "tiering_moves", "tiering_promoted_bytes", "tiering_demoted_bytes", "tiering_holds_given_up", "tiering_holds_extended", "tiering_queue_waits",
             "launches_in_place", "tiering_period")} if report else None,
     })
 

@@ -132,6 +132,11 @@ TEST(Table, TieringLineOnlyOnceSomethingWasReadOrMoved) {
   set("tiering_holds_given_up", 2);
   std::string table = format_table(r, false);
   EXPECT_NE(table.find("; no period learned, 44 kept in place; 2 holds given up\n"), std::string::npos) << table;
+  set("tiering_queue_waits", 83);
+  table = format_table(r, false);
+  EXPECT_NE(table.find("; 2 holds given up, 83 launches held back during holds (512 ahead of the device)\n"),
+            std::string::npos)
+      << table;
   set("launches_read", 0);
   set("tiering_moves", 0);
   table = format_table(r, false);
