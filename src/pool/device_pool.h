@@ -269,7 +269,6 @@ class DevicePool {
   // here and nowhere else.
   void swap_pieces(const Move& m, std::size_t first, std::span<const Chunk> old) UVMPOOL_REQUIRES(mu_);
   void forget_range(const Move& m) UVMPOOL_REQUIRES(mu_);  // the move's range off its mapping's list
-  void drop_staging(const Move& m) UVMPOOL_REQUIRES(mu_);  // the staging mapping unmapped, its range given back
   void wait_while_moving(const Block* b);
   void wait_while_moving(const Slab* s);
 

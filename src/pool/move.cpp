@@ -5,13 +5,15 @@
 //
 // The steps, which the caller sequences (Pool::prepare_move says what each answers):
 //   1. prepare: claim the owner (a mapping: live, cached or freed on a stream; or a slab), take
-//      target pieces in the other tier for the same granules, and map them at a staging address
-//      (one handle may be mapped at two addresses). Refused, nothing is held.
-//   2. copy: cuMemcpyDtoDAsync from the pieces to the staging mapping, on the caller's stream
+//      target pieces in the other tier for the same granules, each with its staging mapping (one
+//      handle may be mapped at two addresses; Vmm::staging keeps a piece's from its first move until
+//      the piece is released, so a buffer moving back and forth maps nothing here after its first
+//      round trip). Refused, nothing is held.
+//   2. copy: cuMemcpyDtoDAsync from the pieces to the staging mappings, on the caller's stream
 //      (a copy engine's), which the caller waits for.
 //   3. commit: unmap the old pieces, map the new ones at the same address and set access
 //      (Vmm::remap, all or nothing: failing, the old mapping is restored and the move stays
-//      prepared); then the staging mapping goes, the old pieces go back to their tier, and
+//      prepared); the old pieces go back to their tier (with their staging mappings, if any), and
 //      swap_pieces updates the descriptor and every figure.
 //   abort (instead of 3): the target goes back; the old mapping was never touched.
 //
@@ -100,31 +102,48 @@ CUresult DevicePool::prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Mov
   }
   m->owner = e;
   CUresult r = take_target(m->bytes / chunk_, to, &m->target, waits);
-  if (r == CUDA_SUCCESS) {
-    r = take_range(m->bytes, &m->staging);
-    if (r != CUDA_SUCCESS) m->staging = 0;
-  }
-  if (r == CUDA_SUCCESS) {
-    r = vmm_.map(m->staging, m->target, chunk_);
-    if (r != CUDA_SUCCESS) {
-      ranges_.give_back(m->staging, m->bytes);
-      m->staging = 0;
-    }
+  m->staged.clear();
+  m->chunk_size = chunk_;
+  for (std::size_t i = 0; r == CUDA_SUCCESS && i < m->target.size(); ++i) {
+    CUdeviceptr va = 0;
+    r = vmm_.staging(m->target[i], chunk_, &va);  // kept from an earlier move of the piece, or made now
+    m->staged.push_back(va);
   }
   if (r != CUDA_SUCCESS) {
-    return_chunks(m->target);
+    m->staged.clear();
+    return_chunks(m->target);  // with the staging mappings made: the next move of those pieces uses them
     moves_failed_.fetch_add(1, std::memory_order_relaxed);
     log::debug("device {}: a move of {} bytes at {:#x} to the {} tier refused ({})", device_, m->bytes, m->address,
                to == Tier::Host ? "host" : "device", static_cast<int>(r));
     return refuse(r);
   }
+  m->staging = m->staged.front();
   if (b != nullptr) b->moving.emplace_back(m->address, m->bytes);
   moves_in_flight_.fetch_add(1, std::memory_order_relaxed);
   return CUDA_SUCCESS;
 }
 
 CUresult DevicePool::copy_move(const Move& m, CUstream stream) {
-  return d_.cuMemcpyDtoDAsync_v2(m.staging, m.address, m.bytes, stream);
+  // One copy per new piece, each to its staging mapping; adjacent ones in one where their staging
+  // mappings happen to be adjacent too.
+  CUdeviceptr from = m.address, to = 0;
+  std::size_t run = 0;
+  for (std::size_t i = 0; i <= m.target.size(); ++i) {
+    const std::size_t bytes = i < m.target.size() ? m.target[i].granules * chunk_ : 0;
+    if (i < m.target.size() && run != 0 && m.staged[i] == to + run) {
+      run += bytes;
+      continue;
+    }
+    if (run != 0) {
+      if (const CUresult r = d_.cuMemcpyDtoDAsync_v2(to, from, run, stream); r != CUDA_SUCCESS) return r;
+      from += run;
+    }
+    if (i < m.target.size()) {
+      to = m.staged[i];
+      run = bytes;
+    }
+  }
+  return CUDA_SUCCESS;
 }
 
 CUresult DevicePool::commit_move(Move* m) {
@@ -185,7 +204,6 @@ CUresult DevicePool::commit_locked(Move* m, bool quiesced) {
               m->bytes, m->address, static_cast<int>(r));
     return r;  // still prepared: commit again or abort
   }
-  drop_staging(*m);
   swap_pieces(*m, first, old);
   return_chunks(old);
   forget_range(*m);
@@ -193,27 +211,19 @@ CUresult DevicePool::commit_locked(Move* m, bool quiesced) {
   moves_in_flight_.fetch_sub(1, std::memory_order_relaxed);
   moves_.fetch_add(1, std::memory_order_relaxed);
   m->staging = 0;
+  m->staged.clear();
   m->target.clear();
   return CUDA_SUCCESS;
 }
 
 void DevicePool::abort_locked(Move* m) {
-  drop_staging(*m);
-  return_chunks(m->target);
+  return_chunks(m->target);  // their staging mappings stay with them
   forget_range(*m);
   end_move(m->owner);
   moves_in_flight_.fetch_sub(1, std::memory_order_relaxed);
   m->staging = 0;
+  m->staged.clear();
   m->target.clear();
-}
-
-void DevicePool::drop_staging(const Move& m) {
-  if (vmm_.unmap(m.staging, m.target, chunk_)) {
-    ranges_.give_back(m.staging, m.bytes);
-  } else {
-    // Still mapped there: the range stays out of use (a later mapping would collide with it).
-    log::warn("device {}: a move's staging range at {:#x} stays reserved, unused", device_, m.staging);
-  }
 }
 
 CUresult DevicePool::claim_block(Block* b) {

@@ -80,12 +80,25 @@ struct Move {
   CUdeviceptr address = 0;  // the pieces that move: whole pieces covering the bytes asked for
   std::size_t bytes = 0;
   Tier to = Tier::Device;
-  CUdeviceptr staging = 0;  // the new pieces, mapped here too until the commit: the copy's target.
-                            // 0: nothing to move (already in `to`), and nothing held
+  CUdeviceptr staging = 0;  // where the first new piece is mapped too (its staging mapping): the
+                            // copy's target. 0: nothing to move (already in `to`), and nothing held
+  std::vector<CUdeviceptr> staged;  // each new piece's staging address (Vmm::staging), in order
   // The pool's own.
   int device = -1;
   std::uintptr_t owner = 0;              // the address map's entry: a mapping or a slab
   std::vector<Chunk> target;             // the new pieces
+  std::size_t chunk_size = 0;            // the pool's granule: target[i] covers granules * chunk_size
+
+  // Where the byte at `p` (in [address, address + bytes)) lands before the commit.
+  CUdeviceptr staging_of(CUdeviceptr p) const {
+    CUdeviceptr at = address;
+    for (std::size_t i = 0; i < target.size(); ++i) {
+      const CUdeviceptr next = at + target[i].granules * chunk_size;
+      if (p < next) return staged[i] + (p - at);
+      at = next;
+    }
+    return 0;
+  }
 };
 
 // Whether preparing a move may wait for the device (Pool::prepare_move). Taking an idle mapping apart

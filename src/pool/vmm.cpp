@@ -82,9 +82,65 @@ CUresult Vmm::create_chunks(std::span<Handle> out, std::size_t size, Tier tier) 
 
 void Vmm::release_chunks(std::span<const Handle> chunks) const {
   for (Handle h : chunks) {
+    drop_staging(h);
     const CUresult r = d_.cuMemRelease(h);
     if (r != CUDA_SUCCESS) log::warn("cuMemRelease of a pool chunk failed ({}); its memory may leak", static_cast<int>(r));
   }
+}
+
+CUresult Vmm::staging(const Chunk& piece, std::size_t chunk_size, CUdeviceptr* va) const {
+  {
+    MutexLock lock(staging_mu_);
+    if (const auto it = staging_.find(piece.handle); it != staging_.end()) {
+      *va = it->second.va;
+      return CUDA_SUCCESS;
+    }
+  }
+  // Made outside the lock: only the move that took the piece can ask for it now.
+  const std::size_t bytes = piece.granules * chunk_size;
+  CUdeviceptr at = 0;
+  if (const CUresult r = reserve(&at, bytes, chunk_size); r != CUDA_SUCCESS) return r;
+  CUresult r = d_.cuMemMap(at, bytes, 0, piece.handle, 0);
+  if (r == CUDA_SUCCESS) {
+    // The copy runs on this device's copy engine: no peer needs the staging address.
+    CUmemAccessDesc access{};
+    access.location = {CU_MEM_LOCATION_TYPE_DEVICE, device_};
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    r = d_.cuMemSetAccess(at, bytes, &access, 1);
+    if (r != CUDA_SUCCESS && d_.cuMemUnmap(at, bytes) != CUDA_SUCCESS) {
+      log::warn("device {}: a staging mapping at {:#x} stays, unused", device_, at);
+      return r;  // the reservation stays too: the range is still mapped
+    }
+  }
+  if (r != CUDA_SUCCESS) {
+    free_reservation(at, bytes);
+    return r;
+  }
+  MutexLock lock(staging_mu_);
+  staging_.emplace(piece.handle, Staging{at, bytes});
+  *va = at;
+  return CUDA_SUCCESS;
+}
+
+std::size_t Vmm::staging_mappings() const {
+  MutexLock lock(staging_mu_);
+  return staging_.size();
+}
+
+void Vmm::drop_staging(Handle h) const {
+  Staging s{};
+  {
+    MutexLock lock(staging_mu_);
+    const auto it = staging_.find(h);
+    if (it == staging_.end()) return;
+    s = it->second;
+    staging_.erase(it);
+  }
+  if (d_.cuMemUnmap(s.va, s.bytes) != CUDA_SUCCESS && d_.cuMemUnmap(s.va, s.bytes) != CUDA_SUCCESS) {
+    log::warn("device {}: a staging mapping at {:#x} could not be unmapped; its range stays reserved", device_, s.va);
+    return;
+  }
+  free_reservation(s.va, s.bytes);
 }
 
 CUresult Vmm::reserve(CUdeviceptr* va, std::size_t size, std::size_t alignment) const {
