@@ -186,6 +186,24 @@ std::uint64_t DevicePool::promotion_room() {
   return room;
 }
 
+std::optional<CUdeviceptr> DevicePool::promotable_end(CUdeviceptr base, std::uint64_t room) {
+  if (!mu_.try_lock()) return std::nullopt;  // a launching thread asks: it never waits for a commit
+  const Block* b = as_block(map_.lookup(base));
+  CUdeviceptr end = base;
+  if (b != nullptr && b->owner == this && b->base == base) {
+    std::uint64_t left = room / chunk_;
+    for (const Chunk& c : b->chunks) {
+      if (c.tier == Tier::Host) {
+        if (c.granules > left) break;
+        left -= c.granules;
+      }
+      end += c.granules * chunk_;
+    }
+  }
+  mu_.unlock();
+  return end;
+}
+
 CUresult DevicePool::commit_locked(Move* m, bool quiesced) {
   // The pieces at the move's range, found again: other moves of the same mapping (of other ranges)
   // may have changed the pieces before them since.
@@ -338,21 +356,33 @@ CUresult DevicePool::take_target(std::size_t n, Tier tier, std::vector<Chunk>* o
     }
     return CUDA_SUCCESS;
   }
-  // Whole host extents while n holds one, as on the device (each is one mapping at the staging
-  // address and one at the commit, where chunks cost a mapping each), then chunks for the rest.
-  if (extent_granules_ != 0 && n >= extent_granules_) {
-    host_->take_extents(n / extent_granules_, static_cast<std::uint32_t>(extent_granules_), out);
+  // Host extents, for a range of at least one: whole ones while n holds one, as on the device, then
+  // halves, quarters and so on down to two chunks (n's binary digits), then chunks for what is left:
+  // each piece costs one mapping at the commit, and a host mapping's cuMemSetAccess and cuMemUnmap
+  // cost about 61 and 31 us whatever its size (H200), so a demoted 44 MiB is three host pieces
+  // (32 + 8 + 4), not one and six chunks. Host extents are pinned for moves only, so their sizes
+  // follow what moves: the same buffers moving each step find their sizes in the stock
+  // (HostReserve::take_extents). Laid out smallest first (the chunk, then 4, 8, 32 MiB), so that a
+  // promotion of the range's start, which is what the room for part of it takes
+  // (Pool::promotable_end), finds small pieces there. A range smaller than an extent stays in
+  // chunks: there the room left for part of a buffer (the thrash guard's, which reads the rest in
+  // place) would go unused for want of a piece that fits it (`ThrashGuard_.WeightsReadOnce...`: 8 MiB
+  // weights as single host extents left it 15% slower than the guard fixed on, modeled).
+  std::size_t rest = n;
+  for (std::size_t g = extent_granules_; g >= 2 && rest >= 2 && n >= extent_granules_; g /= 2) {
+    if (rest >= g) rest -= g * host_->take_extents(rest / g, static_cast<std::uint32_t>(g), out);
   }
-  const std::size_t rest = n - granules_of(*out);
-  if (rest == 0) return CUDA_SUCCESS;
-  if (may_evict && host_->size() < rest) unmap_host_runs(rest);
-  CUresult r = host_->take(rest, out);
-  if (r != CUDA_SUCCESS && may_evict && evict_spilled(false) != 0) r = host_->take(rest, out);
-  if (r != CUDA_SUCCESS) {
-    return_chunks(*out);  // the extents taken go back to the stock
-    out->clear();
-    return CUDA_ERROR_OUT_OF_MEMORY;
+  if (rest != 0) {
+    if (may_evict && host_->size() < rest) unmap_host_runs(rest);
+    CUresult r = host_->take(rest, out);
+    if (r != CUDA_SUCCESS && may_evict && evict_spilled(false) != 0) r = host_->take(rest, out);
+    if (r != CUDA_SUCCESS) {
+      return_chunks(*out);  // the extents taken go back to the stock
+      out->clear();
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
   }
+  std::reverse(out->begin(), out->end());
   return CUDA_SUCCESS;
 }
 

@@ -314,6 +314,12 @@ std::uint64_t Pool::promotion_room(int device) {
   return p != nullptr ? p->promotion_room() : 0;
 }
 
+std::optional<CUdeviceptr> Pool::promotable_end(int device, CUdeviceptr base, std::uint64_t room) {
+  if (device < 0 || device >= kMaxDevices) return std::nullopt;
+  DevicePool* p = devices_->pools[device].load(std::memory_order_acquire);
+  return p != nullptr ? p->promotable_end(base, room) : std::nullopt;
+}
+
 bool Pool::in_pool_space(CUdeviceptr p) const { return devices_->map.contains(p); }
 
 Pool::Probe Pool::probe(CUdeviceptr p) const {

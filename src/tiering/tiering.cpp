@@ -84,7 +84,12 @@ class Tiering::PoolWorld : public Policy::World {
 
   bool promote_part(const Policy::Buffer& b, std::uint64_t room) override {
     // The range from the start that holds as many host pieces as the room takes: the mover asked for
-    // it moves only those (Tiering::ask_moves).
+    // it moves only those (Tiering::ask_moves). The pool knows the pieces (a demoted range's host
+    // extents are larger than a granule and move whole); while its lock is busy, granules stand in.
+    if (const std::optional<CUdeviceptr> end = pool_.promotable_end(device_, b.base, room)) {
+      return *end != b.base && host_bytes({b.base, b.base, *end - b.base}) != 0 &&
+             ask_(b.base, *end, pool::Tier::Device, device_);
+    }
     const std::uint64_t granule = std::max<std::uint64_t>(pool_.stats(device_).chunk_size, 1);
     std::uint64_t pieces = room / granule;
     CUdeviceptr end = b.base;

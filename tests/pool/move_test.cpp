@@ -47,6 +47,15 @@ class Moves : public SpillTest {
     return r;
   }
 
+  // 32 MiB extents, no host reserve (the host tier pins what a move needs), no background thread.
+  std::unique_ptr<Pool> extents_pool() {
+    PoolConfig config = spill_config(128 * kMiB, 128 * kMiB, 0);
+    config.extent_size = 32 * kMiB;
+    auto pool = make_pool(config);
+    pool->stop_background();
+    return pool;
+  }
+
   CUstream stream = nullptr;
 };
 
@@ -103,7 +112,9 @@ TEST_F(Moves, ALiveAllocationGoesToHostAndBackWithItsBytes) {
 // staging mappings go with their pieces: nothing leaks once the pool is gone.
 TEST_F(Moves, APieceKeepsItsStagingMappingSoLaterRoundTripsMapOnlyAtTheirCommits) {
   {
-    auto pool = make_pool(spill_config(128 * kMiB, 64 * kMiB, 8 * kMiB));
+    PoolConfig config = spill_config(128 * kMiB, 64 * kMiB, 8 * kMiB);
+    config.extent_size = 0;  // four pieces each way: chunks on both sides
+    auto pool = make_pool(config);
     pool->stop_background();
     const std::size_t bytes = 4 * gran;
     const CUdeviceptr p = must_allocate(*pool, bytes);
@@ -143,7 +154,9 @@ TEST_F(Moves, APieceKeepsItsStagingMappingSoLaterRoundTripsMapOnlyAtTheirCommits
 }
 
 TEST_F(Moves, PartOfAnAllocationMovesAndTheHostFigureIsExact) {
-  auto pool = make_pool(spill_config(128 * kMiB));
+  PoolConfig config = spill_config(128 * kMiB);
+  config.extent_size = 0;  // chunk by chunk: with host extents the host pieces would be larger
+  auto pool = make_pool(config);
   pool->stop_background();
   const std::size_t bytes = 7 * gran + 12345;  // the last chunk partly used
   const CUdeviceptr p = must_allocate(*pool, bytes);
@@ -278,6 +291,65 @@ TEST_F(Moves, AnExtentGoesToHostAsAHostExtentAndComesBackAsAnExtent) {
   EXPECT_EQ(pool->check_invariants(), "");
 }
 
+// A demotion's host pieces follow the binary digits of its size in chunks, from the extent size down
+// to two chunks: 44 MiB (22 chunks) is host extents of 32, 8 and 4 MiB, three mappings at the commit
+// where one extent and six chunks made seven (cuMemSetAccess and cuMemUnmap of a host mapping cost
+// about 61 and 31 us on an H200, whatever its size). The next round trip finds the same sizes in
+// the stock and pins nothing.
+TEST_F(Moves, ADemotionTakesHostExtentsOfItsSizesBinaryDigits) {
+  auto pool = extents_pool();
+  const std::size_t bytes = 44 * kMiB;
+  const CUdeviceptr p = must_allocate(*pool, bytes);
+  fill(p, bytes, 12);
+  const auto maps = [] { return sim().call_count("cuMemMap"); };
+  unsigned long long before = maps();
+  ASSERT_CU(move(*pool, p, bytes, Tier::Host));
+  EXPECT_EQ(maps() - before, 6u) << "three host pieces, each staged once and mapped at the commit";
+  EXPECT_EQ(tiers(p, bytes, gran), std::string(22, 'H'));
+  EXPECT_TRUE(holds(p, bytes, 12));
+  DeviceStats s = pool->stats(0);
+  EXPECT_EQ(s.host_chunks_mapped, 22u);
+  const std::uint64_t pinned = s.host_chunks_pinned_inline;
+  EXPECT_EQ(pool->check_invariants(), "");
+  for (int round = 1; round <= 2; ++round) {
+    SCOPED_TRACE("round trip " + std::to_string(round));
+    ASSERT_CU(move(*pool, p, bytes, Tier::Device));
+    EXPECT_EQ(tiers(p, bytes, gran), std::string(22, 'D'));
+    before = maps();
+    ASSERT_CU(move(*pool, p, bytes, Tier::Host));
+    EXPECT_EQ(maps() - before, 3u) << "the stock's three extents, staged already: the commit's maps only";
+    EXPECT_TRUE(holds(p, bytes, 12));
+    EXPECT_EQ(pool->stats(0).host_chunks_pinned_inline, pinned) << "nothing pinned again";
+    EXPECT_EQ(pool->check_invariants(), "");
+  }
+  must_free(*pool, p);
+  EXPECT_EQ(pool->check_invariants(), "");
+}
+
+// Part of a demoted range comes back as whole pieces from its start (Pool::promotable_end): host
+// extents cannot be cut, so the room has to take each piece whole. The demotion lays them out
+// smallest first (4, 8, 32 MiB for 44), so little room already brings back the start.
+TEST_F(Moves, PartOfADemotedRangeComesBackAsTheWholePiecesAtItsStartThatTheRoomTakes) {
+  auto pool = extents_pool();
+  const std::size_t bytes = 44 * kMiB;
+  const CUdeviceptr p = must_allocate(*pool, bytes);
+  fill(p, bytes, 13);
+  ASSERT_CU(move(*pool, p, bytes, Tier::Host));
+  EXPECT_EQ(pool->promotable_end(0, p, 0), p) << "no room, nothing";
+  EXPECT_EQ(pool->promotable_end(0, p, 3 * kMiB), p) << "the first piece is 4 MiB";
+  EXPECT_EQ(pool->promotable_end(0, p, 10 * kMiB), p + 4 * kMiB) << "4 MiB, not the 8 after it";
+  EXPECT_EQ(pool->promotable_end(0, p, 12 * kMiB), p + 12 * kMiB);
+  EXPECT_EQ(pool->promotable_end(0, p, bytes), p + bytes);
+  EXPECT_EQ(pool->promotable_end(0, p + gran, bytes), p + gran) << "not a mapping's start";
+  ASSERT_CU(move(*pool, p, 12 * kMiB, Tier::Device));
+  EXPECT_EQ(tiers(p, bytes, gran), std::string(6, 'D') + std::string(16, 'H'));
+  EXPECT_TRUE(holds(p, bytes, 13));
+  // The device part costs no room again: the next host piece is the 32 MiB.
+  EXPECT_EQ(pool->promotable_end(0, p, 8 * kMiB), p + 12 * kMiB);
+  EXPECT_EQ(pool->check_invariants(), "");
+  must_free(*pool, p);
+}
+
 TEST_F(Moves, HostExtentsKeptForMovesGiveWayToASpillAtTheHostLimit) {
   // 64 MiB of host memory in all: 32 MiB stay pinned as a host extent after a round trip, and a spill
   // of 48 MiB then needs them.
@@ -330,7 +402,9 @@ TEST_F(Moves, AHostExtentInACachedMappingIsNeverCutAsARun) {
 }
 
 TEST_F(Moves, ACachedMappingMovesAndServesTheNextAllocation) {
-  auto pool = make_pool(spill_config(128 * kMiB));
+  PoolConfig config = spill_config(128 * kMiB);
+  config.extent_size = 0;  // host chunks, which a host run is made of (a host extent is never cut as one)
+  auto pool = make_pool(config);
   pool->stop_background();
   const std::size_t bytes = 8 * gran;
   const CUdeviceptr p = must_allocate(*pool, bytes);
@@ -360,7 +434,9 @@ TEST_F(Moves, ACachedMappingMovesAndServesTheNextAllocation) {
 
 TEST_F(Moves, AMappingFreedOnAStreamMovesAndIsCachedWhenItsWorkEnds) {
   REQUIRE_SIM_CONTROL(hold_stream, "uvmpool_sim_hold_stream");
-  auto pool = make_pool(spill_config(128 * kMiB));
+  PoolConfig config = spill_config(128 * kMiB);
+  config.extent_size = 0;  // host chunks, which a host run is made of
+  auto pool = make_pool(config);
   pool->stop_background();
   CUstream a = nullptr;
   ASSERT_CU(drv().cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
@@ -608,9 +684,10 @@ TEST_P(MoveFault, EveryStepRollsBack) {
       EXPECT_EQ(pool->check_invariants(), "");
       EXPECT_TRUE(holds(p, bytes, 6));
       if (r == CUDA_SUCCESS) {
-        // Only an unmap the pool asks again (Vmm::unmap: an idle mapping taken apart for room) can
-        // fail without failing the move.
-        EXPECT_STREQ(f.function, "cuMemUnmap");
+        // Only an unmap the pool asks again (Vmm::unmap: an idle mapping taken apart for room), or a
+        // host extent that could not be pinned (smaller pieces stand in), can fail without failing
+        // the move.
+        EXPECT_TRUE(std::string(f.function) == "cuMemUnmap" || std::string(f.function) == "cuMemCreate") << f.function;
         EXPECT_EQ(tiers(p, bytes, gran), to);
         survived_a_failure = true;
       } else {
