@@ -122,11 +122,6 @@ CUresult Vmm::staging(const Chunk& piece, std::size_t chunk_size, CUdeviceptr* v
   return CUDA_SUCCESS;
 }
 
-std::size_t Vmm::staging_mappings() const {
-  MutexLock lock(staging_mu_);
-  return staging_.size();
-}
-
 void Vmm::drop_staging(Handle h) const {
   Staging s{};
   {

@@ -97,11 +97,9 @@ class Vmm {
   // as much as the remap itself, and a buffer that moves back and forth each step used to pay them
   // at every move; a kept mapping costs address space only. `va` is where the piece can be written.
   CUresult staging(const Chunk& piece, std::size_t chunk_size, CUdeviceptr* va) const;
-  std::size_t staging_mappings() const;  // held now (tests, statistics)
 
  private:
   void drop_staging(Handle h) const;  // before the handle is released
-
 
   const driver::Table& d_;
   int device_;
