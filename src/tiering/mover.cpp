@@ -262,6 +262,20 @@ CUresult Mover::ensure_resources(int device) {
 bool Mover::record_on_streams(bool gate, std::uint32_t value, Held* held) {
   // A pool path waiting for the device now would never see its wait end behind this hold.
   if (gate && !breaker_.may_hold(value, gate_opens_)) return false;
+  // A hold is an event and then a wait on each stream: work another thread queued between the two
+  // would run on, unseen by the event, while the commit remaps its memory (the simulator's race
+  // detector caught a copy so; on an H200 a kernel hit the unmapped range, error 700). The program's
+  // launches, copies and memsets wait at the submission gate meanwhile (host_wait_gate.h).
+  if (gate && !streams_.submissions().close(config_.gate_patience)) {
+    log::debug("tiering: a launch of the program stayed in the driver; the hold is put off");
+    return false;
+  }
+  struct Reopen {
+    HostWaitGate* gate;
+    ~Reopen() {
+      if (gate != nullptr) gate->open();
+    }
+  } reopen{gate ? &streams_.submissions() : nullptr};
   std::vector<CUcontext> gone;
   const CUdeviceptr flag = flag_device_;
   const bool recorded = streams_.with_targets([&](const std::vector<StreamRegistry::Target>& targets,
@@ -658,6 +672,7 @@ CUresult Mover::finish(Placed* placed) {
   }
   const bool gate_closed = placed != nullptr ? placed->standing : streams_.host_waits().close(config_.hold_timeout);
   std::unique_lock<std::mutex> window;  // the breaker's commit window (open_commit), closed after the commit
+  bool remaps_closed = false;           // the submission gate, closed for the commit's remaps
   // Called by the pool inside this epoch (epoch_mu_ held throughout).
   const pool::Quiesce quiesce = [&](std::span<char> commit) UVMPOOL_REQUIRES(epoch_mu_) {
     set_step(MoverStep::Draining);  // the pool's lock is held from here to the end of the remaps
@@ -710,6 +725,15 @@ CUresult Mover::finish(Placed* placed) {
       for (std::size_t i = 0; i < e.moves.size(); ++i) commit[i] = e.copied[i];
     }
     if (watchdog.stop()) return false;
+    // The program's copies and memsets stay out of the driver during the remaps (the submission gate,
+    // host_wait_gate.h; launches wait there too, harmlessly: their work queues behind the hold): the driver resolves
+    // their addresses when they are called, and one called while its range is unmapped is refused
+    // (INVALID_VALUE) or, for cuMemcpyAsync, waits for the held work and breaks the context (H200,
+    // tests/gpu/remap_enqueue.py). Calls already inside are only queueing work behind the hold; one
+    // that stays (waiting for queue room) keeps the remaps off: nothing commits.
+    set_step(MoverStep::ClosingGate);
+    if (!streams_.submissions().close(config_.gate_patience)) return false;
+    remaps_closed = true;
     // No break passes from here to the end of the remaps (the window closes after commit_quiesced);
     // one that came before means the streams ran on, and nothing commits.
     set_step(MoverStep::Committing);
@@ -720,6 +744,7 @@ CUresult Mover::finish(Placed* placed) {
   std::vector<CUresult> results(e.moves.size(), CUDA_ERROR_NOT_READY);
   set_step(MoverStep::WaitingForPool);
   pool_.commit_quiesced(e.device, pointers, quiesce, results);
+  if (remaps_closed) streams_.submissions().open();
   if (window.owns_lock()) window.unlock();
   set_step(MoverStep::Idle);
   if (placed == nullptr) epoch_ = value;

@@ -81,6 +81,10 @@ class StreamRegistry {
   // The program's calls that wait on the host for queued work pass it; the mover closes it around
   // each hold (host_wait_gate.h says why).
   HostWaitGate& host_waits() { return host_waits_; }
+  // The program's calls that queue work touching memory (launches, copies, memsets, graph launches:
+  // hooks/shown.h) pass it from entering the driver to returning; the mover closes it while it places
+  // a hold and around a commit's remaps (host_wait_gate.h, "The submission gate").
+  HostWaitGate& submissions() { return submissions_; }
 
  private:
   void add_context_locked(CUcontext context) UVMPOOL_REQUIRES(mu_);
@@ -92,6 +96,7 @@ class StreamRegistry {
   std::atomic<std::uint64_t> generation_{1};
   std::atomic<bool> keep_retiring_{false};  // renewed when a context is forgotten (see saw_context)
   HostWaitGate host_waits_;
+  HostWaitGate submissions_;
 };
 
 }  // namespace uvmpool::tiering

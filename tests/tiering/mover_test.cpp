@@ -1006,6 +1006,54 @@ TEST_F(Mover_, AProgramsCopyDuringAHoldWaitsAtTheGateAndTheEpochCommits) {
   EXPECT_EQ(back, pageable);
 }
 
+TEST_F(Mover_, AProgramsMemsetsAndCopiesDuringAnEpochPassTheSubmissionGateAndAllLand) {
+  // The driver resolves a memset's or a copy's addresses when it is called, not when it runs: called
+  // while a commit has the range unmapped, cuMemsetD32Async and cuMemcpyDtoDAsync answer
+  // CUDA_ERROR_INVALID_VALUE, and cuMemcpyAsync waits for the held work and breaks the context (H200,
+  // driver 580, tests/gpu/remap_enqueue.py; queued before the remap, they land in the new pieces). The
+  // simulator refuses such calls alike. And a hold is an event and then a wait on each stream: a
+  // copy queued between the two ran on during the remap (the race detector's report). A program
+  // thread here memsets and copies into the memory moving back and forth, on the held stream, passing
+  // the submission gate as the hooks do (hooks/shown.h): every call must succeed, the race detector
+  // see nothing (TearDown), and the last value written be there at the end.
+  allocate_both_tiers();
+  ASSERT_CU(drv().cuMemsetD32_v2(on_device, 0x5eed, kMiB / 4));
+  make_mover();
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint32_t> last{0};
+  std::atomic<int> refused{0};
+  std::atomic<CUresult> first_refusal{CUDA_SUCCESS};
+  std::thread program([&, context = ctx] {
+    drv().cuCtxSetCurrent(context);
+    for (std::uint32_t i = 1; !stop; ++i) {
+      CUresult r = CUDA_SUCCESS;
+      {
+        const uvmpool::tiering::HostWaitGate::Pass pass(streams.submissions());
+        r = i % 2 != 0 ? drv().cuMemsetD32Async(in_host, i, kMiB / 4, stream)
+                       : drv().cuMemcpyDtoDAsync_v2(in_host + kMiB, on_device, kMiB, stream);
+      }
+      if (r != CUDA_SUCCESS && refused++ == 0) first_refusal = r;
+      if (r == CUDA_SUCCESS && i % 2 != 0) last = i;
+      if (i % 16 == 0) drv().cuStreamSynchronize(stream);  // bounded queue: waits for the hold, if one stands
+    }
+  });
+  CUresult epochs = CUDA_SUCCESS;
+  for (int round = 0; round < 40 && refused == 0 && epochs == CUDA_SUCCESS; ++round) {
+    EXPECT_TRUE(mover->request(in_host, 4 * kMiB, round % 2 == 0 ? Tier::Device : Tier::Host));
+    epochs = mover->run_epoch();
+  }
+  stop = true;
+  program.join();
+  ASSERT_CU(epochs);
+  EXPECT_EQ(refused, 0) << "a call made during a remap was refused (" << static_cast<int>(first_refusal.load()) << ")";
+  const auto s = mover->stats();
+  EXPECT_GE(s.moves, 2u);
+  EXPECT_EQ(s.holds_given_up, 0u);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_TRUE(all_equal(in_host, kMiB, last)) << "a memset was lost";
+  EXPECT_TRUE(all_equal(in_host + kMiB, kMiB, 0x5eed)) << "a copy was lost";
+}
+
 TEST_F(Mover_, AHoldWaitsForACallInsideTheGateOrIsPutOff) {
   // A copy that entered the driver before the hold ends without it (its work was queued first), so
   // the mover waits for it to leave; one that stays past the hold timeout puts the epoch off, and
