@@ -18,36 +18,43 @@ class Shown {
   Shown(CUfunction f, CUstream stream, void** params, void** extra)
       : tiering_(tiering::Tiering::process()), stream_(stream) {
     if (tiering_ != nullptr) tiering_->before_launch(f, stream, params, extra, &seen_);
-    queue();
+    queue(false);
   }
   Shown(tiering::Transfer kind, CUstream stream, std::span<const tiering::TransferRange> ranges)
       : tiering_(tiering::Tiering::process()), stream_(stream) {
     if (tiering_ != nullptr) tiering_->before_transfer(kind, stream, ranges, &seen_);
-    queue();
+    queue(true);
   }
   Shown(CUgraphExec exec, CUstream stream) : tiering_(tiering::Tiering::process()), stream_(stream) {
     if (tiering_ != nullptr) tiering_->before_graph_launch(exec, stream, &seen_);
-    queue();
+    queue(true);
   }
   ~Shown() {
-    queued_.reset();  // the driver call is over: the gate's holder may be waiting for it
+    resolved_.reset();  // the driver call is over: a gate's closer may be waiting for it
+    queued_.reset();
     if (tiering_ != nullptr) tiering_->after_launch(seen_, stream_);
   }
   Shown(const Shown&) = delete;
   Shown& operator=(const Shown&) = delete;
 
  private:
-  // Through the submission gate (host_wait_gate.h) for the driver call alone: after the before_*
-  // call, which may wait for queue room or take the pool's locks, and out again before after_launch,
-  // so a thread inside waits for nothing the gate's closer holds.
-  void queue() {
-    if (tiering_ != nullptr) queued_.emplace(tiering::StreamRegistry::process().submissions());
+  // Through the submission gates (host_wait_gate.h, tiering/streams.h) for the driver call alone:
+  // after the before_* call, which may wait for queue room or take the pool's locks, and out again
+  // before after_launch, so a thread inside waits for nothing a gate's closer holds. `resolved`: the
+  // driver resolves the call's addresses when it is called (copies, memsets, graph launches), so it
+  // stays out of the remaps too.
+  void queue(bool resolved) {
+    if (tiering_ == nullptr) return;
+    tiering::StreamRegistry& streams = tiering::StreamRegistry::process();
+    queued_.emplace(streams.submissions());
+    if (resolved) resolved_.emplace(streams.remaps());
   }
 
   tiering::Tiering* tiering_;
   CUstream stream_;
   tiering::LaunchSeen seen_;  // not zeroed: the before_* calls fill what after_launch reads
-  std::optional<tiering::HostWaitGate::Pass> queued_;  // only around the driver call
+  std::optional<tiering::HostWaitGate::Pass> queued_;    // only around the driver call
+  std::optional<tiering::HostWaitGate::Pass> resolved_;  // inside queued_
 };
 
 }  // namespace uvmpool::hooks

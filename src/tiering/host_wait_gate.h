@@ -28,20 +28,21 @@
 // Not hooked at all: calls outside uvmpool's driver list that may wait the same way (cuModuleGetGlobal,
 // cuLibraryGetGlobal, ...).
 //
-// The submission gate. The same class serves a second gate (StreamRegistry::submissions), passed by
-// every hooked call that queues work touching memory (launches, copies, memsets, graph launches:
-// hooks/shown.h), for the driver call alone. The mover closes it for two short spans:
-//   - while it places a hold: a hold is an event recorded and then a wait, on each stream, and work
-//     another thread queued between the two would run on unseen by the event while the commit
-//     remaps its memory (the simulator's race detector caught a copy doing so; on an H200 a kernel
-//     then hit the unmapped range, error 700, in one training run of two);
-//   - around a commit's remaps: the driver resolves a copy's or memset's addresses when it is called,
-//     and refuses one whose range is unmapped at that moment (CUDA_ERROR_INVALID_VALUE), or, for
-//     cuMemcpyAsync, waits for the held work and breaks the context (H200, driver 580,
-//     tests/gpu/remap_enqueue.py; work queued before the remap runs on the new pieces, by address).
-// A call inside the driver then is only queueing work (one waiting for queue room has its room
-// waited for outside, Tiering::wait_for_queue_room); one staying past MoverConfig::gate_patience puts
-// the hold off, or makes the epoch commit nothing.
+// The submission gates. The same class serves two more gates (tiering/streams.h), passed by the
+// hooked calls that queue work touching memory (hooks/shown.h), for the driver call alone:
+//   - `submissions`, by launches, copies, memsets and graph launches, closed while the mover places
+//     a hold: a hold is an event recorded and then a wait, on each stream, and work another thread
+//     queued between the two would run on unseen by the event while the commit remaps its memory
+//     (on an H200 a kernel then hit the unmapped range, error 700, in half the training runs; the
+//     simulator's race detector caught a copy and a launch so);
+//   - `remaps`, by copies, memsets and graph launches, closed around a commit's remaps: the driver
+//     resolves their addresses when they are called, and refuses one whose range is unmapped at that
+//     moment (CUDA_ERROR_INVALID_VALUE), or, for cuMemcpyAsync, waits for the held work and breaks
+//     the context (H200, driver 580, tests/gpu/remap_enqueue.py; work queued before the remap runs on
+//     the new pieces, by address). A kernel's pointers are read when it runs: launches pass.
+// A call inside the driver then is only queueing work (a wait for queue room happens outside,
+// Tiering::wait_for_queue_room); one staying past MoverConfig::gate_patience puts the hold off, or
+// makes the epoch commit nothing.
 #pragma once
 
 #include <atomic>

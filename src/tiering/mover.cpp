@@ -312,6 +312,7 @@ bool Mover::record_on_streams(bool gate, std::uint32_t value, Held* held) {
       if (r == CUDA_SUCCESS) r = d_.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
       if (r == CUDA_SUCCESS) r = d_.cuEventRecord(e, t.stream);
       if (r == CUDA_SUCCESS) held->events.push_back({t.context, e});
+      if (r == CUDA_SUCCESS && gate && config_.between_event_and_wait) config_.between_event_and_wait();
       if (r == CUDA_SUCCESS && gate)
         r = d_.cuStreamWaitValue32_v2(t.stream, flag, value, CU_STREAM_WAIT_VALUE_GEQ);
       if (r != CUDA_SUCCESS) {
@@ -672,7 +673,7 @@ CUresult Mover::finish(Placed* placed) {
   }
   const bool gate_closed = placed != nullptr ? placed->standing : streams_.host_waits().close(config_.hold_timeout);
   std::unique_lock<std::mutex> window;  // the breaker's commit window (open_commit), closed after the commit
-  bool remaps_closed = false;           // the submission gate, closed for the commit's remaps
+  bool remaps_closed = false;           // the remap gate, closed for the commit's remaps
   // Called by the pool inside this epoch (epoch_mu_ held throughout).
   const pool::Quiesce quiesce = [&](std::span<char> commit) UVMPOOL_REQUIRES(epoch_mu_) {
     set_step(MoverStep::Draining);  // the pool's lock is held from here to the end of the remaps
@@ -725,14 +726,14 @@ CUresult Mover::finish(Placed* placed) {
       for (std::size_t i = 0; i < e.moves.size(); ++i) commit[i] = e.copied[i];
     }
     if (watchdog.stop()) return false;
-    // The program's copies and memsets stay out of the driver during the remaps (the submission gate,
-    // host_wait_gate.h; launches wait there too, harmlessly: their work queues behind the hold): the driver resolves
+    // The program's copies and memsets stay out of the driver during the remaps (the remap gate,
+    // host_wait_gate.h; launches pass: a kernel's pointers are read when it runs): the driver resolves
     // their addresses when they are called, and one called while its range is unmapped is refused
     // (INVALID_VALUE) or, for cuMemcpyAsync, waits for the held work and breaks the context (H200,
     // tests/gpu/remap_enqueue.py). Calls already inside are only queueing work behind the hold; one
     // that stays (waiting for queue room) keeps the remaps off: nothing commits.
     set_step(MoverStep::ClosingGate);
-    if (!streams_.submissions().close(config_.gate_patience)) return false;
+    if (!streams_.remaps().close(config_.gate_patience)) return false;
     remaps_closed = true;
     // No break passes from here to the end of the remaps (the window closes after commit_quiesced);
     // one that came before means the streams ran on, and nothing commits.
@@ -744,7 +745,7 @@ CUresult Mover::finish(Placed* placed) {
   std::vector<CUresult> results(e.moves.size(), CUDA_ERROR_NOT_READY);
   set_step(MoverStep::WaitingForPool);
   pool_.commit_quiesced(e.device, pointers, quiesce, results);
-  if (remaps_closed) streams_.submissions().open();
+  if (remaps_closed) streams_.remaps().open();
   if (window.owns_lock()) window.unlock();
   set_step(MoverStep::Idle);
   if (placed == nullptr) epoch_ = value;

@@ -100,12 +100,15 @@ struct MoverConfig {
   // commits and releases before the next is prepared. Ignored with overlap.
   std::size_t holds_ahead = 1;
   // With holds ahead: how long the first hold's closing of the host-wait gate waits for the program's
-  // calls inside the driver to return before the epoch is put off (mover.cpp, place_locked).
+  // calls inside the driver to return before the epoch is put off (mover.cpp, place_locked); and how
+  // long the submission gates' closings wait for the calls inside them (host_wait_gate.h).
   std::chrono::milliseconds gate_patience{50};
   // For tests, to place program work inside an epoch: called on the epoch's thread right after the
   // overlapped copies finished (overlap), and right after the hold was recorded on every stream.
   std::function<void()> after_copy;
   std::function<void()> inside_hold;
+  // And between a hold's event and its wait on a stream, with the submission gate closed.
+  std::function<void()> between_event_and_wait;
 };
 
 struct MoverStats {

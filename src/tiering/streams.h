@@ -81,10 +81,13 @@ class StreamRegistry {
   // The program's calls that wait on the host for queued work pass it; the mover closes it around
   // each hold (host_wait_gate.h says why).
   HostWaitGate& host_waits() { return host_waits_; }
-  // The program's calls that queue work touching memory (launches, copies, memsets, graph launches:
-  // hooks/shown.h) pass it from entering the driver to returning; the mover closes it while it places
-  // a hold and around a commit's remaps (host_wait_gate.h, "The submission gate").
+  // The submission gates (host_wait_gate.h). The program's calls that queue work touching memory
+  // (launches, copies, memsets, graph launches: hooks/shown.h) pass `submissions` for their driver
+  // call; the mover closes it while it places a hold. Those whose addresses the driver resolves when
+  // they are called (copies, memsets, graph launches) pass `remaps` too; the mover closes it around a
+  // commit's remaps. Launches pass the remaps: a kernel's pointers are read when it runs.
   HostWaitGate& submissions() { return submissions_; }
+  HostWaitGate& remaps() { return remaps_; }
 
  private:
   void add_context_locked(CUcontext context) UVMPOOL_REQUIRES(mu_);
@@ -97,6 +100,7 @@ class StreamRegistry {
   std::atomic<bool> keep_retiring_{false};  // renewed when a context is forgotten (see saw_context)
   HostWaitGate host_waits_;
   HostWaitGate submissions_;
+  HostWaitGate remaps_;
 };
 
 }  // namespace uvmpool::tiering

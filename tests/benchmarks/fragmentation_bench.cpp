@@ -11,6 +11,7 @@
 #include <string>
 
 #include "bench_common.h"
+#include "driver/real_driver.h"
 #include "caching_allocator.h"
 #include "pool/pool.h"
 #include "trace.h"
@@ -120,16 +121,28 @@ int main(int argc, char** argv) {
       if (!cached.ok) state.SkipWithError(cached.failure.c_str());
     }
   })->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
+  // On the simulator, the pool's driver calls during its replay: what its modeled time is made of
+  // (each call's cost: the UVMPOOL_SIM_* constants; cuMemSetAccess costs per mapping it covers).
+  using ResetCounts = void (*)();
+  using CallCount = unsigned long long (*)(const char*);
+  const auto reset_counts = reinterpret_cast<ResetCounts>(driver::real_symbol("uvmpool_sim_reset_counts"));
+  const auto call_count = reinterpret_cast<CallCount>(driver::real_symbol("uvmpool_sim_call_count"));
+  static constexpr const char* kVmmCalls[] = {"cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemUnmap", "cuMemRelease",
+                                              "cuMemAddressReserve", "cuMemAddressFree"};
+  std::string pool_calls;
   benchmark::RegisterBenchmark("replay/pool", [&](benchmark::State& state) {
     for (auto _ : state) {
       pool::PoolConfig config;
       config.extent_size = static_cast<std::size_t>(options.integer("extent-mib")) << 20;
       pool::Pool pool(drv(), config);
       CUresult ignored = CUDA_SUCCESS;
+      if (reset_counts != nullptr) reset_counts();
       pooled = replay(
           trace, [&](CUdeviceptr* p, std::size_t n) { return pool.allocate(p, n); },
           [&](CUdeviceptr p) { pool.deallocate(p, &ignored); });
       stats = pool.stats(device.device);
+      if (call_count != nullptr)
+        for (const char* fn : kVmmCalls) pool_calls += std::string(pool_calls.empty() ? "" : ", ") + fn + " " + std::to_string(call_count(fn));
       state.SetIterationTime(pooled.seconds);
       if (!pooled.ok) state.SkipWithError(pooled.failure.c_str());
     }
@@ -170,6 +183,7 @@ int main(int argc, char** argv) {
                " cache hits (" + std::to_string(stats.mappings_carved) + " of them cut or joined), " +
                std::to_string(stats.mappings_broken) + " mappings broken, peak live by its count " +
                format_size(stats.peak_live_bytes));
+  if (!pool_calls.empty()) figures.note("pool's driver calls in its replay (simulated driver): " + pool_calls);
   if (cache_oom > 0)
     figures.note("caching allocator hit out-of-memory " + std::to_string(cache_oom) +
                  " times and emptied its cache: its peak is capped by the device");

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -78,6 +79,21 @@ class Mover_ : public TieringTest {
       std::this_thread::sleep_for(time);
     });
     while (!inside) std::this_thread::yield();
+    return program;
+  }
+  // A thread of the program making `call` through `gate`, as a hook would, started from inside an
+  // epoch (a MoverConfig callback), which waits 50 ms for it to reach the gate: `done` must still be
+  // false then, since the gate is closed.
+  std::thread call_at_closed_gate(uvmpool::tiering::HostWaitGate& gate, std::function<void()> call,
+                                  std::atomic<bool>& done, const char* what) {
+    std::thread program([&gate, &done, call = std::move(call), context = ctx] {
+      drv().cuCtxSetCurrent(context);
+      const uvmpool::tiering::HostWaitGate::Pass pass(gate);
+      call();
+      done = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the call has reached the gate
+    EXPECT_FALSE(done) << what;
     return program;
   }
   CUresult fill_on_stream(CUdeviceptr p, std::size_t bytes, std::uint32_t value) {
@@ -981,14 +997,9 @@ TEST_F(Mover_, AProgramsCopyDuringAHoldWaitsAtTheGateAndTheEpochCommits) {
   MoverConfig config;
   config.hold_timeout = std::chrono::milliseconds(2000);
   config.inside_hold = [&] {
-    program = std::thread([&, context = ctx] {
-      drv().cuCtxSetCurrent(context);
-      const uvmpool::tiering::HostWaitGate::Pass pass(streams.host_waits());
-      EXPECT_CU(drv().cuMemcpyHtoD_v2(on_device, pageable.data(), kMiB));
-      copied = true;
-    });
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the copy has reached the gate
-    EXPECT_FALSE(copied) << "the copy went ahead of the hold";
+    program = call_at_closed_gate(
+        streams.host_waits(), [&] { EXPECT_CU(drv().cuMemcpyHtoD_v2(on_device, pageable.data(), kMiB)); }, copied,
+        "the copy went ahead of the hold");
   };
   make_mover(config);
   ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
@@ -1014,26 +1025,36 @@ TEST_F(Mover_, AProgramsMemsetsAndCopiesDuringAnEpochPassTheSubmissionGateAndAll
   // simulator refuses such calls alike. And a hold is an event and then a wait on each stream: a
   // copy queued between the two ran on during the remap (the race detector's report). A program
   // thread here memsets and copies into the memory moving back and forth, on the held stream, passing
-  // the submission gate as the hooks do (hooks/shown.h): every call must succeed, the race detector
-  // see nothing (TearDown), and the last value written be there at the end.
+  // the submission gates as the hooks do (hooks/shown.h: launches the placement's, copies and
+  // memsets the remaps' too): every call must succeed, the race detector see nothing (TearDown), and
+  // the last value written be there at the end.
   allocate_both_tiers();
   ASSERT_CU(drv().cuMemsetD32_v2(on_device, 0x5eed, kMiB / 4));
+  // Loaded now: a lazily loaded kernel's first launch waits inside the driver behind a hold, which
+  // the hooks keep away with the host-wait gate (not modeled here).
+  ASSERT_CU(fill_on_stream(on_device + kMiB, kMiB, 0));
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
   make_mover();
   std::atomic<bool> stop{false};
-  std::atomic<std::uint32_t> last{0};
+  std::atomic<std::uint32_t> last{0}, last_launched{0};
   std::atomic<int> refused{0};
   std::atomic<CUresult> first_refusal{CUDA_SUCCESS};
   std::thread program([&, context = ctx] {
     drv().cuCtxSetCurrent(context);
     for (std::uint32_t i = 1; !stop; ++i) {
       CUresult r = CUDA_SUCCESS;
-      {
-        const uvmpool::tiering::HostWaitGate::Pass pass(streams.submissions());
-        r = i % 2 != 0 ? drv().cuMemsetD32Async(in_host, i, kMiB / 4, stream)
+      if (i % 3 == 0) {
+        const uvmpool::tiering::HostWaitGate::Pass queued(streams.submissions());
+        r = fill_on_stream(in_host + 2 * kMiB, kMiB, i);  // a launch: not resolved when called
+        if (r == CUDA_SUCCESS) last_launched = i;
+      } else {
+        const uvmpool::tiering::HostWaitGate::Pass queued(streams.submissions());
+        const uvmpool::tiering::HostWaitGate::Pass resolved(streams.remaps());
+        r = i % 3 == 1 ? drv().cuMemsetD32Async(in_host, i, kMiB / 4, stream)
                        : drv().cuMemcpyDtoDAsync_v2(in_host + kMiB, on_device, kMiB, stream);
+        if (r == CUDA_SUCCESS && i % 3 == 1) last = i;
       }
       if (r != CUDA_SUCCESS && refused++ == 0) first_refusal = r;
-      if (r == CUDA_SUCCESS && i % 2 != 0) last = i;
       if (i % 16 == 0) drv().cuStreamSynchronize(stream);  // bounded queue: waits for the hold, if one stands
     }
   });
@@ -1052,6 +1073,37 @@ TEST_F(Mover_, AProgramsMemsetsAndCopiesDuringAnEpochPassTheSubmissionGateAndAll
   ASSERT_CU(drv().cuStreamSynchronize(stream));
   EXPECT_TRUE(all_equal(in_host, kMiB, last)) << "a memset was lost";
   EXPECT_TRUE(all_equal(in_host + kMiB, kMiB, 0x5eed)) << "a copy was lost";
+  EXPECT_TRUE(all_equal(in_host + 2 * kMiB, kMiB, last_launched)) << "a launch's write was lost";
+}
+
+TEST_F(Mover_, ALaunchFromAnotherThreadCannotLandBetweenAHoldsEventAndItsWait) {
+  // A hold is an event recorded and then a wait, on each stream. A launch another thread queues
+  // between the two would run on, unseen by the event the mover waits for, while the commit remaps
+  // its memory. The program's launches wait at the submission gate while the hold is placed
+  // (hooks/shown.h): here a long kernel reading the memory being promoted is launched, through the
+  // gate as the hooks do, just between the two; it must queue behind the wait. Without the gate the
+  // race detector sees the remap under it (TearDown).
+  allocate_both_tiers();
+  fill(in_host, 16 * kMiB, 21);
+  busy(on_device, kMiB, 1);  // the touch kernel loaded (a first launch waits inside the driver behind a hold)
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  std::thread program;
+  std::atomic<bool> launched{false};
+  MoverConfig config;
+  config.between_event_and_wait = [&] {
+    if (program.joinable()) return;
+    program = call_at_closed_gate(streams.submissions(), [&] { busy(in_host, 4 * kMiB); }, launched,
+                                  "the launch went in between the hold's event and its wait");
+  };
+  make_mover(config);
+  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+  ASSERT_CU(mover->run_epoch());
+  if (program.joinable()) program.join();
+  EXPECT_TRUE(launched);
+  EXPECT_EQ(mover->stats().moves, 1u);
+  EXPECT_EQ(tiers(in_host, 4 * kMiB, gran), "DD");
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_TRUE(holds(in_host, 16 * kMiB, 21));
 }
 
 TEST_F(Mover_, AHoldWaitsForACallInsideTheGateOrIsPutOff) {
