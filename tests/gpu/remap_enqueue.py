@@ -132,7 +132,10 @@ def main():
         print(f"UVMPOOL_REMAP_ENQUEUE case={name} queued_before: memset={r_set} dtod={r_cpy} generic={r_gen}; "
               f"queued_while_unmapped: memset={r_set_gap} dtod={r_cpy_gap} generic={r_gen_gap}; sync={r_sync}", flush=True)
         for label, (in_new, in_old) in landed.items():
-            where = "new" if in_new not in (0,) and not isinstance(in_new, str) else ("old" if in_old not in (0,) else "nowhere")
+            if isinstance(in_new, str) or isinstance(in_old, str):
+                where = "unreadable (the context is broken)"
+            else:
+                where = "new" if in_new != 0 else ("old" if in_old != 0 else "nowhere")
             print(f"  {label:12} new piece {in_new if isinstance(in_new, str) else hex(in_new)}, "
                   f"old piece {in_old if isinstance(in_old, str) else hex(in_old)}: landed in {where}", flush=True)
         if r_sync != 0:
