@@ -11,8 +11,8 @@
 #include <string>
 
 #include "bench_common.h"
-#include "driver/real_driver.h"
 #include "caching_allocator.h"
+#include "driver/real_driver.h"
 #include "pool/pool.h"
 #include "trace.h"
 
@@ -141,8 +141,10 @@ int main(int argc, char** argv) {
           trace, [&](CUdeviceptr* p, std::size_t n) { return pool.allocate(p, n); },
           [&](CUdeviceptr p) { pool.deallocate(p, &ignored); });
       stats = pool.stats(device.device);
-      if (call_count != nullptr)
-        for (const char* fn : kVmmCalls) pool_calls += std::string(pool_calls.empty() ? "" : ", ") + fn + " " + std::to_string(call_count(fn));
+      for (const char* fn : kVmmCalls) {
+        if (call_count == nullptr) break;
+        pool_calls += std::string(pool_calls.empty() ? "" : ", ") + fn + " " + std::to_string(call_count(fn));
+      }
       state.SetIterationTime(pooled.seconds);
       if (!pooled.ok) state.SkipWithError(pooled.failure.c_str());
     }

@@ -1059,7 +1059,7 @@ TEST_F(Mover_, AProgramsMemsetsAndCopiesDuringAnEpochPassTheSubmissionGateAndAll
     }
   });
   CUresult epochs = CUDA_SUCCESS;
-  for (int round = 0; round < 40 && refused == 0 && epochs == CUDA_SUCCESS; ++round) {
+  for (int round = 0; round < 100 && refused == 0 && epochs == CUDA_SUCCESS; ++round) {
     EXPECT_TRUE(mover->request(in_host, 4 * kMiB, round % 2 == 0 ? Tier::Device : Tier::Host));
     // An epoch is put off (NOT_READY) when a call stays inside a gate past the patience, as a slow
     // thread may under a sanitizer: the mover's thread would try again, and so does this loop.
@@ -1084,8 +1084,9 @@ TEST_F(Mover_, ALaunchFromAnotherThreadCannotLandBetweenAHoldsEventAndItsWait) {
   // between the two would run on, unseen by the event the mover waits for, while the commit remaps
   // its memory. The program's launches wait at the submission gate while the hold is placed
   // (hooks/shown.h): here a long kernel reading the memory being promoted is launched, through the
-  // gate as the hooks do, just between the two; it must queue behind the wait. Without the gate the
-  // race detector sees the remap under it (TearDown).
+  // gate as the hooks do, just between the two; it must queue behind the wait: without the gate it
+  // reaches the driver during the placement (`launched` true at once). The race detector cannot see
+  // that here: the 50 ms the placement waits for the launch outlast the kernel on the virtual clock.
   allocate_both_tiers();
   fill(in_host, 16 * kMiB, 21);
   busy(on_device, kMiB, 1);  // the touch kernel loaded (a first launch waits inside the driver behind a hold)
