@@ -44,6 +44,7 @@ DevicePool::~DevicePool() {
   }
   vmm_.release_chunks(free_chunks_);
   vmm_.release_chunks(free_extents_);
+  for (const Chunk& c : free_runs_) vmm_.release_chunks({&c.handle, 1});
   host_.reset();  // releases the host chunks, those given back above included
   for (const Batch& b : batches_) d_.cuEventDestroy_v2(b.event);
   for (CUevent e : spare_events_) d_.cuEventDestroy_v2(e);
@@ -220,49 +221,112 @@ std::size_t DevicePool::take_device_chunks(std::size_t n, bool all_or_nothing, b
   return std::min(free_granules(), n);
 }
 
-std::size_t DevicePool::pull_device_pieces(std::size_t n, std::vector<Chunk>* out) {
+std::size_t DevicePool::pull_device_pieces(std::size_t n, std::vector<Chunk>* out, bool runs) {
   // Whole extents while they fit, chunks for the rest. Free memory that holds too few chunks for the
-  // rest (the tail of a request, a slab) has idle extents to spare (take_device_chunks made n granules
-  // free): those are given back to the driver and made again as chunks, one at a time, rather than
-  // the pool growing past what the program uses.
+  // rest (the tail of a request, a slab) has idle extents or runs to spare (take_device_chunks made n
+  // granules free): those are given back to the driver and made again as chunks, one at a time, rather
+  // than the pool growing past what the program uses.
   const std::size_t extents = extent_granules_ != 0 ? std::min(n / extent_granules_, free_extents_.size()) : 0;
-  const std::size_t singles = n - extents * extent_granules_;
+  std::size_t singles = n - extents * extent_granules_;
+  std::vector<Chunk> taken_runs;
+  std::size_t run_granules = 0;
+  if (runs) {
+    // Whole extents too where no free one is left (the device's free memory, after a demotion, is
+    // the chunks the demoted range was made of): made of free chunks the same way.
+    for (std::size_t g = extent_granules_; g >= 2 && singles >= 2; g /= 2) {
+      Chunk run;
+      while (singles >= g && take_run(g, &run)) {
+        taken_runs.push_back(run);
+        singles -= g;
+        run_granules += g;
+      }
+    }
+  }
+  while (free_chunks_.size() < singles && !free_runs_.empty() && split_free_run()) {
+  }
   while (free_chunks_.size() < singles && free_extents_.size() > extents && split_free_extent()) {
   }
   for (std::size_t i = 0; i < extents; ++i) {
     out->push_back({free_extents_.back(), Tier::Device, static_cast<std::uint32_t>(extent_granules_)});
     free_extents_.pop_back();
   }
+  out->insert(out->end(), taken_runs.begin(), taken_runs.end());
   const std::size_t got = std::min(singles, free_chunks_.size());
   for (std::size_t i = free_chunks_.size() - got; i < free_chunks_.size(); ++i) out->push_back({free_chunks_[i], Tier::Device});
   free_chunks_.resize(free_chunks_.size() - got);
-  const std::size_t pulled = extents * extent_granules_ + got;
+  const std::size_t pulled = extents * extent_granules_ + run_granules + got;
   chunks_free_.fetch_sub(pulled, std::memory_order_relaxed);
   return pulled;
+}
+
+bool DevicePool::take_run(std::size_t granules, Chunk* out) {
+  for (auto it = free_runs_.begin(); it != free_runs_.end(); ++it) {
+    if (it->granules != granules) continue;
+    *out = *it;
+    free_runs_.erase(it);
+    free_run_granules_ -= granules;
+    return true;
+  }
+  if (free_chunks_.size() < granules) return false;
+  // Given back before the run is made, so the pool never holds more than its budget; a chunk costs
+  // about 9 us to release and a run about as much to make (H200), once: the run stays the pool's.
+  const std::span<const Handle> parts(free_chunks_.end() - static_cast<std::ptrdiff_t>(granules), granules);
+  vmm_.release_chunks(parts);
+  free_chunks_.resize(free_chunks_.size() - granules);
+  chunks_free_.fetch_sub(granules, std::memory_order_relaxed);
+  chunks_held_.fetch_sub(granules, std::memory_order_relaxed);
+  released_.fetch_add(granules, std::memory_order_relaxed);
+  Handle h = 0;
+  if (const CUresult r = vmm_.create_chunks({&h, 1}, granules * chunk_); r != CUDA_SUCCESS) {
+    log::debug("device {}: a run of {} chunks refused ({}); chunks again", device_, granules, static_cast<int>(r));
+    std::size_t made = 0;
+    for (; made < granules; ++made) {
+      Handle c = 0;
+      if (vmm_.create_chunks({&c, 1}, chunk_) != CUDA_SUCCESS) break;
+      free_chunks_.push_back(c);
+    }
+    if (made != 0) note_grown(made);
+    return false;
+  }
+  note_grown(granules);  // free until pull_device_pieces counts it pulled
+  extents_held_.fetch_add(1, std::memory_order_relaxed);
+  *out = Chunk{h, Tier::Device, static_cast<std::uint32_t>(granules)};
+  return true;
+}
+
+bool DevicePool::split_free_run() {
+  const Chunk run = free_runs_.back();
+  free_runs_.pop_back();
+  free_run_granules_ -= run.granules;
+  return split_free_piece(run.handle, run.granules);
 }
 
 bool DevicePool::split_free_extent() {
   const Handle extent = free_extents_.back();
   free_extents_.pop_back();
-  vmm_.release_chunks({&extent, 1});
+  return split_free_piece(extent, extent_granules_);
+}
+
+bool DevicePool::split_free_piece(Handle handle, std::size_t granules) {
+  vmm_.release_chunks({&handle, 1});
   extents_held_.fetch_sub(1, std::memory_order_relaxed);
-  chunks_free_.fetch_sub(extent_granules_, std::memory_order_relaxed);
-  chunks_held_.fetch_sub(extent_granules_, std::memory_order_relaxed);
-  released_.fetch_add(extent_granules_, std::memory_order_relaxed);
+  chunks_free_.fetch_sub(granules, std::memory_order_relaxed);
+  chunks_held_.fetch_sub(granules, std::memory_order_relaxed);
+  released_.fetch_add(granules, std::memory_order_relaxed);
   // One at a time, so that what was made stays the pool's if the driver refuses the rest (another
   // process took the memory in between): the pool then holds that much less.
   std::size_t made = 0;
-  for (; made < extent_granules_; ++made) {
+  for (; made < granules; ++made) {
     Handle h = 0;
     if (const CUresult r = vmm_.create_chunks({&h, 1}, chunk_); r != CUDA_SUCCESS) {
-      log::warn("device {}: an extent given back to be made again as chunks: {} of {} made ({})", device_, made,
-                extent_granules_, static_cast<int>(r));
+      log::warn("device {}: a free piece given back to be made again as chunks: {} of {} made ({})", device_, made,
+                granules, static_cast<int>(r));
       break;
     }
     free_chunks_.push_back(h);
   }
   if (made != 0) note_grown(made);
-  return made == extent_granules_;
+  return made == granules;
 }
 
 CUresult DevicePool::take_chunks(std::size_t n, std::vector<Chunk>* out) {
@@ -300,7 +364,14 @@ void DevicePool::return_chunks(std::span<const Chunk> chunks) {
       host_->give_back({&c, 1});
       continue;
     }
-    (c.granules == 1 ? free_chunks_ : free_extents_).push_back(c.handle);
+    if (c.granules == 1) {
+      free_chunks_.push_back(c.handle);
+    } else if (c.granules == extent_granules_) {
+      free_extents_.push_back(c.handle);
+    } else {
+      free_runs_.push_back(c);
+      free_run_granules_ += c.granules;
+    }
     device += c.granules;
   }
   chunks_free_.fetch_add(device, std::memory_order_relaxed);
@@ -311,9 +382,12 @@ void DevicePool::release_free_chunks() {
   if (n == 0) return;
   vmm_.release_chunks(free_chunks_);
   vmm_.release_chunks(free_extents_);
-  extents_held_.fetch_sub(free_extents_.size(), std::memory_order_relaxed);
+  for (const Chunk& c : free_runs_) vmm_.release_chunks({&c.handle, 1});
+  extents_held_.fetch_sub(free_extents_.size() + free_runs_.size(), std::memory_order_relaxed);
   free_chunks_.clear();
   free_extents_.clear();
+  free_runs_.clear();
+  free_run_granules_ = 0;
   chunks_free_.fetch_sub(n, std::memory_order_relaxed);
   chunks_held_.fetch_sub(n, std::memory_order_relaxed);
   released_.fetch_add(n, std::memory_order_relaxed);

@@ -298,8 +298,21 @@ class DevicePool {
   std::size_t take_device_chunks(std::size_t n, bool all_or_nothing, bool evict = true) UVMPOOL_REQUIRES(mu_);
   // n free granules into `out` as pieces: whole extents while they fit, chunks for the rest (making
   // chunks of free extents if need be). Fewer only where the driver refused a step.
-  std::size_t pull_device_pieces(std::size_t n, std::vector<Chunk>* out) UVMPOOL_REQUIRES(mu_);
-  std::size_t free_granules() const UVMPOOL_REQUIRES(mu_) { return free_chunks_.size() + free_extents_.size() * extent_granules_; }
+  // With `runs` (a move's target), what free extents do not cover goes in runs instead: pieces of an
+  // extent's size, then halves, quarters and so on down to two chunks (the rest's binary digits), each
+  // one mapping at the commit instead of one a chunk; a free run of the size, or free chunks fused into
+  // one (take_run). Modeled, promotions into the chunks demotions freed made half a held training step's
+  // time remaps (docs/tiering.md, "What a held step is made of").
+  std::size_t pull_device_pieces(std::size_t n, std::vector<Chunk>* out, bool runs = false) UVMPOOL_REQUIRES(mu_);
+  std::size_t free_granules() const UVMPOOL_REQUIRES(mu_) {
+    return free_chunks_.size() + free_extents_.size() * extent_granules_ + free_run_granules_;
+  }
+  // A free run of `granules`, or `granules` free chunks given back and made again as one handle (the
+  // pool never holds more than it did). False when neither can be (the chunks are then made again).
+  bool take_run(std::size_t granules, Chunk* out) UVMPOOL_REQUIRES(mu_);
+  bool split_free_run() UVMPOOL_REQUIRES(mu_);  // one free run given back and made again as chunks
+  // Gives back a free piece of several granules and makes it again as chunks (false: fewer made).
+  bool split_free_piece(Handle handle, std::size_t granules) UVMPOOL_REQUIRES(mu_);
   CUresult grow(std::size_t n) UVMPOOL_REQUIRES(mu_);  // n granules: whole extents, chunks for the rest
   bool split_free_extent() UVMPOOL_REQUIRES(mu_);  // one free extent given back and made again as chunks (false: fewer made)
   void note_grown(std::size_t n);
@@ -382,6 +395,11 @@ class DevicePool {
   mutable Mutex mu_;
   std::vector<Handle> free_chunks_ UVMPOOL_GUARDED_BY(mu_);
   std::vector<Handle> free_extents_ UVMPOOL_GUARDED_BY(mu_);  // each extent_granules_ chunks, one handle
+  // Free runs (pull_device_pieces): device pieces of 2 to extent_granules_ / 2 chunks, made for moves
+  // and kept for them (the same buffers move every step and find their sizes here); counted among
+  // extents_held_ (one handle and one mapping each). Allocations split them when chunks run short.
+  std::vector<Chunk> free_runs_ UVMPOOL_GUARDED_BY(mu_);
+  std::size_t free_run_granules_ UVMPOOL_GUARDED_BY(mu_) = 0;
   RangeAllocator ranges_ UVMPOOL_GUARDED_BY(mu_);
   std::vector<std::pair<CUdeviceptr, std::size_t>> reservations_ UVMPOOL_GUARDED_BY(mu_);
   std::vector<Block*> spare_blocks_ UVMPOOL_GUARDED_BY(mu_);

@@ -349,7 +349,7 @@ CUresult DevicePool::take_target(std::size_t n, Tier tier, std::vector<Chunk>* o
   if (tier == Tier::Device) {
     // Idle device memory first, then growth within the budget: as an allocation would.
     if (take_device_chunks(n, true, may_evict) < n) return CUDA_ERROR_OUT_OF_MEMORY;
-    if (pull_device_pieces(n, out) < n) {  // the driver refused a step
+    if (pull_device_pieces(n, out, true) < n) {  // the driver refused a step
       return_chunks(*out);
       out->clear();
       return CUDA_ERROR_OUT_OF_MEMORY;

@@ -117,7 +117,7 @@ using Quiesce = std::function<bool(std::span<char> commit)>;
 struct DeviceStats {
   std::uint64_t chunk_size = 0;
   std::uint64_t extent_size = 0;       // 0: extents off
-  std::uint64_t extents_held = 0;      // of chunks_held, extents (each extent_size / chunk_size chunks)
+  std::uint64_t extents_held = 0;      // of chunks_held, pieces larger than a chunk: extents (extent_size) and runs (2 chunks to half an extent, made for moves)
   std::uint64_t chunks_held = 0;       // physical chunks the pool owns (mapped or not), extents counted in chunks
   std::uint64_t chunks_free = 0;       // held, not mapped anywhere
   std::uint64_t chunks_cached = 0;     // mapped in freed (cached) large allocations or empty slabs

@@ -46,7 +46,7 @@ constexpr DeviceField kDeviceFields[] = {
     {"peak_held_bytes", G, B, &DS::peak_held_bytes, "Most device memory held at once"},
     {"chunks_held", G, K, &DS::chunks_held, "Device chunks the pool holds (an extent counts as its chunks)"},
     {"extent_size", G, B, &DS::extent_size, "Size of one extent, the unit large allocations are built from (0: off)"},
-    {"extents_held", G, N, &DS::extents_held, "Extents among the device chunks held: one handle and one mapping each"},
+    {"extents_held", G, N, &DS::extents_held, "Device pieces larger than a chunk among those held (extents, and runs made for moves): one handle and one mapping each"},
     {"chunks_free", G, K, &DS::chunks_free, "Device chunks held and mapped nowhere"},
     {"chunks_cached", G, K, &DS::chunks_cached, "Device chunks in freed mappings and empty slabs kept for reuse"},
     {"external_device_bytes", G, B, &DS::external_device_bytes, "The program's own cuMemCreate in device memory"},

@@ -326,6 +326,77 @@ TEST_F(Moves, ADemotionTakesHostExtentsOfItsSizesBinaryDigits) {
   EXPECT_EQ(pool->check_invariants(), "");
 }
 
+// A promotion's rest below an extent comes as device runs of its binary digits (44 MiB: an extent,
+// then 8 and 4 MiB, fused from free chunks), one mapping each at the commit instead of one a chunk: the
+// remaps, not the copies, were half of a modeled training step under tiering (uvmpool-bench-tiering's
+// remap counts). The runs stay the pool's, for the next round trip; allocations split them when
+// chunks run short.
+TEST_F(Moves, APromotionTakesDeviceRunsOfItsSizesBinaryDigitsKeptForTheNextRound) {
+  auto pool = extents_pool();
+  const std::size_t bytes = 44 * kMiB;
+  const CUdeviceptr p = must_allocate(*pool, bytes);
+  fill(p, bytes, 21);
+  ASSERT_CU(move(*pool, p, bytes, Tier::Host));
+  const auto count = [](const char* fn) { return sim().call_count(fn); };
+  unsigned long long maps = count("cuMemMap");
+  ASSERT_CU(move(*pool, p, bytes, Tier::Device));
+  EXPECT_EQ(count("cuMemMap") - maps, 6u) << "three device pieces (32, 8, 4 MiB), each staged once and mapped at the commit";
+  EXPECT_EQ(tiers(p, bytes, gran), std::string(22, 'D'));
+  EXPECT_TRUE(holds(p, bytes, 21));
+  EXPECT_EQ(pool->stats(0).extents_held, 3u) << "the extent and the two runs";
+  EXPECT_EQ(pool->check_invariants(), "");
+  for (int round = 1; round <= 2; ++round) {
+    SCOPED_TRACE("round trip " + std::to_string(round));
+    ASSERT_CU(move(*pool, p, bytes, Tier::Host));
+    const unsigned long long creates = count("cuMemCreate");
+    maps = count("cuMemMap");
+    ASSERT_CU(move(*pool, p, bytes, Tier::Device));
+    EXPECT_EQ(count("cuMemMap") - maps, 3u) << "the runs kept, staged already: the commit's maps only";
+    EXPECT_EQ(count("cuMemCreate") - creates, 0u) << "nothing made again";
+    EXPECT_TRUE(holds(p, bytes, 21));
+    EXPECT_EQ(pool->check_invariants(), "");
+  }
+  must_free(*pool, p);
+  pool->release_idle(true);  // the cached mapping taken apart: its pieces free, the runs among them
+  EXPECT_EQ(pool->check_invariants(), "");
+  // Chunk-sized allocations, more than growth alone holds (the free extent and runs hold 22 chunks of
+  // the 64 the budget allows), all on the device: idle memory goes first, so the runs and the extent
+  // were made again as chunks for them.
+  std::vector<CUdeviceptr> small;
+  for (int i = 0; i < 48; ++i) {
+    small.push_back(must_allocate(*pool, 2 * kMiB));
+    EXPECT_EQ(tiers(small.back(), 2 * kMiB, gran), "D") << "allocation " << i;
+  }
+  EXPECT_EQ(pool->stats(0).extents_held, 0u);
+  EXPECT_EQ(pool->check_invariants(), "");
+  for (CUdeviceptr q : small) must_free(*pool, q);
+  EXPECT_EQ(pool->check_invariants(), "");
+}
+
+// Where the device's free memory is all chunks (as after a demotion of a range made of chunks), a
+// promotion makes its extent-sized piece of free chunks too: 44 MiB comes back as 32, 8 and 4 MiB.
+TEST_F(Moves, APromotionIntoFreeChunksFusesThemIntoAnExtentAndRuns) {
+  auto pool = extents_pool();
+  std::vector<CUdeviceptr> small;
+  for (int i = 0; i < 60; ++i) small.push_back(must_allocate(*pool, 2 * kMiB));
+  for (CUdeviceptr q : small) must_free(*pool, q);
+  pool->release_idle(true);  // 60 free chunks, no extent
+  ASSERT_EQ(pool->stats(0).extents_held, 0u);
+  const std::size_t bytes = 44 * kMiB;
+  const CUdeviceptr p = must_allocate(*pool, bytes);
+  fill(p, bytes, 33);
+  ASSERT_CU(move(*pool, p, bytes, Tier::Host));
+  const unsigned long long maps = sim().call_count("cuMemMap");
+  ASSERT_CU(move(*pool, p, bytes, Tier::Device));
+  EXPECT_EQ(sim().call_count("cuMemMap") - maps, 6u) << "three device pieces, each staged once and mapped at the commit";
+  EXPECT_EQ(tiers(p, bytes, gran), std::string(22, 'D'));
+  EXPECT_TRUE(holds(p, bytes, 33));
+  EXPECT_EQ(pool->stats(0).extents_held, 3u);
+  EXPECT_EQ(pool->check_invariants(), "");
+  must_free(*pool, p);
+  EXPECT_EQ(pool->check_invariants(), "");
+}
+
 // Part of a demoted range comes back as whole pieces from its start (Pool::promotable_end): host
 // extents cannot be cut, so the room has to take each piece whole. The demotion lays them out
 // smallest first (4, 8, 32 MiB for 44), so little room already brings back the start.
