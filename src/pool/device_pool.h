@@ -292,7 +292,7 @@ class DevicePool {
   // budget, then (with spill) host chunks for the rest. OUT_OF_MEMORY, nothing taken, when the tiers
   // cannot cover n.
   CUresult take_chunks(std::size_t n, std::vector<Chunk>* out) UVMPOOL_REQUIRES(mu_);
-  void return_chunks(std::span<const Chunk> chunks);  // unmapped pieces back: device free lists, host reserve
+  void return_chunks(std::span<const Chunk> chunks) UVMPOOL_REQUIRES(mu_);  // unmapped pieces back: device free lists, host reserve
   // Makes n granules free on the device (evicting idle memory, then growing); how many are free, at most n.
   // `evict` false: free granules and growth only, no idle mapping taken apart.
   std::size_t take_device_chunks(std::size_t n, bool all_or_nothing, bool evict = true) UVMPOOL_REQUIRES(mu_);

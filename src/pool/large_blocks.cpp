@@ -237,7 +237,7 @@ CUresult DevicePool::map_new_block(std::size_t granules, std::size_t guard, Bloc
   const std::uint64_t started = trace::recording() ? trace::now() : 0;
   std::vector<Chunk> chunks;
   if (const CUresult r = take_chunks(granules, &chunks); r != CUDA_SUCCESS) return r;
-  const auto give_chunks_back = [&] { return_chunks(chunks); };
+  const auto give_chunks_back = [&]() UVMPOOL_REQUIRES(mu_) { return_chunks(chunks); };
   const std::size_t bytes = granules * chunk_;
   CUdeviceptr va = 0;
   if (const CUresult r = take_range(bytes + guard, &va); r != CUDA_SUCCESS) {
