@@ -66,6 +66,7 @@
 #include <functional>
 #include <map>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tiering/mover_step.h"
@@ -99,6 +100,10 @@ struct MoverConfig {
   // Epochs whose holds may stand at once (see "Holds ahead" above); 1: each epoch drains, copies,
   // commits and releases before the next is prepared. Ignored with overlap.
   std::size_t holds_ahead = 1;
+  // With holds ahead: prepare each epoch's pieces when the program's work reaches its hold, after the
+  // earlier epochs committed (Mover::take_for_hold), instead of when it is placed. Off by default:
+  // on an H200 it made row 7's first holds fail to drain (docs/tiering.md).
+  bool prepare_at_hold = false;
   // With holds ahead: how long the first hold's closing of the host-wait gate waits for the program's
   // calls inside the driver to return before the epoch is put off (mover.cpp, place_locked); and how
   // long the submission gates' closings wait for the calls inside them (host_wait_gate.h).
@@ -168,6 +173,9 @@ class Mover {
   CUresult place_epoch();
   CUresult complete_placed(bool wait);
   std::size_t standing_holds() const { return standing_.load(std::memory_order_relaxed); }
+  // Whether requests are prepared when the program's work reaches their hold (holds ahead), in the
+  // program's order after every earlier request, rather than when they are taken.
+  bool prepares_at_hold() const { return pipelined() && config_.prepare_at_hold; }
   // The marks the launches shown to the policy record (Tiering), which tell a busy device from a
   // stuck hold.
   ProgressMarks& progress() { return progress_; }
@@ -211,6 +219,8 @@ class Mover {
   struct Epoch {
     bool active = false;
     bool copying = false;  // overlap: copies enqueued behind `fence`, not yet seen done
+    // Holds ahead: requests to prepare when the program's work reaches the hold (take_for_hold).
+    std::vector<Request> waiting;
     int device = -1;
     std::vector<Request> taken;
     std::vector<pool::Move> moves;
@@ -236,6 +246,19 @@ class Mover {
   static std::size_t direction(pool::Tier to) { return to == pool::Tier::Device ? 1 : 0; }
   CUresult begin() UVMPOOL_REQUIRES(epoch_mu_);
   CUresult prepare_epoch() UVMPOOL_REQUIRES(epoch_mu_);  // begin's work; begin sets the step after it
+  // Prepares `batch` into the epoch (demotions first); what may be prepared later (a promotion refused
+  // for room that demotions coming may make, memory of another device) goes to `later`. `held`: a
+  // hold of the mover's stands, so nothing may wait for the device (no fence).
+  void prepare_requests(std::vector<Request> batch, bool held, std::vector<Request>* later) UVMPOOL_REQUIRES(epoch_mu_);
+  CUresult start_epoch() UVMPOOL_REQUIRES(epoch_mu_);  // the prepared epoch made active (overlap: its copies begin)
+  static bool demotes(const Epoch& e);
+  using Range = std::pair<CUdeviceptr, std::size_t>;
+  // The runs of the request's range whose pieces lie in the other tier now (the pool moves one tier at a time).
+  std::vector<Range> runs_to_move(const Request& r) const;                  // some request of it goes to host memory
+  // Holds ahead: an epoch of requests taken now and prepared when the program's work reaches its
+  // hold (prepare_waiting), after every earlier epoch committed.
+  CUresult take_for_hold() UVMPOOL_REQUIRES(epoch_mu_);
+  void prepare_waiting() UVMPOOL_REQUIRES(epoch_mu_);
   bool copies_done(bool wait) UVMPOOL_REQUIRES(epoch_mu_);
   // Ends the epoch begun: holds (unless `placed`, whose hold stands already), copies, commits, releases.
   CUresult finish(Placed* placed = nullptr) UVMPOOL_REQUIRES(epoch_mu_);

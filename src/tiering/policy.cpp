@@ -21,6 +21,7 @@ Policy::Policy(World& world, PolicyConfig config) : world_(world), config_(confi
 void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) {
   ++count_;
   ++stats_.launches;
+  stream_order_ = world_.in_stream_order();
   if (count_ % kPruneEvery == 0) prune();
   // A buffer is an allocation: pointers into the same one (tensors of one caching-allocator segment)
   // are one buffer, named by its base, so its bytes are counted and moved once.
@@ -42,7 +43,7 @@ void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) 
     k.buffer = b;
     if (k.last_touch != 0) k.longest_gap = std::max(k.longest_gap, count_ - k.last_touch);
     k.last_touch = count_;
-    if (!b.host) k.promotion_asked = 0;  // arrived (or never left)
+    if (!b.host && (!stream_order_ || k.demotion_asked == 0)) k.promotion_asked = 0;  // arrived (or never left)
   }
   buffers = touched;
   const std::uint64_t first_seen = functions_.try_emplace(function, count_).first->second;
@@ -231,29 +232,51 @@ std::uint64_t Policy::next_use(const Known& k) const {
   return learned_.size() - phase_ + k.uses.front();
 }
 
+bool Policy::may_promote(const Known& k) {
+  return stream_order_ ? planned_host(k) : k.promotion_asked == 0 && world_.in_host(k.buffer);
+}
+
+bool Policy::may_demote(const Known& k) {
+  if (stream_order_) return !planned_host(k);
+  return k.promotion_asked == 0 && k.demotion_asked == 0 && !world_.in_host(k.buffer);
+}
+
+bool Policy::planned_host(const Known& k) {
+  // The latest ask wins: moves of one buffer land in the order asked (the mover keeps it).
+  // A part promoted (the thrash guard's) leaves the rest in host memory: not a buffer to demote.
+  if (k.promotion_asked != 0 || k.demotion_asked != 0)
+    return k.demotion_asked > k.promotion_asked || k.promotion_bytes < k.buffer.bytes;
+  return world_.in_host(k.buffer);
+}
+
 bool Policy::cold(const Known& k) const {
   const std::uint64_t idle = count_ - k.last_touch;
   return idle >= config_.lookahead && idle >= config_.cold_after && idle >= 2 * k.longest_gap;
 }
 
-std::uint64_t Policy::pending_bytes(bool to_device) {
+std::uint64_t Policy::pending_bytes(bool to_device, std::uint64_t within) {
   // Only the buffers asked for (a few dozen), not every buffer known: this runs on every launch.
   std::vector<CUdeviceptr>& asked_list = to_device ? asked_up_ : asked_down_;
   std::uint64_t bytes = 0;
-  const std::uint64_t horizon = std::max<std::uint64_t>(learned_.size(), config_.lookahead);
+  // Under run-ahead an ask lands when the device reaches the launch it was asked at, up to a step or
+  // more later: only a world that cannot tell (moving() unknown) needs the horizon.
+  const std::uint64_t horizon = (stream_order_ ? kAskHorizon : 1) * std::max<std::uint64_t>(learned_.size(), config_.lookahead);
   std::erase_if(asked_list, [&](CUdeviceptr address) {
     const auto it = known_.find(address);
     if (it == known_.end()) return true;
     Known& k = it->second;
     std::uint64_t& asked = to_device ? k.promotion_asked : k.demotion_asked;
     if (asked == 0) return true;
-    const bool done = world_.in_host(k.buffer) != to_device;
+    // Where it lies now says the ask is done only with no ask the other way pending: under run-ahead
+    // a promotion asked after a demotion not landed finds the buffer on the device already.
+    const std::uint64_t other = to_device ? k.demotion_asked : k.promotion_asked;
+    const bool done = (!stream_order_ || other == 0) && world_.in_host(k.buffer) != to_device;
     if (count_ - asked > horizon || done || !world_.moving(k.buffer)) {
       if (!done && to_device) k.refused_at = count_;
       asked = 0;  // done, or refused or dropped by the mover
       return true;
     }
-    bytes += k.buffer.bytes;
+    if (count_ - asked < within) bytes += to_device ? k.promotion_bytes : k.buffer.bytes;
     return false;
   });
   return bytes;
@@ -280,7 +303,9 @@ void Policy::find_victims(std::uint64_t needed_at) {
   victims_at_ = count_;
   const bool by_period = needed_at != kNever && !learned_.empty();
   for (auto& [address, k] : known_) {
-    if (k.promotion_asked != 0 || k.demotion_asked != 0 || k.last_touch == count_ || k.buffer.bytes == 0) continue;
+    // Planned to lie on the device once every move asked lands (a promotion asked counts: under
+    // run-ahead it lands where the program is now, in its streams' order).
+    if (!may_demote(k) || k.last_touch == count_ || k.buffer.bytes == 0) continue;
     if (k.buffer.preference == Preference::Device) continue;  // advised to stay
     std::uint64_t rank = 0;
     if (k.buffer.preference == Preference::Host) {
@@ -306,17 +331,19 @@ bool Policy::make_room(std::uint64_t bytes, std::uint64_t needed_at) {
   for (; last < victims_.size() && room() + freed < bytes; ++last) {
     if (needed_at != kNever && victims_[last].first <= needed_at) return false;  // needed sooner
     const auto it = known_.find(victims_[last].second);
-    if (it == known_.end() || it->second.demotion_asked != 0 || world_.in_host(it->second.buffer)) continue;
+    if (it == known_.end() || !may_demote(it->second)) continue;
     freed += it->second.buffer.bytes;
   }
-  if (room() + freed < bytes) return false;
+  if (room() + freed < bytes) {
+    return false;
+  }
   for (; victims_taken_ < last; ++victims_taken_) {
     const auto it = known_.find(victims_[victims_taken_].second);
-    if (it == known_.end() || it->second.demotion_asked != 0 || world_.in_host(it->second.buffer)) continue;
+    if (it == known_.end() || !may_demote(it->second)) continue;
     Known& k = it->second;
     if (!world_.move(k.buffer, pool::Tier::Host)) continue;
+    if (k.demotion_asked == 0) asked_down_.push_back(k.buffer.address);  // listed once
     k.demotion_asked = count_;
-    asked_down_.push_back(k.buffer.address);
     ++stats_.demotions;
     if (learned_.empty()) ++k.demotions;
     room_ += k.buffer.bytes;
@@ -332,22 +359,27 @@ bool Policy::kept_by_advice(Known& k) {
 }
 
 void Policy::plan_ahead() {
-  std::uint64_t pending = pending_bytes(true);
+  // In the streams' order an ask lands where it was made, up to a step later: the budget counts the
+  // asks within the lookahead, the bytes the copies must carry before the launches looked at.
+  std::uint64_t pending = pending_bytes(true, stream_order_ ? config_.lookahead : kAllAsks);
   const std::size_t period = learned_.size();
   const std::size_t depth = std::min(config_.lookahead, period);
   for (std::size_t d = 0; d < depth; ++d) {
     for (CUdeviceptr address : learned_[(phase_ + d) % period].buffers) {
       Known& k = known_[address];
-      if (k.promotion_asked != 0 || k.buffer.bytes == 0) continue;
+      if (k.buffer.bytes == 0) continue;
       if (k.kept_at != 0 && count_ - k.kept_at < period) continue;  // decided for this period
       if (k.refused_at != 0 && count_ - k.refused_at < config_.lookahead) continue;
-      if (!world_.in_host(k.buffer)) continue;
+      if (!may_promote(k)) continue;
       if (kept_by_advice(k)) continue;
       // Within the budget for promotions in flight (one larger than it goes alone).
-      if (pending != 0 && pending + k.buffer.bytes > config_.in_flight_bytes) continue;
+      if (pending != 0 && pending + k.buffer.bytes > config_.in_flight_bytes) {
+        ++stats_.waited_in_flight;
+        continue;
+      }
       // Thrash guard: used once a period, and staying would push out others: read it in place
       // (while it pays: guard_trial.h). What is already on the device needs no room.
-      const std::uint64_t needed = world_.host_bytes(k.buffer);
+      const std::uint64_t needed = stream_order_ && k.demotion_asked != 0 ? k.buffer.bytes : world_.host_bytes(k.buffer);
       if (guard_.on() && k.uses.size() < 2 && room() < needed) {
         ++stats_.kept_in_place;
         k.kept_at = count_;
@@ -355,14 +387,23 @@ void Policy::plan_ahead() {
         // nothing was pushed out for it.
         if (const std::uint64_t part = room(); part != 0 && world_.promote_part(k.buffer, part)) {
           ++stats_.parts_promoted;
+          if (stream_order_) {  // pending like any promotion, for the room it takes (at most `part`), until it lands
+            if (k.promotion_asked == 0) asked_up_.push_back(address);
+            k.promotion_asked = count_;
+            k.promotion_bytes = part;
+          }
           room_ = 0;
         }
         continue;
       }
-      if (!make_room(needed, d)) continue;
+      if (!make_room(needed, d)) {
+        ++stats_.waited_room;
+        continue;
+      }
       if (!world_.move(k.buffer, pool::Tier::Device)) continue;
+      if (k.promotion_asked == 0) asked_up_.push_back(address);  // listed once
       k.promotion_asked = count_;
-      asked_up_.push_back(address);
+      k.promotion_bytes = needed;
       pending += k.buffer.bytes;
       room_ = room_ > k.buffer.bytes ? room_ - k.buffer.bytes : 0;
       ++stats_.promotions;
@@ -393,8 +434,9 @@ void Policy::plan_recency(std::span<const Buffer> buffers) {
     }
     if ((pending != 0 && pending + b.bytes > config_.in_flight_bytes) || !make_room(b.bytes, kNever)) continue;
     if (!world_.move(b, pool::Tier::Device)) continue;
+    if (k.promotion_asked == 0) asked_up_.push_back(b.address);
     k.promotion_asked = count_;
-    asked_up_.push_back(b.address);
+    k.promotion_bytes = b.bytes;
     pending += b.bytes;
     room_ = room_ > b.bytes ? room_ - b.bytes : 0;
     ++stats_.promotions;

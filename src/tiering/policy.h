@@ -122,6 +122,8 @@ struct PolicyStats {
   std::uint64_t kept_in_place = 0;   // thrash-guard decisions: a buffer left in host memory, read in place
   std::uint64_t parts_promoted = 0;  // ... of which the part that fit the room there was was promoted
   std::uint64_t kept_by_advice = 0;  // promotions not asked for: the buffer prefers the host (advice)
+  std::uint64_t waited_in_flight = 0;  // promotions put off, the in-flight budget spent (a launch each)
+  std::uint64_t waited_room = 0;       // ... no room could be made for them
   GuardTrialStats guard;             // the thrash guard's trials
 };
 
@@ -150,6 +152,10 @@ class Policy {
     // Whether a move asked for the buffer may still happen (false: carried out, refused or dropped).
     // Unknown by default: an ask is then taken as dropped only after a period.
     virtual bool moving(const Buffer&) { return true; }
+    // Whether a move asked for lands where the program is now in its streams' order, prepared when
+    // the device gets there (Mover::prepares_at_hold): the policy then plans from where memory lies
+    // once every ask lands, not from where it lies now.
+    virtual bool in_stream_order() { return false; }
     // The thrash guard's clock: period `n` of the learned sequence begins (its first launch was just
     // queued; numbers only grow). Answers the GPU time of an earlier period once the device has run
     // it, at most one a call. None by default: without a clock the guard stays on (guard_trial.h).
@@ -181,6 +187,7 @@ class Policy {
     std::uint64_t last_touch = 0;       // launch count at its last touch
     std::uint64_t promotion_asked = 0;  // launch count when a promotion was asked (0: none pending)
     std::uint64_t demotion_asked = 0;   // ... a demotion
+    std::uint64_t promotion_bytes = 0;  // device bytes the promotion asked takes (a part: less than bytes)
     std::uint64_t kept_at = 0;          // launch count when the thrash guard left it in place (0: never)
     std::uint64_t refused_at = 0;       // ... when a promotion asked was seen refused or dropped (not asked
                                         // again within the lookahead: the mover would likely refuse again)
@@ -190,6 +197,9 @@ class Policy {
   };
 
   static constexpr std::uint64_t kPruneEvery = 4096;  // launches between two prunes of known_
+  // Periods (or lookaheads) after which an ask not seen done is taken as dropped, when the world
+  // cannot say whether it is still coming (World::moving).
+  static constexpr std::uint64_t kAskHorizon = 4;
   void prune();
   struct Candidate {
     std::size_t period = 0;
@@ -218,14 +228,24 @@ class Policy {
   bool make_room(std::uint64_t bytes, std::uint64_t needed_at);
   void find_victims(std::uint64_t needed_at);
   std::uint64_t next_use(const Known& k) const;  // in launches from the current position; ~0: never
+  // Where the buffer lies once every move asked for it lands: the tier the program's next launches
+  // will find, which under run-ahead may differ from where it lies now by a whole step.
+  bool planned_host(const Known& k);
+  // Whether a promotion (a demotion) of it may be asked for now: in the streams' order (World::
+  // in_stream_order), by where it lies once the asks land; else by where it lies now, with no ask
+  // pending.
+  bool may_promote(const Known& k);
+  bool may_demote(const Known& k);
   bool cold(const Known& k) const;  // unused long enough to go outside a learned period (see the top)
   // Bytes asked to move to the device (`to_device`) or to the host and not seen there yet; asks older
   // than a period (or the lookahead) are taken as dropped by the mover.
-  std::uint64_t pending_bytes(bool to_device);
+  static constexpr std::uint64_t kAllAsks = ~std::uint64_t{0};
+  std::uint64_t pending_bytes(bool to_device, std::uint64_t within = kAllAsks);
   // device_room, counting what is asked and not done yet: promotions take room, demotions make it.
   std::uint64_t room();
 
   World& world_;
+  bool stream_order_ = false;  // World::in_stream_order, as of the launch shown
   const PolicyConfig config_;
   PolicyStats stats_;
   std::uint64_t count_ = 0;  // launches seen

@@ -41,6 +41,7 @@ MoverConfig configured_mover() {
   c.overlap = o.tiering_copy == "overlap";
   c.max_batch_bytes = o.tiering_batch.bytes;
   c.holds_ahead = static_cast<std::size_t>(o.tiering_holds_ahead);
+  c.prepare_at_hold = o.tiering_prepare == "hold";
   return c;
 }
 
@@ -112,6 +113,8 @@ class Tiering::PoolWorld : public Policy::World {
 
   bool moving(const Policy::Buffer& b) override { return mover_.outstanding(b.base, b.bytes); }
 
+  bool in_stream_order() override { return mover_.prepares_at_hold(); }
+
   std::optional<GuardTrial::Time> period_started(std::uint64_t n) override { return clock_.mark(n, stream_, capturing_); }
 
   // The launch shown to the policy now: its device, its stream, and whether a capture is under way.
@@ -141,6 +144,14 @@ bool Tiering::ask_moves(CUdeviceptr from, CUdeviceptr end, pool::Tier to, int de
     for (CUdeviceptr at = run_from; at < run_end; at += most)
       asked |= mover_.request(at, std::min<CUdeviceptr>(most, run_end - at), to);
   };
+  // Holds ahead: a move lands where the device reaches its hold (Mover::take_for_hold), after the
+  // moves asked before it, which may take the same memory the other way (a promotion asked and not
+  // landed, then a demotion asked). Where its pieces lie now says nothing then: all are asked for, and
+  // those already in the tier when it is prepared are left.
+  if (mover_.prepares_at_hold()) {
+    ask(from, end);
+    return asked;
+  }
   for (CUdeviceptr at = from / granule * granule; at < end; at += granule) {
     const CUdeviceptr piece = std::max<CUdeviceptr>(at, from);
     const bool match = pool_.probe(piece).host == want_host_pieces;
@@ -251,12 +262,17 @@ void Tiering::before_launch(CUfunction f, CUstream stream, void** params, void**
 }
 
 void Tiering::wait_for_queue_room() {
-  const std::uint64_t limit = mover_.config().run_ahead;
-  if (mode_ != Mode::Auto || limit == 0) return;
+  const std::uint64_t run_ahead = mover_.config().run_ahead;
+  if (mode_ != Mode::Auto || run_ahead == 0) return;
   HostWaitGate& gate = streams_.host_waits();
   ProgressMarks& marks = mover_.progress();
   // Two loads in the common case: no hold, or the device close behind.
-  if (!gate.closed() || marks.outstanding() < limit) return;
+  if (!gate.closed() || marks.outstanding() < run_ahead / 2) return;
+  // Each standing hold takes two places in each stream's queue (an event and a wait): with holds
+  // placed ahead (up to UVMPOOL_TIERING_HOLDS_AHEAD) the launches may take fewer, never under half.
+  const std::uint64_t holds = 2 * mover_.standing_holds();
+  const std::uint64_t limit = run_ahead > run_ahead / 2 + holds ? run_ahead - holds : run_ahead / 2;
+  if (marks.outstanding() < limit) return;
   // Out of the overlap count while it waits, as a first launch at the gate (before_launch).
   const bool overlap = mover_.config().overlap;
   if (overlap) mover_.launch_ends();

@@ -47,6 +47,7 @@ namespace {
 constexpr std::uint64_t kMiB = 1 << 20;
 std::uint64_t g_queue_depth_ops = 0;  // --queue-depth
 std::size_t g_holds_ahead = 8;             // --holds-ahead
+bool g_prepare_at_hold = false;            // --prepare
 
 // One operation: the tensors its kernel touches, each with passes and whether it writes.
 struct Touch {
@@ -156,6 +157,7 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
   mover.overlap = overlap;
   mover.max_batch_bytes = batch;
   mover.holds_ahead = holds_ahead;
+  mover.prepare_at_hold = g_prepare_at_hold;
   auto t = std::make_unique<tiering::Tiering>(drv(), *pool, mode, streams, mover, policy);
 
   std::vector<CUdeviceptr> tensors;
@@ -242,6 +244,8 @@ int main(int argc, char** argv) {
   options.add("batch", "128M", "mover: bytes per epoch");
   options.add("workloads", "training,decoding,batched", "which replays");
   options.add("holds-ahead", "8", "mover: holds standing at once in the holds-ahead row");
+  options.add("prepare", "placement", "mover with holds ahead: make target pieces at placement or at the hold");
+  options.add("runs", "all", "which tiering runs besides first-come: all, or some of held,overlap,ahead,guard");
   options.add("queue-depth", "0", "operations the program runs ahead of the GPU before it waits (0: a whole step)");
   options.parse(&argc, argv);
   const Device dev = open_device();
@@ -263,11 +267,13 @@ int main(int argc, char** argv) {
   policy.in_flight_bytes = options.size("in-flight");
   const std::uint64_t batch = options.size("batch");
   g_queue_depth_ops = static_cast<std::uint64_t>(options.integer("queue-depth"));
+  g_prepare_at_hold = options.text("prepare") == "hold";
   g_holds_ahead = static_cast<std::size_t>(std::max<std::int64_t>(options.integer("holds-ahead"), 2));
   const double copy_rate = o.sim_copy_gbps * 1e9;
 
   std::vector<Workload> workloads;
   const std::string which = options.text("workloads");
+  const std::string runs = options.text("runs");
   if (which.find("training") != std::string::npos) workloads.push_back(training(unit));
   if (which.find("decoding") != std::string::npos) workloads.push_back(decoding(unit));
   if (which.find("batched") != std::string::npos) workloads.push_back(decoding(unit, 32));
@@ -276,12 +282,15 @@ int main(int argc, char** argv) {
     const std::uint64_t budget = 256 * unit;
     const Run fits = replay(w, w.need() + 64 * unit, tiering::Mode::Remote, false, steps, timed, policy, batch);
     const Run first_come = replay(w, budget, tiering::Mode::Remote, false, steps, timed, policy, batch);
-    const Run held = replay(w, budget, tiering::Mode::Auto, false, steps, timed, policy, batch);
-    const Run overlap = replay(w, budget, tiering::Mode::Auto, true, steps, timed, policy, batch);
-    const Run ahead = replay(w, budget, tiering::Mode::Auto, false, steps, timed, policy, batch, g_holds_ahead);
+    const auto wanted = [&](const char* run) { return runs == "all" || runs.find(run) != std::string::npos; };
+    const Run held = wanted("held") ? replay(w, budget, tiering::Mode::Auto, false, steps, timed, policy, batch) : Run{};
+    const Run overlap = wanted("overlap") ? replay(w, budget, tiering::Mode::Auto, true, steps, timed, policy, batch) : Run{};
+    const Run ahead =
+        wanted("ahead") ? replay(w, budget, tiering::Mode::Auto, false, steps, timed, policy, batch, g_holds_ahead) : Run{};
     tiering::PolicyConfig guard_on = policy;  // the thrash guard as it was before its trial
     guard_on.guard.setting = tiering::GuardSetting::On;
-    const Run kept = replay(w, budget, tiering::Mode::Auto, false, steps, timed, guard_on, batch, g_holds_ahead);
+    const Run kept =
+        wanted("guard") ? replay(w, budget, tiering::Mode::Auto, false, steps, timed, guard_on, batch, g_holds_ahead) : Run{};
     const double pcie = static_cast<double>(w.need() - budget) / copy_rate;  // each way, in parallel
     const double floor = std::max(fits.step_seconds, pcie);
     std::printf("\n%s: %s needed, device budget %s (%.2fx); floor %s a step (fits: %s, PCIe each way: %s)\n",
@@ -291,6 +300,7 @@ int main(int argc, char** argv) {
     std::printf("  %-30s %12s %10s %12s %14s %14s %8s\n", "run", "per step", "/ floor", "vs first-come", "promoted/step",
                 "demoted/step", "in place");
     const auto row = [&](const char* name, const Run& r) {
+      if (r.step_seconds == 0) return;  // not run (--runs)
       const double per = static_cast<double>(steps);
       std::printf("  %-30s %12s %10s %12s %14s %14s %8.1f\n", name, format_seconds(r.step_seconds).c_str(),
                   fixed(r.step_seconds / floor, 2).c_str(), fixed(first_come.step_seconds / r.step_seconds, 2).c_str(),
@@ -310,7 +320,8 @@ int main(int argc, char** argv) {
                   "save_on_cpu", format_seconds(save_on_cpu).c_str(), fixed(save_on_cpu / floor, 2).c_str(),
                   fixed(first_come.step_seconds / save_on_cpu, 2).c_str());
     }
-    std::printf("  policy (copies held): period %llu launches, %llu promotions, %llu demotions, %llu kept in place; "
+    if (held.step_seconds != 0)
+      std::printf("  policy (copies held): period %llu launches, %llu promotions, %llu demotions, %llu kept in place; "
                 "mover: %llu epochs, %llu moves, %llu failed\n",
                 static_cast<unsigned long long>(held.policy.period), static_cast<unsigned long long>(held.policy.promotions),
                 static_cast<unsigned long long>(held.policy.demotions), static_cast<unsigned long long>(held.policy.kept_in_place),
@@ -318,16 +329,20 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(held.mover.moves_failed));
     std::printf("  policy (%s): period %llu launches, %llu promotions, %llu demotions, %llu kept in place, "
                 "thrash guard %s after %llu trials (period on %s, off %s); "
+                "put off %llu times for the in-flight budget, %llu for room; "
                 "mover: %llu epochs, %llu moves, %llu failed, %llu requested, %llu refused\n", ahead_name.c_str(),
                 static_cast<unsigned long long>(ahead.policy.period), static_cast<unsigned long long>(ahead.policy.promotions),
                 static_cast<unsigned long long>(ahead.policy.demotions), static_cast<unsigned long long>(ahead.policy.kept_in_place),
                 ahead.policy.guard.off != 0 ? "off" : "on", static_cast<unsigned long long>(ahead.policy.guard.trials),
                 format_seconds(static_cast<double>(ahead.policy.guard.on_ns) * 1e-9).c_str(),
                 format_seconds(static_cast<double>(ahead.policy.guard.off_ns) * 1e-9).c_str(),
+                static_cast<unsigned long long>(ahead.policy.waited_in_flight),
+                static_cast<unsigned long long>(ahead.policy.waited_room),
                 static_cast<unsigned long long>(ahead.mover.epochs), static_cast<unsigned long long>(ahead.mover.moves),
                 static_cast<unsigned long long>(ahead.mover.moves_failed), static_cast<unsigned long long>(ahead.mover.requested),
                 static_cast<unsigned long long>(ahead.mover.refused));
     const auto calls = [&](const char* name, const Run& r) {
+      if (r.step_seconds == 0) return;  // not run (--runs)
       std::printf("  remaps a step (%s):", name);
       for (std::size_t i = 0; i < r.remap_calls.size(); ++i)
         std::printf(" %s %.1f", kRemapCalls[i], static_cast<double>(r.remap_calls[i]) / timed);

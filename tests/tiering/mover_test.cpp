@@ -121,9 +121,10 @@ class Mover_ : public TieringTest {
     EXPECT_TRUE(holds(in_host, 16 * kMiB, seed));
   }
   // The mover with its own thread, two holds ahead, and a hold timeout the tests' signals always beat.
-  void start_threaded_mover() {
+  void start_threaded_mover(bool prepare_at_hold = false) {
     MoverConfig config;
     config.holds_ahead = 2;
+    config.prepare_at_hold = prepare_at_hold;
     config.hold_timeout = std::chrono::seconds(30);
     mover = std::make_unique<Mover>(drv(), *pool, streams, config);
   }
@@ -156,6 +157,28 @@ class Mover_ : public TieringTest {
     void* host = nullptr;
     CUdeviceptr device = 0;
   };
+
+  // The fencing tests' start: the room of allocate_both_tiers lies behind a fence; with no hold
+  // standing the mover fences for a promotion (shown as its step) and makes it.
+  void fence_with_no_hold_standing(HostSignal& signal, bool prepare_at_hold) {
+    using uvmpool::tiering::MoverStats;
+    using uvmpool::tiering::MoverStep;
+    allocate_both_tiers();  // its room freed synchronously: taking it apart needs a fence
+    ASSERT_CU(fill_on_stream(on_device, 4, 0));  // loaded before any hold stands
+    fill(in_host, 16 * kMiB, 6);
+    ASSERT_TRUE(pool->fence_due());
+    start_threaded_mover(prepare_at_hold);
+    // The mover fences, which waits for the queued work (held back by the signal).
+    ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, signal.device, 1, CU_STREAM_WAIT_VALUE_GEQ));
+    ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+    MoverStats s = stats_once([](const MoverStats& m) { return m.step == MoverStep::Fencing; });
+    ASSERT_EQ(s.step, MoverStep::Fencing) << uvmpool::tiering::step_name(s.step);
+    EXPECT_EQ(s.standing_holds, 0u);
+    signal.write(1);
+    s = stats_once([](const MoverStats& m) { return m.moves == 1 && m.standing_holds == 0; });
+    ASSERT_EQ(s.moves, 1u);
+    EXPECT_FALSE(pool->fence_due());
+  }
 
   StreamRegistry streams;
   std::unique_ptr<Mover> mover;
@@ -616,6 +639,48 @@ TEST_F(Mover_, HoldsAheadLandEachMoveWhereItWasAskedForInStreamOrder) {
   EXPECT_EQ(s.moves_failed, 0u);
 }
 
+// Prepared at the hold (prepare_at_hold), each epoch is made when the program's work reaches it, after
+// the epochs before it committed: a promotion placed behind a demotion, with the device full, takes the
+// room that demotion makes and lands at its own hold, in the program's order. Prepared at placement
+// (the default), it finds no room then and waits for an epoch placed after the demotion committed,
+// past the work it was asked for (this test fails so: "HHHH").
+TEST_F(Mover_, PreparedAtTheHoldAPromotionTakesTheRoomTheDemotionBeforeItMakes) {
+  MoverConfig config;
+  config.holds_ahead = 2;
+  config.prepare_at_hold = true;
+  make_mover(config);
+  allocate_both_tiers();
+  const CUdeviceptr full = allocate(16 * kMiB);  // the last free device room
+  ASSERT_EQ(tiers(full, 16 * kMiB, gran), "DDDDDDDD");
+  ASSERT_CU(fill_on_stream(on_device, 4, 0));  // loaded before any hold stands
+  fill(in_host, 16 * kMiB, 2);
+  fill(on_device, 8 * kMiB, 4);
+  busy(in_host, 16 * kMiB);  // unfinished when the holds are placed
+  ASSERT_TRUE(mover->request(on_device, 8 * kMiB, Tier::Host));
+  ASSERT_CU(mover->place_epoch());
+  ASSERT_CU(fill_on_stream(in_host, 8 * kMiB, 3));  // between the holds: before the promotion
+  ASSERT_TRUE(mover->request(in_host, 8 * kMiB, Tier::Device));
+  ASSERT_CU(mover->place_epoch());
+  EXPECT_EQ(mover->standing_holds(), 2u);
+  ASSERT_CU(fill_on_stream(in_host + 4 * kMiB, 4 * kMiB, 5));  // after both: on the promoted pieces
+  ASSERT_CU(mover->complete_placed(true));
+  EXPECT_EQ(tiers(on_device, 8 * kMiB, gran), "HHHH");
+  EXPECT_EQ(tiers(in_host, 8 * kMiB, gran), "HHHH") << "the promotion lands at its own hold";
+  ASSERT_CU(mover->complete_placed(true));
+  EXPECT_EQ(mover->standing_holds(), 0u);
+  EXPECT_EQ(tiers(in_host, 8 * kMiB, gran), "DDDD");
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_TRUE(window_holds(on_device, 0, 8 * kMiB, 4));
+  EXPECT_TRUE(all_equal(in_host, 4 * kMiB, 3));
+  EXPECT_TRUE(all_equal(in_host + 4 * kMiB, 4 * kMiB, 5));
+  EXPECT_TRUE(window_holds(in_host, 8 * kMiB, 8 * kMiB, 2));
+  const auto s = mover->stats();
+  EXPECT_EQ(s.epochs, 2u);
+  EXPECT_EQ(s.moves, 2u);
+  EXPECT_EQ(s.moves_failed, 0u);
+  EXPECT_EQ(race_violations(), 0u);
+}
+
 TEST_F(Mover_, TheMoversThreadPlacesHoldsAheadAndCompletesThemInOrder) {
   // As in a program: the mover's own thread, requests coming while the program's work is queued
   // around them; every move lands, with the writes queued after each request on the new pieces.
@@ -812,25 +877,13 @@ TEST_F(Mover_, ItsStatisticsSayWhatItWaitsForAndSince) {
 // none of its holds stand, and shows as its step; while a hold stands, such a move is refused instead,
 // and the hold is never released for a fence of the mover's own (before, the pool's wait broke it).
 TEST_F(Mover_, ItFencesForIdleRoomOnlyWithNoHoldStandingAndNeverBreaksItsOwnHolds) {
-  allocate_both_tiers();  // its room freed synchronously: taking it apart needs a fence
-  ASSERT_CU(fill_on_stream(on_device, 4, 0));  // loaded before any hold stands
-  fill(in_host, 16 * kMiB, 6);
-  ASSERT_TRUE(pool->fence_due());
   HostSignal signal;
   ASSERT_NE(signal.device, 0u);
-  start_threaded_mover();
+  fence_with_no_hold_standing(signal, false);
+  if (HasFatalFailure()) return;
   using uvmpool::tiering::MoverStats;
   using uvmpool::tiering::MoverStep;
-  // No hold stands: the mover fences, which waits for the queued work (held back by the signal).
-  ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, signal.device, 1, CU_STREAM_WAIT_VALUE_GEQ));
-  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
-  MoverStats s = stats_once([](const MoverStats& m) { return m.step == MoverStep::Fencing; });
-  ASSERT_EQ(s.step, MoverStep::Fencing) << uvmpool::tiering::step_name(s.step);
-  EXPECT_EQ(s.standing_holds, 0u);
-  signal.write(1);
-  s = stats_once([](const MoverStats& m) { return m.moves == 1 && m.standing_holds == 0; });
-  ASSERT_EQ(s.moves, 1u);
-  EXPECT_FALSE(pool->fence_due());
+  MoverStats s;
   // A hold stands (the work before it waits for the signal); a synchronous free makes a fence due;
   // a promotion that needs the idle room is refused, and the standing hold is left alone.
   ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, signal.device, 2, CU_STREAM_WAIT_VALUE_GEQ));
@@ -852,6 +905,52 @@ TEST_F(Mover_, ItFencesForIdleRoomOnlyWithNoHoldStandingAndNeverBreaksItsOwnHold
   EXPECT_EQ(s.moves, 2u);
   EXPECT_EQ(s.holds_broken, 0u);
   EXPECT_EQ(s.holds_given_up, 0u);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "DDDDHHHH");
+  EXPECT_TRUE(window_holds(in_host, 0, 16 * kMiB, 6));
+}
+
+// The same, with each epoch prepared when the program's work reaches its hold (prepare_at_hold): a
+// move asked while a hold stood, needing room freed after that hold was placed, is refused at its
+// hold, and the hold is never released for a fence of the mover's own. Asked again with no hold
+// standing, the mover fences (at the placement) and makes it.
+TEST_F(Mover_, PreparedAtTheHoldItFencesForIdleRoomOnlyWithNoHoldStanding) {
+  HostSignal signal;
+  ASSERT_NE(signal.device, 0u);
+  fence_with_no_hold_standing(signal, true);
+  if (HasFatalFailure()) return;
+  using uvmpool::tiering::MoverStats;
+  using uvmpool::tiering::MoverStep;
+  MoverStats s;
+  // A hold stands (the work before it waits for the signal); a synchronous free makes a fence due;
+  // the promotions asked meanwhile need the idle room, and are refused when the work reaches their
+  // holds, which are left alone.
+  ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, signal.device, 2, CU_STREAM_WAIT_VALUE_GEQ));
+  ASSERT_TRUE(mover->request(in_host + 4 * kMiB, 4 * kMiB, Tier::Device));
+  s = stats_once([](const MoverStats& m) { return m.standing_holds == 1; });
+  ASSERT_EQ(s.standing_holds, 1u);
+  must_free(*pool, on_device);
+  allocated.erase(std::find(allocated.begin(), allocated.end(), on_device));
+  ASSERT_TRUE(pool->fence_due());
+  const std::uint64_t failed = s.moves_failed;
+  ASSERT_TRUE(mover->request(in_host + 8 * kMiB, 4 * kMiB, Tier::Device));
+  s = stats_once([](const MoverStats& m) { return m.standing_holds == 2; });
+  EXPECT_EQ(s.standing_holds, 2u);
+  EXPECT_NE(s.step, MoverStep::Fencing);
+  signal.write(2);
+  s = stats_once([&](const MoverStats& m) { return m.moves_failed == failed + 2 && m.standing_holds == 0; });
+  EXPECT_EQ(s.moves_failed, failed + 2) << "refused for room behind the fence";
+  EXPECT_EQ(s.moves, 1u);
+  EXPECT_EQ(s.holds_broken, 0u);
+  EXPECT_EQ(s.holds_given_up, 0u);
+  EXPECT_TRUE(pool->fence_due()) << "no fence made while a hold stood";
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "DDHHHHHH");
+  // No hold stands: asked again, the mover fences first and the promotion finds the room.
+  ASSERT_TRUE(mover->request(in_host + 4 * kMiB, 4 * kMiB, Tier::Device));
+  s = stats_once([](const MoverStats& m) { return m.moves == 2 && m.standing_holds == 0; });
+  EXPECT_EQ(s.moves, 2u);
+  EXPECT_FALSE(pool->fence_due());
   ASSERT_CU(drv().cuStreamSynchronize(stream));
   EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "DDDDHHHH");
   EXPECT_TRUE(window_holds(in_host, 0, 16 * kMiB, 6));

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -50,6 +51,8 @@ class FakeWorld : public Policy::World {
   bool moving(const Policy::Buffer& b) override { return !(tells_refusals && refused.count(b.address) != 0); }
   std::set<CUdeviceptr> refused;  // buffers whose moves are taken and never happen
   bool tells_refusals = false;
+  bool stream_order = false;  // in_stream_order: moves prepared where the device reaches them
+  bool in_stream_order() override { return stream_order; }
   std::uint64_t device_room() override { return used_ < capacity_ ? capacity_ - used_ : 0; }
   bool move(const Policy::Buffer& b, Tier to) override {
     if (refused.count(b.address) != 0) return true;  // taken, then refused later (as the mover does)
@@ -175,13 +178,14 @@ TEST(Policy_, ANumberPassedAsAPointerThatChangesEveryStepDoesNotHideThePeriod) {
   EXPECT_GT(hit_rate, 0.75) << w.hits << " hits, " << w.misses << " misses (the counters' misses included)";
 }
 
-TEST(Policy_, ARefusedPromotionDoesNotHoldTheBudgetForAPeriod) {
-  // The in-flight budget fits one buffer. One buffer's promotions are refused: a world that says so
-  // lets the policy go on promoting the others; one that does not blocks the budget until the ask
-  // is a period old.
-  std::uint64_t promoted[2] = {0, 0};
+// Bytes promoted over two steps while one buffer's promotions are refused, with the in-flight budget
+// fitting one buffer: [0] when the world does not tell the refusal (World::moving unknown), [1] when it
+// does; moves planned in the streams' order (World::in_stream_order) or not.
+std::array<std::uint64_t, 2> promoted_around_a_refusal(bool stream_order) {
+  std::array<std::uint64_t, 2> promoted{0, 0};
   for (const bool tells : {false, true}) {
     FakeWorld w(8 * kUnit);
+    w.stream_order = stream_order;
     std::vector<CUdeviceptr> b;
     for (int i = 0; i < 48; ++i) b.push_back(w.add(kUnit, i >= 8));
     PolicyConfig c;
@@ -190,14 +194,31 @@ TEST(Policy_, ARefusedPromotionDoesNotHoldTheBudgetForAPeriod) {
     Policy p(w, c);
     const auto step = pairs_step(b);
     run(w, p, step, 3);
-    ASSERT_TRUE(p.has_period());
+    EXPECT_TRUE(p.has_period());
     w.refused.insert(b[20]);
     w.tells_refusals = tells;
     w.reset_counts();
     run(w, p, step, 2);
     promoted[tells] = w.promoted;
   }
+  return promoted;
+}
+
+TEST(Policy_, ARefusedPromotionDoesNotHoldTheBudgetForAPeriod) {
+  // A world that tells the refusal lets the policy go on promoting the others; one that does not
+  // blocks the budget until the ask is a period old.
+  const auto promoted = promoted_around_a_refusal(false);
   EXPECT_GT(promoted[1], promoted[0] + 8 * kUnit) << "refusals told: " << promoted[1] / kUnit << " units promoted, not told: "
+                                                  << promoted[0] / kUnit;
+}
+
+TEST(Policy_, InStreamOrderAnAskHoldsTheInFlightBudgetOnlyWithinTheLookahead) {
+  // In the streams' order (moves prepared where the device reaches them) a move lands when the device
+  // reaches the launch it was asked at, up to a step later, so the budget counts only the asks made
+  // within the lookahead: the policy goes on promoting the others whether or not the refusal is told.
+  const auto promoted = promoted_around_a_refusal(true);
+  EXPECT_GT(promoted[0], 16 * kUnit);
+  EXPECT_GT(promoted[0] + 8 * kUnit, promoted[1]) << "refusals told: " << promoted[1] / kUnit << " units promoted, not told: "
                                                   << promoted[0] / kUnit;
 }
 
