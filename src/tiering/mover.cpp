@@ -1075,7 +1075,11 @@ CUresult Mover::complete_locked(bool wait) {
   }
   epoch_state_ = std::move(p.epoch);
   Epoch& e = epoch_state_;
-  if (!p.standing || p.given_up) {  // nothing of it commits: what waited is dropped with it
+  if (!p.standing && !e.waiting.empty()) {  // a stream refused the hold: tried again later, as finish() does
+    std::vector<Request> waiting = std::move(e.waiting);
+    e.waiting.clear();
+    put_off(waiting);
+  } else if (p.given_up) {  // nothing of it commits: what waited is dropped with it
     failed_.fetch_add(e.waiting.size(), std::memory_order_relaxed);
     settle(e.waiting);
     e.waiting.clear();

@@ -53,6 +53,11 @@
 // behind a hold), where no timeout of its own runs: with its thread, a stall guard releases every
 // standing hold once the oldest has stood for twice the hold timeout, counted as a hold given up.
 //
+// With `prepare_at_hold` (holds ahead only), step 1 moves too: an epoch's requests are taken when its
+// hold is placed and prepared when the program's work reaches it, after the epochs before it
+// committed, so a promotion takes the room the demotions before it in the program's order made
+// (take_for_hold, prepare_waiting; docs/tiering.md "Prepared at the hold").
+//
 // Requests come from the policy (next), cuMemPrefetchAsync and uvmpool_prefetch; each is carried out
 // at the next epoch, on the mover's thread or (tests) on the caller's (run_epoch, place_epoch).
 #pragma once

@@ -303,8 +303,8 @@ void Policy::find_victims(std::uint64_t needed_at) {
   victims_at_ = count_;
   const bool by_period = needed_at != kNever && !learned_.empty();
   for (auto& [address, k] : known_) {
-    // Planned to lie on the device once every move asked lands (a promotion asked counts: under
-    // run-ahead it lands where the program is now, in its streams' order).
+    // On the device, with no ask pending; in the streams' order, once every ask lands (a promotion
+    // asked counts: it lands where the program is now).
     if (!may_demote(k) || k.last_touch == count_ || k.buffer.bytes == 0) continue;
     if (k.buffer.preference == Preference::Device) continue;  // advised to stay
     std::uint64_t rank = 0;
@@ -334,9 +334,7 @@ bool Policy::make_room(std::uint64_t bytes, std::uint64_t needed_at) {
     if (it == known_.end() || !may_demote(it->second)) continue;
     freed += it->second.buffer.bytes;
   }
-  if (room() + freed < bytes) {
-    return false;
-  }
+  if (room() + freed < bytes) return false;
   for (; victims_taken_ < last; ++victims_taken_) {
     const auto it = known_.find(victims_[victims_taken_].second);
     if (it == known_.end() || !may_demote(it->second)) continue;

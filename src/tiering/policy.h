@@ -58,6 +58,12 @@
 //     (in and out), reading it in place once (GMEM's remote-access rule). Not for a kernel that reads
 //     its operand many times (a GEMM at a large batch): whether the guard pays is measured, by timing
 //     the period with it on and off (guard_trial.h).
+//   - In the streams' order (World::in_stream_order: the mover prepares each move when the device
+//     reaches the launch it was asked at, UVMPOOL_TIERING_PREPARE=hold): the policy plans from where
+//     memory lies once every ask lands, which under run-ahead differs from where it lies now by up to
+//     a step (a promoted buffer may be a victim before it landed, a demoted one promoted again), and
+//     the in-flight budget counts the asks within the lookahead only. Modeled on the training replay,
+//     233 -> 159 ms a step with 64 holds ahead (docs/tiering.md).
 //   - Advice (advice.h): a buffer that prefers the device is never demoted to make room; one that
 //     prefers the host is never promoted (it is read in place) and is the first to go for room.
 //   - A launch that breaks the sequence counts as a miss; after `max_misses` in a row the period is

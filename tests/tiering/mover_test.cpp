@@ -551,6 +551,37 @@ TEST_P(MoverFaults, AFailingStepLosesNothingAndReleasesTheStreams) {
   EXPECT_EQ(s.moves + s.moves_failed, 1u) << "each request ends once";
 }
 
+TEST_P(MoverFaults, PreparedAtTheHoldAFailingStepLosesNothingAndReleasesTheStreams) {
+  // The same with holds ahead, each epoch prepared when the work reaches its hold: the step fails in
+  // the placement (the hold's event or wait) or at the hold (the preparation, copy or commit).
+  allocate_both_tiers();
+  ASSERT_CU(fill_on_stream(on_device, 4, 0));  // loaded before any hold stands (as above)
+  fill(in_host, 16 * kMiB, 8);
+  MoverConfig config;
+  config.holds_ahead = 2;
+  config.prepare_at_hold = true;
+  make_mover(config);
+  busy(in_host, 16 * kMiB);
+  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+  ASSERT_EQ(sim().fail(GetParam(), 1, CUDA_ERROR_UNKNOWN), 0) << GetParam();
+  const CUresult placed = mover->place_epoch();
+  EXPECT_TRUE(placed == CUDA_SUCCESS || placed == CUDA_ERROR_NOT_READY) << cu_name(placed);
+  const CUresult completed = mover->complete_placed(true);
+  sim().clear_failures();
+  EXPECT_TRUE(completed == CUDA_SUCCESS || completed == CUDA_ERROR_NOT_READY) << cu_name(completed);
+  EXPECT_EQ(mover->standing_holds(), 0u);
+  ASSERT_CU(mover->run_until_idle());  // what was put off goes now
+  ASSERT_CU(fill_on_stream(in_host + 12 * kMiB, 4 * kMiB, 0x99));
+  ASSERT_CU(drv().cuStreamSynchronize(stream)) << "the stream stayed held";
+  EXPECT_TRUE(window_holds(in_host, 0, 12 * kMiB, 8));
+  EXPECT_TRUE(all_equal(in_host + 12 * kMiB, 4 * kMiB, 0x99));
+  const std::string t = tiers(in_host, 4 * kMiB, gran);
+  EXPECT_TRUE(t == "DD" || t == "HH") << t;
+  const auto s = mover->stats();
+  EXPECT_EQ(s.moves + s.moves_failed, 1u) << "each request ends once";
+  EXPECT_EQ(race_violations(), 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(EveryStep, MoverFaults,
                          ::testing::Values("cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemUnmap",
                                            "cuMemcpyDtoDAsync_v2", "cuEventRecord", "cuStreamWaitValue32_v2",
