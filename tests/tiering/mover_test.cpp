@@ -527,7 +527,22 @@ TEST_F(Mover_, AGatherThroughPointersKeptInDeviceMemoryStaysCorrect) {
 
 // Each driver step of an epoch failing once: the old mapping stands (or the move completes), the
 // bytes are intact, the program's stream is released, and nothing is left prepared.
-class MoverFaults : public Mover_, public ::testing::WithParamInterface<const char*> {};
+class MoverFaults : public Mover_, public ::testing::WithParamInterface<const char*> {
+ protected:
+  // After a step failed: what was put off moves, the stream runs, the data and tiers are whole, and
+  // the request ended once.
+  void nothing_lost_after_the_fault() {
+    ASSERT_CU(mover->run_until_idle());  // what was put off goes now
+    ASSERT_CU(fill_on_stream(in_host + 12 * kMiB, 4 * kMiB, 0x99));
+    ASSERT_CU(drv().cuStreamSynchronize(stream)) << "the stream stayed held";
+    EXPECT_TRUE(window_holds(in_host, 0, 12 * kMiB, 8));
+    EXPECT_TRUE(all_equal(in_host + 12 * kMiB, 4 * kMiB, 0x99));
+    const std::string t = tiers(in_host, 4 * kMiB, gran);
+    EXPECT_TRUE(t == "DD" || t == "HH") << t;
+    const auto s = mover->stats();
+    EXPECT_EQ(s.moves + s.moves_failed, 1u) << "each request ends once";
+  }
+};
 
 TEST_P(MoverFaults, AFailingStepLosesNothingAndReleasesTheStreams) {
   allocate_both_tiers();
@@ -540,15 +555,7 @@ TEST_P(MoverFaults, AFailingStepLosesNothingAndReleasesTheStreams) {
   const CUresult first = mover->run_epoch();
   sim().clear_failures();
   EXPECT_TRUE(first == CUDA_SUCCESS || first == CUDA_ERROR_NOT_READY) << cu_name(first);
-  ASSERT_CU(mover->run_until_idle());  // what was put off goes now
-  ASSERT_CU(fill_on_stream(in_host + 12 * kMiB, 4 * kMiB, 0x99));
-  ASSERT_CU(drv().cuStreamSynchronize(stream)) << "the stream stayed held";
-  EXPECT_TRUE(window_holds(in_host, 0, 12 * kMiB, 8));
-  EXPECT_TRUE(all_equal(in_host + 12 * kMiB, 4 * kMiB, 0x99));
-  const std::string t = tiers(in_host, 4 * kMiB, gran);
-  EXPECT_TRUE(t == "DD" || t == "HH") << t;
-  const auto s = mover->stats();
-  EXPECT_EQ(s.moves + s.moves_failed, 1u) << "each request ends once";
+  nothing_lost_after_the_fault();
 }
 
 TEST_P(MoverFaults, PreparedAtTheHoldAFailingStepLosesNothingAndReleasesTheStreams) {
@@ -570,15 +577,7 @@ TEST_P(MoverFaults, PreparedAtTheHoldAFailingStepLosesNothingAndReleasesTheStrea
   sim().clear_failures();
   EXPECT_TRUE(completed == CUDA_SUCCESS || completed == CUDA_ERROR_NOT_READY) << cu_name(completed);
   EXPECT_EQ(mover->standing_holds(), 0u);
-  ASSERT_CU(mover->run_until_idle());  // what was put off goes now
-  ASSERT_CU(fill_on_stream(in_host + 12 * kMiB, 4 * kMiB, 0x99));
-  ASSERT_CU(drv().cuStreamSynchronize(stream)) << "the stream stayed held";
-  EXPECT_TRUE(window_holds(in_host, 0, 12 * kMiB, 8));
-  EXPECT_TRUE(all_equal(in_host + 12 * kMiB, 4 * kMiB, 0x99));
-  const std::string t = tiers(in_host, 4 * kMiB, gran);
-  EXPECT_TRUE(t == "DD" || t == "HH") << t;
-  const auto s = mover->stats();
-  EXPECT_EQ(s.moves + s.moves_failed, 1u) << "each request ends once";
+  nothing_lost_after_the_fault();
   EXPECT_EQ(race_violations(), 0u);
 }
 
