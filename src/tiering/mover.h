@@ -256,10 +256,10 @@ class Mover {
   // hold of the mover's stands, so nothing may wait for the device (no fence).
   void prepare_requests(std::vector<Request> batch, bool held, std::vector<Request>* later) UVMPOOL_REQUIRES(epoch_mu_);
   CUresult start_epoch() UVMPOOL_REQUIRES(epoch_mu_);  // the prepared epoch made active (overlap: its copies begin)
-  static bool demotes(const Epoch& e);
+  static bool demotes(const Epoch& e);  // some request of it, prepared or waiting, goes to host memory
   using Range = std::pair<CUdeviceptr, std::size_t>;
   // The runs of the request's range whose pieces lie in the other tier now (the pool moves one tier at a time).
-  std::vector<Range> runs_to_move(const Request& r) const;                  // some request of it goes to host memory
+  std::vector<Range> runs_to_move(const Request& r) const;
   // Holds ahead: an epoch of requests taken now and prepared when the program's work reaches its
   // hold (prepare_waiting), after every earlier epoch committed.
   CUresult take_for_hold() UVMPOOL_REQUIRES(epoch_mu_);
