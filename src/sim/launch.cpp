@@ -517,6 +517,9 @@ CUresult impl::cuKernelGetFunction(CUfunction* pFunc, CUkernel kernel) {
 
 // A CUkernel cast to a CUfunction is CUDA_ERROR_INVALID_HANDLE here (measured on an H200, driver 580:
 // only cuKernelGetParamInfo answers for a CUkernel), though launches accept one.
+// Answers without loading the function. Measured on an H200 with driver 580 (tests/gpu/hold_blocking.cu,
+// 2026-11-29): asked for a function from cuModuleGetFunction never used, under a hold, the mover's
+// calls went on.
 CUresult impl::cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t* paramOffset, size_t* paramSize) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
@@ -525,7 +528,24 @@ CUresult impl::cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t* pa
   return param_info(f->second->kernel, paramIndex, paramOffset, paramSize);
 }
 
+// Under lazy loading loads the kernel in the current context first, where there is one, as the other
+// calls on it do (load_for_use). Measured on an H200 with driver 580 (tests/gpu/hold_blocking.cu,
+// 2026-11-29): asked for a library's kernel never used while a hold stood, it kept the mover's copy
+// out until the flag was written; uvmpool's launch hook asking so had row 7's holds given up.
 CUresult impl::cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t* paramOffset, size_t* paramSize) {
+  Function* function = nullptr;
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    if (r.kernels.count(kernel) == 0) return CUDA_ERROR_INVALID_HANDLE;
+    Context* context = nullptr;
+    if (current_context(&context) == CUDA_SUCCESS && context != nullptr &&
+        find_function(r, reinterpret_cast<CUfunction>(kernel), &function) != CUDA_SUCCESS)
+      function = nullptr;
+  }
+  if (function != nullptr) {
+    if (CUresult status = load_for_use(function); status != CUDA_SUCCESS) return status;
+  }
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   auto k = r.kernels.find(kernel);

@@ -43,7 +43,7 @@ ParamLayouts::~ParamLayouts() {
   for (const ParamLayout* layout : retired_) delete layout;
 }
 
-const ParamLayout* ParamLayouts::find(CUfunction f) {
+const ParamLayout* ParamLayouts::kept(CUfunction f) {
   const std::uint64_t generation = generation_.load(std::memory_order_acquire);
   CachedLayout& slot = thread_table()[slot_of(f)];
   if (slot.owner == this && slot.function == f && slot.generation == generation) return slot.layout;
@@ -52,16 +52,24 @@ const ParamLayout* ParamLayouts::find(CUfunction f) {
     MutexLock lock(mu_);
     if (auto it = known_.find(f); it != known_.end()) layout = it->second;
   }
-  if (layout == nullptr) {
-    // Asked outside the lock: other launches go on meanwhile. Two threads meeting the same new
-    // function both ask; the first answer stays.
-    const ParamLayout* asked = ask_driver(f);
+  if (layout != nullptr) slot = {this, generation, f, layout};
+  return layout;
+}
+
+const ParamLayout* ParamLayouts::find(CUfunction f) {
+  if (const ParamLayout* layout = kept(f)) return layout;
+  const std::uint64_t generation = generation_.load(std::memory_order_acquire);
+  // Asked outside the lock: other launches go on meanwhile. Two threads meeting the same new
+  // function both ask; the first answer stays.
+  const ParamLayout* asked = ask_driver(f);
+  const ParamLayout* layout = nullptr;
+  {
     MutexLock lock(mu_);
     auto [it, inserted] = known_.emplace(f, asked);
     if (!inserted) retired_.push_back(asked);
     layout = it->second;
   }
-  slot = {this, generation, f, layout};
+  thread_table()[slot_of(f)] = {this, generation, f, layout};
   return layout;
 }
 

@@ -52,6 +52,10 @@ class ParamLayouts {
   // The layout of `f`, a CUfunction or a CUkernel cast to one; never null (unknown layouts are kept
   // too, so the driver is asked once). `f` must not be null.
   const ParamLayout* find(CUfunction f);
+  // The layout of `f` if the driver was asked about it already, else null: no driver call. Asking may
+  // load a lazily loaded function, which waits inside the driver as its first launch does
+  // (Tiering::before_launch gates that first).
+  const ParamLayout* kept(CUfunction f);
   // After cuModuleUnload or cuLibraryUnload succeeded: the driver may reuse handles.
   void forget_all();
 

@@ -215,21 +215,27 @@ void Tiering::before_launch(CUfunction f, CUstream stream, void** params, void**
   if (capture == 0) wait_for_queue_room();
   LaunchTouches& touches = seen->touches;
   touches.count = touches.dropped = touches.host = 0;
-  const ParamLayout& layout = *layouts_.find(f);
   // Measured on an H100 (tests/gpu/hold_blocking.cu): the first launch of a lazily loaded kernel keeps
   // every other thread's driver calls out until the device is idle, and makes the mover's own streams
   // wait behind a hold. So it waits for the hold to end, and no hold begins while it is in the driver.
-  // Not covered: a first launch skipped above (nothing in host memory yet) that meets a demotion's
-  // hold; the runtime's lazy loading is gated at its own calls too (src/hooks/host_wait_hooks.cpp).
-  if (mode_ == Mode::Auto && !layout.loaded.load(std::memory_order_acquire)) {
+  // Asking the driver for a new function's layout is such a call too: it goes after the gate. (On an
+  // H200, scoreboard row 7 with epochs prepared at the hold had a backward thread spin inside the
+  // driver for the hold timeout while holds stood, and no hold given up under CUDA_MODULE_LOADING=EAGER:
+  // docs/gpu-results.md, 2026-11-29.) Not covered: a first launch skipped above (nothing in host
+  // memory yet) that meets a demotion's hold; the runtime's lazy loading is gated at its own calls too
+  // (src/hooks/host_wait_hooks.cpp).
+  const ParamLayout* kept = layouts_.kept(f);
+  const bool first = mode_ == Mode::Auto && (kept == nullptr || !kept->loaded.load(std::memory_order_acquire));
+  if (first) {
     // Out of the overlap count while it waits: an epoch's wait for launches under way must not wait
     // for one that waits for the epoch.
     const bool overlap = mover_.config().overlap;
     if (overlap) mover_.launch_ends();
     streams_.host_waits().enter();
     if (overlap) mover_.launch_begins();
-    seen->first_launch = &layout;
   }
+  const ParamLayout& layout = kept != nullptr ? *kept : *layouts_.find(f);
+  if (first) seen->first_launch = &layout;
   if (capture != 0) {
     std::vector<GraphTouches::Range> ranges;
     const bool readable = for_each_word(layout, params, extra, [&](std::uint64_t word) {
@@ -388,17 +394,22 @@ bool Tiering::node_ranges(const CUDA_KERNEL_NODE_PARAMS& node, std::vector<Graph
   out->clear();
   const CUfunction f = node.func != nullptr ? node.func : reinterpret_cast<CUfunction>(node.kern);
   if (f == nullptr) return false;
-  return for_each_word(*layouts_.find(f), node.kernelParams, node.extra, [&](std::uint64_t word) {
+  const ParamLayout* layout = layouts_.kept(f);
+  if (layout == nullptr) {  // asking may load the function: outside any hold (before_launch)
+    HostWaitGate::Pass pass(streams_.host_waits(), mode_ == Mode::Auto);
+    layout = layouts_.find(f);
+  }
+  return for_each_word(*layout, node.kernelParams, node.extra, [&](std::uint64_t word) {
     if (pool_.probe(static_cast<CUdeviceptr>(word)).owner != 0) out->emplace_back(word, 1);
   });
 }
 
 const ParamLayout* Tiering::begin_loading_call(CUfunction f) {
   if (mode_ != Mode::Auto || f == nullptr) return nullptr;
-  const ParamLayout& layout = *layouts_.find(f);
-  if (layout.loaded.load(std::memory_order_acquire)) return nullptr;
-  streams_.host_waits().enter();
-  return &layout;
+  const ParamLayout* kept = layouts_.kept(f);
+  if (kept != nullptr && kept->loaded.load(std::memory_order_acquire)) return nullptr;
+  streams_.host_waits().enter();  // before asking the driver for the layout, which may load it too
+  return kept != nullptr ? kept : layouts_.find(f);
 }
 
 void Tiering::end_loading_call(const ParamLayout* layout, CUresult result) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -64,6 +65,20 @@ class LaunchTouches_ : public TieringTest {
     const CUresult r = drv().cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, stream, params, extra);
     tiering->after_launch(seen, stream);
     return r;
+  }
+
+  // Whether a copy as the mover makes (on `other`, beside a held stream) is queued within a second, on
+  // a thread of its own: the caller joins `copier` once the hold is over, since a copy kept out by a
+  // call waiting inside the driver returns only then.
+  bool a_copy_goes_on(CUstream other, std::thread* copier) {
+    auto copied = std::make_shared<std::atomic<bool>>(false);
+    *copier = std::thread([this, other, copied, context = ctx] {
+      drv().cuCtxSetCurrent(context);
+      EXPECT_CU(drv().cuMemcpyDtoDAsync_v2(spilled, on_device, kMiB, other));
+      *copied = true;
+    });
+    for (int i = 0; i < 1000 && !*copied; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return *copied;
   }
 
   // The touches of the one launch seen since the last call.
@@ -253,6 +268,69 @@ TEST_F(LaunchTouches_, AFunctionsFirstLaunchWaitsWhileTheMoverHoldsAndLaterOnesD
   seen.clear();
 }
 
+// Asking the driver for a new kernel's parameter layout (cuKernelGetParamInfo, for a library's kernel
+// as the CUDA runtime launches them) loads it as its first launch does: on an H200 it kept the mover's
+// copy out under a hold (tests/gpu/hold_blocking.cu), and row 7 had holds given up while a backward
+// thread spun inside the driver (none under CUDA_MODULE_LOADING=EAGER); the simulator models it so. A
+// kernel's first launch, and a call that may load it, ask only once past the gate; meanwhile the
+// mover's copy goes on beside the held stream.
+TEST_F(LaunchTouches_, ANewKernelsLayoutIsAskedForOnlyPastTheGate) {
+  allocate_both_tiers();
+  CUlibrary library = nullptr;
+  CUkernel fill_kernel = nullptr, struct_kernel = nullptr;
+  ASSERT_CU(drv().cuLibraryLoadData(&library, UVMPOOL_SIM_MODULE_IMAGE, nullptr, nullptr, 0, nullptr, nullptr, 0));
+  ASSERT_CU(drv().cuLibraryGetKernel(&fill_kernel, library, "uvmpool_fill_u32"));
+  ASSERT_CU(drv().cuLibraryGetKernel(&struct_kernel, library, "uvmpool_struct_fill_u32"));
+  std::uint64_t count = 16;
+  std::uint32_t value = 1;
+  void* params[] = {&on_device, &count, &value};
+  void* flag_host = nullptr;
+  ASSERT_CU(drv().cuMemHostAlloc(&flag_host, 64, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+  auto* flag = static_cast<std::uint32_t*>(flag_host);
+  *flag = 0;
+  CUdeviceptr flag_device = 0;
+  ASSERT_CU(drv().cuMemHostGetDevicePointer_v2(&flag_device, flag_host, 0));
+  CUstream mover_stream = nullptr;
+  ASSERT_CU(drv().cuStreamCreate(&mover_stream, CU_STREAM_NON_BLOCKING));
+  uvmpool::tiering::HostWaitGate& gate = streams.host_waits();
+  // One hold (the gate closed, then a wait on a pinned flag) for each of the two calls.
+  const auto under_a_hold = [&](std::uint32_t hold, auto&& call) {
+    ASSERT_TRUE(gate.close(std::chrono::milliseconds(1000)));
+    ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, flag_device, hold, CU_STREAM_WAIT_VALUE_GEQ));
+    // No ASSERT from here to the joins: the threads must be joined.
+    std::atomic<bool> returned{false};
+    std::thread program([&, context = ctx] {
+      drv().cuCtxSetCurrent(context);
+      call();
+      returned = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_FALSE(returned) << "hold " << hold << ": the call did not wait for the hold";
+    EXPECT_EQ(tiering->stats().layouts_asked, hold - 1) << "hold " << hold << ": the layout was asked during the hold";
+    std::thread mover;
+    EXPECT_TRUE(a_copy_goes_on(mover_stream, &mover)) << "hold " << hold << ": the mover's copy waited for the program's call";
+    __atomic_store_n(flag, hold, __ATOMIC_RELEASE);
+    gate.open();
+    mover.join();
+    program.join();
+    EXPECT_EQ(tiering->stats().layouts_asked, hold) << "hold " << hold;
+  };
+  under_a_hold(1, [&] { EXPECT_CU(launch(reinterpret_cast<CUfunction>(fill_kernel), params)); });
+  under_a_hold(2, [&] {
+    const uvmpool::tiering::ParamLayout* loading = tiering->begin_loading_call(reinterpret_cast<CUfunction>(struct_kernel));
+    const CUresult r = drv().cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024, struct_kernel, 0);
+    tiering->end_loading_call(loading, r);
+    EXPECT_CU(r);
+  });
+  EXPECT_EQ(gate.waited(), 2u);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  ASSERT_CU(drv().cuStreamSynchronize(mover_stream));
+  drv().cuStreamDestroy_v2(mover_stream);
+  drv().cuMemFreeHost(flag_host);
+  ASSERT_CU(drv().cuLibraryUnload(library));
+  seen.clear();
+}
+
 // Measured on an H200 (tests/gpu/hold_blocking.cu, 2026-11-28): a stream takes 1020 launches behind a
 // hold, the next waits inside the driver for room, and the mover's copies wait with it; scoreboard row
 // 7's job, which keeps its queue full, had every hold given up so. While a hold stands the program
@@ -298,15 +376,8 @@ TEST_F(LaunchTouches_, WhileAHoldStandsTheProgramRunsAtMostRunAheadLaunchesAhead
   const std::uint64_t run_ahead = tiering->mover().config().run_ahead;
   EXPECT_EQ(static_cast<std::uint64_t>(launched.load()), run_ahead - before) << "launches queued behind the hold";
   EXPECT_EQ(tiering->stats().queue_waits, 1u);
-  // The mover's copy goes on.
-  std::atomic<bool> copied{false};
-  std::thread mover([&, context = ctx] {
-    drv().cuCtxSetCurrent(context);
-    EXPECT_CU(drv().cuMemcpyDtoDAsync_v2(spilled, on_device, kMiB, mover_stream));
-    copied = true;
-  });
-  for (int i = 0; i < 1000 && !copied; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  EXPECT_TRUE(copied) << "the mover's copy waited for the program's launch";
+  std::thread mover;
+  EXPECT_TRUE(a_copy_goes_on(mover_stream, &mover)) << "the mover's copy waited for the program's launch";
   __atomic_store_n(flag, 1u, __ATOMIC_RELEASE);
   gate.open();
   mover.join();
