@@ -129,9 +129,12 @@ void Mover::guard_main() {
     // next look waits another two hold timeouts.
     oldest_hold_ns_.compare_exchange_strong(since, now, std::memory_order_acq_rel);
     if (!breaker_.release_all()) continue;
+    const MoverStep step = step_.load(std::memory_order_acquire);
+    const std::int64_t step_since = step_since_ns_.load(std::memory_order_relaxed);
     log::warn("tiering: the mover made no progress for {} ms while holds stood; every standing hold is released, "
-              "their moves dropped",
-              std::chrono::duration_cast<std::chrono::milliseconds>(2 * config_.hold_timeout).count());
+              "their moves dropped (the mover was {} for {} ms)",
+              std::chrono::duration_cast<std::chrono::milliseconds>(2 * config_.hold_timeout).count(), step_name(step),
+              step_since != 0 && now > step_since ? (now - step_since) / 1000000 : 0);
     count_given_up();
   }
 }
@@ -413,8 +416,13 @@ bool Mover::still_progressing(std::uint64_t* passed) {
 }
 
 void Mover::note_given_up() {
-  log::warn("tiering: the program's work did not drain within {} ms of a hold; the hold is given up, nothing moves",
-            config_.hold_timeout.count());
+  // What the GPU runs showed too little of (docs/gpu-results.md, row 7 with epochs prepared at the
+  // hold): how far the program was ahead of the device, and whether its calls waited at the gate.
+  log::warn("tiering: the program's work did not drain within {} ms of a hold; the hold is given up, nothing moves "
+            "(the mover {}; {} holds standing, mark {} passed, {} launches outstanding, {} calls waiting at the gate)",
+            config_.hold_timeout.count(), step_name(step_.load(std::memory_order_acquire)),
+            standing_.load(std::memory_order_relaxed), progress_.passed(),
+            progress_.outstanding(), streams_.host_waits().waiters());
   count_given_up();
 }
 

@@ -9,7 +9,7 @@
 //   4. after a second, or once the mover is done, the flag is written.
 // A mover call that ends only after the flag was written was blocked by the program thread's call.
 //
-//   nvcc -O2 -arch=native tests/gpu/hold_blocking.cu -o hold_blocking -lcuda && ./hold_blocking
+//   nvcc -O2 -arch=native tests/gpu/hold_blocking.cu -o hold_blocking -lcuda && ./hold_blocking [scenario]
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -71,6 +71,17 @@ __global__ void small_args(int* p) {
 __global__ void big_args(Big b) {
   if (b.bytes[0] == 7) b.bytes[1] = 1;
 }
+// Functions loaded from PTX but never used before their scenario: under lazy loading the module is
+// loaded on first use. Does asking for a parameter's place (uvmpool's launch hook does, for a function
+// it has not seen) load it, and wait like a first launch?
+CUfunction g_unused_function = nullptr;
+CUkernel g_unused_kernel = nullptr;
+const char kPtx[] = R"(.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry unused_f(.param .u64 p) { ret; }
+.visible .entry unused_k(.param .u64 p) { ret; }
+)";
 volatile unsigned* g_flag = nullptr;
 unsigned g_value = 0;
 std::atomic<long> g_queued{-1};      // launches that returned at once before the first that waited
@@ -121,6 +132,8 @@ const Scenario kScenarios[] = {
     {"cuStreamCreate + cuStreamDestroy", [](Shared&) { CUstream s = nullptr; if (cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS) cuStreamDestroy(s); }},
     {"cuMemGetInfo", [](Shared&) { size_t f = 0, t = 0; cuMemGetInfo(&f, &t); }},
     {"cuMemsetD8 (synchronous form) 64 MiB", [](Shared& s) { cuMemsetD8(s.dev, 0, kCopy); }},
+    {"cuFuncGetParamInfo of a function never used", [](Shared&) { size_t o = 0, z = 0; cuFuncGetParamInfo(g_unused_function, 0, &o, &z); }},
+    {"cuKernelGetParamInfo of a kernel never used", [](Shared&) { size_t o = 0, z = 0; cuKernelGetParamInfo(g_unused_kernel, 0, &o, &z); }},
     {"launches of a loaded kernel (8 B of parameters) on the held legacy stream until one waits", launch_until_full<false>},
     {"launches of a loaded kernel (512 B of parameters) on the held legacy stream until one waits", launch_until_full<true>},
 };
@@ -145,28 +158,42 @@ void mover(Shared& s, Clock::time_point t0, std::vector<std::pair<std::string, d
   note("cuMemcpyDtoDAsync on the mover's stream");
   cuStreamSynchronize(s.mover_stream);
   note("cuStreamSynchronize(mover's stream)");
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
-  CUmemGenericAllocationHandle h = 0;
-  CUdeviceptr va = 0;
-  cuMemAddressReserve(&va, kMap, 0, 0, 0);
-  cuMemCreate(&h, kMap, &prop, 0);
-  note("cuMemAddressReserve + cuMemCreate");
-  cuMemMap(va, kMap, 0, h, 0);
-  CUmemAccessDesc acc{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-  cuMemSetAccess(va, kMap, &acc, 1);
-  note("cuMemMap + cuMemSetAccess");
-  cuMemUnmap(va, kMap);
-  note("cuMemUnmap");
-  cuMemRelease(h);
-  cuMemAddressFree(va, kMap);
-  note("cuMemRelease + cuMemAddressFree");
+  // A move's target pieces when it is prepared at the hold (docs/tiering.md, "Prepared at the hold"):
+  // made, mapped at a staging address, copied into, taken apart, on the device and then in pinned host
+  // memory (HOST_NUMA 0, mapped for the device only, as the pool makes them). Does any step, or the
+  // first use of the new mapping, wait for the held work?
+  for (const CUmemLocation where : {CUmemLocation{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CUmemLocation{CU_MEM_LOCATION_TYPE_HOST_NUMA, 0}}) {
+    const std::string tier = where.type == CU_MEM_LOCATION_TYPE_DEVICE ? "device" : "host";
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location = where;
+    CUmemGenericAllocationHandle h = 0;
+    CUdeviceptr va = 0;
+    cuMemAddressReserve(&va, kMap, 0, 0, 0);
+    const CUresult created = cuMemCreate(&h, kMap, &prop, 0);
+    out->push_back({tier + " 32 MiB: cuMemAddressReserve + cuMemCreate" + (created == CUDA_SUCCESS ? "" : " FAILED"), ms_since(t0)});
+    if (created == CUDA_SUCCESS) {
+      cuMemMap(va, kMap, 0, h, 0);
+      CUmemAccessDesc acc{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+      cuMemSetAccess(va, kMap, &acc, 1);
+      out->push_back({tier + ": cuMemMap + cuMemSetAccess (device)", ms_since(t0)});
+      cuMemcpyDtoDAsync(va, s.scratch, kMap, s.mover_stream);
+      cuStreamSynchronize(s.mover_stream);
+      out->push_back({tier + ": a copy into the new mapping + cuStreamSynchronize", ms_since(t0)});
+      cuMemUnmap(va, kMap);
+      out->push_back({tier + ": cuMemUnmap", ms_since(t0)});
+      cuMemRelease(h);
+    }
+    cuMemAddressFree(va, kMap);
+    out->push_back({tier + ": cuMemRelease + cuMemAddressFree", ms_since(t0)});
+  }
 }
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  // ./hold_blocking [part of a scenario's name]: only the scenarios whose names contain it.
+  const char* only = argc > 1 ? argv[1] : nullptr;
   Shared s;
   CK(cuInit(0));
   CUdevice d = 0;
@@ -191,10 +218,17 @@ int main() {
   unsigned value = 0;
   bool any_blocked = false;
   g_flag = s.flag;
+  CUmodule unused_module = nullptr;
+  CK(cuModuleLoadData(&unused_module, kPtx));
+  CK(cuModuleGetFunction(&g_unused_function, unused_module, "unused_f"));
+  CUlibrary unused_library = nullptr;
+  CK(cuLibraryLoadData(&unused_library, kPtx, nullptr, nullptr, 0, nullptr, nullptr, 0));
+  CK(cuLibraryGetKernel(&g_unused_kernel, unused_library, "unused_k"));
   small_args<<<1, 32>>>(nullptr);  // loaded before the scenarios: their launches are not first launches
   big_args<<<1, 32>>>(Big{});
   CK(cuCtxSynchronize());
   for (const Scenario& sc : kScenarios) {
+    if (only != nullptr && std::strstr(sc.name, only) == nullptr) continue;
     ++value;
     g_value = value;
     g_queued = -1;
