@@ -327,6 +327,26 @@ Pool::Probe Pool::probe(CUdeviceptr p) const {
   return {hit.entry, hit.host, hit.granule_end};
 }
 
+std::vector<std::pair<CUdeviceptr, std::size_t>> Pool::runs_in_tier(CUdeviceptr from, CUdeviceptr end, Tier tier) const {
+  std::vector<std::pair<CUdeviceptr, std::size_t>> runs;
+  const bool want_host = tier == Tier::Host;
+  CUdeviceptr run = 0;
+  CUdeviceptr at = from;
+  while (at < end) {
+    const Probe hit = probe(at);
+    if (hit.owner == 0) break;
+    const CUdeviceptr next = std::min<CUdeviceptr>(std::max<CUdeviceptr>(hit.granule_end, at + 1), end);
+    if (hit.host == want_host && run == 0) run = at;
+    if (hit.host != want_host && run != 0) {
+      runs.emplace_back(run, at - run);
+      run = 0;
+    }
+    at = next;
+  }
+  if (run != 0) runs.emplace_back(run, at - run);
+  return runs;
+}
+
 bool Pool::any_host_mapped() const { return devices_->map.host_granules() != 0; }
 
 CUresult Pool::memory_info(std::size_t* free_bytes, std::size_t* total_bytes) {

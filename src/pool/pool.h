@@ -21,6 +21,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/options.h"
@@ -217,6 +218,10 @@ class Pool {
     CUdeviceptr granule_end = 0;  // where p's granule ends (0 with owner 0): the next one to probe in a range
   };
   Probe probe(CUdeviceptr p) const;
+  // The runs of [from, end) whose granules lie in `tier` now, in address order, as (start, bytes),
+  // clipped to [from, end); the walk ends at the first granule no allocation owns (freed since).
+  // What a move of the range to the other tier would carry (tiering: one move per run).
+  std::vector<std::pair<CUdeviceptr, std::size_t>> runs_in_tier(CUdeviceptr from, CUdeviceptr end, Tier tier) const;
   // Whether host memory is mapped anywhere in pool address space (spilled memory, live or cached):
   // while not, no launch can touch host memory through the pool, and the hooks look no further.
   bool any_host_mapped() const;

@@ -647,24 +647,8 @@ void Mover::prepare_requests(std::vector<Request> batch, bool held, std::vector<
 }
 
 std::vector<Mover::Range> Mover::runs_to_move(const Request& r) const {
-  std::vector<Range> runs;
-  const bool want_host = r.to == pool::Tier::Device;  // the pieces that must move lie in host memory
-  CUdeviceptr run = 0;
-  CUdeviceptr at = r.address;
-  const CUdeviceptr end = r.address + r.bytes;
-  while (at < end) {
-    const pool::Pool::Probe hit = pool_.probe(at);
-    if (hit.owner == 0) break;  // freed since it was asked for
-    const CUdeviceptr next = std::min<CUdeviceptr>(std::max<CUdeviceptr>(hit.granule_end, at + 1), end);
-    if (hit.host == want_host && run == 0) run = at;
-    if (hit.host != want_host && run != 0) {
-      runs.emplace_back(run, at - run);
-      run = 0;
-    }
-    at = next;
-  }
-  if (run != 0) runs.emplace_back(run, at - run);
-  return runs;
+  // The pieces that must move lie in the other tier.
+  return pool_.runs_in_tier(r.address, r.address + r.bytes, r.to == pool::Tier::Device ? pool::Tier::Host : pool::Tier::Device);
 }
 
 CUresult Mover::start_epoch() {

@@ -137,9 +137,7 @@ class Tiering::PoolWorld : public Policy::World {
 bool Tiering::ask_moves(CUdeviceptr from, CUdeviceptr end, pool::Tier to, int device) {
   const std::uint64_t granule = std::max<std::uint64_t>(pool_.stats(device).chunk_size, 1);
   const std::uint64_t most = std::max<std::uint64_t>(mover_.config().max_batch_bytes / granule, 1) * granule;
-  const bool want_host_pieces = to == pool::Tier::Device;
   bool asked = false;
-  CUdeviceptr run = 0;
   const auto ask = [&](CUdeviceptr run_from, CUdeviceptr run_end) {
     for (CUdeviceptr at = run_from; at < run_end; at += most)
       asked |= mover_.request(at, std::min<CUdeviceptr>(most, run_end - at), to);
@@ -152,16 +150,8 @@ bool Tiering::ask_moves(CUdeviceptr from, CUdeviceptr end, pool::Tier to, int de
     ask(from, end);
     return asked;
   }
-  for (CUdeviceptr at = from / granule * granule; at < end; at += granule) {
-    const CUdeviceptr piece = std::max<CUdeviceptr>(at, from);
-    const bool match = pool_.probe(piece).host == want_host_pieces;
-    if (match && run == 0) run = piece;
-    if (!match && run != 0) {
-      ask(run, piece);
-      run = 0;
-    }
-  }
-  if (run != 0) ask(run, end);
+  for (const auto& [run_from, bytes] : pool_.runs_in_tier(from, end, to == pool::Tier::Device ? pool::Tier::Host : pool::Tier::Device))
+    ask(run_from, run_from + bytes);
   return asked;
 }
 

@@ -53,6 +53,30 @@ TEST_F(Spill, AnAllocationLargerThanTheDeviceLimitIsPartDevicePartHost) {
   EXPECT_TRUE(host_memory_whole()) << "the pool was destroyed with host chunks still pinned";
 }
 
+// What tiering moves (one move per run): the runs of a range that lie in one tier, clipped to the
+// range, ending where no allocation owns the memory.
+TEST_F(Spill, RunsInTierSplitAMixedAllocationAtItsTierBoundary) {
+  auto pool = make_pool(spill_config(64 * kMiB));
+  pool->stop_background();
+  const std::size_t dev = device_chunks(64 * kMiB);
+  const std::size_t bytes = 100 * kMiB;
+  CUdeviceptr p = must_allocate(*pool, bytes);
+  ASSERT_NE(p, 0u);
+  ASSERT_EQ(tiers(p, bytes, gran), layout(dev, bytes / gran - dev));
+  using Runs = std::vector<std::pair<CUdeviceptr, std::size_t>>;
+  const CUdeviceptr boundary = p + dev * gran;
+  EXPECT_EQ(pool->runs_in_tier(p, p + bytes, uvmpool::pool::Tier::Device), (Runs{{p, dev * gran}}));
+  EXPECT_EQ(pool->runs_in_tier(p, p + bytes, uvmpool::pool::Tier::Host), (Runs{{boundary, bytes - dev * gran}}));
+  // Clipped to the range asked, even inside a granule.
+  EXPECT_EQ(pool->runs_in_tier(boundary - 1000, boundary + 3000, uvmpool::pool::Tier::Device), (Runs{{boundary - 1000, 1000}}));
+  EXPECT_EQ(pool->runs_in_tier(boundary - 1000, boundary + 3000, uvmpool::pool::Tier::Host), (Runs{{boundary, 3000}}));
+  // Past the allocation's end nothing is owned: the walk stops there.
+  EXPECT_EQ(pool->runs_in_tier(boundary, p + bytes + 8 * gran, uvmpool::pool::Tier::Host), (Runs{{boundary, bytes - dev * gran}}));
+  must_free(*pool, p);
+  pool->release_idle();  // the freed mapping was cached: its granules had an owner still
+  EXPECT_TRUE(pool->runs_in_tier(p, p + bytes, uvmpool::pool::Tier::Host).empty()) << "freed and unmapped: no run";
+}
+
 TEST_F(Spill, SmallAllocationsPastTheLimitGetAHostSlab) {
   auto pool = make_pool(spill_config(64 * kMiB));
   pool->stop_background();
