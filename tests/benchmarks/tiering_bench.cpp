@@ -116,7 +116,12 @@ struct Run {
   double step_seconds = 0;
   tiering::MoverStats mover;
   tiering::PolicyStats policy;
-  std::uint64_t in_place = 0;  // launches given host memory, over the timed steps
+  // Over the timed steps, counted when the device carried them (so right under run-ahead, where the
+  // program launches up to a step before the device runs it): bytes moved by the mover's copies,
+  // promoted and demoted, and the bytes kernels read (host to device) and wrote (device to host) in
+  // host memory in place: the simulator's PCIe bytes less the copies'.
+  std::uint64_t promoted = 0, demoted = 0;
+  std::array<std::uint64_t, 2> in_place{};  // UVMPOOL_SIM_HOST_TO_DEVICE, UVMPOOL_SIM_DEVICE_TO_HOST
   // The remaps' driver calls over the timed steps (kRemapCalls; the simulator's counts): what much of a
   // hold is made of, each mapping a move changes costing about 42 us (H200: unmap, map, access).
   std::array<unsigned long long, 3> remap_calls{};
@@ -129,6 +134,15 @@ std::array<unsigned long long, 3> remap_calls_now() {
   static const auto call_count = reinterpret_cast<CallCount>(driver::real_symbol("uvmpool_sim_call_count"));
   std::array<unsigned long long, 3> n{};
   for (std::size_t i = 0; i < n.size() && call_count != nullptr; ++i) n[i] = call_count(kRemapCalls[i]);
+  return n;
+}
+
+// The PCIe bytes the simulated device's link carried so far, each way (sim_control.h).
+std::array<std::uint64_t, 2> link_bytes_now() {
+  using LinkBytes = unsigned long long (*)(int, int);
+  static const auto link_bytes = reinterpret_cast<LinkBytes>(driver::real_symbol("uvmpool_sim_link_bytes"));
+  std::array<std::uint64_t, 2> n{};
+  for (int d = 0; d < 2 && link_bytes != nullptr; ++d) n[static_cast<std::size_t>(d)] = link_bytes(0, d);
   return n;
 }
 
@@ -169,12 +183,14 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
   Run run;
   std::uint64_t queued = 0;
   double started = 0;
-  std::uint64_t in_place_before = 0;
+  std::array<std::uint64_t, 2> link_before{};
+  tiering::MoverStats moved_before;
   for (int s = 0; s < steps; ++s) {
     if (s == steps - timed) {
       check(drv().cuStreamSynchronize(stream), "cuStreamSynchronize");
       started = modeled_now();
-      in_place_before = t->stats().launches_in_place;
+      link_before = link_bytes_now();
+      moved_before = t->mover().stats();
       run.remap_calls = remap_calls_now();
     }
     for (const std::vector<Touch>& op : w.step) {
@@ -211,7 +227,14 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
   run.step_seconds = (modeled_now() - started) / timed;
   run.mover = t->mover().stats();
   run.policy = t->policy_stats();
-  run.in_place = t->stats().launches_in_place - in_place_before;
+  run.promoted = run.mover.promoted_bytes - moved_before.promoted_bytes;
+  run.demoted = run.mover.demoted_bytes - moved_before.demoted_bytes;
+  const std::array<std::uint64_t, 2> link = link_bytes_now();
+  const std::array<std::uint64_t, 2> copied{run.promoted, run.demoted};
+  for (std::size_t d = 0; d < 2; ++d) {
+    const std::uint64_t carried = link[d] - link_before[d];
+    run.in_place[d] = carried > copied[d] ? carried - copied[d] : 0;
+  }
   const std::array<unsigned long long, 3> calls = remap_calls_now();
   for (std::size_t i = 0; i < calls.size(); ++i) run.remap_calls[i] = calls[i] - run.remap_calls[i];
   t->mover().run_until_idle();
@@ -297,16 +320,17 @@ int main(int argc, char** argv) {
                 w.name.c_str(), format_size(w.need()).c_str(), format_size(budget).c_str(),
                 static_cast<double>(w.need()) / static_cast<double>(budget), format_seconds(floor).c_str(),
                 format_seconds(fits.step_seconds).c_str(), format_seconds(pcie).c_str());
-    std::printf("  %-30s %12s %10s %12s %14s %14s %8s\n", "run", "per step", "/ floor", "vs first-come", "promoted/step",
-                "demoted/step", "in place");
+    std::printf("  %-30s %12s %10s %12s %14s %14s %22s\n", "run", "per step", "/ floor", "vs first-come", "promoted/step",
+                "demoted/step", "in place/step, in/out");
     const auto row = [&](const char* name, const Run& r) {
       if (r.step_seconds == 0) return;  // not run (--runs)
-      const double per = static_cast<double>(steps);
-      std::printf("  %-30s %12s %10s %12s %14s %14s %8.1f\n", name, format_seconds(r.step_seconds).c_str(),
+      const auto per_step = [&](std::uint64_t bytes) {
+        return format_size(static_cast<std::uint64_t>(static_cast<double>(bytes) / timed));
+      };
+      const std::string in_place = per_step(r.in_place[0]) + " / " + per_step(r.in_place[1]);
+      std::printf("  %-30s %12s %10s %12s %14s %14s %22s\n", name, format_seconds(r.step_seconds).c_str(),
                   fixed(r.step_seconds / floor, 2).c_str(), fixed(first_come.step_seconds / r.step_seconds, 2).c_str(),
-                  format_size(static_cast<std::uint64_t>(static_cast<double>(r.mover.promoted_bytes) / per)).c_str(),
-                  format_size(static_cast<std::uint64_t>(static_cast<double>(r.mover.demoted_bytes) / per)).c_str(),
-                  static_cast<double>(r.in_place) / timed);
+                  per_step(r.promoted).c_str(), per_step(r.demoted).c_str(), in_place.c_str());
     };
     row("first-come (tiering remote)", first_come);
     row("tiering auto, copies held", held);
