@@ -516,8 +516,8 @@ CUresult impl::cuKernelGetFunction(CUfunction* pFunc, CUkernel kernel) {
 }
 
 // A CUkernel cast to a CUfunction is CUDA_ERROR_INVALID_HANDLE here (measured on an H200, driver 580:
-// only cuKernelGetParamInfo answers for a CUkernel), though launches accept one.
-// Answers without loading the function. Measured on an H200 with driver 580 (tests/gpu/hold_blocking.cu,
+// only cuKernelGetParamInfo answers for a CUkernel), though launches accept one. Answers without
+// loading the function: measured on an H200 with driver 580 (tests/gpu/hold_blocking.cu,
 // 2026-11-29): asked for a function from cuModuleGetFunction never used, under a hold, the mover's
 // calls went on.
 CUresult impl::cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t* paramOffset, size_t* paramSize) {

@@ -208,10 +208,10 @@ void Tiering::before_launch(CUfunction f, CUstream stream, void** params, void**
   // Measured on an H100 (tests/gpu/hold_blocking.cu): the first launch of a lazily loaded kernel keeps
   // every other thread's driver calls out until the device is idle, and makes the mover's own streams
   // wait behind a hold. So it waits for the hold to end, and no hold begins while it is in the driver.
-  // Asking the driver for a new function's layout is such a call too: it goes after the gate. (On an
-  // H200, scoreboard row 7 with epochs prepared at the hold had a backward thread spin inside the
-  // driver for the hold timeout while holds stood, and no hold given up under CUDA_MODULE_LOADING=EAGER:
-  // docs/gpu-results.md, 2026-11-29.) Not covered: a first launch skipped above (nothing in host
+  // Asking the driver for a new kernel's layout is such a call too (cuKernelGetParamInfo on an H200;
+  // cuFuncGetParamInfo did not wait), so it goes after the gate: scoreboard row 7 with epochs
+  // prepared at the hold had holds given up while a backward thread ran inside the driver, and none
+  // under CUDA_MODULE_LOADING=EAGER (docs/gpu-results.md, 2026-11-29). Not covered: a first launch skipped above (nothing in host
   // memory yet) that meets a demotion's hold; the runtime's lazy loading is gated at its own calls too
   // (src/hooks/host_wait_hooks.cpp).
   const ParamLayout* kept = layouts_.kept(f);
