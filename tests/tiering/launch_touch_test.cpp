@@ -271,7 +271,7 @@ TEST_F(LaunchTouches_, AFunctionsFirstLaunchWaitsWhileTheMoverHoldsAndLaterOnesD
 // Asking the driver for a new kernel's parameter layout (cuKernelGetParamInfo, for a library's kernel
 // as the CUDA runtime launches them) loads it as its first launch does: on an H200 it kept the mover's
 // copy out under a hold (tests/gpu/hold_blocking.cu), and row 7 had holds given up while a backward
-// thread spun inside the driver (none under CUDA_MODULE_LOADING=EAGER); the simulator models it so. A
+// thread ran inside the driver (none under CUDA_MODULE_LOADING=EAGER); the simulator models it so. A
 // kernel's first launch, and a call that may load it, ask only once past the gate; meanwhile the
 // mover's copy goes on beside the held stream.
 TEST_F(LaunchTouches_, ANewKernelsLayoutIsAskedForOnlyPastTheGate) {
