@@ -119,7 +119,8 @@ struct Run {
   // Over the timed steps, counted when the device carried them (so right under run-ahead, where the
   // program launches up to a step before the device runs it): bytes moved by the mover's copies,
   // promoted and demoted, and the bytes kernels read (host to device) and wrote (device to host) in
-  // host memory in place: the simulator's PCIe bytes less the copies'.
+  // host memory in place: the simulator's PCIe bytes less the committed moves' (a copy whose move did
+  // not commit is counted in place: it crossed the link and moved nothing).
   std::uint64_t promoted = 0, demoted = 0;
   std::array<std::uint64_t, 2> in_place{};  // UVMPOOL_SIM_HOST_TO_DEVICE, UVMPOOL_SIM_DEVICE_TO_HOST
   // The remaps' driver calls over the timed steps (kRemapCalls; the simulator's counts): what much of a
