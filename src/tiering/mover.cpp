@@ -76,6 +76,7 @@ bool Mover::request(CUdeviceptr p, std::size_t bytes, pool::Tier to) {
       return false;
     }
     queue_.push_back({p, bytes, to});
+    queued_.store(true, std::memory_order_relaxed);
     ++outstanding_[p];
     if (config_.thread && !stopping_ && !thread_.joinable()) {
       thread_ = std::thread(&Mover::thread_main, this);
@@ -201,6 +202,7 @@ bool Mover::take_batch(std::vector<Request>* batch) {
     batch->push_back(*it);
     it = queue_.erase(it);
   }
+  queued_.store(!queue_.empty(), std::memory_order_relaxed);
   return true;
 }
 
@@ -531,6 +533,7 @@ bool Mover::capture_in_progress() {
 void Mover::put_back(const std::vector<Request>& requests) {
   MutexLock lock(queue_mu_);
   queue_.insert(queue_.begin(), requests.begin(), requests.end());
+  queued_.store(!queue_.empty(), std::memory_order_relaxed);
 }
 
 CUresult Mover::begin() {

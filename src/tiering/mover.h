@@ -89,6 +89,14 @@ struct MoverConfig {
   bool overlap = false;                               // copy beside the program's work (see above)
   std::size_t max_batch_bytes = std::size_t{256} << 20;  // moved per epoch at most
   bool thread = true;                                 // epochs on a thread of the mover's own
+  // Epochs on the launching thread instead (UVMPOOL_TIERING_EPOCHS=launch): Tiering::after_launch runs
+  // one (poll) when moves are queued and no epoch is under way; no thread of the mover's own, one hold
+  // at a time. The modeled benchmarks drive the mover the same way between their launches.
+  bool on_launch = false;
+  // With on_launch: an epoch every this many kernel launches while moves are queued (Tiering makes it
+  // the policy's lookahead / 8, so a promotion asked `lookahead` launches ahead lands with most of
+  // them to spare).
+  std::size_t launches_per_epoch = 1;
   // A hold not drained by then, with no progress mark passed meanwhile, is given up (released,
   // nothing committed): work queued before it may wait for work queued after it (a kernel on one
   // device waiting for one on another, both held). One under which the device still passes the
@@ -168,6 +176,9 @@ class Mover {
   // have finished. NOT_READY while copies go on (or another thread runs an epoch). For a caller that
   // drives the mover between its own launches (the modeled benchmarks).
   CUresult poll();
+  // Whether requests are queued (a hint, read without the lock: UVMPOOL_TIERING_EPOCHS=launch polls on
+  // the launching thread only then).
+  bool queued() const { return queued_.load(std::memory_order_relaxed); }
   // Epochs on the calling thread until nothing is queued (or an epoch is put off).
   CUresult run_until_idle();
   // Holds ahead, on the calling thread (the mover's thread does the same when holds_ahead > 1):
@@ -306,6 +317,7 @@ class Mover {
 
   Mutex queue_mu_;
   std::deque<Request> queue_ UVMPOOL_GUARDED_BY(queue_mu_);
+  std::atomic<bool> queued_{false};  // !queue_.empty(), written under queue_mu_, read without it (queued())
   // Requests not settled yet, by address (a count: the same address may be asked twice).
   std::map<CUdeviceptr, std::uint32_t> outstanding_ UVMPOOL_GUARDED_BY(queue_mu_);
   std::condition_variable queue_cv_;

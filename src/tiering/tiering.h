@@ -47,6 +47,10 @@ struct LaunchSeen {
   // A function's first launch read here passes the host-wait gate (entered by before_launch, left by
   // after_launch): it may load the function's module, which waits for the device inside the driver.
   const ParamLayout* first_launch = nullptr;
+  // A kernel launch (before_launch), not a copy, memset or graph launch: only after one may the
+  // launching thread run an epoch (UVMPOOL_TIERING_EPOCHS=launch), since the transfer hooks call
+  // after_launch from inside the host-wait gate.
+  bool kernel = false;
 };
 
 // A copy or memset the hooks saw (src/hooks/transfer_hooks.cpp): the pool memory it reads or writes
@@ -196,6 +200,7 @@ class Tiering {
   GraphTouches& graphs_ = GraphTouches::process();
   std::atomic<Observer> observer_{nullptr};
   std::atomic<void*> observer_context_{nullptr};
+  std::atomic<std::uint64_t> launches_since_epoch_{0};  // kernel launches shown while moves were queued (on_launch)
   std::atomic<std::uint64_t> launches_read_{0}, launches_unread_{0}, pointers_{0}, host_pointers_{0},
       launches_in_place_{0}, transfers_read_{0}, transfers_in_place_{0}, prefetches_{0}, advice_calls_{0},
       captured_{0}, graph_launches_read_{0}, graph_launches_unread_{0}, queue_waits_{0};

@@ -459,6 +459,43 @@ TEST_F(LaunchTouches_, AMoveChangesTheTierTheLaunchesSee) {
   EXPECT_FALSE(t[0].host);
 }
 
+// UVMPOOL_TIERING_EPOCHS=launch: no thread of the mover's own; the launching thread runs the epoch a
+// kernel launch finds queued before it returns (the hold drains the launch itself, then the copy and
+// the remap), so the next launch finds the memory moved. A copy or memset does not run one (its hook
+// is still inside the host-wait gate), nor does a launch when the option is off.
+TEST_F(LaunchTouches_, WithEpochsOnTheLaunchingThreadAKernelLaunchCarriesOutTheMovesQueued) {
+  allocate_both_tiers();
+  ASSERT_CU(pool->fill_host_reserve(0, 8 * kMiB));
+  must_free(*pool, on_device);  // room on the device for the spilled chunk
+  allocated.erase(allocated.begin());
+  pool->release_idle();
+  std::uint64_t count = kMiB / 4;
+  for (const bool on_launch : {false, true}) {
+    SCOPED_TRACE(on_launch ? "epochs on the launching thread" : "epochs on no thread");
+    uvmpool::tiering::MoverConfig config;
+    config.thread = false;
+    config.on_launch = on_launch;
+    tiering = std::make_unique<Tiering>(drv(), *pool, Mode::Auto, streams, config);
+    ASSERT_EQ(tier_at(in_host), 'H');
+    ASSERT_TRUE(tiering->mover().request(in_host, kMiB, uvmpool::pool::Tier::Device));
+    // A memset shown first: no epoch from it.
+    uvmpool::tiering::LaunchSeen shown;
+    const TransferRange range{in_host, 4096};
+    tiering->before_transfer(Transfer::Memset, stream, {&range, 1}, &shown);
+    tiering->after_launch(shown, stream);
+    EXPECT_TRUE(tiering->mover().queued());
+    std::uint32_t value = on_launch ? 7 : 3;
+    void* params[] = {&in_host, &count, &value};
+    ASSERT_CU(launch(fill, params));
+    EXPECT_EQ(tiering->mover().queued(), !on_launch);
+    EXPECT_EQ(tier_at(in_host), on_launch ? 'D' : 'H') << "after the launch returned";
+    EXPECT_EQ(tiering->mover().stats().moves, on_launch ? 1u : 0u);
+    ASSERT_CU(drv().cuStreamSynchronize(stream));
+    EXPECT_TRUE(all_equal(in_host, kMiB, value)) << "the launch's bytes, moved with the chunk";
+    seen.clear();
+  }
+}
+
 TEST_F(LaunchTouches_, CopiesAndMemsetsShowThePoolMemoryTheyTouch) {
   // As the transfer hooks report them (src/hooks/transfer_hooks.cpp): each mapping a range crosses is
   // one touch, in host memory if any of its granules is; memory not the pool's is none.
