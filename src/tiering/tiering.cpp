@@ -439,11 +439,11 @@ void Tiering::after_launch(const LaunchSeen& seen, CUstream stream) {
   // thread, before the program queues more: the epoch waits for the work queued before its hold, so
   // each move lands where the policy asked for it. Every launches_per_epoch-th launch while moves are
   // queued, so that one epoch carries the asks of a few launches (modeled on the training replay, an
-  // epoch every 1, 2, 4, 8, 16 launches: 100.0, 92.2, 79.0, 80.5, 239.3 ms a step; the batched
-  // replay 41.0, 26.8, 33.5, 212.3, 212.3 ms: past a few the moves land too late). Out of the host-wait gate here (a first launch left
-  // it above), so the epoch's closing of the gate does not wait for this thread; only after kernel
-  // launches, since a synchronous copy's hook is still inside the gate here (transfer_hooks.cpp).
-  // Another thread's epoch under way: this one goes on.
+  // epoch every 1, 2, 4, 8, 16 launches: 100.0, 92.2, 79.0, 80.5, 239.3 ms a step: past a few the
+  // moves land too late). Out of the host-wait gate here (a first launch left it above), so the
+  // epoch's closing of the gate does not wait for this thread; only after kernel launches, since a
+  // synchronous copy's hook is still inside the gate here (transfer_hooks.cpp). Another thread's
+  // epoch under way: this one goes on.
   if (mode_ == Mode::Auto && seen.kernel && mover_.config().on_launch && mover_.queued() &&
       launches_since_epoch_.fetch_add(1, std::memory_order_relaxed) % std::max<std::size_t>(mover_.config().launches_per_epoch, 1) == 0)
     mover_.poll();
