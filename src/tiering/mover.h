@@ -91,7 +91,7 @@ struct MoverConfig {
   bool thread = true;                                 // epochs on a thread of the mover's own
   // Epochs on the launching thread instead (UVMPOOL_TIERING_EPOCHS=launch): Tiering::after_launch runs
   // one (poll) when moves are queued and no epoch is under way; no thread of the mover's own, one hold
-  // at a time. The modeled benchmarks drive the mover the same way between their launches.
+  // at a time. So moves asked for (by the policy, a prefetch or advice) land at a later kernel launch.
   bool on_launch = false;
   // With on_launch: an epoch every this many kernel launches while moves are queued (Tiering makes it
   // the policy's lookahead / 8, so a promotion asked `lookahead` launches ahead lands with most of
