@@ -123,16 +123,26 @@ CUresult DevicePool::take_range(std::size_t bytes, CUdeviceptr* va) {
   return CUDA_SUCCESS;
 }
 
-std::uint64_t DevicePool::others_bytes() {
-  // Memory used by anyone but the pool (the driver, pass-through calls, other processes), read from
-  // the driver's own figure. Needs a context of this device to be current; unknown (0) otherwise.
+std::uint64_t DevicePool::others_bytes(std::uint64_t* driver_free) {
+  // Memory used by anyone but the pool (the contexts, pass-through calls, other processes), from the
+  // driver's own figure, which it gives only to a thread with a context of this device current. A
+  // thread without one (the tiering mover's, NCCL's) gets the figure last read so, and at least the
+  // program's own cuMemCreate. Counting only the latter let the mover's promotions grow the pool past
+  // the limit by the contexts' memory: on an H200 the pool held all of a 2679 MiB limit, the
+  // context's 526 MiB beside it (docs/gpu-results.md, nineteenth session). Read again by any thread
+  // with a context that grows the pool or asks cuMemGetInfo.
+  if (driver_free != nullptr) *driver_free = UINT64_MAX;
   std::size_t free_b = 0, total_b = 0;
   CUdevice current = -1;
-  if (d_.cuCtxGetDevice(&current) != CUDA_SUCCESS || current != device_) return 0;
-  if (d_.cuMemGetInfo_v2(&free_b, &total_b) != CUDA_SUCCESS) return 0;
+  if (d_.cuCtxGetDevice(&current) != CUDA_SUCCESS || current != device_ ||
+      d_.cuMemGetInfo_v2(&free_b, &total_b) != CUDA_SUCCESS)
+    return std::max(others_seen_.load(std::memory_order_relaxed), external_device_.load(std::memory_order_relaxed));
   const std::uint64_t held = chunks_held_.load(std::memory_order_relaxed) * chunk_;
   const std::uint64_t used = total_b - free_b;
-  return used > held ? used - held : 0;
+  const std::uint64_t others = used > held ? used - held : 0;
+  others_seen_.store(others, std::memory_order_relaxed);
+  if (driver_free != nullptr) *driver_free = free_b;
+  return others;
 }
 
 std::size_t DevicePool::growable_chunks() {
@@ -152,21 +162,11 @@ std::size_t DevicePool::growable_chunks() {
 
 std::size_t DevicePool::read_growable_chunks(std::uint64_t held) {
   std::uint64_t room = budget_ - held;
-  std::size_t free_b = 0, total_b = 0;
-  CUdevice current = -1;
-  if (d_.cuCtxGetDevice(&current) == CUDA_SUCCESS && current == device_ &&
-      d_.cuMemGetInfo_v2(&free_b, &total_b) == CUDA_SUCCESS) {
-    const std::uint64_t used = total_b - free_b;
-    const std::uint64_t others = used > held ? used - held : 0;
-    room = room > others ? room - others : 0;
-    // Leave the headroom to cuBLAS, NCCL, the driver.
-    room = std::min<std::uint64_t>(room, free_b > config_.headroom ? free_b - config_.headroom : 0);
-  } else {
-    // No context of this device is current (NCCL's threads): others' use is unknown to the driver's
-    // figure here, so count what the pool knows of, the program's own cuMemCreate.
-    const std::uint64_t known = external_device_.load(std::memory_order_relaxed);
-    room = room > known ? room - known : 0;
-  }
+  std::uint64_t driver_free = UINT64_MAX;
+  const std::uint64_t others = others_bytes(&driver_free);
+  room = room > others ? room - others : 0;
+  // Leave the headroom to cuBLAS, NCCL, the driver (known where the driver's figure is).
+  if (driver_free != UINT64_MAX) room = std::min<std::uint64_t>(room, driver_free > config_.headroom ? driver_free - config_.headroom : 0);
   return static_cast<std::size_t>(room / chunk_);
 }
 
@@ -425,10 +425,7 @@ CUresult DevicePool::admit_external(std::size_t bytes, Tier* tier) {
   const auto fits = [&] {
     // The budget alone, not the headroom: this is the program's own memory, as a cuMemAlloc would be.
     const std::uint64_t held = chunks_held_.load(std::memory_order_relaxed) * chunk_;
-    CUdevice current = -1;
-    const bool ours = d_.cuCtxGetDevice(&current) == CUDA_SUCCESS && current == device_;
-    const std::uint64_t others = ours ? others_bytes() : external_device_.load(std::memory_order_relaxed);
-    return held + others + want <= budget_;
+    return held + others_bytes() + want <= budget_;
   };
   bool ok = fits();
   if (!ok) {
@@ -484,6 +481,7 @@ CUresult DevicePool::memory_info(std::size_t* free_bytes, std::size_t* total_byt
   const std::uint64_t in_use = held > idle ? held - idle : 0;
   const std::uint64_t used = dtotal - dfree;
   const std::uint64_t others = used > held ? used - held : 0;
+  others_seen_.store(others, std::memory_order_relaxed);  // for threads that cannot ask (others_bytes)
   // Idle pool memory is reusable, so it counts as free; what others use counts against the budget;
   // the headroom is never the pool's to give. In whole chunks, so that allocating all of what this
   // answers succeeds.

@@ -321,7 +321,9 @@ class DevicePool {
   std::chrono::steady_clock::time_point full_until_ UVMPOOL_GUARDED_BY(mu_){};  // the device was full
   std::uint64_t full_at_held_ UVMPOOL_GUARDED_BY(mu_) = 0;
   void release_free_chunks() UVMPOOL_REQUIRES(mu_);  // every free chunk and extent back to the driver
-  std::uint64_t others_bytes();
+  // Device memory used by anyone but the pool (chunks.cpp); where the driver's figure was read,
+  // its free memory goes to *driver_free (UINT64_MAX: not known on this thread).
+  std::uint64_t others_bytes(std::uint64_t* driver_free = nullptr);
 
   // stream_reuse.cpp
   struct PendingItem {
@@ -488,6 +490,7 @@ class DevicePool {
   std::atomic<std::uint64_t> live_host_bytes_{0};
   std::atomic<std::uint64_t> spilled_{0};
   std::atomic<std::uint64_t> external_device_{0};  // the program's own device cuMemCreate bytes
+  std::atomic<std::uint64_t> others_seen_{0};      // others_bytes as last read from the driver
   std::atomic<std::uint64_t> external_host_{0};    // ... placed in host memory instead
   // Moves (move.cpp). move_mu_ is a leaf, held only to wait for and announce the end of a move.
   Mutex move_mu_;

@@ -620,6 +620,48 @@ TEST_F(Moves, NoRoomInTheTargetTierIsOutOfMemoryAndChangesNothing) {
   EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, r) << " (a double free after a move is still one)";
 }
 
+// The device limit counts what others use (the contexts, the program's cuMemAlloc past the pool),
+// which the driver reports only to a thread with a context of the device current. A move prepared on
+// a thread without one (the tiering mover's) counts the figure last read: before, it counted none and
+// grew the pool past the limit by the context's memory (measured on an H200: docs/gpu-results.md).
+TEST_F(Moves, APromotionOnAThreadWithNoContextCountsOthersMemory) {
+  const std::size_t budget = 32 * kMiB;
+  auto pool = make_pool(spill_config(budget));
+  pool->stop_background();
+  CUdeviceptr native = 0;
+  ASSERT_CU(drv().cuMemAlloc_v2(&native, 8 * kMiB));  // others' memory, beside the context's
+  const CUdeviceptr full = must_allocate(*pool, room(budget) - 8 * kMiB);  // the rest of the budget
+  const CUdeviceptr spilled = must_allocate(*pool, 2 * gran);
+  ASSERT_EQ(tiers(spilled, 2 * gran, gran), "HH");
+  // The pool trusts "the device is full" for 20 ms after a spill (chunks.cpp, growable_chunks):
+  // each ask below comes later, so that it reads the figures.
+  const auto past_full_window = [] { std::this_thread::sleep_for(std::chrono::milliseconds(25)); };
+  const auto prepare_without_context = [&] {
+    past_full_window();
+    CUresult r = CUDA_ERROR_UNKNOWN;
+    std::thread([&] {
+      CUcontext current = nullptr;
+      if (drv().cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != nullptr) return;  // r stays UNKNOWN
+      Move m;
+      r = pool->prepare_move(spilled, 2 * gran, Tier::Device, &m, uvmpool::pool::MoveWaits::NoWait);
+      if (r == CUDA_SUCCESS) pool->abort_move(&m);
+    }).join();
+    return r;
+  };
+  EXPECT_CU_EQ(CUDA_ERROR_OUT_OF_MEMORY, prepare_without_context())
+      << "the budget is full once the context's and the cuMemAlloc's memory are counted";
+  EXPECT_LE(pool->stats(0).held_bytes, room(budget) - 8 * kMiB);
+  EXPECT_EQ(tiers(spilled, 2 * gran, gran), "HH");
+  // Once the cuMemAlloc is freed, a thread that can read the driver's figure finds the room.
+  ASSERT_CU(drv().cuMemFree_v2(native));
+  past_full_window();
+  ASSERT_CU(move(*pool, spilled, 2 * gran, Tier::Device));
+  EXPECT_EQ(tiers(spilled, 2 * gran, gran), "DD");
+  EXPECT_EQ(pool->check_invariants(), "");
+  must_free(*pool, full);
+  must_free(*pool, spilled);
+}
+
 // With MoveWaits::NoWait (tiering's mover), room that only a fence frees, an idle mapping after a
 // synchronous free, counts as none: OUT_OF_MEMORY, nothing changed, no wait for the device. Once
 // Pool::fence_freed has fenced, the same move takes that room. Allowed takes it at once (fencing).
