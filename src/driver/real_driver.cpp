@@ -4,6 +4,7 @@
 #include <link.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <string_view>
@@ -64,7 +65,10 @@ std::string not_a_driver(void* handle, const std::string& path) {
   return {};
 }
 
+std::atomic<bool> g_requested{false};
+
 RealDriver* open_driver() {
+  g_requested.store(true, std::memory_order_relaxed);  // here, once, rather than on every real()
   const auto& opts = config::options();
   const std::string path = locate_driver(opts.driver_path, own_path());
   if (path.empty()) {
@@ -130,6 +134,8 @@ const RealDriver* real() {
   static RealDriver* driver = open_driver();
   return driver;
 }
+
+bool requested() { return g_requested.load(std::memory_order_relaxed); }
 
 void* real_symbol(const char* name) {
   const RealDriver* d = real();

@@ -17,6 +17,11 @@ struct RealDriver {
 // was logged once. Never called while a symbol is being resolved (see hooks/).
 const RealDriver* real();
 
+// Whether anything in this process asked for the real driver (real() was called): a process that
+// never reached CUDA, such as a shell or `timeout` that runs the program under the same LD_PRELOAD,
+// did not.
+bool requested();
+
 // The real driver's typed table; only valid when real() is not nullptr.
 inline const Table& fn() { return real()->table; }
 

@@ -11,6 +11,7 @@
 #include "config/options.h"
 #include "config/output_file.h"
 #include "config/process_info.h"
+#include "driver/real_driver.h"
 #include "stats/collect.h"
 #include "stats/format.h"
 
@@ -19,6 +20,9 @@ namespace uvmpool::stats {
 void write_exit_report() {
   const config::Options& o = config::options();
   if (!o.stats && o.stats_file.empty()) return;
+  // A process that never reached the driver has nothing to report, and writing would overwrite the
+  // program's own file: a `timeout` or shell running it under the same LD_PRELOAD exits after it.
+  if (!driver::requested()) return;
   Report r = collect_process();
   r.exited = true;
   if (o.stats) {

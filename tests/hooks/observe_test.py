@@ -92,7 +92,27 @@ def observe(tmp, preload, sim_dir, client, tool):
         fail(f"exit JSON: exited={final['exited']} frees={dev['frees']} live={dev['live_bytes']}")
     if final["process"]["hook_calls"].get("cuMemAlloc_v2") != count:
         fail(f"hook_calls {final['process']['hook_calls']}")
+    wrapped(tmp, env, client, count)
     print(f"observe: ok (pid {pid}, {live} bytes live, {dev['peak_live_host_bytes']} at most in host memory)")
+
+
+def wrapped(tmp, env, client, count):
+    # The program run by `timeout` under the same LD_PRELOAD and a file name without %p: the wrapper
+    # never reaches CUDA and exits last; it must neither write the file over the program's report nor
+    # print a table of its own.
+    path = os.path.join(tmp, "wrapped.json")
+    r = subprocess.run(["timeout", "60", client], env=dict(env, UVMPOOL_STATS_FILE=path),
+                       capture_output=True, text=True, timeout=90)
+    if r.returncode != 0 or "observe client: ok" not in r.stdout:
+        fail(f"wrapped client exited {r.returncode}: {r.stdout}{r.stderr}")
+    tables = re.findall(r"^\[uvmpool\] pid \d+ .*\(exited\)", r.stderr, re.M)
+    if len(tables) != 1:
+        fail(f"{len(tables)} exit tables on stderr, expected the client's alone:\n{r.stderr}")
+    with open(path) as f:
+        report = json.load(f)
+    if report["process"]["hook_calls"].get("cuMemAlloc_v2") != count or report["command"].startswith("timeout"):
+        fail(f"{path} is not the client's report: command {report['command']!r}, "
+             f"hook_calls {report['process']['hook_calls'].get('cuMemAlloc_v2')}")
 
 
 if __name__ == "__main__":
