@@ -175,6 +175,8 @@ constexpr TieringField kTieringFields[] = {
      &tiering::Stats::periods_learned},
     {"tiering_periods_dropped", "Times the policy dropped the period it had learned (the launches no longer repeated it)",
      &tiering::Stats::periods_dropped},
+    {"tiering_periods_retaken", "Times the policy took the learned period's copy anew from the last period (launches it did not foresee, the same period still repeating)",
+     &tiering::Stats::periods_retaken},
     {"tiering_kept_in_place", "Thrash-guard decisions: memory left in host memory and read in place",
      &tiering::Stats::kept_in_place},
     {"tiering_parts_promoted", "Of those decisions, the ones that promoted the part of the memory that fit the device room there was",

@@ -58,23 +58,40 @@ void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) 
       misses_ = 0;
       ++learned_run_;
       phase_ = (phase_ + 1) % n;
-    } else if (matches(learned_[(phase_ + 1) % n], signature, function, buffers)) {
-      misses_ = 0;  // the launch expected comes later this time (another thread's: see policy.h)
+    } else if (const std::size_t skipped = skipped_to(signature, function, buffers); skipped != 0) {
+      misses_ = 0;  // the launches expected before it came later, or were replaced (see policy.h)
       ++learned_run_;
-      phase_ = (phase_ + 2) % n;
-    } else if (++misses_ <= config_.max_misses) {
-      // One not in the learned step (or in another place this time): the next may be the one expected.
-    } else if (proven.period == n) {
-      // The launches still repeat with this period, not as the learned copy says: it was taken while
-      // the program warmed up (PyTorch's caching allocator still placing blocks). Take it again.
-      adopt_period(proven);
+      phase_ = (phase_ + skipped + 1) % n;
     } else {
-      drop_period();  // the program does something else now
+      // A miss: a launch not in the learned step, or in another place this time (the next may be the one
+      // expected), or the one expected on other pointers: of the function expected, it takes that
+      // launch's place, so the position moves on.
+      if (learned_[phase_].function == function) phase_ = (phase_ + 1) % n;
+      ++period_misses_;
+      if (++misses_ <= config_.max_misses) {
+      } else if (proven.period == n) {
+        // The launches still repeat with this period, not as the learned copy says: it was taken while
+        // the program warmed up (PyTorch's caching allocator still placing blocks). Take it again.
+        adopt_period(proven);
+      } else {
+        drop_period();  // the program does something else now
+      }
     }
   }
+  // A period of the learned sequence ended with launches it did not foresee, and the launches still
+  // repeat with its length: the copy is taken again from the last period, so the next one is planned
+  // from where the program put its tensors this time (PyTorch's caching allocator places some anew
+  // each step while it warms up, and a decode's activations rotate among segments).
+  if (!learned_.empty() && phase_ < phase_before) {
+    if (period_misses_ != 0 && proven.period == learned_.size()) adopt_period(proven, /*again=*/true);
+    period_misses_ = 0;
+  }
   // Another period that explained more launches than the one learned replaces it: that was a loop
-  // inside the step.
-  if (proven.period != 0 && proven.period != learned_.size() && (learned_.empty() || proven.run > learned_run_))
+  // inside the step. Not a multiple of it: that one matches wherever the learned one does, and also
+  // where the program alternates between steps (double buffers, a decode's activations), so given
+  // time it explains more, but with it every buffer is touched twice a period and none is kept in place.
+  if (proven.period != 0 && proven.period != learned_.size() &&
+      (learned_.empty() || (proven.run > learned_run_ && proven.period % learned_.size() != 0)))
     adopt_period(proven);
   if (learned_.empty()) {
     plan_recency(buffers);
@@ -115,9 +132,28 @@ bool Policy::matches(const Launch& before, std::uint64_t signature, std::uint64_
   return common > 0 && common + 1 >= std::max(before.keys.size(), keys);
 }
 
+bool Policy::keyed(std::span<const Buffer> buffers) const {
+  return std::any_of(buffers.begin(), buffers.end(), [&](const Buffer& b) { return !incidental(b); });
+}
+
+std::size_t Policy::skipped_to(std::uint64_t signature, std::uint64_t function, std::span<const Buffer> now) const {
+  // After m misses in a row, the launch may be the one expected up to m + 1 places further on: the m
+  // were others in place of those expected (a kernel chosen differently this time), and one more
+  // may have come later than it (another thread's launch, see policy.h).
+  // Only a launch with a pointer of its own is looked for further than the next place: one over small
+  // buffers alone has the same signature in every layer (a decode's activations), and taken for a
+  // launch further on it put the sequence a layer off.
+  const std::size_t n = learned_.size();
+  const std::size_t reach = std::min(keyed(now) ? misses_ + 1 : 1, n - 1);
+  for (std::size_t skip = 1; skip <= reach; ++skip)
+    if (matches(learned_[(phase_ + skip) % n], signature, function, now)) return skip;
+  return 0;
+}
+
 Policy::Candidate Policy::learn(std::uint64_t signature, std::uint64_t function, std::span<const Buffer> buffers,
                                 std::uint64_t first_seen) {
   const std::uint64_t i = history_start_ + history_.size();  // this launch's position
+  const bool keyed = this->keyed(buffers);
   for (auto c = candidates_.begin(); c != candidates_.end();) {
     if (first_seen > count_ - c->lag) {
       ++c;  // its function is newer than the launch it would repeat: neither a match nor a miss
@@ -126,20 +162,22 @@ Policy::Candidate Policy::learn(std::uint64_t signature, std::uint64_t function,
     // The launch this one should repeat is `lag` back: the period, give or take a launch that came
     // in another place (see the launches matched against the learned period, in on_launch).
     const auto before = [&](std::size_t back) -> const Launch& { return history_[i - back - history_start_]; };
-    if (matches(before(c->lag), signature, function, buffers)) {
+    // After a streak of misses, the repeat may lie up to streak + 1 launches nearer: those missed were
+    // others in place of the ones expected, and one more may come later this time.
+    const std::size_t reach = std::min(keyed ? c->streak + 1 : 1, c->lag - 1);
+    std::size_t nearer = 0;
+    while (nearer <= reach && !matches(before(c->lag - nearer), signature, function, buffers)) ++nearer;
+    if (nearer <= reach) {
       ++c->run;
       c->streak = 0;
-    } else if (c->lag > 1 && matches(before(c->lag - 1), signature, function, buffers)) {
-      ++c->run;  // the one expected comes later this time
-      c->streak = 0;
-      --c->lag;
+      c->lag -= nearer;
     } else if (++c->misses > 1 + c->run / 32 || ++c->streak > config_.max_misses || c->lag >= history_.size() ||
                c->lag >= c->period + config_.max_misses) {
       c = candidates_.erase(c);  // not this period
       continue;
-    } else {
+    } else if (before(c->lag).function != function) {
       ++c->lag;  // one not in the step (or in another place this time): the next may be the one expected
-    }
+    }  // else the one expected, on other pointers: the next repeats the launch after it
     // A lag that stays off the period for a whole period is the period (a launch once repeated two
     // back, since every launch: the same launch over and over).
     c->drift = c->lag == c->period ? 0 : c->drift + 1;
@@ -194,9 +232,11 @@ void Policy::drop_period() {
   misses_ = 0;
 }
 
-void Policy::adopt_period(const Candidate& proven) {
+void Policy::adopt_period(const Candidate& proven, bool again) {
   const std::size_t period = proven.period;
-  learned_run_ = proven.run;
+  // Taken anew, the sequence keeps the launches it explained: the candidate that proved it again may be
+  // younger than it, and a multiple of the period must not replace it for that.
+  learned_run_ = again ? std::max(learned_run_, proven.run) : proven.run;
   // The last period, each launch keeping the pointers the one a period before it passed too (a word
   // that changes every step is no buffer the launch uses; matches() let it through).
   const std::size_t first = history_.size() - period;
@@ -219,6 +259,11 @@ void Policy::adopt_period(const Candidate& proven) {
   }
   phase_ = 0;  // the launch just seen closed a period: the next one opens the next
   misses_ = 0;
+  period_misses_ = 0;
+  if (again) {
+    ++stats_.periods_retaken;
+    return;
+  }
   guard_.reset();  // another sequence: whether the guard pays is measured again
   ++stats_.periods_learned;
   stats_.period = period;

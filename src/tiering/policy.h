@@ -26,6 +26,24 @@
 //     that matches neither is a miss that does not move the position (it may be one that came
 //     early). A candidate's `lag` follows those shifts; a lag that stays off its period for a whole
 //     period becomes the period.
+//   - But a miss that runs the function expected is that launch on other pointers: the position
+//     moves on. And after m misses in a row a launch is looked for up to m + 1 places ahead (the m
+//     were others in place of those expected), if it passes a pointer that is not incidental (one
+//     over small buffers alone has the same signature in every layer: in the decoding replay below
+//     such a launch put the sequence a layer off). Measured on an H200 (scoreboard row 7, a 3B model,
+//     data/row7-h200.launches): in every step a few launches ran their function on other pointers,
+//     two or three in a row; the learned sequence stayed behind after the second and the 8341-launch
+//     step was dropped 160 launches after it was learned, in every run. A candidate's lag follows
+//     the same two rules.
+//   - A period of the learned sequence that had launches it did not foresee, while a candidate of the
+//     same length still proves the launches repeat, makes the policy take its copy anew from that
+//     period (stats().periods_retaken): the next is planned from where the tensors are now (on row 7
+//     the caching allocator placed activations anew until step 4). The copy keeps the count of
+//     launches the learned sequence explained.
+//   - A multiple of the learned period never replaces it: it matches wherever the learned one does
+//     and where the program alternates between steps too, so it comes to explain more launches, but
+//     with it every buffer is touched twice a period and the thrash guard keeps none in place.
+//     Replayed from row 6's 64 tokens (an H200 trace), two tokens replaced the token after about 30.
 //   - A launch matches another of the same function that shares all its pointers but one. Why not
 //     exact: every aligned 8-byte word of the arguments is looked up, and some are numbers that only
 //     happen to fall in the pool's addresses. Measured on an H100 (GPT-2 training, docs/tiering.md):
@@ -123,6 +141,7 @@ struct PolicyStats {
   std::uint64_t periods_learned = 0;
   std::uint64_t period = 0;          // launches in the period learned now (0: none)
   std::uint64_t periods_dropped = 0;
+  std::uint64_t periods_retaken = 0;  // the learned period's copy taken anew from the last period
   std::uint64_t promotions = 0;      // asked for
   std::uint64_t demotions = 0;
   std::uint64_t kept_in_place = 0;   // thrash-guard decisions: a buffer left in host memory, read in place
@@ -221,7 +240,14 @@ class Policy {
   // the period repeats nothing there (see the top of this file).
   Candidate learn(std::uint64_t signature, std::uint64_t function, std::span<const Buffer> buffers,
                   std::uint64_t first_seen);
-  void adopt_period(const Candidate& proven);
+  // `again`: the same period, its copy taken anew from the last one (the guard's measure stands).
+  void adopt_period(const Candidate& proven, bool again = false);
+  // How many places past the one expected the launch matches the learned sequence (0: none within
+  // reach of the misses in a row).
+  std::size_t skipped_to(std::uint64_t signature, std::uint64_t function, std::span<const Buffer> now) const;
+  // Whether a launch passes a pointer that is not incidental (its signature tells it from others of
+  // its function).
+  bool keyed(std::span<const Buffer> buffers) const;
   // A period of the learned sequence begins: the guard's trial hears of it.
   void period_begins();
   void drop_period();
@@ -270,6 +296,7 @@ class Policy {
   std::vector<Launch> learned_;
   std::size_t phase_ = 0;
   std::size_t misses_ = 0;
+  std::size_t period_misses_ = 0;  // launches of this period of the learned sequence that it did not foresee
   std::size_t learned_run_ = 0;  // launches it explained (a candidate must explain more to replace it)
 
   // The thrash guard (guard_trial.h): periods begun, and its decisions when the last one began.

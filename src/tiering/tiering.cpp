@@ -565,6 +565,7 @@ Stats Tiering::stats() const {
     s.policy_period = p.period;
     s.periods_learned = p.periods_learned;
     s.periods_dropped = p.periods_dropped;
+    s.periods_retaken = p.periods_retaken;
     s.kept_in_place = p.kept_in_place;
     s.kept_by_advice = p.kept_by_advice;
     s.parts_promoted = p.parts_promoted;

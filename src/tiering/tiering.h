@@ -102,6 +102,7 @@ struct Stats {
   std::uint64_t policy_period = 0;      // launches in the learned period (0: none, recency rules)
   std::uint64_t periods_learned = 0;    // times a period was learned (again: taken anew, or replaced)
   std::uint64_t periods_dropped = 0;    // times the learned period was dropped (the program changed)
+  std::uint64_t periods_retaken = 0;    // times its copy was taken anew from the last period (tensors placed anew)
   std::uint64_t kept_in_place = 0;      // thrash-guard decisions: memory left in host memory, read in place
   std::uint64_t kept_by_advice = 0;     // promotions not asked for: the memory prefers the host (advice)
   std::uint64_t parts_promoted = 0;     // ... of which the part that fit the room there was was promoted
