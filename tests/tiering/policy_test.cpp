@@ -6,14 +6,13 @@
 
 #include <algorithm>
 #include <array>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <set>
 #include <random>
 #include <vector>
 
+#include "fake_world.h"
 #include "tiering/policy.h"
 #include "trace/trace.h"
 #include "trace_test.h"
@@ -27,89 +26,13 @@ using uvmpool::tiering::Policy;
 using uvmpool::tiering::PolicyConfig;
 using uvmpool::tiering::PolicyStats;
 using uvmpool::tiering::Preference;
+using uvmpool::tiering::testing::FakeWorld;
+using uvmpool::tiering::testing::Recorded;
+using uvmpool::tiering::testing::RecordedWorld;
+using uvmpool::tiering::testing::read_launches;
 
 constexpr std::uint64_t kUnit = 4 << 20;  // above PolicyConfig::incidental_bytes
 
-// Buffers in two tiers with `capacity` bytes of device memory; moves happen when asked (refused past
-// the capacity, as the pool would). Counts what launches found where.
-class FakeWorld : public Policy::World {
- public:
-  explicit FakeWorld(std::uint64_t capacity) : capacity_(capacity) {}
-
-  CUdeviceptr add(std::uint64_t bytes, bool host) {
-    const CUdeviceptr a = next_;
-    next_ += 1 << 30;
-    buffers_[a] = {a, a, bytes, host};
-    if (!host) used_ += bytes;
-    return a;
-  }
-  bool in_host(const Policy::Buffer& b) override { return buffers_.at(b.address).host; }
-  // Advice (src/tiering/advice.h): launches pass the buffer's preference from now on.
-  void prefer(CUdeviceptr a, Preference p) { buffers_.at(a).preference = p; }
-  // With `tells_refusals`, a refused move is reported at once (as Tiering's world asks the mover);
-  // without, the policy learns of it only when the ask grows old.
-  bool moving(const Policy::Buffer& b) override { return !(tells_refusals && refused.count(b.address) != 0); }
-  std::set<CUdeviceptr> refused;  // buffers whose moves are taken and never happen
-  bool tells_refusals = false;
-  bool stream_order = false;  // in_stream_order: moves prepared where the device reaches them
-  bool in_stream_order() override { return stream_order; }
-  std::uint64_t device_room() override { return used_ < capacity_ ? capacity_ - used_ : 0; }
-  bool move(const Policy::Buffer& b, Tier to) override {
-    if (refused.count(b.address) != 0) return true;  // taken, then refused later (as the mover does)
-    Policy::Buffer& x = buffers_.at(b.address);
-    if (x.host == (to == Tier::Host)) return true;
-    if (to == Tier::Device) {
-      if (used_ + x.bytes > capacity_) return false;
-      used_ += x.bytes;
-      promoted += x.bytes;
-    } else {
-      used_ -= x.bytes;
-      demoted += x.bytes;
-    }
-    x.host = to == Tier::Host;
-    (to == Tier::Device ? ever_promoted : ever_demoted).insert(b.address);
-    clock += x.bytes;  // a byte over PCIe: 1 ns
-    return true;
-  }
-  // With `timed`, a period's time is answered as the next begins: launches and moves take modeled
-  // time on `clock` (ns): a byte over PCIe 1, from device memory 1/64 (HBM against PCIe, about).
-  std::optional<GuardTrial::Time> period_started(std::uint64_t n) override {
-    const std::uint64_t ns = clock - marked_;
-    marked_ = clock;
-    if (!timed || n == 1) return std::nullopt;
-    return GuardTrial::Time{n - 1, ns};
-  }
-  bool timed = false;
-  std::uint32_t passes = 1;  // times a launch reads each buffer it touches
-  std::uint64_t clock = 0;
-  // One launch of `function` over `addresses`: counts hits (on device) and bytes read in place.
-  void launch(Policy& policy, std::uint64_t function, const std::vector<CUdeviceptr>& addresses) {
-    std::vector<Policy::Buffer> seen;
-    for (CUdeviceptr a : addresses) {
-      const Policy::Buffer& b = buffers_.at(a);
-      seen.push_back(b);
-      if (b.host) {
-        ++misses;
-        in_place += b.bytes;
-        clock += b.bytes * passes;
-      } else {
-        ++hits;
-        clock += b.bytes * passes / 64;
-      }
-    }
-    policy.on_launch(function, seen);
-  }
-  void reset_counts() { hits = misses = in_place = promoted = demoted = 0; }
-  std::uint64_t used() const { return used_; }
-
-  std::uint64_t hits = 0, misses = 0, in_place = 0, promoted = 0, demoted = 0;
-  std::set<CUdeviceptr> ever_promoted, ever_demoted;
-
- private:
-  std::uint64_t capacity_, used_ = 0, marked_ = 0;
-  CUdeviceptr next_ = 1ull << 40;
-  std::map<CUdeviceptr, Policy::Buffer> buffers_;
-};
 
 // A step over `n` buffers of one unit where each buffer is used by two launches in a row (an op and
 // the next one reading its output): a cyclic sequence with reuse.
@@ -426,80 +349,6 @@ TEST(Policy_, AMultipleOfThePeriodDoesNotReplaceIt) {
   EXPECT_TRUE(learned);
 }
 
-// A launch sequence recorded on a GPU (scripts/uvmpool-launches.py writes one from a trace): the
-// buffers with their sizes and first tiers, and the launches over them.
-struct Recorded {
-  struct Launch {
-    std::uint64_t function;
-    std::vector<std::size_t> buffers;
-  };
-  std::vector<std::pair<std::uint64_t, bool>> buffers;  // bytes, in host memory at its first touch
-  std::vector<Launch> launches;
-};
-
-Recorded read_launches(const std::string& path) {
-  Recorded r;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream words(line);
-    std::string kind;
-    words >> kind;
-    if (kind == "b") {
-      std::size_t id = 0;
-      std::uint64_t bytes = 0;
-      words >> id >> bytes;
-      if (r.buffers.size() <= id) r.buffers.resize(id + 1);
-      r.buffers[id] = {bytes, true};  // the tier: its first touch says
-    } else if (kind == "l") {
-      Recorded::Launch launch{};
-      words >> launch.function;
-      for (std::string word; words >> word;) {
-        const std::size_t id = std::stoul(word);
-        if (std::find(launch.buffers.begin(), launch.buffers.end(), id) == launch.buffers.end()) launch.buffers.push_back(id);
-      }
-      r.launches.push_back(std::move(launch));
-    }
-  }
-  // First tiers: from each buffer's first touch.
-  std::vector<bool> seen(r.buffers.size(), false);
-  in.clear();
-  in.seekg(0);
-  while (std::getline(in, line)) {
-    std::istringstream words(line);
-    std::string kind, word;
-    words >> kind;
-    if (kind != "l") continue;
-    words >> word;
-    while (words >> word) {
-      const std::size_t id = std::stoul(word);
-      if (seen[id]) continue;
-      seen[id] = true;
-      r.buffers[id].second = word.back() == 'h';
-    }
-  }
-  return r;
-}
-
-// A recorded sequence's buffers in a fake world with the device memory the pool gave the job, each
-// in the tier of its first touch.
-struct RecordedWorld {
-  explicit RecordedWorld(const Recorded& r) : world(device_bytes(r)) {
-    for (const auto& [bytes, host] : r.buffers) address.push_back(world.add(bytes, host));
-  }
-  static std::uint64_t device_bytes(const Recorded& r) {
-    std::uint64_t device = 0;
-    for (const auto& [bytes, host] : r.buffers) device += host ? 0 : bytes;
-    return device;
-  }
-  void launch(Policy& p, const Recorded::Launch& l) {
-    std::vector<CUdeviceptr> args;
-    for (std::size_t id : l.buffers) args.push_back(address[id]);
-    world.launch(p, l.function, args);
-  }
-  FakeWorld world;
-  std::vector<CUdeviceptr> address;
-};
 
 TEST(Policy_, LearnsTheStepOfATrainingJobRecordedOnAGpu) {
   // 16 bf16 linear layers 8192 wide, batch 8192, AdamW foreach, 11.7 GiB under an 8 GiB limit
