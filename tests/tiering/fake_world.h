@@ -59,6 +59,7 @@ class FakeWorld : public Policy::World {
     }
     x.host = to == Tier::Host;
     (to == Tier::Device ? ever_promoted : ever_demoted).insert(b.address);
+    if (to == Tier::Device) ++promotions_of[b.address];
     clock += x.bytes;  // a byte over PCIe: 1 ns
     return true;
   }
@@ -90,11 +91,15 @@ class FakeWorld : public Policy::World {
     }
     policy.on_launch(function, seen);
   }
-  void reset_counts() { hits = misses = in_place = promoted = demoted = 0; }
+  void reset_counts() {
+    hits = misses = in_place = promoted = demoted = 0;
+    promotions_of.clear();
+  }
   std::uint64_t used() const { return used_; }
 
   std::uint64_t hits = 0, misses = 0, in_place = 0, promoted = 0, demoted = 0;
   std::set<CUdeviceptr> ever_promoted, ever_demoted;
+  std::map<CUdeviceptr, std::uint64_t> promotions_of;  // since the last reset_counts
 
  private:
   std::uint64_t capacity_, used_ = 0, marked_ = 0;

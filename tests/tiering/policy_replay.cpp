@@ -1,10 +1,14 @@
 // uvmpool-policy-replay: replays a launch sequence recorded on a GPU (scripts/uvmpool-launches.py
 // writes one from a trace) on the tiering policy in a fake world (fake_world.h: the device memory
 // the pool gave the job, moves made at once), and prints what the policy learned and when, and per
-// window of launches what the launches found where. A bound on what the policy can do, not a figure
+// window of launches what the launches found where, against the bytes the window touched beyond what
+// the device holds (what any policy must bring in once, when the window repeats). A bound on what the policy can do, not a figure
 // of a GPU: no mover, no clock.
 //
-//   uvmpool-policy-replay FILE.launches [--every=N]
+//   uvmpool-policy-replay FILE.launches [--every=N] [--top=K]
+//
+// --top=K lists, for the last whole window, the K buffers whose promotions moved the most bytes.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -28,6 +32,7 @@ double gib(std::uint64_t bytes) { return static_cast<double>(bytes) / (1u << 30)
 int main(int argc, char** argv) {
   std::string path;
   std::size_t every = 4096;
+  std::size_t top = 0;  // buffers listed for the last window
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg.rfind("--every=", 0) == 0) {
@@ -37,15 +42,22 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "uvmpool-policy-replay: --every wants a positive number of launches, not '%s'\n", arg.c_str() + 8);
         return 2;
       }
+    } else if (arg.rfind("--top=", 0) == 0) {
+      char* end = nullptr;
+      top = std::strtoul(arg.c_str() + 6, &end, 10);
+      if (*end != '\0') {
+        std::fprintf(stderr, "uvmpool-policy-replay: --top wants a number of buffers, not '%s'\n", arg.c_str() + 6);
+        return 2;
+      }
     } else if (path.empty() && arg.rfind("--", 0) != 0) {
       path = arg;
     } else {
-      std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N]\n");
+      std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K]\n");
       return 2;
     }
   }
   if (path.empty()) {
-    std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N]\n");
+    std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K]\n");
     return 2;
   }
   const Recorded r = read_launches(path);
@@ -57,9 +69,20 @@ int main(int argc, char** argv) {
   Policy p(rw.world);
   std::printf("%zu launches over %zu buffers, %.2f GiB on the device at first touch\n", r.launches.size(), r.buffers.size(),
               gib(RecordedWorld::device_bytes(r)));
+  // Each window's distinct buffers: the bytes it touched beyond what the device holds must come in
+  // (and as much go out) at least once in a window that repeats, whatever the policy.
+  const std::uint64_t device = RecordedWorld::device_bytes(r);
+  std::vector<bool> touched(r.buffers.size(), false);
+  std::vector<std::uint64_t> touches(r.buffers.size(), 0);
+  std::uint64_t touched_bytes = 0;
   std::uint64_t period = 0;
   for (std::size_t i = 0; i < r.launches.size(); ++i) {
     rw.launch(p, r.launches[i]);
+    for (std::size_t id : r.launches[i].buffers) {
+      if (!touched[id]) touched_bytes += r.buffers[id].first;
+      touched[id] = true;
+      ++touches[id];
+    }
     const PolicyStats& s = p.stats();
     if (s.period != period) {
       period = s.period;
@@ -68,9 +91,29 @@ int main(int argc, char** argv) {
     }
     if ((i + 1) % every == 0 || i + 1 == r.launches.size()) {
       const auto& w = rw.world;
-      std::printf("  to launch %zu: %llu touches on the device, %llu in host memory (%.2f GiB read in place); moved %.2f GiB in, %.2f GiB out; taken anew %llu\n",
-                  i + 1, u(w.hits), u(w.misses), gib(w.in_place), gib(w.promoted), gib(w.demoted), u(s.periods_retaken));
+      std::printf("  to launch %zu: %llu touches on the device, %llu in host memory (%.2f GiB read in place); moved %.2f GiB in, %.2f GiB out "
+                  "(%.2f GiB touched, %.2f beyond the device); taken anew %llu\n",
+                  i + 1, u(w.hits), u(w.misses), gib(w.in_place), gib(w.promoted), gib(w.demoted), gib(touched_bytes),
+                  gib(touched_bytes > device ? touched_bytes - device : 0), u(s.periods_retaken));
+      if (i + 1 == r.launches.size() / every * every) {
+        // The last whole window: the buffers whose promotions moved the most bytes in it.
+        std::vector<std::pair<std::uint64_t, std::size_t>> most;  // bytes promoted, buffer id
+        for (std::size_t id = 0; id < r.buffers.size(); ++id) {
+          const auto it = w.promotions_of.find(rw.address[id]);
+          if (it != w.promotions_of.end()) most.push_back({it->second * r.buffers[id].first, id});
+        }
+        std::sort(most.rbegin(), most.rend());
+        for (std::size_t k = 0; k < std::min<std::size_t>(most.size(), top); ++k) {
+          const std::size_t id = most[k].second;
+          std::printf("    buffer %zu (%.1f MiB): promoted %llu times, touched by %llu launches\n", id,
+                      static_cast<double>(r.buffers[id].first) / (1u << 20), u(w.promotions_of.at(rw.address[id])),
+                      u(touches[id]));
+        }
+      }
       rw.world.reset_counts();
+      touches.assign(touches.size(), 0);
+      touched.assign(touched.size(), false);
+      touched_bytes = 0;
     }
   }
   const PolicyStats& s = p.stats();
