@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """Writes the launches of a uvmpool trace (UVMPOOL_TRACE=file, with tiering on) as a launch sequence
-that the tiering policy can be replayed on (tests/tiering/policy_replay_test.cpp):
+that the tiering policy can be replayed on (build/bin/uvmpool-policy-replay, tests/tiering/policy_test.cpp):
 
     python3 scripts/uvmpool-launches.py TRACE.json [-o out.launches]
 
-One line a launch, in the order the hooks saw them: "l F B[h] B[h] ...", F the launch's function
+One line a launch, in the order the hooks saw them: "l F B[+OFF][h] ...", F the launch's function
 and each B a buffer it touched ("h": the buffer lay in host memory at the launch), numbered from 0 in
-order of first sight. A buffer is the allocation a pointer lies in (from the trace's allocation
-events, at the launch's time), so pointers into one allocation are one buffer, as the policy counts
-them; a buffer's first appearance is preceded by "b B BYTES", and its allocation's end by "f B". Only the first device's launches are
-written.
+order of first sight, OFF the pointer's offset in it in bytes (left out when 0; a launch passing two
+pointers into one buffer has a word for each). A buffer is the allocation a pointer lies in (from
+the trace's allocation events, at the launch's time), so pointers into one allocation are one
+buffer, as the policy counts them; a buffer's first appearance is preceded by "b B BYTES", and its
+allocation's end by "f B". Only the first device's launches are written.
 """
 import argparse
 import bisect
@@ -83,7 +84,8 @@ def main():
                     if i >= at:
                         launch[t] = (f, w, i + 1)
                 function, words, at = launch[e.get("tid")]
-            word = str(buffers[key]) + ("h" if int(a.get("host_bytes", 0)) > 0 else "")
+            offset = pointer - base if base is not None else 0
+            word = str(buffers[key]) + (f"+{offset}" if offset else "") + ("h" if int(a.get("host_bytes", 0)) > 0 else "")
             if word.rstrip("h") not in (w.rstrip("h") for w in words):
                 words.append(word)
             lines[at] = "l " + " ".join([str(function)] + words)

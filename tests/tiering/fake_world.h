@@ -112,7 +112,8 @@ class FakeWorld : public Policy::World {
 struct Recorded {
   struct Launch {
     std::uint64_t function;
-    std::vector<std::size_t> buffers;
+    std::vector<std::size_t> buffers;                            // each once
+    std::vector<std::pair<std::size_t, std::uint64_t>> pointers;  // buffer and offset, each pointer passed
   };
   std::vector<std::pair<std::uint64_t, bool>> buffers;  // bytes, in host memory at its first touch
   std::vector<Launch> launches;
@@ -136,7 +137,10 @@ inline Recorded read_launches(const std::string& path) {
       Recorded::Launch launch{};
       words >> launch.function;
       for (std::string word; words >> word;) {
-        const std::size_t id = std::stoul(word);
+        std::size_t end = 0;
+        const std::size_t id = std::stoul(word, &end);
+        const std::uint64_t offset = end < word.size() && word[end] == '+' ? std::stoull(word.substr(end + 1)) : 0;
+        launch.pointers.push_back({id, offset});
         if (std::find(launch.buffers.begin(), launch.buffers.end(), id) == launch.buffers.end()) launch.buffers.push_back(id);
       }
       r.launches.push_back(std::move(launch));

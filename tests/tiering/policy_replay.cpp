@@ -6,9 +6,10 @@
 // repeats). A bound on what the policy can do, not a figure
 // of a GPU: no mover, no clock.
 //
-//   uvmpool-policy-replay FILE.launches [--every=N] [--top=K]
+//   uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB]
 //
-// --top=K lists, for the last whole window, the K buffers whose promotions moved the most bytes.
+// --top=K lists, for the last whole window, the K buffers whose promotions moved the most bytes;
+// --granule (2 MiB, the pool's chunk) rounds the pieces Belady on demand moves by pieces.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -28,42 +29,93 @@ using uvmpool::tiering::testing::RecordedWorld;
 unsigned long long u(std::uint64_t v) { return static_cast<unsigned long long>(v); }
 double gib(std::uint64_t bytes) { return static_cast<double>(bytes) / (1u << 30); }
 
-// Belady on demand, the comparison: every future use known, a buffer brought in when a launch needs
-// it, room made by sending out the buffers used farthest ahead (none the launch uses). With moves made
-// at once, what crosses PCIe is then set by the access pattern and the unit moved (a whole allocation),
-// not by the policy's foresight.
-class BeladyOnDemand {
- public:
-  explicit BeladyOnDemand(const Recorded& r) : r_(r), resident_(r.buffers.size()), next_(r.buffers.size(), kNever) {
-    for (std::size_t id = 0; id < r.buffers.size(); ++id) {
-      resident_[id] = !r.buffers[id].second;
-      if (resident_[id]) used_ += r.buffers[id].first;
-    }
-    capacity_ = used_;
-    // For each launch, where each of its buffers is used next.
-    std::vector<std::uint64_t> last(r.buffers.size(), kNever);
-    next_use_.resize(r.launches.size());
-    for (std::size_t t = r.launches.size(); t-- > 0;) {
-      for (std::size_t id : r.launches[t].buffers) next_use_[t].push_back(last[id]);
-      for (std::size_t id : r.launches[t].buffers) last[id] = t;
+// What Belady on demand moves: units of memory (whole allocations, or pieces of them), each with its
+// bytes and first tier, and the units each launch needs.
+struct Units {
+  std::vector<std::uint64_t> bytes;
+  std::vector<bool> host;
+  std::vector<std::vector<std::size_t>> of_launch;
+};
+
+// Units of whole allocations: what the policy moves.
+Units allocation_units(const Recorded& r) {
+  Units u;
+  for (const auto& [bytes, host] : r.buffers) {
+    u.bytes.push_back(bytes);
+    u.host.push_back(host);
+  }
+  for (const auto& l : r.launches) u.of_launch.push_back(l.buffers);
+  return u;
+}
+
+// Units of pieces: each allocation cut where any launch passed a pointer into it (rounded down to
+// `granule`, the pool's unit of a move), a pointer needing the piece it starts; the part before the
+// first pointer is a piece no launch needs. What a policy could move if it knew each tensor's extent
+// from the pointers alone; known here from the whole sequence ahead, so a bound.
+Units piece_units(const Recorded& r, std::uint64_t granule) {
+  std::vector<std::vector<std::uint64_t>> starts(r.buffers.size(), std::vector<std::uint64_t>{0});
+  for (const auto& l : r.launches)
+    for (const auto& [id, offset] : l.pointers) starts[id].push_back(offset / granule * granule);
+  Units u;
+  std::vector<std::size_t> first(r.buffers.size());  // each allocation's first unit
+  for (std::size_t id = 0; id < r.buffers.size(); ++id) {
+    std::vector<std::uint64_t>& s = starts[id];
+    std::sort(s.begin(), s.end());
+    s.erase(std::unique(s.begin(), s.end()), s.end());
+    first[id] = u.bytes.size();
+    for (std::size_t k = 0; k < s.size(); ++k) {
+      const std::uint64_t end = k + 1 < s.size() ? s[k + 1] : std::max(r.buffers[id].first, s[k]);
+      u.bytes.push_back(end - s[k]);
+      u.host.push_back(r.buffers[id].second);
     }
   }
-  // Launch t: returns nothing; counts the bytes brought in.
+  for (const auto& l : r.launches) {
+    std::vector<std::size_t> units;
+    for (const auto& [id, offset] : l.pointers) {
+      const std::vector<std::uint64_t>& s = starts[id];
+      const std::size_t k = static_cast<std::size_t>(std::upper_bound(s.begin(), s.end(), offset / granule * granule) - s.begin()) - 1;
+      if (std::find(units.begin(), units.end(), first[id] + k) == units.end()) units.push_back(first[id] + k);
+    }
+    u.of_launch.push_back(std::move(units));
+  }
+  return u;
+}
+
+// Belady on demand, the comparison: every future use known, a unit brought in when a launch needs it,
+// room made by sending out the units used farthest ahead (none the launch uses). With moves made at
+// once, what crosses PCIe is then set by the access pattern and the unit moved, not by foresight.
+class BeladyOnDemand {
+ public:
+  explicit BeladyOnDemand(Units units) : u_(std::move(units)), resident_(u_.bytes.size()), next_(u_.bytes.size(), kNever) {
+    for (std::size_t id = 0; id < u_.bytes.size(); ++id) {
+      resident_[id] = !u_.host[id];
+      if (resident_[id]) used_ += u_.bytes[id];
+    }
+    capacity_ = used_;
+    // For each launch, where each of its units is used next.
+    std::vector<std::uint64_t> last(u_.bytes.size(), kNever);
+    next_use_.resize(u_.of_launch.size());
+    for (std::size_t t = u_.of_launch.size(); t-- > 0;) {
+      for (std::size_t id : u_.of_launch[t]) next_use_[t].push_back(last[id]);
+      for (std::size_t id : u_.of_launch[t]) last[id] = t;
+    }
+  }
+  // Launch t: counts the bytes brought in for it.
   void launch(std::size_t t) {
-    const std::vector<std::size_t>& ids = r_.launches[t].buffers;
+    const std::vector<std::size_t>& ids = u_.of_launch[t];
     for (std::size_t k = 0; k < ids.size(); ++k) next_[ids[k]] = next_use_[t][k];
     for (std::size_t id : ids) {
       if (resident_[id]) continue;
-      const std::uint64_t bytes = r_.buffers[id].first;
+      const std::uint64_t bytes = u_.bytes[id];
       while (used_ + bytes > capacity_) {
-        std::size_t victim = r_.buffers.size();
+        std::size_t victim = u_.bytes.size();
         for (std::size_t j = 0; j < resident_.size(); ++j) {
           if (!resident_[j] || std::find(ids.begin(), ids.end(), j) != ids.end()) continue;
-          if (victim == r_.buffers.size() || next_[j] > next_[victim]) victim = j;
+          if (victim == u_.bytes.size() || next_[j] > next_[victim]) victim = j;
         }
-        if (victim == r_.buffers.size()) break;
+        if (victim == u_.bytes.size()) break;
         resident_[victim] = false;
-        used_ -= r_.buffers[victim].first;
+        used_ -= u_.bytes[victim];
       }
       if (used_ + bytes > capacity_) continue;  // cannot fit beside the launch's others: read in place
       resident_[id] = true;
@@ -75,10 +127,10 @@ class BeladyOnDemand {
 
  private:
   static constexpr std::uint64_t kNever = ~std::uint64_t{0};
-  const Recorded& r_;
+  Units u_;
   std::vector<bool> resident_;
-  std::vector<std::uint64_t> next_;                    // each buffer's next use, as of the last launch
-  std::vector<std::vector<std::uint64_t>> next_use_;  // per launch, per buffer of it
+  std::vector<std::uint64_t> next_;                    // each unit's next use, as of the last launch
+  std::vector<std::vector<std::uint64_t>> next_use_;  // per launch, per unit of it
   std::uint64_t used_ = 0, capacity_ = 0;
 };
 
@@ -88,6 +140,7 @@ int main(int argc, char** argv) {
   std::string path;
   std::size_t every = 4096;
   std::size_t top = 0;  // buffers listed for the last window
+  std::uint64_t granule = std::uint64_t{2} << 20;  // the pool's unit of a move, for pieces
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg.rfind("--every=", 0) == 0) {
@@ -95,6 +148,13 @@ int main(int argc, char** argv) {
       every = std::strtoul(arg.c_str() + 8, &end, 10);
       if (every == 0 || *end != '\0') {
         std::fprintf(stderr, "uvmpool-policy-replay: --every wants a positive number of launches, not '%s'\n", arg.c_str() + 8);
+        return 2;
+      }
+    } else if (arg.rfind("--granule=", 0) == 0) {
+      char* end = nullptr;
+      granule = std::strtoull(arg.c_str() + 10, &end, 10) << 20;
+      if (granule == 0 || *end != '\0') {
+        std::fprintf(stderr, "uvmpool-policy-replay: --granule wants a positive number of MiB, not '%s'\n", arg.c_str() + 10);
         return 2;
       }
     } else if (arg.rfind("--top=", 0) == 0) {
@@ -107,12 +167,12 @@ int main(int argc, char** argv) {
     } else if (path.empty() && arg.rfind("--", 0) != 0) {
       path = arg;
     } else {
-      std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K]\n");
+      std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB]\n");
       return 2;
     }
   }
   if (path.empty()) {
-    std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K]\n");
+    std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB]\n");
     return 2;
   }
   const Recorded r = read_launches(path);
@@ -122,7 +182,13 @@ int main(int argc, char** argv) {
   }
   RecordedWorld rw(r);
   Policy p(rw.world);
-  BeladyOnDemand belady(r);
+  BeladyOnDemand belady(allocation_units(r));
+  // By pieces only where the sequence has pointers' offsets (scripts/uvmpool-launches.py writes them
+  // since 2026-11-29).
+  const bool offsets = std::any_of(r.launches.begin(), r.launches.end(), [](const Recorded::Launch& l) {
+    return std::any_of(l.pointers.begin(), l.pointers.end(), [](const auto& p) { return p.second != 0; });
+  });
+  BeladyOnDemand by_pieces(offsets ? piece_units(r, granule) : Units{});
   std::printf("%zu launches over %zu buffers, %.2f GiB on the device at first touch\n", r.launches.size(), r.buffers.size(),
               gib(RecordedWorld::device_bytes(r)));
   // Each window's distinct buffers: the bytes it touched beyond what the device holds must come in
@@ -135,6 +201,7 @@ int main(int argc, char** argv) {
   for (std::size_t i = 0; i < r.launches.size(); ++i) {
     rw.launch(p, r.launches[i]);
     belady.launch(i);
+    if (offsets) by_pieces.launch(i);
     for (std::size_t id : r.launches[i].buffers) {
       if (!touched[id]) touched_bytes += r.buffers[id].first;
       touched[id] = true;
@@ -149,10 +216,12 @@ int main(int argc, char** argv) {
     if ((i + 1) % every == 0 || i + 1 == r.launches.size()) {
       const auto& w = rw.world;
       std::printf("  to launch %zu: %llu touches on the device, %llu in host memory (%.2f GiB read in place); moved %.2f GiB in, %.2f GiB out "
-                  "(Belady on demand %.2f GiB in; %.2f GiB touched, %.2f beyond the device); taken anew %llu\n",
-                  i + 1, u(w.hits), u(w.misses), gib(w.in_place), gib(w.promoted), gib(w.demoted), gib(belady.brought_in),
-                  gib(touched_bytes), gib(touched_bytes > device ? touched_bytes - device : 0), u(s.periods_retaken));
-      belady.brought_in = 0;
+                  "(Belady on demand %.2f GiB in",
+                  i + 1, u(w.hits), u(w.misses), gib(w.in_place), gib(w.promoted), gib(w.demoted), gib(belady.brought_in));
+      if (offsets) std::printf(", by pieces %.2f", gib(by_pieces.brought_in));
+      std::printf("; %.2f GiB touched, %.2f beyond the device); taken anew %llu\n", gib(touched_bytes),
+                  gib(touched_bytes > device ? touched_bytes - device : 0), u(s.periods_retaken));
+      belady.brought_in = by_pieces.brought_in = 0;
       if (i + 1 == r.launches.size() / every * every) {
         // The last whole window: the buffers whose promotions moved the most bytes in it.
         std::vector<std::pair<std::uint64_t, std::size_t>> most;  // bytes promoted, buffer id
