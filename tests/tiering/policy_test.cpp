@@ -455,6 +455,29 @@ TEST(Policy_, LaunchesOnOtherPointersTwiceInARowDoNotLoseTheLearnedStep) {
   EXPECT_EQ(p.stats().periods_dropped, 0u);
 }
 
+TEST(Policy_, LaunchesOfOtherFunctionsInPlaceOfThoseExpectedDoNotLoseTheLearnedStep) {
+  // Three launches of the step replaced by launches of other functions of the step, on other buffers
+  // (a library choosing other kernels this time): the launch after them is found three places on.
+  // Before, the sequence looked one place ahead only and stayed behind until the period was dropped.
+  FakeWorld w(64 * kUnit);
+  std::vector<CUdeviceptr> b, other;
+  for (int i = 0; i < 41; ++i) b.push_back(w.add(kUnit, false));
+  for (int i = 0; i < 3; ++i) other.push_back(w.add(kUnit, false));
+  Policy p(w);
+  for (int s = 0; s < 4; ++s) run_step(w, p, b);
+  ASSERT_EQ(p.stats().period, 40u);
+  for (std::size_t i = 0; i + 1 < b.size(); ++i) {
+    if (i >= 5 && i <= 7) {
+      w.launch(p, 100 + 30 + i, {other[i - 5]});  // step functions, out of their place
+    } else {
+      w.launch(p, 100 + i, {b[i], b[i + 1]});
+    }
+  }
+  for (int s = 0; s < 2; ++s) run_step(w, p, b);
+  EXPECT_EQ(p.stats().period, 40u);
+  EXPECT_EQ(p.stats().periods_dropped, 0u);
+}
+
 TEST(Policy_, AStepWithTwoLaunchesOnOtherPointersEveryTimeIsLearned) {
   // The same, before the step is learned: each step two launches in a row pass pointers never seen
   // before. A candidate period took each for a launch outside the step, fell two launches behind,
