@@ -349,7 +349,6 @@ TEST(Policy_, AMultipleOfThePeriodDoesNotReplaceIt) {
   EXPECT_TRUE(learned);
 }
 
-
 TEST(Policy_, LearnsTheStepOfATrainingJobRecordedOnAGpu) {
   // 16 bf16 linear layers 8192 wide, batch 8192, AdamW foreach, 11.7 GiB under an 8 GiB limit
   // (tests/gpu/tiering_train.py --steps 12 on an H100, 2026-11-25, the auto_ahead run traced; written
