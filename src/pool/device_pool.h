@@ -183,7 +183,8 @@ class DevicePool {
   void abort_move(Move* move);
   void commit_quiesced(std::span<Move* const> moves, const Quiesce& quiesce, std::span<CUresult> results);
   std::uint64_t promotion_room();  // Pool::promotion_room
-  std::optional<CUdeviceptr> promotable_end(CUdeviceptr base, std::uint64_t room);  // Pool::promotable_end
+  std::optional<CUdeviceptr> promotable_end(CUdeviceptr from, std::uint64_t room);  // Pool::promotable_end
+  std::optional<std::pair<CUdeviceptr, CUdeviceptr>> whole_pieces(CUdeviceptr from, CUdeviceptr end);  // Pool::whole_pieces
   std::atomic<std::uint64_t> last_room_{0};  // its last answer, for when mu_ is busy
   // The program's own cuMemCreate of `bytes` on this device: Device when the budget takes it (idle
   // pool memory is released to make room), Host when it must spill (counted against the host limit

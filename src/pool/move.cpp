@@ -186,22 +186,46 @@ std::uint64_t DevicePool::promotion_room() {
   return room;
 }
 
-std::optional<CUdeviceptr> DevicePool::promotable_end(CUdeviceptr base, std::uint64_t room) {
+std::optional<CUdeviceptr> DevicePool::promotable_end(CUdeviceptr from, std::uint64_t room) {
   if (!mu_.try_lock()) return std::nullopt;  // a launching thread asks: it never waits for a commit
-  const Block* b = as_block(map_.lookup(base));
-  CUdeviceptr end = base;
-  if (b != nullptr && b->owner == this && b->base == base) {
+  const Block* b = as_block(map_.lookup(from));
+  CUdeviceptr end = from;
+  if (b != nullptr && b->owner == this) {
+    // From the piece `from` lies in (a move of [from, end) moves it whole) to the last that fits.
     std::uint64_t left = room / chunk_;
+    CUdeviceptr at = b->base;
     for (const Chunk& c : b->chunks) {
-      if (c.tier == Tier::Host) {
-        if (c.granules > left) break;
-        left -= c.granules;
+      const CUdeviceptr next = at + c.granules * chunk_;
+      if (next > from) {
+        if (c.tier == Tier::Host) {
+          if (c.granules > left) break;
+          left -= c.granules;
+        }
+        end = next;
       }
-      end += c.granules * chunk_;
+      at = next;
     }
   }
   mu_.unlock();
   return end;
+}
+
+std::optional<std::pair<CUdeviceptr, CUdeviceptr>> DevicePool::whole_pieces(CUdeviceptr from, CUdeviceptr end) {
+  if (!mu_.try_lock()) return std::nullopt;  // a launching thread asks: it never waits for a commit
+  const Block* b = as_block(map_.lookup(from));
+  std::pair<CUdeviceptr, CUdeviceptr> span{from, end};
+  if (b != nullptr && b->owner == this) {
+    CUdeviceptr at = b->base;
+    for (const Chunk& c : b->chunks) {
+      const CUdeviceptr next = at + c.granules * chunk_;
+      if (at <= from && from < next) span.first = at;
+      if (at < end && end <= next) span.second = next;
+      if (next >= end) break;
+      at = next;
+    }
+  }
+  mu_.unlock();
+  return span;
 }
 
 CUresult DevicePool::commit_locked(Move* m, bool quiesced) {

@@ -314,10 +314,10 @@ std::uint64_t Pool::promotion_room(int device) {
   return p != nullptr ? p->promotion_room() : 0;
 }
 
-std::optional<CUdeviceptr> Pool::promotable_end(int device, CUdeviceptr base, std::uint64_t room) {
+std::optional<CUdeviceptr> Pool::promotable_end(int device, CUdeviceptr from, std::uint64_t room) {
   if (device < 0 || device >= kMaxDevices) return std::nullopt;
   DevicePool* p = devices_->pools[device].load(std::memory_order_acquire);
-  return p != nullptr ? p->promotable_end(base, room) : std::nullopt;
+  return p != nullptr ? p->promotable_end(from, room) : std::nullopt;
 }
 
 bool Pool::in_pool_space(CUdeviceptr p) const { return devices_->map.contains(p); }
@@ -325,6 +325,12 @@ bool Pool::in_pool_space(CUdeviceptr p) const { return devices_->map.contains(p)
 Pool::Probe Pool::probe(CUdeviceptr p) const {
   const AddressMap::Probe hit = devices_->map.probe(p);
   return {hit.entry, hit.host, hit.granule_end};
+}
+
+std::optional<std::pair<CUdeviceptr, CUdeviceptr>> Pool::whole_pieces(int device, CUdeviceptr from, CUdeviceptr end) {
+  if (device < 0 || device >= kMaxDevices) return std::nullopt;
+  DevicePool* p = devices_->pools[device].load(std::memory_order_acquire);
+  return p != nullptr ? p->whole_pieces(from, end) : std::nullopt;
 }
 
 std::vector<std::pair<CUdeviceptr, std::size_t>> Pool::runs_in_tier(CUdeviceptr from, CUdeviceptr end, Tier tier) const {

@@ -272,11 +272,15 @@ class Pool {
   // Device bytes a move to the device tier could take now without a demotion first (idle device
   // memory and growth within the budget); the calling thread's context should be on `device`.
   std::uint64_t promotion_room(int device);
-  // Where the longest run of whole pieces from `base` (a mapping's start) ends whose host pieces take
-  // at most `room` bytes of device memory to promote: a move of [base, end) moves only pieces it
-  // covers (host extents cannot be cut). Pieces are not in the address map, so this asks the
-  // mapping; while the pool's lock is busy (a commit) it answers nullopt at once.
-  std::optional<CUdeviceptr> promotable_end(int device, CUdeviceptr base, std::uint64_t room);
+  // Where the longest run of whole pieces from the one `from` lies in ends whose host pieces take at
+  // most `room` bytes of device memory to promote: a move of [from, end) moves only the pieces it
+  // touches, each whole (host extents cannot be cut). `from` itself when not even that piece fits or
+  // `from` is no mapping's. Pieces are not in the address map, so this asks the mapping; while the
+  // pool's lock is busy (a commit) it answers nullopt at once.
+  std::optional<CUdeviceptr> promotable_end(int device, CUdeviceptr from, std::uint64_t room);
+  // [from, end) (inside one mapping) widened to the whole pieces it touches: what a move of it
+  // carries. Unchanged where no mapping of the pool's lies; nullopt at once while the lock is busy.
+  std::optional<std::pair<CUdeviceptr, CUdeviceptr>> whole_pieces(int device, CUdeviceptr from, CUdeviceptr end);
 
   // Pins host chunks into `device`'s reserve until it holds `bytes` (tests, benchmarks: a warm
   // reserve without waiting for the background thread). OUT_OF_MEMORY past UVMPOOL_HOST_LIMIT.

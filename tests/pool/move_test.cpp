@@ -411,7 +411,16 @@ TEST_F(Moves, PartOfADemotedRangeComesBackAsTheWholePiecesAtItsStartThatTheRoomT
   EXPECT_EQ(pool->promotable_end(0, p, 10 * kMiB), p + 4 * kMiB) << "4 MiB, not the 8 after it";
   EXPECT_EQ(pool->promotable_end(0, p, 12 * kMiB), p + 12 * kMiB);
   EXPECT_EQ(pool->promotable_end(0, p, bytes), p + bytes);
-  EXPECT_EQ(pool->promotable_end(0, p + gran, bytes), p + gran) << "not a mapping's start";
+  // From inside a piece: that piece whole, and those after it (a move of the range moves it whole).
+  EXPECT_EQ(pool->promotable_end(0, p + gran, 3 * kMiB), p + gran) << "the 4 MiB piece it lies in does not fit";
+  EXPECT_EQ(pool->promotable_end(0, p + gran, 4 * kMiB), p + 4 * kMiB);
+  EXPECT_EQ(pool->promotable_end(0, p + 6 * kMiB, 8 * kMiB), p + 12 * kMiB) << "from inside the 8 MiB piece";
+  EXPECT_EQ(pool->promotable_end(0, p + bytes + 64 * kMiB, bytes), p + bytes + 64 * kMiB) << "no mapping's";
+  // What a move of part of the range carries: the whole pieces it touches (Pool::whole_pieces).
+  using Span = std::pair<CUdeviceptr, CUdeviceptr>;
+  EXPECT_EQ(pool->whole_pieces(0, p + gran, p + gran + 1), (Span{p, p + 4 * kMiB}));
+  EXPECT_EQ(pool->whole_pieces(0, p + 5 * kMiB, p + 13 * kMiB), (Span{p + 4 * kMiB, p + bytes}));
+  EXPECT_EQ(pool->whole_pieces(0, p + 4 * kMiB, p + 12 * kMiB), (Span{p + 4 * kMiB, p + 12 * kMiB})) << "already whole";
   ASSERT_CU(move(*pool, p, 12 * kMiB, Tier::Device));
   EXPECT_EQ(tiers(p, bytes, gran), std::string(6, 'D') + std::string(16, 'H'));
   EXPECT_TRUE(holds(p, bytes, 13));
