@@ -23,8 +23,8 @@ void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) 
   ++stats_.launches;
   stream_order_ = world_.in_stream_order();
   if (count_ % kPruneEvery == 0) prune();
-  // A buffer is an allocation: pointers into the same one (tensors of one caching-allocator segment)
-  // are one buffer, named by its base, so its bytes are counted and moved once.
+  // A buffer is an allocation (or a piece of one): pointers into the same one (tensors of one
+  // caching-allocator segment) are one buffer, named by its base, so its bytes are counted and moved once.
   std::uint64_t signature = mix(0, function);
   std::vector<Buffer> touched;
   touched.reserve(buffers.size());
@@ -36,7 +36,7 @@ void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) 
       same->host = same->host || b.host;
       continue;
     }
-    touched.push_back({key, key, b.bytes, b.host, b.preference});
+    touched.push_back({key, key, b.bytes, b.host, b.preference, b.allocation_bytes});
   }
   for (const Buffer& b : touched) {
     Known& k = known_[b.address];

@@ -100,7 +100,9 @@
 //     are the rest of the step. A buffer demoted twice under recency is left in place.
 //
 // A buffer is an allocation, named by its base: pointers into one allocation (the tensors of one
-// caching-allocator segment) are one buffer. The policy is single-threaded: the caller serializes on_launch (Tiering holds a lock).
+// caching-allocator segment) are one buffer. Or, with UVMPOOL_TIERING_UNIT=piece, a piece of one:
+// the allocation cut where launches passed pointers into it (pieces.h), so that a tensor moves
+// without the rest of its segment. The policy is single-threaded: the caller serializes on_launch (Tiering holds a lock).
 // It only asks (World::move): the mover decides whether a move can be made.
 #pragma once
 
@@ -131,6 +133,9 @@ struct PolicyConfig {
   std::uint64_t cold_after = 4096;                  // launches a buffer outside any learned period must go
                                                     // unused (and twice its longest reuse) to be demoted
   GuardTrialConfig guard;                           // the thrash guard: measured or fixed (guard_trial.h)
+  // What a buffer is: whole allocations, or pieces of them (pieces.h). The caller cuts (Tiering::
+  // show_policy); the policy plans for the buffers it is given either way.
+  bool pieces = false;
 };
 
 // Where the program asked an allocation to lie (cuMemAdvise's preferred location; advice.h).
@@ -157,10 +162,14 @@ class Policy {
   // A buffer a launch touched.
   struct Buffer {
     CUdeviceptr address = 0;  // the pointer the launch passed
-    CUdeviceptr base = 0;     // its allocation
-    std::uint64_t bytes = 0;
+    CUdeviceptr base = 0;     // its allocation, or the piece of it the policy plans for (below)
+    std::uint64_t bytes = 0;  // ... its bytes
     bool host = false;        // lies in host memory now
     Preference preference = Preference::None;
+    // With pieces (UVMPOOL_TIERING_UNIT=piece, pieces.h), `base` and `bytes` name a piece of the
+    // allocation and this its bytes: whether a pointer is incidental (matched on or not) is the
+    // allocation's size's to say, not the piece's. 0: `bytes` are the allocation's.
+    std::uint64_t allocation_bytes = 0;
   };
   // What the policy asks of the world (Tiering's answers are the pool's and the mover's; tests fake it).
   class World {
@@ -206,7 +215,9 @@ class Policy {
   // Whether `now` repeats `before` (see the top of this file).
   bool matches(const Launch& before, std::uint64_t signature, std::uint64_t function,
                std::span<const Buffer> now) const;
-  bool incidental(const Buffer& b) const { return b.bytes <= config_.incidental_bytes; }
+  bool incidental(const Buffer& b) const {
+    return (b.allocation_bytes != 0 ? b.allocation_bytes : b.bytes) <= config_.incidental_bytes;
+  }
   struct Known {
     Buffer buffer;
     std::uint64_t last_touch = 0;       // launch count at its last touch

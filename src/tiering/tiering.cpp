@@ -56,6 +56,7 @@ PolicyConfig configured_policy() {
   PolicyConfig c;
   c.lookahead = static_cast<std::size_t>(o.tiering_lookahead);
   c.in_flight_bytes = o.tiering_in_flight.bytes;
+  c.pieces = o.tiering_unit == "piece";
   c.guard.setting = o.tiering_thrash_guard == "on"    ? GuardSetting::On
                     : o.tiering_thrash_guard == "off" ? GuardSetting::Off
                                                       : GuardSetting::Measure;  // the option table refuses others
@@ -66,18 +67,20 @@ PolicyConfig configured_policy() {
 class Tiering::PoolWorld : public Policy::World {
  public:
   using Ask = std::function<bool(CUdeviceptr, CUdeviceptr, pool::Tier, int)>;
-  PoolWorld(const driver::Table& driver, pool::Pool& pool, Mover& mover, Ask ask)
-      : pool_(pool), mover_(mover), ask_(std::move(ask)), clock_(driver) {}
+  // `pieces`: the policy's buffers are pieces of allocations (pieces.h).
+  PoolWorld(const driver::Table& driver, pool::Pool& pool, Mover& mover, Ask ask, bool pieces)
+      : pool_(pool), mover_(mover), ask_(std::move(ask)), clock_(driver), pieces_(pieces) {}
 
   // Spilled allocations lie in host memory from some point to their end (placement fills the device
-  // first), and moves move whole allocations: the first and last granules tell.
+  // first), and moves move whole allocations (or whole pool pieces): the first and last granules tell.
   bool in_host(const Policy::Buffer& b) override {
-    return pool_.probe(b.address).host || (b.bytes != 0 && pool_.probe(b.address + b.bytes - 1).host);
+    const auto [from, end] = carried(b);
+    return pool_.probe(from).host || (end != from && pool_.probe(end - 1).host);
   }
 
   std::uint64_t host_bytes(const Policy::Buffer& b) override {
     std::uint64_t bytes = 0;
-    for (CUdeviceptr at = b.address, end = b.address + b.bytes; at < end;) {
+    for (auto [at, end] = carried(b); at < end;) {
       const pool::Pool::Probe hit = pool_.probe(at);
       if (hit.owner == 0) break;  // freed since the launch
       const CUdeviceptr next = std::min<CUdeviceptr>(hit.granule_end, end);
@@ -93,7 +96,8 @@ class Tiering::PoolWorld : public Policy::World {
     // The range from the start that holds as many host pieces as the room takes: the mover asked for
     // it moves only those (Tiering::ask_moves). The pool knows the pieces (a demoted range's host
     // extents are larger than a granule and move whole); while its lock is busy, granules stand in.
-    if (const std::optional<CUdeviceptr> end = pool_.promotable_end(device_, b.base, room)) {
+    if (std::optional<CUdeviceptr> end = pool_.promotable_end(device_, b.base, room)) {
+      *end = std::min<CUdeviceptr>(*end, b.base + b.bytes);  // the pool's answer runs to the mapping's end
       return *end != b.base && host_bytes({b.base, b.base, *end - b.base}) != 0 &&
              ask_(b.base, *end, pool::Tier::Device, device_);
     }
@@ -115,9 +119,15 @@ class Tiering::PoolWorld : public Policy::World {
   }
 
   // The allocation's pieces in the other tier.
-  bool move(const Policy::Buffer& b, pool::Tier to) override { return ask_(b.base, b.base + b.bytes, to, device_); }
+  bool move(const Policy::Buffer& b, pool::Tier to) override {
+    const auto [from, end] = carried(b);
+    return ask_(from, end, to, device_);
+  }
 
-  bool moving(const Policy::Buffer& b) override { return mover_.outstanding(b.base, b.bytes); }
+  bool moving(const Policy::Buffer& b) override {
+    const auto [from, end] = carried(b);
+    return mover_.outstanding(from, end - from);
+  }
 
   bool in_stream_order() override { return mover_.prepares_at_hold(); }
 
@@ -135,6 +145,16 @@ class Tiering::PoolWorld : public Policy::World {
   Mover& mover_;
   const Ask ask_;
   PeriodClock clock_;
+  const bool pieces_;
+  // What a move of the buffer carries: the allocation, or with pieces the pool's whole pieces under
+  // the policy's piece (a spilled allocation's host extents are larger than most tensors, and a move
+  // carries them whole: counting only the piece's bytes, the policy made too little room and the
+  // pool refused the promotion). While the pool's lock is busy, the piece stands in.
+  std::pair<CUdeviceptr, CUdeviceptr> carried(const Policy::Buffer& b) {
+    const std::pair<CUdeviceptr, CUdeviceptr> piece{b.base, b.base + b.bytes};
+    if (!pieces_ || b.bytes == 0) return piece;
+    return pool_.whole_pieces(device_, piece.first, piece.second).value_or(piece);
+  }
   int device_ = 0;
   CUstream stream_ = nullptr;
   bool capturing_ = false;
@@ -166,7 +186,9 @@ Tiering::Tiering(const driver::Table& driver, pool::Pool& pool, Mode mode, Strea
     : driver_(driver), pool_(pool), mode_(mode), streams_(streams), layouts_(driver),
       mover_(driver, pool, streams, mover),
       world_(std::make_unique<PoolWorld>(driver, pool, mover_, [this](CUdeviceptr from, CUdeviceptr end, pool::Tier to,
-                                                              int device) { return ask_moves(from, end, to, device); })) {
+                                                              int device) { return ask_moves(from, end, to, device); },
+                                        policy.pieces)),
+      cut_pieces_(policy.pieces) {
   if (mode == Mode::Auto) {
     policy_ = std::make_unique<Policy>(*world_, policy);
     streams.keep_retiring();  // moves will come: destroyed streams' queued work must be waited for
@@ -476,8 +498,10 @@ void Tiering::trace_launch(const LaunchSeen& seen) {
 }
 
 void Tiering::show_policy(const LaunchSeen& seen, CUstream stream) {
-  // Each pointer as the buffer it lies in: the live allocation's base and size (the pool's answer).
+  // Each pointer as the buffer it lies in: the live allocation's base and size (the pool's answer),
+  // or with pieces the piece of it the pointer starts (pieces.h).
   Policy::Buffer buffers[LaunchTouches::kMax];
+  std::uint64_t ids[LaunchTouches::kMax];
   std::size_t n = 0;
   int device = -1;
   for (std::size_t i = 0; i < seen.touches.count; ++i) {
@@ -485,10 +509,26 @@ void Tiering::show_policy(const LaunchSeen& seen, CUstream stream) {
     const std::optional<pool::AllocationInfo> info = pool_.find(t.address);
     if (!info) continue;  // a cached mapping or a slab's free slot: nothing live to plan for
     if (device < 0) device = info->device;
+    ids[n] = info->buffer_id;
     buffers[n++] = {t.address, info->base, info->size, t.host, advice_.preference(*info)};
   }
   if (n == 0) return;
   MutexLock lock(policy_mu_);
+  for (std::size_t i = 0; cut_pieces_ && i < n; ++i) {
+    Policy::Buffer& b = buffers[i];
+    const Pieces::Piece piece = pieces_.cut({.base = b.base, .size = b.bytes, .buffer_id = ids[i]}, b.address);
+    b.allocation_bytes = b.bytes;
+    b.base = piece.base;
+    b.bytes = piece.bytes;
+  }
+  if (cut_pieces_ && ++pieces_shown_ % kPrunePiecesEvery == 0) {
+    // Now and then the cuts of freed allocations go (a base that came back in another allocation
+    // meanwhile is started anew by cut(), by its id).
+    pieces_.prune([this](CUdeviceptr base, std::uint64_t id) {
+      const std::optional<pool::AllocationInfo> live = pool_.find(base);
+      return live && live->base == base && live->buffer_id == id;
+    });
+  }
   world_->set_launch(device, stream, graphs_.capturing());
   mover_.progress().launched(stream, graphs_.capturing());
   policy_->on_launch(reinterpret_cast<std::uintptr_t>(seen.function), std::span<const Policy::Buffer>(buffers, n));

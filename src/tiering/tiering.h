@@ -26,6 +26,7 @@
 #include "tiering/graph_touches.h"
 #include "tiering/mover.h"
 #include "tiering/param_layouts.h"
+#include "tiering/pieces.h"
 #include "tiering/policy.h"
 #include "tiering/streams.h"
 #include "tiering/touches.h"
@@ -185,6 +186,11 @@ class Tiering {
   mutable Mutex policy_mu_;  // the policy is single-threaded; launches come from any thread
   std::unique_ptr<Policy> policy_ UVMPOOL_GUARDED_BY(policy_mu_);
   void show_policy(const LaunchSeen& seen, CUstream stream);
+  // With UVMPOOL_TIERING_UNIT=piece: the policy's buffers are pieces of allocations (pieces.h).
+  const bool cut_pieces_;
+  static constexpr std::uint64_t kPrunePiecesEvery = 4096;  // launches shown between prunes of the cuts
+  Pieces pieces_ UVMPOOL_GUARDED_BY(policy_mu_){Pieces::kGranule};
+  std::uint64_t pieces_shown_ UVMPOOL_GUARDED_BY(policy_mu_) = 0;
   // While a hold stands, keeps the program's launching thread out of the driver once it is run_ahead
   // launches ahead of the device (MoverConfig::run_ahead, progress_marks.h). Under `auto` only.
   void wait_for_queue_room();

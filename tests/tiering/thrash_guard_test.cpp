@@ -17,7 +17,6 @@ namespace {
 using namespace pooltest;
 using uvmpool::tiering::GuardSetting;
 using uvmpool::tiering::GuardTrial;
-using uvmpool::tiering::LaunchSeen;
 using uvmpool::tiering::Mode;
 using uvmpool::tiering::MoverConfig;
 using uvmpool::tiering::PeriodClock;
@@ -31,29 +30,8 @@ std::uint64_t sim_now() {
   return now != nullptr ? now() : 0;
 }
 
-class ThrashGuard_ : public TieringTest {
+class ThrashGuard_ : public LaunchedTest {
  protected:
-  void SetUp() override {
-    TieringTest::SetUp();
-    if (HasFatalFailure()) return;
-    pool->stop_background();
-    touch = kernel("uvmpool_touch");
-    CUcontext context = nullptr;
-    ASSERT_CU(drv().cuCtxGetCurrent(&context));
-    streams.created(stream, context, true);  // as the cuStreamCreate hook lists it
-  }
-  void TearDown() override {
-    tiering.reset();
-    streams.destroying(stream);
-    TieringTest::TearDown();
-  }
-  // uvmpool_touch over [p, p + bytes), `passes` times: the simulator charges each pass.
-  CUresult read(CUdeviceptr p, std::uint64_t bytes, std::uint32_t passes) {
-    std::uint32_t write = 0;
-    void* params[] = {&p, &bytes, &passes, &write};
-    return drv().cuLaunchKernel(touch, 1, 1, 1, 128, 1, 1, 0, stream, params, nullptr);
-  }
-
   // Weights 1.5x the budget, each read by one launch a token `passes` times, for `tokens` tokens
   // through tiering as the launch hooks show them, the mover polled after each launch and the stream
   // synchronized after each token (the sampled token read back). Returns the virtual time of the
@@ -73,37 +51,14 @@ class ThrashGuard_ : public TieringTest {
     std::uint64_t started = 0;
     for (int t = 0; t < tokens; ++t) {
       if (t == tokens - 5) started = sim_now();
-      for (CUdeviceptr w : weights) {
-        std::uint64_t bytes = 8 * kMiB;
-        std::uint32_t write = 0;
-        CUdeviceptr p = w;
-        void* params[] = {&p, &bytes, &passes, &write};
-        LaunchSeen seen;
-        tiering->before_launch(touch, stream, params, nullptr, &seen);
-        EXPECT_CU(drv().cuLaunchKernel(touch, 1, 1, 1, 128, 1, 1, 0, stream, params, nullptr));
-        tiering->after_launch(seen, stream);
-        tiering->mover().poll();
-      }
-      while (tiering->mover().standing_holds() > 0) tiering->mover().complete_placed(true);
-      EXPECT_CU(drv().cuStreamSynchronize(stream));
+      for (CUdeviceptr w : weights) read_shown(w, 8 * kMiB, passes);
+      end_period();
     }
     const std::uint64_t per_token = (sim_now() - started) / 5;
     EXPECT_CU(tiering->mover().run_until_idle());
     for (int i = 0; i < 12; ++i) EXPECT_TRUE(all_equal(weights[i], 8 * kMiB, 0x5000 + i)) << "weight " << i;
     return per_token;
   }
-  void free_weights() {
-    tiering.reset();
-    for (CUdeviceptr w : weights) {
-      must_free(*pool, w);
-      std::erase(allocated, w);
-    }
-    weights.clear();
-  }
-
-  uvmpool::tiering::StreamRegistry streams;
-  std::unique_ptr<Tiering> tiering;
-  CUfunction touch = nullptr;
   std::vector<CUdeviceptr> weights;
 };
 
@@ -147,7 +102,7 @@ TEST_F(ThrashGuard_, ThePeriodClockRecordsNothingDuringACaptureAndStopsOnADriver
 TEST_F(ThrashGuard_, WeightsReadManyTimesAPeriodMoveInAndTheSweepRunsFaster) {
   const std::uint64_t kept = decode(64, GuardSetting::On, 12);
   const Stats on = tiering->stats();
-  free_weights();
+  free_all(weights);
   const std::uint64_t measured = decode(64, GuardSetting::Measure, 20);
   const Stats trial = tiering->stats();
   ASSERT_GT(kept, 0u);
@@ -162,7 +117,7 @@ TEST_F(ThrashGuard_, WeightsReadManyTimesAPeriodMoveInAndTheSweepRunsFaster) {
 
 TEST_F(ThrashGuard_, WeightsReadOnceAPeriodStayInPlace) {
   const std::uint64_t kept = decode(1, GuardSetting::On, 12);
-  free_weights();
+  free_all(weights);
   const std::uint64_t measured = decode(1, GuardSetting::Measure, 30);
   const Stats trial = tiering->stats();
   EXPECT_EQ(trial.guard_trials, 1u);

@@ -10,6 +10,7 @@
 
 #include "spill_test.h"  // first: the driver's declarations come before cuda.h's
 #include "sim/sim_control.h"
+#include "tiering/tiering.h"
 
 namespace pooltest {
 
@@ -74,6 +75,62 @@ class TieringTest : public SpillTest {
   CUmodule module = nullptr;
   CUstream stream = nullptr;
   std::vector<CUdeviceptr> allocated;
+};
+
+// Tests that run the policy and the mover on the launching thread: `tiering` (made by the test)
+// shown each launch of uvmpool_touch as the launch hooks show it, on the fixture's stream, listed as
+// the cuStreamCreate hook lists it.
+class LaunchedTest : public TieringTest {
+ protected:
+  void SetUp() override {
+    TieringTest::SetUp();
+    if (HasFatalFailure()) return;
+    pool->stop_background();
+    touch = kernel("uvmpool_touch");
+    CUcontext context = nullptr;
+    ASSERT_CU(drv().cuCtxGetCurrent(&context));
+    streams.created(stream, context, true);
+  }
+  void TearDown() override {
+    tiering.reset();
+    streams.destroying(stream);
+    TieringTest::TearDown();
+  }
+  // uvmpool_touch over [p, p + bytes), `passes` times (the simulator charges each pass), straight to
+  // the driver.
+  CUresult read(CUdeviceptr p, std::uint64_t bytes, std::uint32_t passes) {
+    std::uint32_t write = 0;
+    void* params[] = {&p, &bytes, &passes, &write};
+    return drv().cuLaunchKernel(touch, 1, 1, 1, 128, 1, 1, 0, stream, params, nullptr);
+  }
+  // The same through tiering as the launch hooks show it, the mover polled after.
+  void read_shown(CUdeviceptr p, std::uint64_t bytes, std::uint32_t passes) {
+    std::uint32_t write = 0;
+    void* params[] = {&p, &bytes, &passes, &write};
+    uvmpool::tiering::LaunchSeen seen;
+    tiering->before_launch(touch, stream, params, nullptr, &seen);
+    EXPECT_CU(drv().cuLaunchKernel(touch, 1, 1, 1, 128, 1, 1, 0, stream, params, nullptr));
+    tiering->after_launch(seen, stream);
+    tiering->mover().poll();
+  }
+  // The end of a period: the standing holds completed, the stream synchronized.
+  void end_period() {
+    while (tiering->mover().standing_holds() > 0) tiering->mover().complete_placed(true);
+    EXPECT_CU(drv().cuStreamSynchronize(stream));
+  }
+  // Frees allocations of the test's (the tiering first, which may be moving them).
+  void free_all(std::vector<CUdeviceptr>& mine) {
+    tiering.reset();
+    for (CUdeviceptr p : mine) {
+      must_free(*pool, p);
+      std::erase(allocated, p);
+    }
+    mine.clear();
+  }
+
+  uvmpool::tiering::StreamRegistry streams;
+  std::unique_ptr<uvmpool::tiering::Tiering> tiering;
+  CUfunction touch = nullptr;
 };
 
 }  // namespace pooltest
