@@ -27,10 +27,11 @@ class FakeWorld : public Policy::World {
  public:
   explicit FakeWorld(std::uint64_t capacity) : capacity_(capacity) {}
 
-  CUdeviceptr add(std::uint64_t bytes, bool host) {
+  // `allocation_bytes`: the buffer is a piece of an allocation that large (Policy::Buffer).
+  CUdeviceptr add(std::uint64_t bytes, bool host, std::uint64_t allocation_bytes = 0) {
     const CUdeviceptr a = next_;
     next_ += 1 << 30;
-    buffers_[a] = {a, a, bytes, host};
+    buffers_[a] = {.address = a, .base = a, .bytes = bytes, .host = host, .allocation_bytes = allocation_bytes};
     if (!host) used_ += bytes;
     return a;
   }

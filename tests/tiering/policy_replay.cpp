@@ -6,8 +6,10 @@
 // repeats). A bound on what the policy can do, not a figure
 // of a GPU: no mover, no clock.
 //
-//   uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB]
+//   uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB] [--unit=allocation|piece]
 //
+// --unit=piece gives the policy pieces of allocations as its buffers (UVMPOOL_TIERING_UNIT=piece,
+// src/tiering/pieces.h) instead of whole allocations;
 // --top=K lists, for the last whole window, the K buffers whose promotions moved the most bytes;
 // --granule (2 MiB, the pool's chunk) rounds the pieces Belady on demand moves by pieces.
 #include <algorithm>
@@ -24,6 +26,7 @@ using uvmpool::tiering::Policy;
 using uvmpool::tiering::PolicyStats;
 using uvmpool::tiering::testing::read_launches;
 using uvmpool::tiering::testing::Recorded;
+using uvmpool::tiering::testing::FakeWorld;
 using uvmpool::tiering::testing::RecordedWorld;
 
 unsigned long long u(std::uint64_t v) { return static_cast<unsigned long long>(v); }
@@ -34,6 +37,7 @@ double gib(std::uint64_t bytes) { return static_cast<double>(bytes) / (1u << 30)
 struct Units {
   std::vector<std::uint64_t> bytes;
   std::vector<bool> host;
+  std::vector<std::uint64_t> allocation_bytes;  // of the allocation each lies in
   std::vector<std::vector<std::size_t>> of_launch;
 };
 
@@ -43,6 +47,7 @@ Units allocation_units(const Recorded& r) {
   for (const auto& [bytes, host] : r.buffers) {
     u.bytes.push_back(bytes);
     u.host.push_back(host);
+    u.allocation_bytes.push_back(bytes);
   }
   for (const auto& l : r.launches) u.of_launch.push_back(l.buffers);
   return u;
@@ -67,6 +72,7 @@ Units piece_units(const Recorded& r, std::uint64_t granule) {
       const std::uint64_t end = k + 1 < s.size() ? s[k + 1] : std::max(r.buffers[id].first, s[k]);
       u.bytes.push_back(end - s[k]);
       u.host.push_back(r.buffers[id].second);
+      u.allocation_bytes.push_back(r.buffers[id].first);
     }
   }
   for (const auto& l : r.launches) {
@@ -80,6 +86,22 @@ Units piece_units(const Recorded& r, std::uint64_t granule) {
   }
   return u;
 }
+
+// The policy's fake world over units: each a buffer of its own, a launch passing those it needs.
+struct UnitWorld {
+  UnitWorld(const Units& units, std::uint64_t device) : u(units), world(device) {
+    for (std::size_t id = 0; id < u.bytes.size(); ++id)
+      address.push_back(world.add(u.bytes[id], u.host[id], u.allocation_bytes[id] != u.bytes[id] ? u.allocation_bytes[id] : 0));
+  }
+  void launch(Policy& p, std::uint64_t function, std::size_t t) {
+    std::vector<CUdeviceptr> args;
+    for (std::size_t id : u.of_launch[t]) args.push_back(address[id]);
+    world.launch(p, function, args);
+  }
+  const Units& u;
+  FakeWorld world;
+  std::vector<CUdeviceptr> address;
+};
 
 // Belady on demand, the comparison: every future use known, a unit brought in when a launch needs it,
 // room made by sending out the units used farthest ahead (none the launch uses). With moves made at
@@ -141,6 +163,7 @@ int main(int argc, char** argv) {
   std::size_t every = 4096;
   std::size_t top = 0;  // buffers listed for the last window
   std::uint64_t granule = std::uint64_t{2} << 20;  // the pool's unit of a move, for pieces
+  bool pieces = false;  // the policy's buffers: pieces (UVMPOOL_TIERING_UNIT=piece) or allocations
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg.rfind("--every=", 0) == 0) {
@@ -157,6 +180,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "uvmpool-policy-replay: --granule wants a positive number of MiB, not '%s'\n", arg.c_str() + 10);
         return 2;
       }
+    } else if (arg == "--unit=piece" || arg == "--unit=allocation") {
+      pieces = arg == "--unit=piece";
     } else if (arg.rfind("--top=", 0) == 0) {
       char* end = nullptr;
       top = std::strtoul(arg.c_str() + 6, &end, 10);
@@ -167,12 +192,12 @@ int main(int argc, char** argv) {
     } else if (path.empty() && arg.rfind("--", 0) != 0) {
       path = arg;
     } else {
-      std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB]\n");
+      std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB] [--unit=allocation|piece]\n");
       return 2;
     }
   }
   if (path.empty()) {
-    std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB]\n");
+    std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB] [--unit=allocation|piece]\n");
     return 2;
   }
   const Recorded r = read_launches(path);
@@ -180,32 +205,40 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "uvmpool-policy-replay: no launches read from '%s' (missing, or not written by scripts/uvmpool-launches.py)\n", path.c_str());
     return 1;
   }
-  RecordedWorld rw(r);
-  Policy p(rw.world);
-  BeladyOnDemand belady(allocation_units(r));
   // By pieces only where the sequence has pointers' offsets (scripts/uvmpool-launches.py writes them
   // since 2026-11-29).
   const bool offsets = std::any_of(r.launches.begin(), r.launches.end(), [](const Recorded::Launch& l) {
     return std::any_of(l.pointers.begin(), l.pointers.end(), [](const auto& p) { return p.second != 0; });
   });
-  BeladyOnDemand by_pieces(offsets ? piece_units(r, granule) : Units{});
+  if (pieces && !offsets) {
+    std::fprintf(stderr, "uvmpool-policy-replay: --unit=piece needs pointers' offsets, which '%s' lacks (written before 2026-11-29)\n", path.c_str());
+    return 1;
+  }
+  const Units by_allocation = allocation_units(r);
+  const Units by_piece = offsets ? piece_units(r, granule) : Units{};
+  // With pieces, the policy is given the cuts of the whole sequence from the start; Tiering finds
+  // them as launches pass their pointers (src/tiering/pieces.h), all of them within the first step.
+  UnitWorld rw(pieces ? by_piece : by_allocation, RecordedWorld::device_bytes(r));
+  Policy p(rw.world);
+  BeladyOnDemand belady(by_allocation);
+  BeladyOnDemand by_pieces(by_piece);
   std::printf("%zu launches over %zu buffers, %.2f GiB on the device at first touch\n", r.launches.size(), r.buffers.size(),
               gib(RecordedWorld::device_bytes(r)));
   // Each window's distinct buffers: the bytes it touched beyond what the device holds must come in
   // (and as much go out) at least once in a window that repeats, whatever the policy.
   const std::uint64_t device = RecordedWorld::device_bytes(r);
   std::vector<bool> touched(r.buffers.size(), false);
-  std::vector<std::uint64_t> touches(r.buffers.size(), 0);
+  std::vector<std::uint64_t> unit_touches(rw.u.bytes.size(), 0);  // launches touching each, in the window
   std::uint64_t touched_bytes = 0;
   std::uint64_t period = 0;
   for (std::size_t i = 0; i < r.launches.size(); ++i) {
-    rw.launch(p, r.launches[i]);
+    rw.launch(p, r.launches[i].function, i);
     belady.launch(i);
     if (offsets) by_pieces.launch(i);
+    for (std::size_t id : rw.u.of_launch[i]) ++unit_touches[id];
     for (std::size_t id : r.launches[i].buffers) {
       if (!touched[id]) touched_bytes += r.buffers[id].first;
       touched[id] = true;
-      ++touches[id];
     }
     const PolicyStats& s = p.stats();
     if (s.period != period) {
@@ -223,22 +256,22 @@ int main(int argc, char** argv) {
                   gib(touched_bytes > device ? touched_bytes - device : 0), u(s.periods_retaken));
       belady.brought_in = by_pieces.brought_in = 0;
       if (i + 1 == r.launches.size() / every * every) {
-        // The last whole window: the buffers whose promotions moved the most bytes in it.
-        std::vector<std::pair<std::uint64_t, std::size_t>> most;  // bytes promoted, buffer id
-        for (std::size_t id = 0; id < r.buffers.size(); ++id) {
+        // The last whole window: the buffers (units, with pieces) whose promotions moved the most bytes in it.
+        std::vector<std::pair<std::uint64_t, std::size_t>> most;  // bytes promoted, unit id
+        for (std::size_t id = 0; id < rw.u.bytes.size(); ++id) {
           const auto it = w.promotions_of.find(rw.address[id]);
-          if (it != w.promotions_of.end()) most.push_back({it->second * r.buffers[id].first, id});
+          if (it != w.promotions_of.end()) most.push_back({it->second * rw.u.bytes[id], id});
         }
         std::sort(most.rbegin(), most.rend());
         for (std::size_t k = 0; k < std::min<std::size_t>(most.size(), top); ++k) {
           const std::size_t id = most[k].second;
-          std::printf("    buffer %zu (%.1f MiB): promoted %llu times, touched by %llu launches\n", id,
-                      static_cast<double>(r.buffers[id].first) / (1u << 20), u(w.promotions_of.at(rw.address[id])),
-                      u(touches[id]));
+          std::printf("    %s %zu (%.1f MiB): promoted %llu times, touched by %llu launches\n", pieces ? "piece" : "buffer", id,
+                      static_cast<double>(rw.u.bytes[id]) / (1u << 20), u(w.promotions_of.at(rw.address[id])),
+                      u(unit_touches[id]));
         }
       }
       rw.world.reset_counts();
-      touches.assign(touches.size(), 0);
+      unit_touches.assign(unit_touches.size(), 0);
       touched.assign(touched.size(), false);
       touched_bytes = 0;
     }
