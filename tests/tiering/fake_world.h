@@ -1,5 +1,5 @@
 // A fake world for the tiering policy (src/tiering/policy.h): buffers in two tiers where a move
-// happens at once, and launch sequences recorded on GPUs (scripts/uvmpool-launches.py writes them
+// happens at once (or in the mover's epochs, FakeWorld::epoch_every), and launch sequences recorded on GPUs (scripts/uvmpool-launches.py writes them
 // from a trace) replayed in it. Used by policy_test.cpp and by uvmpool-policy-replay
 // (policy_replay.cpp), which prints what the policy learns on a recorded sequence.
 #pragma once
@@ -40,7 +40,10 @@ class FakeWorld : public Policy::World {
   void prefer(CUdeviceptr a, Preference p) { buffers_.at(a).preference = p; }
   // With `tells_refusals`, a refused move is reported at once (as Tiering's world asks the mover);
   // without, the policy learns of it only when the ask grows old.
-  bool moving(const Policy::Buffer& b) override { return !(tells_refusals && refused.count(b.address) != 0); }
+  bool moving(const Policy::Buffer& b) override {
+    if (epoch_every != 0) return queued(b.address);
+    return !(tells_refusals && refused.count(b.address) != 0);
+  }
   std::set<CUdeviceptr> refused;  // buffers whose moves are taken and never happen
   bool tells_refusals = false;
   bool stream_order = false;  // in_stream_order: moves prepared where the device reaches them
@@ -50,6 +53,76 @@ class FakeWorld : public Policy::World {
     if (refused.count(b.address) != 0) return true;  // taken, then refused later (as the mover does)
     Policy::Buffer& x = buffers_.at(b.address);
     if (x.host == (to == Tier::Host)) return true;
+    if (epoch_every != 0) {  // carried out by a later epoch (below)
+      if (!queued(b.address)) queue_.push_back({b.address, to, x.bytes, false});
+      return true;
+    }
+    return carry(b.address, to);
+  }
+
+  // Moves as the mover makes them with epochs on the launching thread (UVMPOOL_TIERING_EPOCHS=
+  // launch): with `epoch_every` > 0 a move asked is queued, and after every `epoch_every`-th launch
+  // an epoch carries at most `epoch_bytes` each way (UVMPOOL_TIERING_BATCH), oldest first, demotions
+  // before promotions; a larger move takes several epochs and lands whole at the last (the mover
+  // splits it into runs of a batch; counted whole here). A promotion finds its room when it starts,
+  // or waits while demotions are queued, and is refused when none are. Until it lands a buffer lies
+  // where it was: launches meanwhile read it there.
+  std::size_t epoch_every = 0;
+  std::uint64_t epoch_bytes = std::uint64_t{256} << 20;
+  std::uint64_t epochs = 0, refusals = 0;
+
+ private:
+  struct Queued {
+    CUdeviceptr address;
+    Tier to;
+    std::uint64_t left;  // bytes still to copy
+    bool started;        // its room taken (promotions)
+  };
+  std::vector<Queued> queue_;
+  std::uint64_t since_epoch_ = 0;
+  bool queued(CUdeviceptr a) const {
+    return std::any_of(queue_.begin(), queue_.end(), [a](const Queued& q) { return q.address == a; });
+  }
+  void run_epoch() {
+    ++epochs;
+    for (const Tier to : {Tier::Host, Tier::Device}) {
+      std::uint64_t budget = epoch_bytes;
+      for (std::size_t i = 0; i < queue_.size() && budget != 0;) {
+        Queued& q = queue_[i];
+        if (q.to != to) {
+          ++i;
+          continue;
+        }
+        Policy::Buffer& x = buffers_.at(q.address);
+        if (to == Tier::Device && !q.started) {
+          if (used_ + x.bytes > capacity_) {
+            const bool demotions = std::any_of(queue_.begin(), queue_.end(), [](const Queued& o) { return o.to == Tier::Host; });
+            if (demotions) {
+              ++i;  // waits for the room they make
+              continue;
+            }
+            ++refusals;
+            queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
+            continue;
+          }
+          used_ += x.bytes;  // taken now, as the pool's target pieces are
+          q.started = true;
+        }
+        const std::uint64_t copied = std::min(q.left, budget);
+        q.left -= copied;
+        budget -= copied;
+        if (q.left != 0) break;  // the rest next epoch
+        if (to == Tier::Device) used_ -= x.bytes;  // carry() takes it again
+        carry(q.address, to);
+        queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+    }
+  }
+
+ public:
+  // The move made now: one asked with epochs off, or an epoch's.
+  bool carry(CUdeviceptr a, Tier to) {
+    Policy::Buffer& x = buffers_.at(a);
     if (to == Tier::Device) {
       if (used_ + x.bytes > capacity_) return false;
       used_ += x.bytes;
@@ -59,8 +132,8 @@ class FakeWorld : public Policy::World {
       demoted += x.bytes;
     }
     x.host = to == Tier::Host;
-    (to == Tier::Device ? ever_promoted : ever_demoted).insert(b.address);
-    if (to == Tier::Device) ++promotions_of[b.address];
+    (to == Tier::Device ? ever_promoted : ever_demoted).insert(a);
+    if (to == Tier::Device) ++promotions_of[a];
     clock += x.bytes;  // a byte over PCIe: 1 ns
     return true;
   }
@@ -91,6 +164,7 @@ class FakeWorld : public Policy::World {
       }
     }
     policy.on_launch(function, seen);
+    if (epoch_every != 0 && ++since_epoch_ % epoch_every == 0 && !queue_.empty()) run_epoch();
   }
   void reset_counts() {
     hits = misses = in_place = promoted = demoted = 0;

@@ -7,9 +7,12 @@
 // of a GPU: no mover, no clock.
 //
 //   uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB] [--unit=allocation|piece]
+//                         [--epoch-every=N] [--batch=MiB] [--lookahead=N] [--in-flight=MiB]
 //
 // --unit=piece gives the policy pieces of allocations as its buffers (UVMPOOL_TIERING_UNIT=piece,
-// src/tiering/pieces.h) instead of whole allocations;
+// src/tiering/pieces.h) instead of whole allocations; --epoch-every=N makes the moves late as the
+// mover's epochs on the launching thread make them (one every N launches, at most --batch MiB each
+// way; FakeWorld::epoch_every) instead of at once; --lookahead and --in-flight set the policy's;
 // --top=K lists, for the last whole window, the K buffers whose promotions moved the most bytes;
 // --granule (2 MiB, the pool's chunk) rounds the pieces Belady on demand moves by pieces.
 #include <algorithm>
@@ -164,6 +167,9 @@ int main(int argc, char** argv) {
   std::size_t top = 0;  // buffers listed for the last window
   std::uint64_t granule = std::uint64_t{2} << 20;  // the pool's unit of a move, for pieces
   bool pieces = false;  // the policy's buffers: pieces (UVMPOOL_TIERING_UNIT=piece) or allocations
+  std::size_t epoch_every = 0;  // moves made at once; else by epochs (FakeWorld::epoch_every)
+  std::uint64_t epoch_bytes = std::uint64_t{256} << 20;
+  uvmpool::tiering::PolicyConfig config;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg.rfind("--every=", 0) == 0) {
@@ -180,6 +186,19 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "uvmpool-policy-replay: --granule wants a positive number of MiB, not '%s'\n", arg.c_str() + 10);
         return 2;
       }
+    } else if (arg.rfind("--epoch-every=", 0) == 0 || arg.rfind("--batch=", 0) == 0 || arg.rfind("--lookahead=", 0) == 0 ||
+               arg.rfind("--in-flight=", 0) == 0) {
+      const std::size_t eq = arg.find('=');
+      char* end = nullptr;
+      const std::uint64_t v = std::strtoull(arg.c_str() + eq + 1, &end, 10);
+      if (v == 0 || *end != '\0') {
+        std::fprintf(stderr, "uvmpool-policy-replay: %s wants a positive number, not '%s'\n", arg.substr(0, eq).c_str(), arg.c_str() + eq + 1);
+        return 2;
+      }
+      if (arg[2] == 'e') epoch_every = v;
+      if (arg[2] == 'b') epoch_bytes = v << 20;
+      if (arg[2] == 'l') config.lookahead = v;
+      if (arg[2] == 'i') config.in_flight_bytes = v << 20;
     } else if (arg == "--unit=piece" || arg == "--unit=allocation") {
       pieces = arg == "--unit=piece";
     } else if (arg.rfind("--top=", 0) == 0) {
@@ -192,12 +211,14 @@ int main(int argc, char** argv) {
     } else if (path.empty() && arg.rfind("--", 0) != 0) {
       path = arg;
     } else {
-      std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB] [--unit=allocation|piece]\n");
+      std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB] [--unit=allocation|piece]\n"
+                         "       [--epoch-every=N] [--batch=MiB] [--lookahead=N] [--in-flight=MiB]\n");
       return 2;
     }
   }
   if (path.empty()) {
-    std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB] [--unit=allocation|piece]\n");
+    std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB] [--unit=allocation|piece]\n"
+                         "       [--epoch-every=N] [--batch=MiB] [--lookahead=N] [--in-flight=MiB]\n");
     return 2;
   }
   const Recorded r = read_launches(path);
@@ -219,7 +240,9 @@ int main(int argc, char** argv) {
   // With pieces, the policy is given the cuts of the whole sequence from the start; Tiering finds
   // them as launches pass their pointers (src/tiering/pieces.h), all of them within the first step.
   UnitWorld rw(pieces ? by_piece : by_allocation, RecordedWorld::device_bytes(r));
-  Policy p(rw.world);
+  rw.world.epoch_every = epoch_every;
+  rw.world.epoch_bytes = epoch_bytes;
+  Policy p(rw.world, config);
   BeladyOnDemand belady(by_allocation);
   BeladyOnDemand by_pieces(by_piece);
   std::printf("%zu launches over %zu buffers, %.2f GiB on the device at first touch\n", r.launches.size(), r.buffers.size(),
@@ -277,7 +300,9 @@ int main(int argc, char** argv) {
     }
   }
   const PolicyStats& s = p.stats();
-  std::printf("end: period %llu; learned %llu, dropped %llu, taken anew %llu\n", u(s.period), u(s.periods_learned),
+  std::printf("end: period %llu; learned %llu, dropped %llu, taken anew %llu", u(s.period), u(s.periods_learned),
               u(s.periods_dropped), u(s.periods_retaken));
+  if (epoch_every != 0) std::printf("; %llu epochs, %llu promotions refused for room", u(rw.world.epochs), u(rw.world.refusals));
+  std::printf("\n");
   return 0;
 }

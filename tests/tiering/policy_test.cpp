@@ -748,3 +748,37 @@ INSTANTIATE_TEST_SUITE_P(PeriodOrRecency, PolicyAdvice, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "WithAPeriod" : "ByRecency"; });
 
 }  // namespace
+
+// The fake world's model of the mover's epochs (FakeWorld::epoch_every, as uvmpool-policy-replay
+// --epoch-every runs it): moves carried out late, a batch an epoch, leave the launches that need
+// them reading host memory, and what the GPU measured follows (docs/tiering.md, "Epochs on the
+// launching thread": row 7 read about 2500 launches a step in place where moves made at once read
+// about 100). Replayed on the recorded 16-layer job: the last four steps' launches that found host
+// memory.
+std::uint64_t in_place_late(std::size_t epoch_every, std::uint64_t epoch_bytes) {
+  const Recorded r = read_launches(UVMPOOL_TIERING_TEST_DATA "/train16-h100.launches");
+  RecordedWorld rw(r);
+  FakeWorld& w = rw.world;
+  w.epoch_every = epoch_every;
+  w.epoch_bytes = epoch_bytes;
+  Policy p(w);
+  for (std::size_t i = 0; i < r.launches.size(); ++i) {
+    if (i == r.launches.size() - 4 * 503) w.reset_counts();
+    rw.launch(p, r.launches[i]);
+  }
+  EXPECT_EQ(p.stats().period, 503u);
+  if (epoch_every != 0) {
+    EXPECT_GT(w.epochs, 0u);
+  }
+  return w.misses;
+}
+
+TEST(Policy_, MovesMadeLateByTheMoversEpochsLeaveLaunchesReadingHostMemory) {
+  const std::uint64_t at_once = in_place_late(0, 0);
+  const std::uint64_t every_4 = in_place_late(4, std::uint64_t{1} << 30);
+  const std::uint64_t small_batches = in_place_late(4, std::uint64_t{64} << 20);
+  const std::uint64_t every_64 = in_place_late(64, std::uint64_t{1} << 30);
+  EXPECT_LE(every_4, at_once + 8) << "an epoch every 4 launches with room to carry each move: about as at once";
+  EXPECT_GT(small_batches, 4 * (at_once + 8)) << "64 MiB an epoch: the 128 MiB buffers land late";
+  EXPECT_GT(every_64, small_batches) << "an epoch every 64 launches, half the lookahead: later still";
+}
