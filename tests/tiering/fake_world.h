@@ -60,15 +60,26 @@ class FakeWorld : public Policy::World {
     return carry(b.address, to);
   }
 
-  // Moves as the mover makes them with epochs on the launching thread (UVMPOOL_TIERING_EPOCHS=
-  // launch): with `epoch_every` > 0 a move asked is queued, and after every `epoch_every`-th launch
-  // an epoch carries at most `epoch_bytes` each way (UVMPOOL_TIERING_BATCH), oldest first, demotions
-  // before promotions; a larger move takes several epochs and lands whole at the last (the mover
-  // splits it into runs of a batch; counted whole here). A promotion finds its room when it starts,
-  // or waits while demotions are queued, and is refused when none are. Until it lands a buffer lies
-  // where it was: launches meanwhile read it there.
+  // Moves as the mover makes them, in epochs: with `epoch_every` > 0 a move asked is queued, and
+  // after every `epoch_every`-th launch an epoch takes at most `epoch_bytes` each way
+  // (UVMPOOL_TIERING_BATCH), oldest first, demotions before promotions; a larger move takes several
+  // epochs and lands whole with the last (the mover splits it into runs of a batch; counted whole
+  // here). A promotion takes its room when it starts, or waits while demotions are queued or
+  // standing, and is refused when none are. The epoch's moves land `land_after` launches after it
+  // was taken, with at most `holds_ahead` epochs standing: 0 and 1 model epochs on the launching
+  // thread (UVMPOOL_TIERING_EPOCHS=launch: every 4 launches, landing before the launch returns);
+  // the device's lag behind the program and UVMPOOL_TIERING_HOLDS_AHEAD model the mover's thread
+  // (its holds land when the device reaches them; while holds stand the program runs at most 512
+  // launches ahead). Until a move lands the buffer lies where it was: launches meanwhile read it there.
   std::size_t epoch_every = 0;
   std::uint64_t epoch_bytes = std::uint64_t{256} << 20;
+  std::size_t land_after = 0;
+  std::size_t holds_ahead = 1;
+  // What if (not what the mover does): on the launching thread an epoch that demoted is followed at
+  // once by a second for the promotions that waited for its room. Replayed on rows 7 and 4b it cut
+  // the bytes read in place (docs/tiering.md), but modeled on the simulator it lost more than it
+  // gained: the two directions' copies no longer overlap, and each epoch costs a hold.
+  bool second_epoch = false;
   std::uint64_t epochs = 0, refusals = 0;
 
  private:
@@ -78,13 +89,38 @@ class FakeWorld : public Policy::World {
     std::uint64_t left;  // bytes still to copy
     bool started;        // its room taken (promotions)
   };
+  struct Standing {
+    std::uint64_t due;                                  // the launch count its moves land at
+    std::vector<std::pair<CUdeviceptr, Tier>> lands;    // moves whose last part it carries
+  };
   std::vector<Queued> queue_;
-  std::uint64_t since_epoch_ = 0;
+  std::vector<Standing> standing_;  // oldest first
+  std::uint64_t launches_ = 0;
   bool queued(CUdeviceptr a) const {
-    return std::any_of(queue_.begin(), queue_.end(), [a](const Queued& q) { return q.address == a; });
+    const auto same = [a](const auto& m) { return m.first == a; };
+    return std::any_of(queue_.begin(), queue_.end(), [a](const Queued& q) { return q.address == a; }) ||
+           std::any_of(standing_.begin(), standing_.end(), [&](const Standing& e) { return std::any_of(e.lands.begin(), e.lands.end(), same); });
   }
-  void run_epoch() {
+  bool demoting() const {
+    return std::any_of(queue_.begin(), queue_.end(), [](const Queued& o) { return o.to == Tier::Host; }) ||
+           std::any_of(standing_.begin(), standing_.end(), [](const Standing& e) {
+             return std::any_of(e.lands.begin(), e.lands.end(), [](const auto& m) { return m.second == Tier::Host; });
+           });
+  }
+  void land(CUdeviceptr a, Tier to) {
+    if (to == Tier::Device) used_ -= buffers_.at(a).bytes;  // taken when it started; carry() takes it again
+    carry(a, to);
+  }
+  void land_due() {
+    while (!standing_.empty() && standing_.front().due <= launches_) {
+      for (const auto& [a, to] : standing_.front().lands) land(a, to);
+      standing_.erase(standing_.begin());
+    }
+  }
+  // Takes an epoch's moves; true when it demoted.
+  bool take_epoch() {
     ++epochs;
+    Standing e{launches_ + land_after, {}};
     for (const Tier to : {Tier::Host, Tier::Device}) {
       std::uint64_t budget = epoch_bytes;
       for (std::size_t i = 0; i < queue_.size() && budget != 0;) {
@@ -96,8 +132,8 @@ class FakeWorld : public Policy::World {
         Policy::Buffer& x = buffers_.at(q.address);
         if (to == Tier::Device && !q.started) {
           if (used_ + x.bytes > capacity_) {
-            const bool demotions = std::any_of(queue_.begin(), queue_.end(), [](const Queued& o) { return o.to == Tier::Host; });
-            if (demotions) {
+            const bool this_epoch = std::any_of(e.lands.begin(), e.lands.end(), [](const auto& m) { return m.second == Tier::Host; });
+            if (this_epoch || demoting()) {
               ++i;  // waits for the room they make
               continue;
             }
@@ -112,11 +148,14 @@ class FakeWorld : public Policy::World {
         q.left -= copied;
         budget -= copied;
         if (q.left != 0) break;  // the rest next epoch
-        if (to == Tier::Device) used_ -= x.bytes;  // carry() takes it again
-        carry(q.address, to);
+        e.lands.emplace_back(q.address, to);
         queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
       }
     }
+    const bool demoted = std::any_of(e.lands.begin(), e.lands.end(), [](const auto& m) { return m.second == Tier::Host; });
+    standing_.push_back(std::move(e));
+    land_due();  // at once when land_after is 0
+    return demoted;
   }
 
  public:
@@ -164,7 +203,13 @@ class FakeWorld : public Policy::World {
       }
     }
     policy.on_launch(function, seen);
-    if (epoch_every != 0 && ++since_epoch_ % epoch_every == 0 && !queue_.empty()) run_epoch();
+    if (epoch_every == 0) return;
+    ++launches_;
+    land_due();
+    if (launches_ % epoch_every == 0 && !queue_.empty() && standing_.size() < holds_ahead) {
+      // With second_epoch (landing at once), an epoch that demoted is followed by a second.
+      if (take_epoch() && land_after == 0 && second_epoch && !queue_.empty()) take_epoch();
+    }
   }
   void reset_counts() {
     hits = misses = in_place = promoted = demoted = 0;

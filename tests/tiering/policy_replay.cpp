@@ -7,12 +7,17 @@
 // of a GPU: no mover, no clock.
 //
 //   uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB] [--unit=allocation|piece]
-//                         [--epoch-every=N] [--batch=MiB] [--lookahead=N] [--in-flight=MiB]
+//                         [--epoch-every=N] [--batch=MiB] [--land-after=N] [--holds-ahead=N] [--second-epoch]
+//                         [--lookahead=N] [--in-flight=MiB]
 //
 // --unit=piece gives the policy pieces of allocations as its buffers (UVMPOOL_TIERING_UNIT=piece,
 // src/tiering/pieces.h) instead of whole allocations; --epoch-every=N makes the moves late as the
 // mover's epochs on the launching thread make them (one every N launches, at most --batch MiB each
-// way; FakeWorld::epoch_every) instead of at once; --lookahead and --in-flight set the policy's;
+// way; FakeWorld::epoch_every) instead of at once, and with --land-after=D --holds-ahead=H as the
+// mover's thread makes them (landing D launches after they were taken, H epochs standing at most);
+// --second-epoch: what if an epoch on the launching thread that demoted were followed at once by
+// a second for the promotions that waited for its room (FakeWorld::second_epoch; the mover does not);
+// --lookahead and --in-flight set the policy's;
 // --top=K lists, for the last whole window, the K buffers whose promotions moved the most bytes;
 // --granule (2 MiB, the pool's chunk) rounds the pieces Belady on demand moves by pieces.
 #include <algorithm>
@@ -169,6 +174,8 @@ int main(int argc, char** argv) {
   bool pieces = false;  // the policy's buffers: pieces (UVMPOOL_TIERING_UNIT=piece) or allocations
   std::size_t epoch_every = 0;  // moves made at once; else by epochs (FakeWorld::epoch_every)
   std::uint64_t epoch_bytes = std::uint64_t{256} << 20;
+  std::size_t land_after = 0, holds_ahead = 1;  // FakeWorld's
+  bool second_epoch = false;
   uvmpool::tiering::PolicyConfig config;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -187,7 +194,7 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (arg.rfind("--epoch-every=", 0) == 0 || arg.rfind("--batch=", 0) == 0 || arg.rfind("--lookahead=", 0) == 0 ||
-               arg.rfind("--in-flight=", 0) == 0) {
+               arg.rfind("--in-flight=", 0) == 0 || arg.rfind("--land-after=", 0) == 0 || arg.rfind("--holds-ahead=", 0) == 0) {
       const std::size_t eq = arg.find('=');
       char* end = nullptr;
       const std::uint64_t v = std::strtoull(arg.c_str() + eq + 1, &end, 10);
@@ -197,8 +204,12 @@ int main(int argc, char** argv) {
       }
       if (arg[2] == 'e') epoch_every = v;
       if (arg[2] == 'b') epoch_bytes = v << 20;
-      if (arg[2] == 'l') config.lookahead = v;
+      if (arg.rfind("--lookahead=", 0) == 0) config.lookahead = v;
       if (arg[2] == 'i') config.in_flight_bytes = v << 20;
+      if (arg.rfind("--land-after=", 0) == 0) land_after = v;
+      if (arg[2] == 'h') holds_ahead = v;
+    } else if (arg == "--second-epoch") {
+      second_epoch = true;
     } else if (arg == "--unit=piece" || arg == "--unit=allocation") {
       pieces = arg == "--unit=piece";
     } else if (arg.rfind("--top=", 0) == 0) {
@@ -212,13 +223,15 @@ int main(int argc, char** argv) {
       path = arg;
     } else {
       std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB] [--unit=allocation|piece]\n"
-                         "       [--epoch-every=N] [--batch=MiB] [--lookahead=N] [--in-flight=MiB]\n");
+                         "       [--epoch-every=N] [--batch=MiB] [--land-after=N] [--holds-ahead=N] [--second-epoch]\n"
+                         "       [--lookahead=N] [--in-flight=MiB]\n");
       return 2;
     }
   }
   if (path.empty()) {
     std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB] [--unit=allocation|piece]\n"
-                         "       [--epoch-every=N] [--batch=MiB] [--lookahead=N] [--in-flight=MiB]\n");
+                         "       [--epoch-every=N] [--batch=MiB] [--land-after=N] [--holds-ahead=N] [--second-epoch]\n"
+                         "       [--lookahead=N] [--in-flight=MiB]\n");
     return 2;
   }
   const Recorded r = read_launches(path);
@@ -242,6 +255,9 @@ int main(int argc, char** argv) {
   UnitWorld rw(pieces ? by_piece : by_allocation, RecordedWorld::device_bytes(r));
   rw.world.epoch_every = epoch_every;
   rw.world.epoch_bytes = epoch_bytes;
+  rw.world.land_after = land_after;
+  rw.world.holds_ahead = holds_ahead;
+  rw.world.second_epoch = second_epoch;
   Policy p(rw.world, config);
   BeladyOnDemand belady(by_allocation);
   BeladyOnDemand by_pieces(by_piece);

@@ -754,13 +754,25 @@ INSTANTIATE_TEST_SUITE_P(PeriodOrRecency, PolicyAdvice, ::testing::Bool(),
 // them reading host memory, and what the GPU measured follows (docs/tiering.md, "Epochs on the
 // launching thread": row 7 read about 2500 launches a step in place where moves made at once read
 // about 100). Replayed on the recorded 16-layer job: the last four steps' launches that found host
-// memory.
-std::uint64_t in_place_late(std::size_t epoch_every, std::uint64_t epoch_bytes) {
+// memory, with the mover's epochs on the launching thread (and, what if, a second epoch at once for
+// what the first made room for) and on its own thread (the device 512 launches behind, 8 holds
+// standing).
+struct Epochs {
+  std::size_t every = 0;
+  std::uint64_t bytes = 0;
+  bool second = false;  // FakeWorld::second_epoch
+  std::size_t land_after = 0, holds_ahead = 1;
+};
+std::uint64_t in_place_late(Epochs e) {
   const Recorded r = read_launches(UVMPOOL_TIERING_TEST_DATA "/train16-h100.launches");
   RecordedWorld rw(r);
   FakeWorld& w = rw.world;
-  w.epoch_every = epoch_every;
-  w.epoch_bytes = epoch_bytes;
+  w.epoch_every = e.every;
+  w.epoch_bytes = e.bytes;
+  w.second_epoch = e.second;
+  w.land_after = e.land_after;
+  w.holds_ahead = e.holds_ahead;
+  const std::size_t epoch_every = e.every;
   Policy p(w);
   for (std::size_t i = 0; i < r.launches.size(); ++i) {
     if (i == r.launches.size() - 4 * 503) w.reset_counts();
@@ -774,11 +786,16 @@ std::uint64_t in_place_late(std::size_t epoch_every, std::uint64_t epoch_bytes) 
 }
 
 TEST(Policy_, MovesMadeLateByTheMoversEpochsLeaveLaunchesReadingHostMemory) {
-  const std::uint64_t at_once = in_place_late(0, 0);
-  const std::uint64_t every_4 = in_place_late(4, std::uint64_t{1} << 30);
-  const std::uint64_t small_batches = in_place_late(4, std::uint64_t{64} << 20);
-  const std::uint64_t every_64 = in_place_late(64, std::uint64_t{1} << 30);
+  constexpr std::uint64_t kGiB = std::uint64_t{1} << 30, k64MiB = std::uint64_t{64} << 20;
+  const std::uint64_t at_once = in_place_late({});
+  const std::uint64_t every_4 = in_place_late({.every = 4, .bytes = kGiB});
+  const std::uint64_t small_batches = in_place_late({.every = 4, .bytes = k64MiB});
+  const std::uint64_t second_epoch = in_place_late({.every = 4, .bytes = k64MiB, .second = true});
+  const std::uint64_t every_64 = in_place_late({.every = 64, .bytes = kGiB});
+  const std::uint64_t thread = in_place_late({.every = 1, .bytes = kGiB, .land_after = 512, .holds_ahead = 8});
   EXPECT_LE(every_4, at_once + 8) << "an epoch every 4 launches with room to carry each move: about as at once";
   EXPECT_GT(small_batches, 4 * (at_once + 8)) << "64 MiB an epoch: the 128 MiB buffers land late";
+  EXPECT_LT(2 * second_epoch, small_batches) << "the promotions an epoch made room for, at once in a second epoch: sooner";
   EXPECT_GT(every_64, small_batches) << "an epoch every 64 launches, half the lookahead: later still";
+  EXPECT_GT(thread, every_64) << "epochs landing 512 launches after they were taken, 8 at most standing";
 }
