@@ -78,6 +78,8 @@ constexpr DeviceField kDeviceFields[] = {
     {"moves", C, N, &DS::moves, "Moves between the tiers committed"},
     {"moves_failed", C, N, &DS::moves_failed, "Moves refused for want of room or by a failing driver step (the old mapping stood)"},
     {"moves_in_flight", G, N, &DS::moves_in_flight, "Moves prepared and not yet committed or aborted"},
+    {"move_mappings_unmapped", C, N, &DS::move_mappings_unmapped, "Mappings the committed moves unmapped at their addresses (a remap costs per mapping)"},
+    {"move_mappings_mapped", C, N, &DS::move_mappings_mapped, "Mappings the committed moves mapped at their addresses"},
 };
 
 std::vector<MetricInfo> make_device_infos() {
@@ -202,6 +204,10 @@ std::vector<MetricInfo> make_process_infos() {
   infos.push_back({"trace_events", "", C, N, "Events written to the UVMPOOL_TRACE file"});
   infos.push_back({"trace_dropped", "", C, N, "Trace events lost (a ring was full, or the file reached UVMPOOL_TRACE_MAX)"});
   for (const TieringField& f : kTieringFields) infos.push_back({f.name, "", f.gauge ? G : C, f.bytes ? B : N, f.help});
+  for (std::size_t i = 1; i < tiering::kMoverSteps; ++i) {  // Idle is not work
+    infos.push_back({"tiering_mover_time", std::string("step=") + tiering::step_key(static_cast<tiering::MoverStep>(i)), C,
+                     Unit::Microseconds, "Host time the tiering mover spent at one step of its epochs"});
+  }
   for (std::size_t i = 0; i < driver::kFunctionCount; ++i) {
     if (driver::kFunctions[i].kind == driver::Kind::Hook) {
       infos.push_back({"hook_calls", std::string("function=") + driver::kFunctions[i].symbol, C, N,
@@ -266,6 +272,7 @@ Report collect(const pool::Pool* pool) {
   const tiering::Tiering* tiering = tiering::Tiering::existing();
   const tiering::Stats ts = tiering != nullptr ? tiering->stats() : tiering::Stats{};
   for (const TieringField& f : kTieringFields) r.process_values.push_back(ts.*f.field);
+  for (std::size_t i = 1; i < tiering::kMoverSteps; ++i) r.process_values.push_back(ts.mover_step_us[i]);
   for (std::size_t i = 0; i < driver::kFunctionCount; ++i) {
     if (driver::kFunctions[i].kind == driver::Kind::Hook) r.process_values.push_back(c.hook_calls[i].load(std::memory_order_relaxed));
   }

@@ -200,6 +200,17 @@ void tiering_line(const Report& r, Lines& lines) {
   if (const Value down = process(r, "tiering_demoted_bytes")) s.add(format_size(*down) + " demoted");
   s.add(process(r, "tiering_moves_failed"), "refused or failed");
   s.end_clause();
+  // Where the mover's time went (steps of a millisecond or more): what its epochs wait for.
+  bool first = true;
+  for (const char* step : {"preparing", "draining", "copying", "remapping", "waiting_for_pool", "closing_gate", "fencing"}) {
+    const Value us = process(r, "tiering_mover_time", std::string("step=") + step);
+    if (us.value_or(0) < 1000) continue;
+    std::string name = step;
+    std::replace(name.begin(), name.end(), '_', ' ');
+    s.add(format("%s%.2f s %s", first ? "mover " : "", static_cast<double>(*us) / 1e6, name.c_str()));
+    first = false;
+  }
+  s.end_clause();
   const Value period = process(r, "tiering_period");
   if (period) s.add(*period != 0 ? "period " + count(*period) + " launches" : std::string("no period learned"));
   s.add(process(r, "tiering_kept_in_place"), "kept in place");
@@ -422,6 +433,7 @@ class Exposition {
     // Prometheus's conventions: the base unit in the name, then _total for a counter.
     std::string name = "uvmpool_" + sanitize(metric, true);
     if (unit == Unit::Bytes && !name.ends_with("_bytes")) name += "_bytes";
+    if (unit == Unit::Microseconds && !name.ends_with("_seconds")) name += "_seconds";
     if (kind == Kind::Counter && !name.ends_with("_total")) name += "_total";
     auto [it, inserted] = families_.try_emplace(name, Family{help, kind, {}});
     if (inserted) order_.push_back(name);
@@ -443,6 +455,11 @@ class Exposition {
   std::map<std::string, Family> families_;
   std::vector<std::string> order_;
 };
+
+// A sample's value in the base unit its name carries (microseconds are shown as seconds).
+std::string sample(Unit unit, std::uint64_t value) {
+  return unit == Unit::Microseconds ? format("%.6f", static_cast<double>(value) / 1e6) : count(value);
+}
 
 std::string label(const std::string& key, const std::string& value) { return key + "=\"" + escape(value, true) + "\""; }
 
@@ -482,7 +499,7 @@ std::string to_prometheus(const std::vector<Report>& reports) {
     const std::string base = process_labels(r);
     for (std::size_t m = 0; m < r.process_metrics.size() && m < r.process_values.size(); ++m) {
       const MetricInfo& info = r.process_metrics[m];
-      e.add(info.name, info.kind, info.unit, info.help, base + own_label(info.label), count(r.process_values[m]));
+      e.add(info.name, info.kind, info.unit, info.help, base + own_label(info.label), sample(info.unit, r.process_values[m]));
     }
   }
   for (const Report& r : reports) {
@@ -492,7 +509,7 @@ std::string to_prometheus(const std::vector<Report>& reports) {
       if (!r.device_uuid(dv.device).empty()) labels += "," + label("uuid", r.device_uuid(dv.device));
       for (std::size_t m = 0; m < r.device_metrics.size() && m < dv.values.size(); ++m) {
         const MetricInfo& info = r.device_metrics[m];
-        e.add(info.name, info.kind, info.unit, info.help, labels + own_label(info.label), count(dv.values[m]));
+        e.add(info.name, info.kind, info.unit, info.help, labels + own_label(info.label), sample(info.unit, dv.values[m]));
       }
     }
   }

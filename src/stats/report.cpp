@@ -68,6 +68,7 @@ const char* unit_name(Unit unit) {
     case Unit::Count: return "count";
     case Unit::Bytes: return "bytes";
     case Unit::Chunks: return "chunks";
+    case Unit::Microseconds: return "microseconds";
   }
   return "count";
 }
@@ -90,6 +91,8 @@ bool parse_unit(const std::string& text, Unit* unit) {
     *unit = Unit::Bytes;
   } else if (text == "chunks") {
     *unit = Unit::Chunks;
+  } else if (text == "microseconds") {
+    *unit = Unit::Microseconds;
   } else {
     return false;
   }

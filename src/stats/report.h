@@ -12,7 +12,7 @@
 namespace uvmpool::stats {
 
 enum class Kind : std::uint8_t { Counter, Gauge };  // counters only grow (Prometheus types)
-enum class Unit : std::uint8_t { Count, Bytes, Chunks };
+enum class Unit : std::uint8_t { Count, Bytes, Chunks, Microseconds };  // Prometheus shows microseconds as seconds
 
 struct MetricInfo {
   std::string name;   // snake_case, e.g. "live_bytes"

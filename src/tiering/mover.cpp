@@ -109,8 +109,13 @@ std::int64_t steady_ns(std::chrono::steady_clock::time_point t) {
 }  // namespace
 
 void Mover::set_step(MoverStep step) {
-  if (step_.load(std::memory_order_relaxed) == step) return;
-  step_since_ns_.store(steady_ns(std::chrono::steady_clock::now()), std::memory_order_relaxed);
+  const MoverStep was = step_.load(std::memory_order_relaxed);
+  if (was == step) return;
+  const std::int64_t now = steady_ns(std::chrono::steady_clock::now());
+  // The step that ends gets its time. Two threads running steps at once (a launching thread's poll
+  // beside the mover's own) share the one clock: their sum is then approximate, never lost wholesale.
+  const std::int64_t since = step_since_ns_.exchange(now, std::memory_order_relaxed);
+  if (since != 0 && now > since) step_ns_[static_cast<std::size_t>(was)].fetch_add(static_cast<std::uint64_t>(now - since), std::memory_order_relaxed);
   step_.store(step, std::memory_order_release);
 }
 
@@ -1169,6 +1174,7 @@ MoverStats Mover::stats() const {
   const std::int64_t now = steady_ns(std::chrono::steady_clock::now());
   s.step_ms = s.step != MoverStep::Idle && since != 0 && now > since ? static_cast<std::uint64_t>((now - since) / 1000000) : 0;
   s.standing_holds = standing_.load(std::memory_order_relaxed);
+  for (std::size_t i = 0; i < kMoverSteps; ++i) s.step_us[i] = step_ns_[i].load(std::memory_order_relaxed) / 1000;
   return s;
 }
 

@@ -148,6 +148,10 @@ struct MoverStats {
   MoverStep step = MoverStep::Idle;
   std::uint64_t step_ms = 0;
   std::uint64_t standing_holds = 0;
+  // Host time the mover spent at each step but Idle (microseconds, summed over the threads that ran
+  // its steps, indexed by MoverStep): where an epoch's time goes, draining against copying against
+  // remapping. Counted as each step ends, so a step under way is not in it yet.
+  std::array<std::uint64_t, kMoverSteps> step_us{};
 };
 
 class Mover {
@@ -366,6 +370,7 @@ class Mover {
   std::atomic<bool> off_{false};
   std::atomic<MoverStep> step_{MoverStep::Idle};
   std::atomic<std::int64_t> step_since_ns_{0};  // steady_clock, when step_ began
+  std::array<std::atomic<std::uint64_t>, kMoverSteps> step_ns_{};  // summed per step as it ends (MoverStats::step_us)
 };
 
 }  // namespace uvmpool::tiering

@@ -3,6 +3,7 @@
 // links no tiering code, shares these names.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace uvmpool::tiering {
@@ -20,6 +21,21 @@ enum class MoverStep : std::uint8_t {
   Committing = 6,      // remapping at the moves' addresses (the pool's lock held)
   Fencing = 7,         // waiting for the program's queued work before idle memory is taken apart for room
 };
+inline constexpr std::size_t kMoverSteps = 8;
+// The step as a metric label (tiering_mover_time{step=...}, collect.cpp).
+constexpr const char* step_key(MoverStep step) {
+  switch (step) {
+    case MoverStep::Idle: return "idle";
+    case MoverStep::Preparing: return "preparing";
+    case MoverStep::ClosingGate: return "closing_gate";
+    case MoverStep::Draining: return "draining";
+    case MoverStep::WaitingForPool: return "waiting_for_pool";
+    case MoverStep::Copying: return "copying";
+    case MoverStep::Committing: return "remapping";
+    case MoverStep::Fencing: return "fencing";
+  }
+  return "unknown";
+}
 // A phrase for uvmpool-stat ("mover waiting for the program's work to reach its hold for 12 s").
 constexpr const char* step_name(MoverStep step) {
   switch (step) {

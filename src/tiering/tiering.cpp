@@ -597,6 +597,7 @@ Stats Tiering::stats() const {
   s.mover_step = static_cast<std::uint64_t>(m.step);
   s.mover_step_seconds = m.step_ms / 1000;
   s.holds_standing = m.standing_holds;
+  s.mover_step_us = m.step_us;
   s.gate_closed = streams_.host_waits().closed() ? 1 : 0;
   s.gate_waiting = static_cast<std::uint64_t>(std::max(streams_.host_waits().waiters(), 0));
   if (mode_ == Mode::Auto) {

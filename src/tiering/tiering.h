@@ -13,6 +13,7 @@
 // still; prefetches ask for moves too, and advice steers the policy (advice.h).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <cstdint>
@@ -100,6 +101,7 @@ struct Stats {
   std::uint64_t holds_standing = 0;
   std::uint64_t gate_closed = 0;
   std::uint64_t gate_waiting = 0;
+  std::array<std::uint64_t, kMoverSteps> mover_step_us{};  // the mover's host time per step (MoverStats::step_us)
   std::uint64_t policy_period = 0;      // launches in the learned period (0: none, recency rules)
   std::uint64_t periods_learned = 0;    // times a period was learned (again: taken anew, or replaced)
   std::uint64_t periods_dropped = 0;    // times the learned period was dropped (the program changed)

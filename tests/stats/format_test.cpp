@@ -66,7 +66,8 @@ TEST(Table, MatchesTheExample) {
       "[uvmpool] process: 1300 allocations (1290 pool, 10 driver), 1250 frees; hooks handed out: 12 via dlsym, "
       "300 via cuGetProcAddress; 0 calls via exports",
       "[uvmpool]   tiering: 16383 launches read, 10318 given host memory in place; 365 moves in 144 holds, 12 GiB "
-      "promoted, 14 GiB demoted, 747 refused or failed; period 2285 launches, 44 kept in place",
+      "promoted, 14 GiB demoted, 747 refused or failed; mover 2.34 s draining, 0.81 s copying, 0.12 s remapping; "
+      "period 2285 launches, 44 kept in place",
       "[uvmpool]   most called: cuMemAlloc_v2 1000, cuMemFree_v2 990, cuMemGetInfo_v2 40, cuMemAllocAsync 9, "
       "cuMemFreeAsync 9, cuPointerGetAttribute 7, cuMemGetAddressRange_v2 5, cuMemCreate 3, ...",
   };
@@ -271,12 +272,17 @@ TEST(Prometheus, ValidWithTheRightLabelsAndSuffixes) {
       EXPECT_EQ(keys, (std::set<std::string>{"pid", "program", "device", "size_max"}));
     } else if (s.name == "uvmpool_live_bytes") {
       EXPECT_EQ(keys, (std::set<std::string>{"pid", "program", "device"}));
+    } else if (s.name == "uvmpool_tiering_mover_time_seconds_total") {  // kept in microseconds, shown in seconds
+      EXPECT_EQ(keys, (std::set<std::string>{"pid", "program", "step"}));
+      if (s.labels.at("step") == "draining") EXPECT_EQ(s.value, "2.340000");
+      if (s.labels.at("step") == "preparing") EXPECT_EQ(s.value, "0.000400");
     } else if (s.name == "uvmpool_pool_allocations_total") {
       EXPECT_EQ(keys, (std::set<std::string>{"pid", "program"}));
       EXPECT_EQ(s.value, "1290");
     }
   }
   EXPECT_EQ(seen["uvmpool_up"], 2);
+  EXPECT_EQ(seen["uvmpool_tiering_mover_time_seconds_total"], 14);  // 7 steps, 2 processes
   EXPECT_EQ(seen["uvmpool_live_bytes"], 3);  // a's device 0, b's devices 0 and 1
   EXPECT_EQ(seen["uvmpool_hook_calls_total"], 20);
   EXPECT_EQ(seen["uvmpool_allocations_by_size_total"], 30);

@@ -63,6 +63,12 @@ inline Report sample_report() {
                           "tiering_gate_waiting"}) {
     add_process(r, now, 0, Kind::Gauge, Unit::Count);  // idle: no "tiering now" line
   }
+  const std::pair<const char*, std::uint64_t> mover_time[] = {{"preparing", 400}, {"closing_gate", 0},  {"draining", 2340000},
+                                                              {"waiting_for_pool", 0}, {"copying", 810000}, {"remapping", 120000},
+                                                              {"fencing", 0}};
+  for (const auto& [step, us] : mover_time) {
+    add_process(r, "tiering_mover_time", us, Kind::Counter, Unit::Microseconds, std::string("step=") + step);
+  }
   add_process(r, "trace_events", 0);
   add_process(r, "trace_dropped", 0);
 

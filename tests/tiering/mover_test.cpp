@@ -4,6 +4,7 @@
 // move; a gather through pointers kept in device memory; a failing driver step at each step of the
 // protocol; a graph capture putting an epoch off; the mover's own thread. Every test ends with the
 // race detector having seen no memory change under unfinished work (TearDown).
+#include <chrono>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -192,6 +193,7 @@ TEST_F(Mover_, MovesGoBothWaysWithTheirBytesWhileKernelsRunOnThem) {
   fill(on_device, 8 * kMiB, 1);
   fill(in_host, 16 * kMiB, 2);
   busy(on_device, 8 * kMiB);  // unfinished when the epoch starts: the hold must wait for it
+  const auto started = std::chrono::steady_clock::now();
   ASSERT_TRUE(mover->request(on_device, 8 * kMiB, Tier::Host));
   ASSERT_CU(mover->run_epoch());
   EXPECT_EQ(tiers(on_device, 8 * kMiB, gran), "HHHH");
@@ -210,6 +212,13 @@ TEST_F(Mover_, MovesGoBothWaysWithTheirBytesWhileKernelsRunOnThem) {
   EXPECT_EQ(s.promoted_bytes, 16 * kMiB);
   EXPECT_EQ(s.moves_failed, 0u);
   EXPECT_GT(s.held_ns, 0u);
+  // Where the epochs' time went: 24 MiB copied took some, and the steps together no more than the
+  // epochs' wall time (each step's time counted once, as it ends).
+  const auto elapsed_us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started);
+  EXPECT_GT(s.step_us[static_cast<std::size_t>(uvmpool::tiering::MoverStep::Copying)], 0u);
+  std::uint64_t working_us = 0;
+  for (std::size_t i = 1; i < uvmpool::tiering::kMoverSteps; ++i) working_us += s.step_us[i];
+  EXPECT_LE(working_us, static_cast<std::uint64_t>(elapsed_us.count()));
 }
 
 TEST_F(Mover_, ARequestIsOutstandingUntilItIsCarriedOutOrRefused) {
