@@ -562,6 +562,8 @@ DeviceStats DevicePool::stats() const {
   s.moves = moves_.load(std::memory_order_relaxed);
   s.moves_failed = moves_failed_.load(std::memory_order_relaxed);
   s.moves_in_flight = moves_in_flight_.load(std::memory_order_relaxed);
+  s.move_mappings_unmapped = move_unmapped_.load(std::memory_order_relaxed);
+  s.move_mappings_mapped = move_mapped_.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -81,6 +81,10 @@ struct Block {
   // Ranges of moves in flight (start, bytes): several moves of one mapping run at once, over disjoint
   // pieces; the state has kMoving while this is not empty (mu_).
   std::vector<std::pair<CUdeviceptr, std::size_t>> moving;
+  // A move took only part of its pieces in one tier (the thrash guard promotes the part the room
+  // fits): demoted, its ranges smaller than an extent go back as chunks, so the next part may end at
+  // any granule (move.cpp, take_target). Only a hint for the pieces' shape (mu_).
+  bool moved_in_part = false;
   std::atomic<int> state{kDead};
   std::atomic<std::size_t> size{0};
   std::atomic<CUcontext> context{nullptr};
@@ -261,7 +265,7 @@ class DevicePool {
   bool withdraw_cached(Block* b) UVMPOOL_REQUIRES(mu_);
   // n granules of new pieces in `tier`: OUT_OF_MEMORY, nothing taken, when the tier has no room. With
   // NoWait, idle mappings are taken apart only while no fence is due (fence_due).
-  CUresult take_target(std::size_t n, Tier tier, std::vector<Chunk>* out, MoveWaits waits) UVMPOOL_REQUIRES(mu_);
+  CUresult take_target(std::size_t n, Tier tier, std::vector<Chunk>* out, MoveWaits waits, bool fine_host) UVMPOOL_REQUIRES(mu_);
   // Waits for work that may still use freed memory the move is about to unmap.
   void fence_move(Entry owner) UVMPOOL_REQUIRES(mu_);
   // commit_move and abort_move under mu_; `quiesced`: the caller has stopped all work that could
@@ -501,6 +505,7 @@ class DevicePool {
   std::atomic<std::uint64_t> moves_{0};
   std::atomic<std::uint64_t> moves_failed_{0};
   std::atomic<std::uint64_t> moves_in_flight_{0};
+  std::atomic<std::uint64_t> move_unmapped_{0}, move_mapped_{0};  // mappings the commits' remaps changed
   std::vector<Block*> all_blocks_ UVMPOOL_GUARDED_BY(mu_);  // every descriptor ever made, for the destructor
   std::vector<Slab*> all_slabs_ UVMPOOL_GUARDED_BY(mu_);
 };

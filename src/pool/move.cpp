@@ -101,7 +101,11 @@ CUresult DevicePool::prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Mov
     return CUDA_SUCCESS;
   }
   m->owner = e;
-  CUresult r = take_target(m->bytes / chunk_, to, &m->target, waits);
+  // Some pieces in this tier moving, others staying: a part promotion (the thrash guard's).
+  for (std::size_t i = 0; b != nullptr && i < pieces.size(); ++i) {
+    if ((i < first || i >= first + count) && pieces[i].tier == tier) b->moved_in_part = true;
+  }
+  CUresult r = take_target(m->bytes / chunk_, to, &m->target, waits, b == nullptr || b->moved_in_part);
   m->staged.clear();
   m->chunk_size = chunk_;
   for (std::size_t i = 0; r == CUDA_SUCCESS && i < m->target.size(); ++i) {
@@ -246,6 +250,8 @@ CUresult DevicePool::commit_locked(Move* m, bool quiesced) {
               m->bytes, m->address, static_cast<int>(r));
     return r;  // still prepared: commit again or abort
   }
+  move_unmapped_.fetch_add(old.size(), std::memory_order_relaxed);
+  move_mapped_.fetch_add(m->target.size(), std::memory_order_relaxed);
   swap_pieces(*m, first, old);
   return_chunks(old);
   forget_range(*m);
@@ -365,7 +371,7 @@ bool DevicePool::withdraw_cached(Block* b) {
   return true;
 }
 
-CUresult DevicePool::take_target(std::size_t n, Tier tier, std::vector<Chunk>* out, MoveWaits waits) {
+CUresult DevicePool::take_target(std::size_t n, Tier tier, std::vector<Chunk>* out, MoveWaits waits, bool fine_host) {
   out->clear();
   // Taking idle mappings apart (device or host) fences first when a synchronous free came since the
   // last fence: with NoWait those are left for a program thread's next allocation to take.
@@ -380,33 +386,59 @@ CUresult DevicePool::take_target(std::size_t n, Tier tier, std::vector<Chunk>* o
     }
     return CUDA_SUCCESS;
   }
-  // Host extents, for a range of at least one: whole ones while n holds one, as on the device, then
-  // halves, quarters and so on down to two chunks (n's binary digits), then chunks for what is left:
-  // each piece costs one mapping at the commit, and a host mapping's cuMemSetAccess and cuMemUnmap
-  // cost about 61 and 31 us whatever its size (H200), so a demoted 44 MiB is three host pieces
-  // (32 + 8 + 4), not one and six chunks. Host extents are pinned for moves only, so their sizes
-  // follow what moves: the same buffers moving each step find their sizes in the stock
-  // (HostReserve::take_extents). Laid out smallest first (the chunk, then 4, 8, 32 MiB), so that a
-  // promotion of the range's start, which is what the room for part of it takes
-  // (Pool::promotable_end), finds small pieces there. A range smaller than an extent stays in
-  // chunks: there the room left for part of a buffer (the thrash guard's, which reads the rest in
-  // place) would go unused for want of a piece that fits it (`ThrashGuard_.WeightsReadOnce...`: 8 MiB
-  // weights as single host extents left it 15% slower than the guard fixed on, modeled).
+  // Host pieces: each costs one mapping at the commit, and a host mapping's cuMemSetAccess and
+  // cuMemUnmap cost about 61 and 31 us whatever its size (H200), so a range is cut into few pieces.
+  // Host extents (HostReserve::take_extents) are pinned for moves only, so their sizes follow what
+  // moves: the same buffers moving each step find their sizes in the stock. The shape, in address
+  // order, smallest first, so that a promotion of the range's start, which is what the room for part
+  // of it takes (Pool::promotable_end), finds small pieces there:
+  //   - a range of an extent or more: whole extents while n holds one, then halves, quarters and so
+  //     on down to two chunks (n's binary digits), the chunk for what is left, laid out the chunk,
+  //     then 4, 8, 32 MiB (a demoted 44 MiB is three host pieces, not one and six chunks);
+  //   - a smaller one: two chunks, then pieces doubling (1, 1, 2, 4 chunks for 16 MiB), then the
+  //     rest's binary digits. On the H200 GPT-2-medium's step moved mostly 12 to 20 MiB segments; in
+  //     chunks that was 12 mappings a move and remapping took a third of the step. Not one piece:
+  //     the room left for part of a buffer (the thrash guard's, which reads the rest in place) would
+  //     go unused for want of a piece that fits it (`ThrashGuard_.WeightsReadOnce...`: 8 MiB weights
+  //     as single host extents left it 15% slower than the guard fixed on, modeled); with doubling
+  //     pieces the part ends within a factor of two of the room;
+  //   - a smaller one of a mapping moved in part before (`fine_host`, Block::moved_in_part): chunks,
+  //     so the next part may end at any granule.
+  std::vector<std::uint32_t> shape;  // host extents' granules, in address order after the chunks
   std::size_t rest = n;
-  for (std::size_t g = extent_granules_; g >= 2 && rest >= 2 && n >= extent_granules_; g /= 2) {
-    if (rest >= g) rest -= g * host_->take_extents(rest / g, static_cast<std::uint32_t>(g), out);
+  if (n >= extent_granules_) {
+    for (std::size_t g = extent_granules_; g >= 2; g /= 2) {
+      for (; rest >= g; rest -= g) shape.push_back(static_cast<std::uint32_t>(g));
+    }
+    std::reverse(shape.begin(), shape.end());
+  } else if (!fine_host && n > 2) {
+    rest = 2;
+    std::size_t left = n - 2, g = 2;
+    for (; left >= g; left -= g, g *= 2) shape.push_back(static_cast<std::uint32_t>(g));
+    for (g /= 2; g >= 2; g /= 2) {
+      if (left >= g) {
+        shape.push_back(static_cast<std::uint32_t>(g));
+        left -= g;
+      }
+    }
+    rest += left;
+  }
+  std::vector<Chunk> extents;
+  for (std::uint32_t g : shape) {
+    if (host_->take_extents(1, g, &extents) == 0) rest += g;  // the host limit or the system said no: chunks
   }
   if (rest != 0) {
     if (may_evict && host_->size() < rest) unmap_host_runs(rest);
     CUresult r = host_->take(rest, out);
     if (r != CUDA_SUCCESS && may_evict && evict_spilled(false) != 0) r = host_->take(rest, out);
     if (r != CUDA_SUCCESS) {
-      return_chunks(*out);  // the extents taken go back to the stock
+      return_chunks(*out);
       out->clear();
+      return_chunks(extents);  // back to the stock
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
   }
-  std::reverse(out->begin(), out->end());
+  out->insert(out->end(), extents.begin(), extents.end());
   return CUDA_SUCCESS;
 }
 

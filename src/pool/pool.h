@@ -162,6 +162,10 @@ struct DeviceStats {
   std::uint64_t moves = 0;                  // committed
   std::uint64_t moves_failed = 0;           // prepare or commit refused by the driver or the tiers
   std::uint64_t moves_in_flight = 0;        // prepared, not yet committed or aborted
+  // Mappings the committed moves unmapped and mapped at their addresses: a remap costs per mapping,
+  // not per byte (../shared/FACTS.md), so mappings per move say what the commits cost.
+  std::uint64_t move_mappings_unmapped = 0;
+  std::uint64_t move_mappings_mapped = 0;
 };
 
 class DevicePool;

@@ -430,6 +430,44 @@ TEST_F(Moves, PartOfADemotedRangeComesBackAsTheWholePiecesAtItsStartThatTheRoomT
   must_free(*pool, p);
 }
 
+// A range smaller than an extent goes to the host as two chunks, then pieces doubling, then the
+// rest's binary digits: 16 MiB is 2 + 2 + 4 + 8 MiB, four mappings at the commit where chunks made
+// eight (on an H200, GPT-2-medium's step moved mostly 12 to 20 MiB segments, and remapping them chunk
+// by chunk took a third of the step), and a part promotion at its start still ends within a factor
+// of two of the room. A mapping once moved in part (the thrash guard's part promotions) goes back
+// in chunks, so the next part may end at any granule.
+TEST_F(Moves, ARangeBelowAnExtentGoesToHostInDoublingPiecesUnlessMovedInPart) {
+  auto pool = extents_pool();
+  const std::size_t bytes = 16 * kMiB;
+  const CUdeviceptr p = must_allocate(*pool, bytes);
+  fill(p, bytes, 14);
+  const auto maps = [] { return sim().call_count("cuMemMap"); };
+  unsigned long long before = maps();
+  ASSERT_CU(move(*pool, p, bytes, Tier::Host));
+  EXPECT_EQ(maps() - before, 8u) << "four host pieces, each staged once and mapped at the commit";
+  EXPECT_TRUE(holds(p, bytes, 14));
+  EXPECT_EQ(pool->promotable_end(0, p, 3 * kMiB), p + 2 * kMiB);
+  EXPECT_EQ(pool->promotable_end(0, p, 7 * kMiB), p + 4 * kMiB);
+  EXPECT_EQ(pool->promotable_end(0, p, 8 * kMiB), p + 8 * kMiB);
+  EXPECT_EQ(pool->promotable_end(0, p, 15 * kMiB), p + 8 * kMiB);
+  EXPECT_EQ(pool->promotable_end(0, p, bytes), p + bytes);
+  EXPECT_EQ(pool->stats(0).move_mappings_mapped, 4u);
+  EXPECT_EQ(pool->check_invariants(), "");
+
+  // In part: the first 4 MiB come in, the rest stays; back out, the range is chunks from then on.
+  ASSERT_CU(move(*pool, p, 4 * kMiB, Tier::Device));
+  EXPECT_EQ(tiers(p, bytes, gran), std::string(2, 'D') + std::string(6, 'H'));
+  ASSERT_CU(move(*pool, p + 4 * kMiB, 12 * kMiB, Tier::Device));
+  before = maps();
+  ASSERT_CU(move(*pool, p, bytes, Tier::Host));
+  EXPECT_EQ(tiers(p, bytes, gran), std::string(8, 'H'));
+  EXPECT_TRUE(holds(p, bytes, 14));
+  EXPECT_EQ(pool->promotable_end(0, p, 7 * kMiB), p + 6 * kMiB) << "chunks: the part ends at any granule";
+  EXPECT_EQ(pool->check_invariants(), "");
+  must_free(*pool, p);
+  EXPECT_EQ(pool->check_invariants(), "");
+}
+
 TEST_F(Moves, HostExtentsKeptForMovesGiveWayToASpillAtTheHostLimit) {
   // 64 MiB of host memory in all: 32 MiB stay pinned as a host extent after a round trip, and a spill
   // of 48 MiB then needs them.
