@@ -21,7 +21,7 @@ On an H200 (2026-11-28) native needed 85.10 GiB at the defaults (73.01 with fuse
 import argparse, os, statistics, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from scoreboard_common import (PcieMeter, base_env, child_result, context_overhead_bytes, device_figures, fmt_bytes,
+from scoreboard_common import (PcieMeter, Phases, base_env, child_result, context_overhead_bytes, device_figures, fmt_bytes,
                                lib_path, run_mode, score, uvmpool_env, uvmpool_report)
 
 # Llama 3.2 3B's shape (3.2B parameters): 28 layers of width 3072, 24 heads sharing 8 key-value heads,
@@ -68,13 +68,19 @@ def child(args):
     gen = torch.Generator().manual_seed(5678)
     data = torch.randint(0, SHAPE["vocab_size"], (args.steps, args.batch, args.seq), generator=gen)
 
+    phases = Phases(torch)
+
     def step(tokens):
+        phases.start()
         tokens = tokens.to("cuda", non_blocking=False)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model(input_ids=tokens, labels=tokens).loss
+        phases.mark("forward")
         loss.backward()
+        phases.mark("backward")
         opt.step()
         opt.zero_grad(set_to_none=True)
+        phases.mark("optimizer")
         return loss.item()  # waits for the step
 
     losses, times = [], []
@@ -85,6 +91,7 @@ def child(args):
         torch.cuda.synchronize()
         elapsed = time.perf_counter() - t0
         print(f"step {i + 1}: loss {losses[-1]!r}, {elapsed * 1e3:.1f} ms", flush=True)
+        phases.print(i + 1)
         return elapsed
 
     torch.cuda.synchronize()

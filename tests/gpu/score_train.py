@@ -19,7 +19,7 @@ The losses of the first step must be equal across the runs (same model, same dat
 import argparse, os, statistics, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from scoreboard_common import (GIB, MIB, PcieMeter, base_env, child_result, context_overhead_bytes, device_figures,
+from scoreboard_common import (GIB, MIB, PcieMeter, Phases, base_env, child_result, context_overhead_bytes, device_figures,
                                fmt_bytes, lib_path, run_mode, score, uvmpool_env, uvmpool_report)
 
 # GPT-2 medium: 24 layers of width 1024, 16 heads, GPT-2's vocabulary and context.
@@ -57,7 +57,10 @@ def child(args):
     data = torch.randint(0, SHAPE["vocab_size"], (args.warmup + args.steps, args.batch, args.seq), generator=gen)
     offload = args.child == "save_on_cpu"
 
+    phases = Phases(torch)
+
     def step(tokens):
+        phases.start()
         tokens = tokens.to("cuda", non_blocking=False)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             if offload:
@@ -65,9 +68,12 @@ def child(args):
                     loss = model(input_ids=tokens, labels=tokens).loss
             else:
                 loss = model(input_ids=tokens, labels=tokens).loss
+        phases.mark("forward")
         loss.backward()
+        phases.mark("backward")
         opt.step()
         opt.zero_grad(set_to_none=True)
+        phases.mark("optimizer")
         return loss.item()  # waits for the step
 
     losses, times = [], []
@@ -82,6 +88,7 @@ def child(args):
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
             print(f"step {i + 1}: loss {losses[-1]:.4f}, {times[-1] * 1e3:.1f} ms", flush=True)
+            phases.print(i + 1)
     pcie = meter.total()
     report = uvmpool_report()
     dev = device_figures(report)

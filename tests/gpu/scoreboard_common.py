@@ -192,3 +192,51 @@ def lib_path(arg):
     if not os.path.isfile(lib):
         sys.exit(f"no libuvmpool.so at {lib} (use --lib or UVMPOOL_LIB)")
     return lib
+
+
+class Phases:
+    """Where a training step's time goes: with SCORE_PHASES=1 in a child's environment, the
+    step waits for the GPU after each phase (forward, backward, optimizer) and prints one line a step
+    with each phase's milliseconds and, under uvmpool, what tiering did in it (launches that read
+    spilled memory in place, bytes promoted, epochs, and the mover's milliseconds at each step of its epochs). The waits cost a little overlap between phases,
+    so step times printed with phases on are not the row's figures. Off (the default), mark() does nothing."""
+
+    KEYS = (("launches_in_place", "in_place"), ("tiering_promoted_bytes", "promoted"),
+            ("tiering_demoted_bytes", "demoted"), ("tiering_epochs", "epochs"), ("launches_read", "launches"))
+
+    def __init__(self, torch):
+        self.on = os.environ.get("SCORE_PHASES") == "1"
+        self._torch = torch
+        self._rows = []
+
+    def _now(self):
+        self._torch.cuda.synchronize()
+        report = uvmpool_report()
+        return time.perf_counter(), (report or {}).get("process", {})
+
+    def start(self):
+        if self.on:
+            self._rows = []
+            self._last = self._now()
+
+    def mark(self, name):
+        if not self.on:
+            return
+        now = self._now()
+        (t0, s0), (t1, s1) = self._last, now
+        row = [f"{name} {(t1 - t0) * 1e3:.0f} ms"]
+        for key, label in self.KEYS:
+            if key in s1:
+                d = s1[key] - s0.get(key, 0)
+                row.append(f"{label} {fmt_bytes(d) if key.endswith('bytes') else d}")
+        t1s, t0s = s1.get("tiering_mover_time", {}), s0.get("tiering_mover_time", {})
+        for step in ("preparing", "draining", "copying", "remapping", "waiting_for_pool", "closing_gate"):
+            ms = (t1s.get(step, 0) - t0s.get(step, 0)) / 1e3
+            if ms >= 1:
+                row.append(f"{step} {ms:.0f} ms")
+        self._rows.append(", ".join(row))
+        self._last = now
+
+    def print(self, step):
+        if self.on:
+            print(f"phases of step {step}: " + " | ".join(self._rows), flush=True)

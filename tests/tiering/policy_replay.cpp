@@ -291,8 +291,10 @@ int main(int argc, char** argv) {
                   "(Belady on demand %.2f GiB in",
                   i + 1, u(w.hits), u(w.misses), gib(w.in_place), gib(w.promoted), gib(w.demoted), gib(belady.brought_in));
       if (offsets) std::printf(", by pieces %.2f", gib(by_pieces.brought_in));
-      std::printf("; %.2f GiB touched, %.2f beyond the device); taken anew %llu\n", gib(touched_bytes),
-                  gib(touched_bytes > device ? touched_bytes - device : 0), u(s.periods_retaken));
+      std::printf("; %.2f GiB touched, %.2f beyond the device); taken anew %llu; so far asked %llu up, %llu down, %llu waited "
+                  "for the in-flight budget, %llu for room, %llu kept in place\n",
+                  gib(touched_bytes), gib(touched_bytes > device ? touched_bytes - device : 0), u(s.periods_retaken),
+                  u(s.promotions), u(s.demotions), u(s.waited_in_flight), u(s.waited_room), u(s.kept_in_place));
       belady.brought_in = by_pieces.brought_in = 0;
       if (i + 1 == r.launches.size() / every * every) {
         // The last whole window: the buffers (units, with pieces) whose promotions moved the most bytes in it.
