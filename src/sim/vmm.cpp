@@ -209,7 +209,9 @@ CUresult impl::cuMemMap(CUdeviceptr_v2 ptr, size_t size, size_t offset, CUmemGen
 
 // Measured on an H200 (driver 580): the range must lie in one reservation and may not cut a mapping,
 // but may contain unmapped holes (even be entirely unmapped: CUDA_SUCCESS, nothing to do). Every
-// mapping inside it is unmapped.
+// mapping inside it is unmapped, each at the cost of a call of its own (one call over 4 to 64 adjacent
+// 2 MiB mappings: 0.87 to 0.96 of the time of one call each, device and host-located alike; H200,
+// tests/gpu/unmap_costs.py).
 CUresult impl::cuMemUnmap(CUdeviceptr_v2 ptr, size_t size) {
   if (size == 0) return CUDA_ERROR_INVALID_VALUE;
   AddressSpace& space = AddressSpace::get();
