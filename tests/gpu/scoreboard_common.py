@@ -195,11 +195,12 @@ def lib_path(arg):
 
 
 class Phases:
-    """Where a training step's time goes: with SCORE_PHASES=1 in a child's environment, the
-    step waits for the GPU after each phase (forward, backward, optimizer) and prints one line a step
-    with each phase's milliseconds and, under uvmpool, what tiering did in it (launches that read
-    spilled memory in place, bytes promoted, epochs, and the mover's milliseconds at each step of its epochs). The waits cost a little overlap between phases,
-    so step times printed with phases on are not the row's figures. Off (the default), mark() does nothing."""
+    """Where a training step's time goes: with SCORE_PHASES=1 in a child's environment, the step
+    waits for the GPU after each phase (forward, backward, optimizer) and prints one line a step with
+    each phase's milliseconds and, under uvmpool, what tiering did in it (launches that read spilled
+    memory in place, bytes promoted and demoted, epochs, and the mover's milliseconds at each step of
+    its epochs: tiering_mover_time). The waits cost a little overlap between phases, so step times
+    printed with phases on are not the row's figures. Off (the default), mark() does nothing."""
 
     KEYS = (("launches_in_place", "in_place"), ("tiering_promoted_bytes", "promoted"),
             ("tiering_demoted_bytes", "demoted"), ("tiering_epochs", "epochs"), ("launches_read", "launches"))
