@@ -1,5 +1,6 @@
-"""The driver's VMM types for the ctypes probes in tests/gpu (vmm_costs.py, host_chunk_costs.py), and
-a context made current on device 0."""
+"""The driver's VMM types and the steps the ctypes probes in tests/gpu share (vmm_costs.py,
+host_chunk_costs.py, unmap_costs.py): a context made current on device 0, handles made, a range
+reserved, handles mapped into it side by side."""
 import ctypes, sys
 
 cu = ctypes.CDLL("libcuda.so.1")
@@ -21,3 +22,25 @@ def init_device0():
     ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0), "retain")
     ok(cu.cuCtxSetCurrent(ctx), "set current")
     return ctx
+
+def create_handles(n, size, prop):
+    """n handles of `size` bytes each, made with `prop` (a Prop)."""
+    handles = []
+    for _ in range(n):
+        h = ctypes.c_ulonglong()
+        ok(cu.cuMemCreate(ctypes.byref(h), ctypes.c_size_t(size), ctypes.byref(prop), ctypes.c_ulonglong(0)), "create")
+        handles.append(h)
+    return handles
+
+def reserve(size, align):
+    """A reserved range of `size` bytes (its address, a c_ulonglong)."""
+    va = ctypes.c_ulonglong()
+    ok(cu.cuMemAddressReserve(ctypes.byref(va), ctypes.c_size_t(size), ctypes.c_size_t(align), ctypes.c_ulonglong(0),
+                              ctypes.c_ulonglong(0)), "reserve")
+    return va
+
+def map_all(va, handles, size):
+    """Each handle mapped at va + i * size, one cuMemMap each."""
+    for i, h in enumerate(handles):
+        ok(cu.cuMemMap(ctypes.c_ulonglong(va.value + i * size), ctypes.c_size_t(size), ctypes.c_size_t(0), h,
+                       ctypes.c_ulonglong(0)), "map")

@@ -5,7 +5,7 @@ same for N = 1 (the cost a single-chunk spill pays).
 usage: python3 host_chunk_costs.py [chunks ...]   (default 1 8 64 512, 2 MiB chunks)"""
 import ctypes, sys, time
 
-from cuda_vmm import Access, Location, Prop, cu, init_device0, ok
+from cuda_vmm import Access, Location, Prop, create_handles, cu, init_device0, map_all, ok, reserve
 
 init_device0()
 numa = ctypes.c_int(-1)
@@ -20,20 +20,14 @@ print(f"host location type {loc.type} id {loc.id}")
 print("| chunks | cuMemCreate per chunk | cuMemMap per chunk | setaccess dev per chunk | setaccess dev+host per chunk | unmap per chunk |")
 print("| --- | --- | --- | --- | --- | --- |")
 for n in counts:
-    handles = []
     t0 = time.perf_counter()
-    for _ in range(n):
-        h = ctypes.c_ulonglong()
-        ok(cu.cuMemCreate(ctypes.byref(h), ctypes.c_size_t(size), ctypes.byref(prop), ctypes.c_ulonglong(0)), "create")
-        handles.append(h)
+    handles = create_handles(n, size, prop)
     t1 = time.perf_counter()
     row = [(t1 - t0) / n * 1e6]
     for access, count in ((dev_only, 1), (dev_host, 2)):
-        va = ctypes.c_ulonglong()
-        ok(cu.cuMemAddressReserve(ctypes.byref(va), ctypes.c_size_t(n * size), ctypes.c_size_t(size), ctypes.c_ulonglong(0), ctypes.c_ulonglong(0)), "reserve")
+        va = reserve(n * size, size)
         a = time.perf_counter()
-        for i, h in enumerate(handles):
-            ok(cu.cuMemMap(ctypes.c_ulonglong(va.value + i * size), ctypes.c_size_t(size), ctypes.c_size_t(0), h, ctypes.c_ulonglong(0)), "map")
+        map_all(va, handles, size)
         b = time.perf_counter()
         ok(cu.cuMemSetAccess(va, ctypes.c_size_t(n * size), access, ctypes.c_size_t(count)), "access")
         c = time.perf_counter()

@@ -6,7 +6,7 @@ Each case maps N handles, grants device access over the range in one call, then 
 median of several rounds. usage: python3 unmap_costs.py [N ...]   (default 4 16 64)"""
 import ctypes, statistics, sys, time
 
-from cuda_vmm import Access, Location, Prop, cu, init_device0, ok
+from cuda_vmm import Access, Location, Prop, create_handles, cu, init_device0, map_all, ok, reserve
 
 init_device0()
 numa = ctypes.c_int(-1)
@@ -23,17 +23,11 @@ print("| --- | --- | --- | --- | --- |")
 for name, loc in (("device", device), ("host", host)):
     prop = Prop(type=1, location=loc)
     for n in counts:
-        handles = []
-        for _ in range(n):
-            h = ctypes.c_ulonglong()
-            ok(cu.cuMemCreate(ctypes.byref(h), ctypes.c_size_t(size), ctypes.byref(prop), ctypes.c_ulonglong(0)), "create")
-            handles.append(h)
-        va = ctypes.c_ulonglong()
-        ok(cu.cuMemAddressReserve(ctypes.byref(va), ctypes.c_size_t(n * size), ctypes.c_size_t(size), ctypes.c_ulonglong(0), ctypes.c_ulonglong(0)), "reserve")
+        handles = create_handles(n, size, prop)
+        va = reserve(n * size, size)
 
         def mapped():
-            for i, h in enumerate(handles):
-                ok(cu.cuMemMap(ctypes.c_ulonglong(va.value + i * size), ctypes.c_size_t(size), ctypes.c_size_t(0), h, ctypes.c_ulonglong(0)), "map")
+            map_all(va, handles, size)
             ok(cu.cuMemSetAccess(va, ctypes.c_size_t(n * size), ctypes.byref(acc), ctypes.c_size_t(1)), "access")
 
         each, whole = [], []

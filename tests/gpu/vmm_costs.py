@@ -4,7 +4,7 @@ over one chunk of a freshly mapped range, for chunk sizes given in MiB.
 usage: python3 vmm_costs.py [total_MiB] [chunk_MiB ...]"""
 import ctypes, sys, time
 
-from cuda_vmm import Access, Location, Prop, cu, init_device0, ok
+from cuda_vmm import Access, Location, Prop, create_handles, cu, init_device0, map_all, ok, reserve
 
 init_device0()
 total = int(sys.argv[1]) if len(sys.argv) > 1 else 1024
@@ -15,16 +15,10 @@ print(f"| chunk | chunks | cuMemMap total | one cuMemSetAccess over {total} MiB 
 print("| --- | --- | --- | --- | --- |")
 for mib in sizes:
     size, n = mib << 20, (total // mib)
-    handles = []
-    for _ in range(n):
-        h = ctypes.c_ulonglong()
-        ok(cu.cuMemCreate(ctypes.byref(h), ctypes.c_size_t(size), ctypes.byref(prop), ctypes.c_ulonglong(0)), "create")
-        handles.append(h)
-    va = ctypes.c_ulonglong()
-    ok(cu.cuMemAddressReserve(ctypes.byref(va), ctypes.c_size_t(n * size), ctypes.c_size_t(size), ctypes.c_ulonglong(0), ctypes.c_ulonglong(0)), "reserve")
+    handles = create_handles(n, size, prop)
+    va = reserve(n * size, size)
     t0 = time.perf_counter()
-    for i, h in enumerate(handles):
-        ok(cu.cuMemMap(ctypes.c_ulonglong(va.value + i * size), ctypes.c_size_t(size), ctypes.c_size_t(0), h, ctypes.c_ulonglong(0)), "map")
+    map_all(va, handles, size)
     t1 = time.perf_counter()
     ok(cu.cuMemSetAccess(va, ctypes.c_size_t(n * size), ctypes.byref(acc), ctypes.c_size_t(1)), "access")
     t2 = time.perf_counter()
