@@ -65,8 +65,9 @@ class FakeWorld : public Policy::World {
   // (UVMPOOL_TIERING_BATCH), oldest first, demotions before promotions; a larger move takes several
   // epochs and lands whole with the last (the mover splits it into runs of a batch; counted whole
   // here). A promotion takes its room when it starts, or waits while demotions are queued, standing
-  // or taken in its own epoch (as the mover puts it back), and is refused when none are. The epoch's moves land `land_after` launches after it
-  // was taken, with at most `holds_ahead` epochs standing: 0 and 1 model epochs on the launching
+  // or taken in its own epoch (as the mover puts it back), and is refused when none are. The epoch's
+  // moves land `land_after` launches after it was taken, with at most `holds_ahead` epochs
+  // standing: 0 and 1 model epochs on the launching
   // thread (UVMPOOL_TIERING_EPOCHS=launch: every 4 launches, landing before the launch returns);
   // the device's lag behind the program and UVMPOOL_TIERING_HOLDS_AHEAD model the mover's thread
   // (its holds land when the device reaches them; while holds stand the program runs at most 512

@@ -772,14 +772,13 @@ std::uint64_t in_place_late(Epochs e) {
   w.second_epoch = e.second;
   w.land_after = e.land_after;
   w.holds_ahead = e.holds_ahead;
-  const std::size_t epoch_every = e.every;
   Policy p(w);
   for (std::size_t i = 0; i < r.launches.size(); ++i) {
     if (i == r.launches.size() - 4 * 503) w.reset_counts();
     rw.launch(p, r.launches[i]);
   }
   EXPECT_EQ(p.stats().period, 503u);
-  if (epoch_every != 0) {
+  if (e.every != 0) {
     EXPECT_GT(w.epochs, 0u);
   }
   return w.misses;
