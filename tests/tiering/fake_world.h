@@ -67,11 +67,11 @@ class FakeWorld : public Policy::World {
   // here). A promotion takes its room when it starts, or waits while demotions are queued, standing
   // or taken in its own epoch (as the mover puts it back), and is refused when none are. The epoch's
   // moves land `land_after` launches after it was taken, with at most `holds_ahead` epochs
-  // standing: 0 and 1 model epochs on the launching
-  // thread (UVMPOOL_TIERING_EPOCHS=launch: every 4 launches, landing before the launch returns);
-  // the device's lag behind the program and UVMPOOL_TIERING_HOLDS_AHEAD model the mover's thread
-  // (its holds land when the device reaches them; while holds stand the program runs at most 512
-  // launches ahead). Until a move lands the buffer lies where it was: launches meanwhile read it there.
+  // standing: 0 and 1 model epochs on the launching thread (UVMPOOL_TIERING_EPOCHS=launch: every 4
+  // launches, landing before the launch returns); the device's lag behind the program and
+  // UVMPOOL_TIERING_HOLDS_AHEAD model the mover's thread (its holds land when the device reaches
+  // them; while holds stand the program runs at most 512 launches ahead). Until a move lands the
+  // buffer lies where it was: launches meanwhile read it there.
   std::size_t epoch_every = 0;
   std::uint64_t epoch_bytes = std::uint64_t{256} << 20;
   std::size_t land_after = 0;
