@@ -166,8 +166,9 @@ CUresult impl::cuMemRelease(CUmemGenericAllocationHandle_v1 handle) {
       if (m.physical == handle) detector::check("cuMemRelease of a handle mapped at", m.base, m.base + m.size);
   --physical->handle_refs;
   space.drop_if_unused(handle);
-  clock::charge(by_tier(host, clock::costs().release_device_ns, clock::costs().release_host_ns) +
-                clock::per_gib_ns(size, clock::costs().release_ns_per_gib));
+  const Costs& c = clock::costs();
+  clock::charge(by_tier(host, c.release_device_ns, c.release_host_ns + clock::per_gib_ns(size, c.release_host_ns_per_gib)) +
+                clock::per_gib_ns(size, c.release_ns_per_gib));
   return CUDA_SUCCESS;
 }
 
@@ -228,7 +229,10 @@ CUresult impl::cuMemUnmap(CUdeviceptr_v2 ptr, size_t size) {
   if (!inside.empty()) detector::check("cuMemUnmap", ptr, ptr + size);
   for (std::uintptr_t base : inside) {
     const Mapping gone = space.mappings.at(base);
-    clock::charge(by_tier(gone.device < 0, clock::costs().unmap_device_ns, clock::costs().unmap_host_ns));
+    // A host-located mapping's cost grows with its bytes (its GPU page-table entries are small pages),
+    // a device mapping's does not.
+    const Costs& c = clock::costs();
+    clock::charge(by_tier(gone.device < 0, c.unmap_device_ns, c.unmap_host_ns + clock::per_gib_ns(gone.size, c.unmap_host_ns_per_gib)));
     space.mappings.erase(base);
     space.unmap_range(gone.base, gone.size);
     if (Physical* physical = space.find_physical(gone.physical)) {
@@ -269,7 +273,8 @@ CUresult impl::cuMemSetAccess(CUdeviceptr_v2 ptr, size_t size, const CUmemAccess
   const Costs& c = clock::costs();
   clock::charge(clock::per_gib_ns(size, c.set_access_ns_per_gib));
   for (Mapping* m : covered) {
-    clock::charge(by_tier(m->device < 0, c.set_access_device_ns, c.set_access_host_ns));
+    clock::charge(by_tier(m->device < 0, c.set_access_device_ns,
+                          c.set_access_host_ns + clock::per_gib_ns(m->size, c.set_access_host_ns_per_gib)));
     for (std::size_t i = 0; i < count; ++i) {
       std::erase_if(m->access, [&](const Access& a) { return same_location(a.location, desc[i].location); });
       if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE) m->access.push_back({desc[i].location, desc[i].flags});

@@ -240,7 +240,10 @@ void Calibration::run() {
   mapping_calls("device_2m", on_device, chunk, calls_, 1);
   mapping_calls("device_32m", on_device, 16 * chunk, calls_, 1);
   mapping_calls("device_16x2m", on_device, chunk, 16 * calls_, 16);
-  if (host_vmm_.base != 0) mapping_calls("host_2m", host_location(), chunk, calls_, 1);
+  if (host_vmm_.base != 0) {
+    mapping_calls("host_2m", host_location(), chunk, calls_, 1);
+    mapping_calls("host_32m", host_location(), 16 * chunk, calls_, 1);  // host mappings cost per byte too
+  }
   allocation_calls("2m", 2ull << 20);
   allocation_calls("64m", 64ull << 20);
   stream_calls();

@@ -1,8 +1,9 @@
 """Measures what spilling costs on this GPU with host-located VMM chunks (CU_MEM_LOCATION_TYPE_HOST_NUMA
 at the device's node, else HOST): pinning (cuMemCreate) per chunk, cuMemMap per chunk, and one
 cuMemSetAccess over N mapped chunks, with device access only and with device + host access; also the
-same for N = 1 (the cost a single-chunk spill pays).
-usage: python3 host_chunk_costs.py [chunks ...]   (default 1 8 64 512, 2 MiB chunks)"""
+same for N = 1 (the cost a single-chunk spill pays). With --size=MiB the handles are that large (a host
+extent, as a move to the host maps), so one can see whether the per-mapping costs grow with the bytes.
+usage: python3 host_chunk_costs.py [--size=MiB] [--host] [chunks ...]   (default 2 MiB handles; 1 8 64 512 of them)"""
 import ctypes, sys, time
 
 from cuda_vmm import Access, Location, Prop, create_handles, cu, init_device0, map_all, ok, reserve
@@ -11,33 +12,62 @@ init_device0()
 numa = ctypes.c_int(-1)
 cu.cuDeviceGetAttribute(ctypes.byref(numa), 134, 0)  # HOST_NUMA_ID
 loc = Location(type=3, id=numa.value) if numa.value >= 0 else Location(type=2, id=0)
+if "--host" in sys.argv:  # CU_MEM_LOCATION_TYPE_HOST even where a NUMA node is known, to compare
+    sys.argv.remove("--host")
+    loc = Location(type=2, id=0)
 prop = Prop(type=1, location=loc)
+args = sys.argv[1:]
 size = 2 << 20
-counts = [int(a) for a in sys.argv[1:]] or [1, 8, 64, 512]
+for a in [a for a in args if a.startswith("--size=")]:
+    size = int(a.split("=", 1)[1]) << 20
+    args.remove(a)
+counts = [int(a) for a in args] or [1, 8, 64, 512]
 dev_only = (Access * 1)(Access(location=Location(type=1, id=0), flags=3))
 dev_host = (Access * 2)(Access(location=Location(type=1, id=0), flags=3), Access(location=Location(type=2, id=0), flags=3))
-print(f"host location type {loc.type} id {loc.id}")
-print("| chunks | cuMemCreate per chunk | cuMemMap per chunk | setaccess dev per chunk | setaccess dev+host per chunk | unmap per chunk |")
-print("| --- | --- | --- | --- | --- | --- |")
+granularity = [ctypes.c_size_t(), ctypes.c_size_t()]
+for option in (0, 1):  # CU_MEM_ALLOC_GRANULARITY_MINIMUM, _RECOMMENDED
+    ok(cu.cuMemGetAllocationGranularity(ctypes.byref(granularity[option]), ctypes.byref(prop), option), "granularity")
+print(f"host location type {loc.type} id {loc.id}, handles of {size >> 20} MiB (granularity: minimum "
+      f"{granularity[0].value >> 10} KiB, recommended {granularity[1].value >> 10} KiB)")
+print("| chunks | cuMemCreate per chunk | cuMemMap per chunk | setaccess dev per chunk | again at a 2nd address | unmap (dev) per chunk "
+      "| setaccess dev+host per chunk | unmap (dev+host) per chunk |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+
+
+def mapped(handles, access, count):
+    """Maps the handles one after another at a fresh range and sets access over it: (va, map s, access s)."""
+    va = reserve(len(handles) * size, size)
+    a = time.perf_counter()
+    map_all(va, handles, size)
+    b = time.perf_counter()
+    ok(cu.cuMemSetAccess(va, ctypes.c_size_t(len(handles) * size), access, ctypes.c_size_t(count)), "access")
+    return va, b - a, time.perf_counter() - b
+
+
+def unmapped(va, n):
+    """Unmaps the n handles mapped at va and frees the range: seconds spent unmapping."""
+    a = time.perf_counter()
+    for i in range(n):
+        cu.cuMemUnmap(ctypes.c_ulonglong(va.value + i * size), ctypes.c_size_t(size))
+    b = time.perf_counter()
+    cu.cuMemAddressFree(va, ctypes.c_size_t(n * size))
+    return b - a
+
+
+us = lambda seconds, n: f"{seconds / n * 1e6:.1f} us"
 for n in counts:
     t0 = time.perf_counter()
     handles = create_handles(n, size, prop)
-    t1 = time.perf_counter()
-    row = [(t1 - t0) / n * 1e6]
-    for access, count in ((dev_only, 1), (dev_host, 2)):
-        va = reserve(n * size, size)
-        a = time.perf_counter()
-        map_all(va, handles, size)
-        b = time.perf_counter()
-        ok(cu.cuMemSetAccess(va, ctypes.c_size_t(n * size), access, ctypes.c_size_t(count)), "access")
-        c = time.perf_counter()
-        for i in range(n):
-            cu.cuMemUnmap(ctypes.c_ulonglong(va.value + i * size), ctypes.c_size_t(size))
-        d = time.perf_counter()
-        cu.cuMemAddressFree(va, ctypes.c_size_t(n * size))
-        if count == 1: row.append((b - a) / n * 1e6)
-        row.append((c - b) / n * 1e6)
-        if count == 2: row.append((d - c) / n * 1e6)
-    print(f"| {n} | {row[0]:.0f} us | {row[1]:.1f} us | {row[2]:.1f} us | {row[3]:.1f} us | {row[4]:.1f} us |", flush=True)
+    create = time.perf_counter() - t0
+    # Device access only, as the pool maps them; the second mapping is how a move to the host maps a
+    # handle that a staging mapping already holds.
+    first, map_s, access_s = mapped(handles, dev_only, 1)
+    second, _, again_s = mapped(handles, dev_only, 1)
+    unmap_s = unmapped(second, n)
+    unmapped(first, n)
+    both, _, both_s = mapped(handles, dev_host, 2)
+    both_unmap_s = unmapped(both, n)
+    print(f"| {n} | {create / n * 1e6:.0f} us | {us(map_s, n)} | {us(access_s, n)} | {us(again_s, n)} | {us(unmap_s, n)} "
+          f"| {us(both_s, n)} | {us(both_unmap_s, n)} |", flush=True)
     for h in handles:
         cu.cuMemRelease(h)
