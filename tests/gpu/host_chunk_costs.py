@@ -3,12 +3,15 @@ at the device's node, else HOST): pinning (cuMemCreate) per chunk, cuMemMap per 
 cuMemSetAccess over N mapped chunks, with device access only and with device + host access; also the
 same for N = 1 (the cost a single-chunk spill pays). With --size=MiB the handles are that large (a host
 extent, as a move to the host maps), so one can see whether the per-mapping costs grow with the bytes.
-usage: python3 host_chunk_costs.py [--size=MiB] [--host] [chunks ...]   (default 2 MiB handles; 1 8 64 512 of them)"""
-import ctypes, sys, time
+With --threads=K,... it then times setting access on the largest count's mappings one call each, spread
+over K threads: whether a mover could set access on several moves at once.
+usage: python3 host_chunk_costs.py [--size=MiB] [--host] [--threads=1,2,4] [chunks ...]
+       (default 2 MiB handles; 1 8 64 512 of them)"""
+import ctypes, sys, threading, time
 
 from cuda_vmm import Access, Location, Prop, create_handles, cu, init_device0, map_all, ok, reserve
 
-init_device0()
+ctx = init_device0()
 numa = ctypes.c_int(-1)
 cu.cuDeviceGetAttribute(ctypes.byref(numa), 134, 0)  # HOST_NUMA_ID
 loc = Location(type=3, id=numa.value) if numa.value >= 0 else Location(type=2, id=0)
@@ -20,6 +23,10 @@ args = sys.argv[1:]
 size = 2 << 20
 for a in [a for a in args if a.startswith("--size=")]:
     size = int(a.split("=", 1)[1]) << 20
+    args.remove(a)
+threads = []
+for a in [a for a in args if a.startswith("--threads=")]:
+    threads = [int(k) for k in a.split("=", 1)[1].split(",")]
     args.remove(a)
 counts = [int(a) for a in args] or [1, 8, 64, 512]
 dev_only = (Access * 1)(Access(location=Location(type=1, id=0), flags=3))
@@ -71,3 +78,37 @@ for n in counts:
           f"| {us(both_s, n)} | {us(both_unmap_s, n)} |", flush=True)
     for h in handles:
         cu.cuMemRelease(h)
+
+
+def spread_access(n, k):
+    """Seconds to set device access on n fresh mappings, one cuMemSetAccess each, from k threads."""
+    handles = create_handles(n, size, prop)
+    va = reserve(n * size, size)
+    map_all(va, handles, size)
+    errors = []
+
+    def work(t):
+        cu.cuCtxSetCurrent(ctx)
+        for i in range(t, n, k):
+            r = cu.cuMemSetAccess(ctypes.c_ulonglong(va.value + i * size), ctypes.c_size_t(size), dev_only, ctypes.c_size_t(1))
+            if r != 0: errors.append(r)
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(k)]
+    a = time.perf_counter()
+    for w in workers: w.start()
+    for w in workers: w.join()
+    seconds = time.perf_counter() - a
+    ok(errors[0] if errors else 0, "access from threads")
+    unmapped(va, n)
+    for h in handles:
+        cu.cuMemRelease(h)
+    return seconds
+
+
+if threads:
+    n = max(counts)
+    print(f"| threads | cuMemSetAccess on {n} mappings of {size >> 20} MiB, wall | per mapping |")
+    print("| --- | --- | --- |")
+    for k in threads:
+        seconds = spread_access(n, k)
+        print(f"| {k} | {seconds * 1e3:.2f} ms | {us(seconds, n)} |", flush=True)
