@@ -58,6 +58,35 @@ TEST_F(Clock, CallsAdvanceTheHostClockByTheirCost) {
   EXPECT_EQ(uvmpool_sim_now_ns() - t1, kLaunchNs);
 }
 
+// Measured on an H200 (docs/tiering.md): a device mapping's cuMemSetAccess, cuMemUnmap and
+// cuMemRelease cost the same at 2 and 32 MiB; a host-located one's grow with its bytes.
+TEST_F(Clock, HostMappingsCostByTheirBytesDeviceMappingsDoNot) {
+  constexpr std::uint64_t kGib = std::uint64_t{1} << 30;
+  for (const bool host : {false, true}) {
+    for (const std::size_t bytes : {2 * kMiB, 32 * kMiB}) {
+      SCOPED_TRACE(std::string(host ? "host " : "device ") + std::to_string(bytes / kMiB) + " MiB");
+      const CUmemAllocationProp prop = host ? pinned_prop(CU_MEM_LOCATION_TYPE_HOST_NUMA, 0)
+                                            : pinned_prop(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+      CUdeviceptr va = 0;
+      CUmemGenericAllocationHandle h = 0;
+      ASSERT_CU(cuMemAddressReserve(&va, bytes, 0, 0, 0));
+      ASSERT_CU(cuMemCreate(&h, bytes, &prop, 0));
+      ASSERT_CU(cuMemMap(va, bytes, 0, h, 0));
+      const CUmemAccessDesc rw = access(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+      std::uint64_t t = uvmpool_sim_now_ns();
+      ASSERT_CU(cuMemSetAccess(va, bytes, &rw, 1));
+      EXPECT_EQ(uvmpool_sim_now_ns() - t, host ? kSetAccessHostNs + bytes * kSetAccessHostNsPerGib / kGib : kSetAccessDeviceNs);
+      t = uvmpool_sim_now_ns();
+      ASSERT_CU(cuMemUnmap(va, bytes));
+      EXPECT_EQ(uvmpool_sim_now_ns() - t, host ? kUnmapHostNs + bytes * kUnmapHostNsPerGib / kGib : kUnmapDeviceNs);
+      t = uvmpool_sim_now_ns();
+      ASSERT_CU(cuMemRelease(h));
+      EXPECT_EQ(uvmpool_sim_now_ns() - t, host ? kReleaseHostNs + bytes * kReleaseHostNsPerGib / kGib : kReleaseDeviceNs);
+      ASSERT_CU(cuMemAddressFree(va, bytes));
+    }
+  }
+}
+
 TEST_F(Clock, KernelsTakeTheirLatencyPlusTheirBytesAtEachTiersRate) {
   CUdeviceptr device = 0;
   ASSERT_CU(cuMemAlloc(&device, kBytes));

@@ -23,6 +23,11 @@ constexpr std::size_t kGranularity = 2 * kMiB;
 constexpr double kHbmRead = 1000, kHbmWrite = 500, kHostRead = 50, kHostWrite = 25, kCopy = 40, kPageable = 10;
 constexpr std::uint64_t kLaunchNs = 2000, kKernelNs = 3000, kCopyNs = 1000, kCallNs = 100, kHostFuncNs = 5000,
                         kWaitValueNs = 700;
+// Mapping calls: per mapping, and per GiB of a host-located one (round figures: 8192000 ns a GiB is
+// 16000 ns for 2 MiB).
+constexpr std::uint64_t kSetAccessDeviceNs = 30000, kSetAccessHostNs = 50000, kSetAccessHostNsPerGib = 8192000,
+                        kUnmapDeviceNs = 17000, kUnmapHostNs = 30000, kUnmapHostNsPerGib = 2048000,
+                        kReleaseDeviceNs = 12000, kReleaseHostNs = 8000, kReleaseHostNsPerGib = 16384000;
 
 inline std::string cu_name(CUresult r) {
   const char* name = nullptr;
