@@ -229,8 +229,8 @@ CUresult impl::cuMemUnmap(CUdeviceptr_v2 ptr, size_t size) {
   if (!inside.empty()) detector::check("cuMemUnmap", ptr, ptr + size);
   for (std::uintptr_t base : inside) {
     const Mapping gone = space.mappings.at(base);
-    // A host-located mapping's cost grows with its bytes (its GPU page-table entries are small pages),
-    // a device mapping's does not.
+    // A host-located mapping's cost grows with its bytes, a device mapping's does not (measured on an
+    // H200, docs/tiering.md).
     const Costs& c = clock::costs();
     clock::charge(by_tier(gone.device < 0, c.unmap_device_ns, c.unmap_host_ns + clock::per_gib_ns(gone.size, c.unmap_host_ns_per_gib)));
     space.mappings.erase(base);

@@ -52,16 +52,16 @@ int main(int argc, char** argv) {
   setenv("UVMPOOL_SIM_HOST_FUNC_NS", "5000", 1);
   setenv("UVMPOOL_SIM_WAIT_VALUE_NS", "700", 1);
   setenv("UVMPOOL_SIM_HANG_TIMEOUT_MS", "2000", 1);
-  setenv("UVMPOOL_SIM_SET_ACCESS_DEVICE_NS", "30000", 1);
-  setenv("UVMPOOL_SIM_SET_ACCESS_HOST_NS", "50000", 1);
-  setenv("UVMPOOL_SIM_SET_ACCESS_HOST_NS_PER_GIB", "8192000", 1);
+  setenv("UVMPOOL_SIM_SET_ACCESS_DEVICE_NS", std::to_string(simtest::kSetAccessDeviceNs).c_str(), 1);
+  setenv("UVMPOOL_SIM_SET_ACCESS_HOST_NS", std::to_string(simtest::kSetAccessHostNs).c_str(), 1);
+  setenv("UVMPOOL_SIM_SET_ACCESS_HOST_NS_PER_GIB", std::to_string(simtest::kSetAccessHostNsPerGib).c_str(), 1);
   setenv("UVMPOOL_SIM_SET_ACCESS_NS_PER_GIB", "0", 1);
-  setenv("UVMPOOL_SIM_UNMAP_DEVICE_NS", "17000", 1);
-  setenv("UVMPOOL_SIM_UNMAP_HOST_NS", "30000", 1);
-  setenv("UVMPOOL_SIM_UNMAP_HOST_NS_PER_GIB", "2048000", 1);
-  setenv("UVMPOOL_SIM_RELEASE_DEVICE_NS", "12000", 1);
-  setenv("UVMPOOL_SIM_RELEASE_HOST_NS", "8000", 1);
-  setenv("UVMPOOL_SIM_RELEASE_HOST_NS_PER_GIB", "16384000", 1);
+  setenv("UVMPOOL_SIM_UNMAP_DEVICE_NS", std::to_string(simtest::kUnmapDeviceNs).c_str(), 1);
+  setenv("UVMPOOL_SIM_UNMAP_HOST_NS", std::to_string(simtest::kUnmapHostNs).c_str(), 1);
+  setenv("UVMPOOL_SIM_UNMAP_HOST_NS_PER_GIB", std::to_string(simtest::kUnmapHostNsPerGib).c_str(), 1);
+  setenv("UVMPOOL_SIM_RELEASE_DEVICE_NS", std::to_string(simtest::kReleaseDeviceNs).c_str(), 1);
+  setenv("UVMPOOL_SIM_RELEASE_HOST_NS", std::to_string(simtest::kReleaseHostNs).c_str(), 1);
+  setenv("UVMPOOL_SIM_RELEASE_HOST_NS_PER_GIB", std::to_string(simtest::kReleaseHostNsPerGib).c_str(), 1);
   setenv("UVMPOOL_SIM_RELEASE_NS_PER_GIB", "0", 1);
   ::testing::InitGoogleTest(&argc, argv);
   // Death tests re-run their test in a fresh process, which also gives them a fresh driver.
