@@ -1,6 +1,7 @@
 """The driver's VMM types and the steps the ctypes probes in tests/gpu share (vmm_costs.py,
-host_chunk_costs.py, unmap_costs.py): a context made current on device 0, handles made, a range
-reserved, handles mapped into it side by side."""
+host_chunk_costs.py, unmap_costs.py, ipc_handle_costs.py, remap_stall.py): a context made current on
+device 0, where host memory lives, handles made, a range reserved, handles mapped into it side by side
+and unmapped one by one."""
 import ctypes, sys
 
 cu = ctypes.CDLL("libcuda.so.1")
@@ -23,6 +24,13 @@ def init_device0():
     ok(cu.cuCtxSetCurrent(ctx), "set current")
     return ctx
 
+def host_location(device=0):
+    """Where the pool puts host memory: the device's host NUMA node (CU_MEM_LOCATION_TYPE_HOST_NUMA), else
+    CU_MEM_LOCATION_TYPE_HOST."""
+    numa = ctypes.c_int(-1)
+    cu.cuDeviceGetAttribute(ctypes.byref(numa), 134, device)  # CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID
+    return Location(type=3, id=numa.value) if numa.value >= 0 else Location(type=2, id=0)
+
 def create_handles(n, size, prop):
     """n handles of `size` bytes each, made with `prop` (a Prop)."""
     handles = []
@@ -44,3 +52,8 @@ def map_all(va, handles, size):
     for i, h in enumerate(handles):
         ok(cu.cuMemMap(ctypes.c_ulonglong(va.value + i * size), ctypes.c_size_t(size), ctypes.c_size_t(0), h,
                        ctypes.c_ulonglong(0)), "map")
+
+def unmap_all(va, n, size):
+    """The n mappings of `size` bytes from va unmapped, one cuMemUnmap each."""
+    for i in range(n):
+        ok(cu.cuMemUnmap(ctypes.c_ulonglong(va.value + i * size), ctypes.c_size_t(size)), "unmap")

@@ -9,12 +9,10 @@ usage: python3 host_chunk_costs.py [--size=MiB] [--host] [--threads=1,2,4] [chun
        (default 2 MiB handles; 1 8 64 512 of them)"""
 import ctypes, sys, threading, time
 
-from cuda_vmm import Access, Location, Prop, create_handles, cu, init_device0, map_all, ok, reserve
+from cuda_vmm import Access, Location, Prop, host_location, create_handles, cu, init_device0, map_all, ok, reserve, unmap_all
 
 ctx = init_device0()
-numa = ctypes.c_int(-1)
-cu.cuDeviceGetAttribute(ctypes.byref(numa), 134, 0)  # HOST_NUMA_ID
-loc = Location(type=3, id=numa.value) if numa.value >= 0 else Location(type=2, id=0)
+loc = host_location()
 if "--host" in sys.argv:  # CU_MEM_LOCATION_TYPE_HOST even where a NUMA node is known, to compare
     sys.argv.remove("--host")
     loc = Location(type=2, id=0)
@@ -54,8 +52,7 @@ def mapped(handles, access, count):
 def unmapped(va, n):
     """Unmaps the n handles mapped at va and frees the range: seconds spent unmapping."""
     a = time.perf_counter()
-    for i in range(n):
-        cu.cuMemUnmap(ctypes.c_ulonglong(va.value + i * size), ctypes.c_size_t(size))
+    unmap_all(va, n, size)
     b = time.perf_counter()
     cu.cuMemAddressFree(va, ctypes.c_size_t(n * size))
     return b - a

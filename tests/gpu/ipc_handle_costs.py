@@ -9,7 +9,7 @@ that drift in the host's speed falls on both alike.
 usage: python3 ipc_handle_costs.py [chunks] [chunk MiB ...]   (default 64 chunks of 2 and 32 MiB)"""
 import ctypes, os, subprocess, sys, time
 
-from cuda_vmm import Access, Location, Prop, cu, init_device0, ok
+from cuda_vmm import Access, Location, Prop, host_location, cu, init_device0, ok, unmap_all
 
 POSIX_FD = 1
 init_device0()
@@ -26,9 +26,7 @@ if len(sys.argv) > 1 and sys.argv[1] == "--import":  # the importing process: me
     for h in imported:
         cu.cuMemRelease(h)
     sys.exit(0)
-numa = ctypes.c_int(-1)
-cu.cuDeviceGetAttribute(ctypes.byref(numa), 134, 0)  # HOST_NUMA_ID
-host_loc = Location(type=3, id=numa.value) if numa.value >= 0 else Location(type=2, id=0)
+host_loc = host_location()
 dev_loc = Location(type=1, id=0)
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 64
 sizes = [int(a) << 20 for a in sys.argv[2:]] or [2 << 20, 32 << 20]
@@ -80,8 +78,7 @@ def cycle(loc, size, handle_type):
         for fd in fds:
             os.close(fd)
     t4 = time.perf_counter()
-    for i in range(n):
-        ok(cu.cuMemUnmap(ctypes.c_ulonglong(va.value + i * size), ctypes.c_size_t(size)), "unmap")
+    unmap_all(va, n, size)
     t5 = time.perf_counter()
     for h in handles:
         ok(cu.cuMemRelease(h), "release")

@@ -5,14 +5,15 @@ tests found device remaps elsewhere leave a running kernel's time alone; host ma
 more page-table entries.
 
 A chain of matrix products (PyTorch, on memory of its own) is timed with CUDA events: alone, then
-while this thread maps, sets access on and unmaps ROUNDS x N host handles of SIZE MiB elsewhere.
+while this thread maps, sets access on and unmaps N host handles of SIZE MiB elsewhere, round after
+round (at most 50) until the products end.
 With --device the handles are device memory instead, to compare.
 usage: python3 remap_stall.py [--size=MiB] [--device] [N]   (default 32 MiB, 16 handles)"""
 import ctypes, statistics, sys, time
 
 import torch
 
-from cuda_vmm import Access, Location, Prop, create_handles, cu, map_all, ok, reserve
+from cuda_vmm import Access, Location, Prop, host_location, create_handles, cu, map_all, ok, reserve, unmap_all
 
 args = sys.argv[1:]
 size = 32 << 20
@@ -29,9 +30,7 @@ a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
 b = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
 torch.cuda.synchronize()
 # The driver calls below run in the context PyTorch made current (the device's primary context).
-numa = ctypes.c_int(-1)
-cu.cuDeviceGetAttribute(ctypes.byref(numa), 134, 0)  # HOST_NUMA_ID
-host = Location(type=3, id=numa.value) if numa.value >= 0 else Location(type=2, id=0)
+host = host_location()
 handles = create_handles(n, size, Prop(type=1, location=Location(type=1, id=0) if on_device else host))
 acc = Access(location=Location(type=1, id=0), flags=3)
 
@@ -47,15 +46,14 @@ def kernels(products):
 
 
 def remaps():
-    """Maps every handle at a fresh range, sets access one mapping at a time, unmaps: (calls, seconds)."""
+    """Maps every handle at a fresh range, sets access one mapping at a time, unmaps: seconds spent."""
     t0 = time.perf_counter()
     va = reserve(n * size, size)
     map_all(va, handles, size)
     for i in range(n):
         ok(cu.cuMemSetAccess(ctypes.c_ulonglong(va.value + i * size), ctypes.c_size_t(size), ctypes.byref(acc),
                              ctypes.c_size_t(1)), "access")
-    for i in range(n):
-        ok(cu.cuMemUnmap(ctypes.c_ulonglong(va.value + i * size), ctypes.c_size_t(size)), "unmap")
+    unmap_all(va, n, size)
     ok(cu.cuMemAddressFree(va, ctypes.c_size_t(n * size)), "free range")
     return time.perf_counter() - t0
 

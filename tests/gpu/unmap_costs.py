@@ -6,12 +6,10 @@ Each case maps N handles, grants device access over the range in one call, then 
 median of several rounds. usage: python3 unmap_costs.py [N ...]   (default 4 16 64)"""
 import ctypes, statistics, sys, time
 
-from cuda_vmm import Access, Location, Prop, create_handles, cu, init_device0, map_all, ok, reserve
+from cuda_vmm import Access, Location, Prop, host_location, create_handles, cu, init_device0, map_all, ok, reserve
 
 init_device0()
-numa = ctypes.c_int(-1)
-cu.cuDeviceGetAttribute(ctypes.byref(numa), 134, 0)  # HOST_NUMA_ID
-host = Location(type=3, id=numa.value) if numa.value >= 0 else Location(type=2, id=0)
+host = host_location()
 device = Location(type=1, id=0)
 acc = Access(location=Location(type=1, id=0), flags=3)
 size = 2 << 20

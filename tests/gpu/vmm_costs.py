@@ -4,7 +4,7 @@ over one chunk of a freshly mapped range, for chunk sizes given in MiB.
 usage: python3 vmm_costs.py [total_MiB] [chunk_MiB ...]"""
 import ctypes, sys, time
 
-from cuda_vmm import Access, Location, Prop, create_handles, cu, init_device0, map_all, ok, reserve
+from cuda_vmm import Access, Location, Prop, create_handles, cu, init_device0, map_all, ok, reserve, unmap_all
 
 init_device0()
 total = int(sys.argv[1]) if len(sys.argv) > 1 else 1024
@@ -23,8 +23,7 @@ for mib in sizes:
     ok(cu.cuMemSetAccess(va, ctypes.c_size_t(n * size), ctypes.byref(acc), ctypes.c_size_t(1)), "access")
     t2 = time.perf_counter()
     print(f"| {mib} MiB | {n} | {(t1 - t0) * 1e3:.3f} ms | {(t2 - t1) * 1e3:.3f} ms | {(t2 - t0) / n * 1e6:.1f} us |", flush=True)
-    for i in range(n):
-        cu.cuMemUnmap(ctypes.c_ulonglong(va.value + i * size), ctypes.c_size_t(size))
+    unmap_all(va, n, size)
     cu.cuMemAddressFree(va, ctypes.c_size_t(n * size))
     for h in handles:
         cu.cuMemRelease(h)
