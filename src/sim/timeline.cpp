@@ -587,15 +587,21 @@ CUresult synchronize_context(const Context* context) {
 void release_context(const Context* context) {
   State& st = state();
   std::unique_lock lock(st.mutex);
-  // As on a GPU, the context's work finishes first; work that can never run is dropped.
+  // As on a GPU, the context's work finishes first, and the caller waits for it (so the race detector
+  // does not find it unfinished when the next context maps the same addresses); work that can never
+  // run is dropped.
   (void)wait_for_queues(st, lock, [&](const Stream& s) { return s.context == context; });
+  std::uint64_t until = 0;
   st.objects.for_each_stream([&](Stream& s) {
-    if (s.context == context && !s.queue.empty()) {
+    if (s.context != context) return;
+    until = std::max(until, s.tail);
+    if (!s.queue.empty()) {
       s.queue.clear();
       st.queued.fetch_sub(1, std::memory_order_relaxed);
     }
   });
   st.objects.erase_context(context);
+  clock::wait_until(until);
 }
 
 // H100's range, as cuCtxGetStreamPriorityRange reports it: 0 (least) to -5 (greatest).

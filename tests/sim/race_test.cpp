@@ -141,6 +141,20 @@ TEST_F(Violations, AnotherThreadsSynchronizeCoversThisThread) {
   expect_clean();
 }
 
+// The last release of a context waits for its work, as on a GPU: the next context may remap the
+// addresses that work touched.
+TEST_F(Violations, WorkOfAReleasedContextIsFinished) {
+  Vmm m;
+  busy_reading(m.va);
+  const std::uint64_t t = uvmpool_sim_now_ns();
+  ASSERT_CU(cuDevicePrimaryCtxRelease(0));
+  EXPECT_GT(uvmpool_sim_now_ns() - t, kBytes / 2);  // it waited: 1000 passes over kBytes at 1000 GB/s take kBytes ns
+  ASSERT_CU(cuDevicePrimaryCtxRetain(&ctx, 0));
+  ASSERT_CU(cuCtxSetCurrent(ctx));
+  ASSERT_CU(cuMemUnmap(m.va, kBytes));
+  expect_clean();
+}
+
 TEST_F(Violations, WorkOnOtherMemoryIsNone) {
   Vmm busy, other;
   busy_reading(busy.va);
