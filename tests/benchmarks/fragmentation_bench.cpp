@@ -12,6 +12,7 @@
 
 #include "bench_common.h"
 #include "caching_allocator.h"
+#include "expandable_segments.h"
 #include "driver/real_driver.h"
 #include "pool/pool.h"
 #include "trace.h"
@@ -76,6 +77,8 @@ int main(int argc, char** argv) {
   options.add("seed", "1", "seed of the sequence lengths");
   options.add("device", "0", "device ordinal");
   options.add("extent-mib", "32", "the pool's extent size in MiB (UVMPOOL_EXTENT_SIZE; 0: chunks only)");
+  options.add("dump-trace", "", "write the trace to this file, one event a line ('a ID BYTES' or 'f ID'), and exit "
+                                "(input of scripts/carving-model.py)");
   options.parse(&argc, argv);
   // The simulated driver's devices have 8 GiB by default; give the caching allocator room to show
   // its overhead. Only the simulator reads this (its memory is never touched, so it costs nothing).
@@ -93,6 +96,22 @@ int main(int argc, char** argv) {
   shape.steps = static_cast<int>(options.integer("steps"));
   shape.seed = static_cast<std::uint64_t>(options.integer("seed"));
   const Trace trace = transformer_trace(shape);
+  if (const std::string& path = options.text("dump-trace"); !path.empty()) {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    if (f == nullptr) {
+      std::perror(path.c_str());
+      return 2;
+    }
+    for (const TraceEvent& e : trace.events) {
+      if (e.alloc)
+        std::fprintf(f, "a %u %llu\n", e.id, static_cast<unsigned long long>(e.bytes));
+      else
+        std::fprintf(f, "f %u\n", e.id);
+    }
+    const bool ok = std::fclose(f) == 0;
+    std::printf("%zu events written to %s\n", trace.events.size(), path.c_str());
+    return ok ? 0 : 1;
+  }
 
   const Device device = open_device(static_cast<int>(options.integer("device")));
   print_header("uvmpool-bench-fragmentation", device);
@@ -119,6 +138,22 @@ int main(int argc, char** argv) {
       cache_oom = allocator.retries_after_oom();
       state.SetIterationTime(cached.seconds);
       if (!cached.ok) state.SkipWithError(cached.failure.c_str());
+    }
+  })->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
+  // The peer closest to the pool, PyTorch's expandable segments (expandable_segments.h): how far the
+  // pool's churn is from a VMM allocator that carves allocations out of pages mapped once.
+  std::uint64_t segments_peak = 0, segments_pages = 0;
+  Replay segmented;
+  benchmark::RegisterBenchmark("replay/expandable_segments", [&](benchmark::State& state) {
+    for (auto _ : state) {
+      ExpandableSegments allocator(drv(), device.device, device.total_memory);
+      segmented = replay(
+          trace, [&](CUdeviceptr* p, std::size_t n) { return allocator.allocate(p, n); },
+          [&](CUdeviceptr p) { allocator.deallocate(p); });
+      segments_peak = allocator.peak_reserved();
+      segments_pages = allocator.pages();
+      state.SetIterationTime(segmented.seconds);
+      if (!segmented.ok) state.SkipWithError(segmented.failure.c_str());
     }
   })->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
   // On the simulator, the pool's driver calls during its replay: what its modeled time is made of
@@ -169,8 +204,18 @@ int main(int argc, char** argv) {
                     " segments)", fixed(cache_ratio, 3));
   else
     figures.row("caching allocator: " + cached.failure, "failed");
+  if (segmented.ok && segmented.ran)
+    figures.row("expandable segments (" + format_size(segments_peak) + " in " + std::to_string(segments_pages) +
+                    " pages)", fixed(static_cast<double>(segments_peak) / live, 3));
+  else if (segmented.ran)
+    figures.row("expandable segments: " + segmented.failure, "failed");
   figures.row("replay time, pool", format_seconds(pooled.seconds));
   figures.row("replay time, caching allocator", format_seconds(cached.seconds));
+  if (segmented.ok && segmented.ran) {
+    figures.row("replay time, expandable segments", format_seconds(segmented.seconds));
+    if (!device.simulated && pooled.ok)
+      figures.row("replay time, pool / expandable segments", fixed(pooled.seconds / segmented.seconds, 2));
+  }
   // The churn figure pool v2 is held to: on the simulator, the same replays with every driver call at
   // its modeled cost (the UVMPOOL_SIM_* constants, H200 measurements; docs/simulator.md).
   const bool modeled = pooled.ok && cached.ok && pooled.modeled >= 0 && cached.modeled > 0;
@@ -179,6 +224,10 @@ int main(int argc, char** argv) {
     figures.row("modeled replay time, caching allocator (simulated clock)", format_seconds(cached.modeled));
     figures.row("modeled replay time, pool / caching allocator", fixed(pooled.modeled / cached.modeled, 2),
                 "<= 1.2");
+    if (segmented.ok && segmented.ran && segmented.modeled > 0) {
+      figures.row("modeled replay time, expandable segments (simulated clock)", format_seconds(segmented.modeled));
+      figures.row("modeled replay time, pool / expandable segments", fixed(pooled.modeled / segmented.modeled, 2));
+    }
   }
   figures.note("pool: " + std::to_string(stats.chunks_created) + " chunks created, " +
                std::to_string(stats.stitched_maps) + " mappings built, " + std::to_string(stats.cache_hits) +
