@@ -185,7 +185,8 @@ class DevicePool {
   CUresult copy_move(const Move& move, CUstream stream);
   CUresult commit_move(Move* move);
   void abort_move(Move* move);
-  void commit_quiesced(std::span<Move* const> moves, const Quiesce& quiesce, std::span<CUresult> results);
+  void commit_quiesced(std::span<Move* const> moves, const Quiesce& quiesce, std::span<CUresult> results,
+                       const CopyReady& ready);
   std::uint64_t promotion_room();  // Pool::promotion_room
   std::optional<CUdeviceptr> promotable_end(CUdeviceptr from, std::uint64_t room);  // Pool::promotable_end
   std::optional<std::pair<CUdeviceptr, CUdeviceptr>> whole_pieces(CUdeviceptr from, CUdeviceptr end);  // Pool::whole_pieces

@@ -160,20 +160,22 @@ void DevicePool::abort_move(Move* m) {
   abort_locked(m);
 }
 
-void DevicePool::commit_quiesced(std::span<Move* const> moves, const Quiesce& quiesce, std::span<CUresult> results) {
+void DevicePool::commit_quiesced(std::span<Move* const> moves, const Quiesce& quiesce, std::span<CUresult> results,
+                                 const CopyReady& ready) {
   MutexLock lock(mu_);
   // Nothing below waits for the program's work (a quiesced commit skips fence_move, and no other step
   // of a commit or abort waits): once `quiesce` holds the program's streams, a wait for them would
   // never end. mu_ stays held so that no thread of this pool is inside such a wait meanwhile.
   std::vector<char> commit(moves.size(), 0);
-  const bool quiet = quiesce(std::span<char>(commit));
+  bool go_on = quiesce(std::span<char>(commit));
   for (std::size_t i = 0; i < moves.size(); ++i) {
     Move* m = moves[i];
     if (m->staging == 0) {
       results[i] = CUDA_SUCCESS;  // nothing was to move
       continue;
     }
-    results[i] = quiet && commit[i] != 0 ? commit_locked(m, true) : CUDA_ERROR_NOT_READY;
+    const bool now = go_on && commit[i] != 0 && (!ready || (go_on = ready(i)));
+    results[i] = now ? commit_locked(m, true) : CUDA_ERROR_NOT_READY;
     if (results[i] != CUDA_SUCCESS) abort_locked(m);
   }
 }

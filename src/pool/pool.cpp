@@ -294,7 +294,7 @@ void Pool::abort_move(Move* move) {
 }
 
 void Pool::commit_quiesced(int device, std::span<Move* const> moves, const Quiesce& quiesce,
-                           std::span<CUresult> results) {
+                           std::span<CUresult> results, const CopyReady& ready) {
   DevicePool* p = device >= 0 && device < device_count() ? device_pool(device) : nullptr;
   const bool ours = p != nullptr && results.size() >= moves.size() &&
                     std::all_of(moves.begin(), moves.end(), [&](const Move* m) {
@@ -305,7 +305,7 @@ void Pool::commit_quiesced(int device, std::span<Move* const> moves, const Quies
     for (std::size_t i = 0; i < results.size(); ++i) results[i] = CUDA_ERROR_INVALID_VALUE;
     return;
   }
-  p->commit_quiesced(moves, quiesce, results);
+  p->commit_quiesced(moves, quiesce, results, ready);
 }
 
 std::uint64_t Pool::promotion_room(int device) {

@@ -113,6 +113,9 @@ enum class MoveWaits { Allowed, NoWait };
 
 // Tiering's way of stopping the program's work around commits (Pool::commit_quiesced).
 using Quiesce = std::function<bool(std::span<char> commit)>;
+// Asked right before moves[index] is committed (Pool::commit_quiesced): waits until that move's copy
+// is done; false: commit nothing more (the move and those after it are aborted).
+using CopyReady = std::function<bool(std::size_t index)>;
 
 // Per-device figures (bytes unless said otherwise); a consistent-enough snapshot, not atomic.
 struct DeviceStats {
@@ -271,8 +274,12 @@ class Pool {
   // `quiesce` stops the work and sets commit[i] nonzero for each move to commit; it answers false when
   // it could not stop the work (then every move is aborted). results[i]: CUDA_SUCCESS, committed (or
   // nothing was to move); otherwise aborted (NOT_READY: not asked to commit; or the remap's error),
-  // the old mapping in place. Every move ends: none stays prepared.
-  void commit_quiesced(int device, std::span<Move* const> moves, const Quiesce& quiesce, std::span<CUresult> results);
+  // the old mapping in place. Every move ends: none stays prepared. With `ready`, the copies may still
+  // be running when `quiesce` returns: each move commits once ready(i) says its copy is done, in the
+  // order given, so the remaps of the first moves run beside the copies of the later ones. The caller
+  // must not let a move be aborted while its copy may run (ready waits for every copy before false).
+  void commit_quiesced(int device, std::span<Move* const> moves, const Quiesce& quiesce, std::span<CUresult> results,
+                       const CopyReady& ready = {});
   // Device bytes a move to the device tier could take now without a demotion first (idle device
   // memory and growth within the budget); the calling thread's context should be on `device`.
   std::uint64_t promotion_room(int device);

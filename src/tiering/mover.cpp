@@ -1,6 +1,7 @@
 #include "tiering/mover.h"
 
 #include <algorithm>
+#include <optional>
 #include <mutex>
 #include <thread>
 
@@ -57,6 +58,7 @@ Mover::~Mover() {
       for (CUstream c : r.copy) {
         if (c != nullptr) d_.cuStreamDestroy_v2(c);
       }
+      for (CUevent ev : r.copy_events) d_.cuEventDestroy_v2(ev);
       if (flag_ != nullptr) {  // pinned memory is portable: freed in whichever context comes first
         d_.cuMemFreeHost(const_cast<std::uint32_t*>(flag_));
         flag_ = nullptr;
@@ -369,7 +371,8 @@ void Mover::forget(Held* held) {
 
 // The hold's watchdog: if the hold is not over within the hold timeout (the program's earlier work does
 // not drain, or the mover's copies wait behind the hold), it writes the flag, so the held work goes on
-// and whatever waits for it ends, and the epoch commits nothing.
+// and whatever waits for it ends, and the epoch commits nothing more. A remap keeps it from firing
+// (hold_off .. allow): the held work must never run while a mapping changes.
 class Mover::Watchdog {
  public:
   // `flag`: the mover's (read by the caller, under the epoch's lock).
@@ -386,6 +389,19 @@ class Mover::Watchdog {
     if (thread_.joinable()) thread_.join();
     return gave_up_;
   }
+  // Before a remap under the hold: false when the hold was given up already (nothing more may be
+  // remapped); else the watchdog cannot fire until allow().
+  bool hold_off() {
+    fire_mu_.lock();
+    if (!gave_up_) return true;
+    fire_mu_.unlock();
+    return false;
+  }
+  void allow() { fire_mu_.unlock(); }
+  bool fired() {
+    std::lock_guard fire(fire_mu_);
+    return gave_up_;
+  }
 
  private:
   void run() {
@@ -394,6 +410,8 @@ class Mover::Watchdog {
     do {
       if (cv_.wait_for(lock, mover_.config_.hold_timeout, [&] { return done_; })) return;
     } while (mover_.still_progressing(&passed));
+    lock.unlock();  // stop() takes m_ while a remap may hold fire_mu_
+    std::lock_guard fire(fire_mu_);
     gave_up_ = true;
     raise_flag(flag_, value_);
     mover_.note_given_up();
@@ -405,7 +423,8 @@ class Mover::Watchdog {
   std::mutex m_;
   std::condition_variable cv_;
   bool done_ = false;     // m_
-  bool gave_up_ = false;  // written by the thread before it ends; read after the join
+  std::mutex fire_mu_;    // held across a remap (hold_off); the thread takes it to give the hold up
+  bool gave_up_ = false;  // fire_mu_; written by the thread before it ends, so read freely after the join
   std::thread thread_;    // last: it starts once the fields above exist
 };
 
@@ -461,9 +480,9 @@ void Mover::release(std::uint32_t value) {
   }
 }
 
-CUresult Mover::enqueue_copies(const Held* after) {
+CUresult Mover::enqueue_copies(const Held* after, bool mark) {
   Epoch& e = epoch_state_;
-  const DeviceResources& res = devices_[static_cast<std::size_t>(e.device)];
+  DeviceResources& res = devices_[static_cast<std::size_t>(e.device)];
   ContextScope in(d_, res.context);
   if (in.status() != CUDA_SUCCESS) return in.status();
   if (after != nullptr) {
@@ -473,8 +492,19 @@ CUresult Mover::enqueue_copies(const Held* after) {
       }
     }
   }
-  for (std::size_t i = 0; i < e.moves.size(); ++i)
-    e.copied[i] = pool_.copy_move(e.moves[i], res.copy[direction(e.moves[i].to)]) == CUDA_SUCCESS;
+  e.copy_done.assign(mark ? e.moves.size() : 0, nullptr);
+  for (std::size_t i = 0; i < e.moves.size(); ++i) {
+    const CUstream stream = res.copy[direction(e.moves[i].to)];
+    e.copied[i] = pool_.copy_move(e.moves[i], stream) == CUDA_SUCCESS;
+    if (!mark || !e.copied[i]) continue;
+    if (res.copy_events.size() <= i) {
+      CUevent ev = nullptr;
+      if (d_.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) res.copy_events.push_back(ev);
+    }
+    // Without its event the move's copy is known done only once all are (Mover::finish).
+    if (res.copy_events.size() > i && d_.cuEventRecord(res.copy_events[i], stream) == CUDA_SUCCESS)
+      e.copy_done[i] = res.copy_events[i];
+  }
   return CUDA_SUCCESS;
 }
 
@@ -731,6 +761,13 @@ CUresult Mover::finish(Placed* placed) {
   const bool gate_closed = placed != nullptr ? placed->standing : streams_.host_waits().close(config_.hold_timeout);
   std::unique_lock<std::mutex> window;  // the breaker's commit window (open_commit), closed after the commit
   bool remaps_closed = false;           // the remap gate, closed for the commit's remaps
+  // Held copies are pipelined with the remaps: the copies are enqueued under the hold and each move
+  // commits as soon as its own copy is done (`ready` below), so the remaps of the first moves run beside
+  // the copies of the later ones and the hold lasts about the longer of the two, not their sum. The
+  // watchdog then stands until the last commit, kept from firing during each remap.
+  std::optional<Watchdog> watchdog;
+  bool pipelined = false;  // copies still running when quiesce returns
+  bool fire_held = false;  // watchdog->hold_off() taken for the remap under way
   // Called by the pool inside this epoch (epoch_mu_ held throughout).
   const pool::Quiesce quiesce = [&](std::span<char> commit) UVMPOOL_REQUIRES(epoch_mu_) {
     set_step(MoverStep::Draining);  // the pool's lock is held from here to the end of the remaps
@@ -751,7 +788,7 @@ CUresult Mover::finish(Placed* placed) {
     // loaded kernel can make wait behind the hold (host_wait_gate.h). Not the remaps that follow in
     // the pool: releasing the hold during them would break the invariant, so only the gate keeps
     // calls that wait inside the driver away from them.
-    Watchdog watchdog(*this, flag_, value);
+    watchdog.emplace(*this, flag_, value);
     if (placed == nullptr) {
       if (!record_on_streams(true, value, &hold)) {
         held_off = true;
@@ -777,12 +814,24 @@ CUresult Mover::finish(Placed* placed) {
     if (!wait_for(&hold)) return false;
     if (breaker_.broken(value)) return false;  // released for a pool wait: the streams ran on; no copy
     if (!overlap) {
+      if (watchdog->fired()) return false;  // given up while draining: no copy goes
       set_step(MoverStep::Copying);
-      if (enqueue_copies(nullptr) != CUDA_SUCCESS) std::fill(e.copied.begin(), e.copied.end(), 0);
-      copies_done(true);
+      const bool enqueued = enqueue_copies(nullptr, true) == CUDA_SUCCESS;
+      if (!enqueued) std::fill(e.copied.begin(), e.copied.end(), 0);
+      // A move whose copy did not all go, or that has no event, is known done only once every copy
+      // is: then they are all waited for here, as before pipelining.
+      pipelined = enqueued;
+      for (std::size_t i = 0; i < e.moves.size(); ++i) pipelined &= e.copied[i] != 0 && e.copy_done[i] != nullptr;
+      if (!pipelined) copies_done(true);
       for (std::size_t i = 0; i < e.moves.size(); ++i) commit[i] = e.copied[i];
     }
-    if (watchdog.stop()) return false;
+    // From here on, a `false` while copies may run waits for them first: an aborted move's staging
+    // pieces go back to the pool.
+    const auto stop_here = [&]() UVMPOOL_REQUIRES(epoch_mu_) {
+      if (pipelined) copies_done(true);
+      return false;
+    };
+    if (!pipelined && watchdog->stop()) return false;
     // The program's copies and memsets stay out of the driver during the remaps (the remap gate,
     // host_wait_gate.h; launches pass: a kernel's pointers are read when it runs): the driver resolves
     // their addresses when they are called, and one called while its range is unmapped is refused
@@ -790,18 +839,55 @@ CUresult Mover::finish(Placed* placed) {
     // tests/gpu/remap_enqueue.py). Calls already inside are only queueing work behind the hold; one
     // that stays (waiting for queue room) keeps the remaps off: nothing commits.
     set_step(MoverStep::ClosingGate);
-    if (!streams_.remaps().close(config_.gate_patience)) return false;
+    if (!streams_.remaps().close(config_.gate_patience)) return stop_here();
     remaps_closed = true;
     // No break passes from here to the end of the remaps (the window closes after commit_quiesced);
     // one that came before means the streams ran on, and nothing commits.
     set_step(MoverStep::Committing);
-    return breaker_.open_commit(value, &window);
+    return breaker_.open_commit(value, &window) || stop_here();
+  };
+  // The commit order: by when each copy should end (bytes queued before it in its direction), so the
+  // two directions' commits interleave as their copies finish.
+  std::vector<std::size_t> order(e.moves.size());
+  {
+    std::vector<std::uint64_t> ends(e.moves.size());
+    std::uint64_t queued[2] = {0, 0};
+    for (std::size_t i = 0; i < e.moves.size(); ++i) {
+      order[i] = i;
+      ends[i] = queued[direction(e.moves[i].to)] += e.moves[i].bytes;
+    }
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return ends[a] < ends[b]; });
+  }
+  const pool::CopyReady ready = [&](std::size_t k) UVMPOOL_REQUIRES(epoch_mu_) {
+    if (!pipelined) return true;  // every copy was waited for in quiesce
+    if (fire_held) {
+      watchdog->allow();
+      fire_held = false;
+    }
+    set_step(MoverStep::Copying);
+    CUresult r = CUDA_ERROR_UNKNOWN;
+    {
+      ContextScope in(d_, devices_[static_cast<std::size_t>(e.device)].context);
+      for (int attempt = 0; attempt < 3 && r != CUDA_SUCCESS; ++attempt) r = d_.cuEventSynchronize(e.copy_done[order[k]]);
+    }
+    if (r == CUDA_SUCCESS && watchdog->hold_off()) {
+      fire_held = true;
+      set_step(MoverStep::Committing);
+      return true;
+    }
+    copies_done(true);  // the rest is aborted: no copy may still write a staging piece then
+    return false;
   };
   std::vector<pool::Move*> pointers;
-  for (pool::Move& m : e.moves) pointers.push_back(&m);
-  std::vector<CUresult> results(e.moves.size(), CUDA_ERROR_NOT_READY);
+  for (std::size_t i : order) pointers.push_back(&e.moves[i]);
+  std::vector<CUresult> in_order(e.moves.size(), CUDA_ERROR_NOT_READY);
   set_step(MoverStep::WaitingForPool);
-  pool_.commit_quiesced(e.device, pointers, quiesce, results);
+  pool_.commit_quiesced(e.device, pointers, quiesce, in_order, ready);
+  if (fire_held) watchdog->allow();
+  if (watchdog) watchdog->stop();
+  if (pipelined) copies_done(true);  // done by now: each was waited for, or all were before an abort
+  std::vector<CUresult> results(e.moves.size(), CUDA_ERROR_NOT_READY);
+  for (std::size_t k = 0; k < order.size(); ++k) results[order[k]] = in_order[k];
   if (remaps_closed) streams_.remaps().open();
   if (window.owns_lock()) window.unlock();
   set_step(MoverStep::Idle);

@@ -15,8 +15,12 @@
 //      every blocking stream, and each non-blocking stream) an event is recorded, then a
 //      cuStreamWaitValue32 on a pinned flag: later work queues behind the wait, on the GPU. The mover
 //      thread waits for the events: then nothing the program queued before runs any more.
-//   3. copy to the staging mapping on the mover's own stream (a copy engine), and wait for it.
-//   4. commit (Pool::commit_quiesced): unmap the old pieces, map the new at the same address.
+//   3. copy to the staging mapping on the mover's own stream (a copy engine), an event after each
+//      move's copy.
+//   4. commit (Pool::commit_quiesced): each move, once its own copy's event is done, unmaps its old
+//      pieces and maps the new at the same address, while the later moves' copies still run; so the
+//      pause lasts about the longer of the copies and the remaps, not their sum. The watchdog stands
+//      until the last commit, kept from firing during each remap.
 //   5. release: the flag is written; the held work goes on, on the new pieces.
 // The program's launching threads never wait, except at the host-wait gate (host_wait_gate.h: the
 // calls that would wait inside the driver behind a hold, a function's first launch among them, wait
@@ -245,6 +249,9 @@ class Mover {
     std::vector<Request> taken;
     std::vector<pool::Move> moves;
     std::vector<char> copied;
+    // Held copies: an event recorded after each move's copy (the device's copy_events, borrowed), so
+    // that each move commits as soon as its own copy is done, beside the copies still running.
+    std::vector<CUevent> copy_done;
     Held fence;
   };
 
@@ -306,7 +313,8 @@ class Mover {
   void forget(Held* held);  // its events destroyed without waiting for them
   class Watchdog;  // gives a hold up after MoverConfig::hold_timeout (mover.cpp)
   void release(std::uint32_t value) UVMPOOL_REQUIRES(epoch_mu_);
-  CUresult enqueue_copies(const Held* after) UVMPOOL_REQUIRES(epoch_mu_);
+  // `mark`: record Epoch::copy_done after each move's copy.
+  CUresult enqueue_copies(const Held* after, bool mark = false) UVMPOOL_REQUIRES(epoch_mu_);
   void thread_main();
   void wake_thread();
   // Says what the mover does from now (MoverStats::step); the same step again keeps its start.
@@ -343,6 +351,7 @@ class Mover {
     // The mover's copy streams in it, one per direction (to the host, to the device), so that the
     // two directions run on two copy engines and both PCIe directions at once.
     std::array<CUstream, 2> copy{nullptr, nullptr};
+    std::vector<CUevent> copy_events;  // for Epoch::copy_done, made as epochs need more, kept
   };
   std::vector<DeviceResources> devices_ UVMPOOL_GUARDED_BY(epoch_mu_);
   Epoch epoch_state_ UVMPOOL_GUARDED_BY(epoch_mu_);

@@ -270,6 +270,39 @@ TEST_F(Mover_, OneEpochMovesBothWaysAndAPromotionWaitsForTheRoomItsDemotionsMake
   EXPECT_EQ(s.moves_failed, 0u);
 }
 
+// Held copies are pipelined with the remaps: each move commits once its own copy is done. A wait for
+// one move's copy that fails leaves the moves before it committed and aborts it and those after it,
+// with nothing lost.
+TEST_F(Mover_, EachMoveCommitsOnceItsOwnCopyIsDoneAndAFailedWaitAbortsOnlyTheRest) {
+  make_mover();
+  allocate_both_tiers();  // 16 MiB of device room
+  fill(in_host, 16 * kMiB, 2);
+  // A clean epoch of two promotions, to count its event waits: the hold's, then one per move.
+  const auto waits = [] { return sim().call_count("cuEventSynchronize"); };
+  const auto before = waits();
+  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+  ASSERT_TRUE(mover->request(in_host + 4 * kMiB, 4 * kMiB, Tier::Device));
+  ASSERT_CU(mover->run_epoch());
+  ASSERT_EQ(tiers(in_host, 16 * kMiB, gran), "DDDDHHHH");
+  ASSERT_GE(waits() - before, 2u);
+  const unsigned hold_waits = static_cast<unsigned>(waits() - before - 2);
+
+  // Two demotions in one epoch: the wait for the second's copy fails, each of its three tries.
+  busy(in_host, 8 * kMiB);
+  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Host));
+  ASSERT_TRUE(mover->request(in_host + 4 * kMiB, 4 * kMiB, Tier::Host));
+  for (unsigned k = 0; k < 3; ++k) ASSERT_EQ(sim().fail("cuEventSynchronize", hold_waits + 2 + k, CUDA_ERROR_UNKNOWN), 0);
+  ASSERT_CU(mover->run_epoch());
+  sim().clear_failures();
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "HHDDHHHH") << "the first committed, the second aborted";
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_TRUE(holds(in_host, 16 * kMiB, 2));
+  const auto s = mover->stats();
+  EXPECT_EQ(s.moves, 3u);
+  EXPECT_EQ(s.moves_failed, 1u);
+  EXPECT_EQ(s.epochs, 2u);
+}
+
 TEST_F(Mover_, WorkQueuedDuringTheHoldRunsAfterTheRemapOnTheNewPieces) {
   allocate_both_tiers();
   fill(in_host, 16 * kMiB, 3);
