@@ -785,9 +785,9 @@ CUresult Mover::finish(Placed* placed) {
       return false;
     }
     // Bounded from here to the end of the held copies: the drain, and the copies, which a lazily
-    // loaded kernel can make wait behind the hold (host_wait_gate.h). Not the remaps that follow in
-    // the pool: releasing the hold during them would break the invariant, so only the gate keeps
-    // calls that wait inside the driver away from them.
+    // loaded kernel can make wait behind the hold (host_wait_gate.h), pipelined copies included up to
+    // the last commit. Never a remap itself (hold_off): releasing the hold during one would break
+    // the invariant, so only the gate keeps calls that wait inside the driver away from them.
     watchdog.emplace(*this, flag_, value);
     if (placed == nullptr) {
       if (!record_on_streams(true, value, &hold)) {
