@@ -164,8 +164,9 @@ void DevicePool::commit_quiesced(std::span<Move* const> moves, const Quiesce& qu
                                  const CopyReady& ready) {
   MutexLock lock(mu_);
   // Nothing below waits for the program's work (a quiesced commit skips fence_move, and no other step
-  // of a commit or abort waits): once `quiesce` holds the program's streams, a wait for them would
-  // never end. mu_ stays held so that no thread of this pool is inside such a wait meanwhile.
+  // of a commit or abort waits; `ready` waits only for the caller's own copies): once `quiesce` holds
+  // the program's streams, a wait for them would never end. mu_ stays held so that no thread of this
+  // pool is inside such a wait meanwhile.
   std::vector<char> commit(moves.size(), 0);
   bool go_on = quiesce(std::span<char>(commit));
   for (std::size_t i = 0; i < moves.size(); ++i) {

@@ -17,7 +17,8 @@
 // wait cannot meet one placed after the break. Safety of the break against a commit in progress: a
 // commit's remaps run inside a commit window (open_commit to the window's end), and a break waits
 // for the window to close; the window is opened under the device's pool lock, after the hold
-// drained and the copies are done, so it is short and never waits for the device.
+// drained and the copies are done (with pipelined copies, for each move's remap alone, once its own
+// copy is done), so it is short and never waits for the device.
 //
 // The mover's stall guard (mover.h) uses the same release when the mover's thread has made no progress
 // for twice the hold timeout while holds stand: whatever the mover waits for then (a lock, a driver

@@ -389,18 +389,21 @@ class Mover::Watchdog {
     if (thread_.joinable()) thread_.join();
     return gave_up_;
   }
-  // Before a remap under the hold: false when the hold was given up already (nothing more may be
-  // remapped); else the watchdog cannot fire until allow().
-  bool hold_off() {
-    fire_mu_.lock();
-    if (!gave_up_) return true;
-    fire_mu_.unlock();
-    return false;
+  // Before a remap under the hold: an empty lock when the hold was given up already (nothing more
+  // may be remapped); else the watchdog cannot fire while the returned lock is held.
+  std::unique_lock<std::mutex> hold_off() {
+    std::unique_lock fire(fire_mu_);
+    if (gave_up_) fire.unlock();
+    return fire;
   }
-  void allow() { fire_mu_.unlock(); }
   bool fired() {
     std::lock_guard fire(fire_mu_);
     return gave_up_;
+  }
+  // After the last remap: the watchdog no longer fires (the epoch's release follows).
+  void disarm() {
+    std::lock_guard fire(fire_mu_);
+    disarmed_ = true;
   }
 
  private:
@@ -411,9 +414,12 @@ class Mover::Watchdog {
       if (cv_.wait_for(lock, mover_.config_.hold_timeout, [&] { return done_; })) return;
     } while (mover_.still_progressing(&passed));
     lock.unlock();  // stop() takes m_ while a remap may hold fire_mu_
-    std::lock_guard fire(fire_mu_);
-    gave_up_ = true;
-    raise_flag(flag_, value_);
+    {
+      std::lock_guard fire(fire_mu_);
+      if (disarmed_) return;
+      gave_up_ = true;
+      raise_flag(flag_, value_);
+    }
     mover_.note_given_up();
   }
 
@@ -425,6 +431,7 @@ class Mover::Watchdog {
   bool done_ = false;     // m_
   std::mutex fire_mu_;    // held across a remap (hold_off); the thread takes it to give the hold up
   bool gave_up_ = false;  // fire_mu_; written by the thread before it ends, so read freely after the join
+  bool disarmed_ = false;  // fire_mu_
   std::thread thread_;    // last: it starts once the fields above exist
 };
 
@@ -497,7 +504,7 @@ CUresult Mover::enqueue_copies(const Held* after, bool mark) {
     const CUstream stream = res.copy[direction(e.moves[i].to)];
     e.copied[i] = pool_.copy_move(e.moves[i], stream) == CUDA_SUCCESS;
     if (!mark || !e.copied[i]) continue;
-    if (res.copy_events.size() <= i) {
+    if (res.copy_events.size() == i) {
       CUevent ev = nullptr;
       if (d_.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) res.copy_events.push_back(ev);
     }
@@ -764,10 +771,24 @@ CUresult Mover::finish(Placed* placed) {
   // Held copies are pipelined with the remaps: the copies are enqueued under the hold and each move
   // commits as soon as its own copy is done (`ready` below), so the remaps of the first moves run beside
   // the copies of the later ones and the hold lasts about the longer of the two, not their sum. The
-  // watchdog then stands until the last commit, kept from firing during each remap.
+  // watchdog then stands until the last commit, kept from firing during each remap, and the breaker's
+  // commit window is opened for each remap alone (never across a wait for the device).
   std::optional<Watchdog> watchdog;
-  bool pipelined = false;  // copies still running when quiesce returns
-  bool fire_held = false;  // watchdog->hold_off() taken for the remap under way
+  std::unique_lock<std::mutex> remap_permit;  // watchdog->hold_off(), for the remap under way; after `watchdog`
+  bool pipelined = false;                     // copies still running when quiesce returns
+  // The commit order: by when each copy should end (bytes queued before it in its direction), so the
+  // two directions' commits interleave as their copies finish. The pool sees the moves in this order:
+  // its k-th move, its commit[k] and results[k] are e.moves[order[k]].
+  std::vector<std::size_t> order(e.moves.size());
+  {
+    std::vector<std::uint64_t> ends(e.moves.size());
+    std::uint64_t queued[2] = {0, 0};
+    for (std::size_t i = 0; i < e.moves.size(); ++i) {
+      order[i] = i;
+      ends[i] = queued[direction(e.moves[i].to)] += e.moves[i].bytes;
+    }
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return ends[a] < ends[b]; });
+  }
   // Called by the pool inside this epoch (epoch_mu_ held throughout).
   const pool::Quiesce quiesce = [&](std::span<char> commit) UVMPOOL_REQUIRES(epoch_mu_) {
     set_step(MoverStep::Draining);  // the pool's lock is held from here to the end of the remaps
@@ -808,8 +829,8 @@ CUresult Mover::finish(Placed* placed) {
       while (launching_.load(std::memory_order_seq_cst) > 0 && (reported = std::chrono::steady_clock::now() < until))
         std::this_thread::yield();
     }
-    for (std::size_t i = 0; i < e.moves.size(); ++i)
-      commit[i] = reported && e.copied[i] != 0 && !flight_touched_[i].load(std::memory_order_seq_cst);
+    for (std::size_t k = 0; k < order.size(); ++k)
+      commit[k] = reported && e.copied[order[k]] != 0 && !flight_touched_[order[k]].load(std::memory_order_seq_cst);
     if (config_.inside_hold) config_.inside_hold();
     if (!wait_for(&hold)) return false;
     if (breaker_.broken(value)) return false;  // released for a pool wait: the streams ran on; no copy
@@ -823,7 +844,7 @@ CUresult Mover::finish(Placed* placed) {
       pipelined = enqueued;
       for (std::size_t i = 0; i < e.moves.size(); ++i) pipelined &= e.copied[i] != 0 && e.copy_done[i] != nullptr;
       if (!pipelined) copies_done(true);
-      for (std::size_t i = 0; i < e.moves.size(); ++i) commit[i] = e.copied[i];
+      for (std::size_t k = 0; k < order.size(); ++k) commit[k] = e.copied[order[k]];
     }
     // From here on, a `false` while copies may run waits for them first: an aborted move's staging
     // pieces go back to the pool.
@@ -844,37 +865,27 @@ CUresult Mover::finish(Placed* placed) {
     // No break passes from here to the end of the remaps (the window closes after commit_quiesced);
     // one that came before means the streams ran on, and nothing commits.
     set_step(MoverStep::Committing);
+    if (pipelined) return !breaker_.broken(value) || stop_here();  // the window opens for each remap (ready)
     return breaker_.open_commit(value, &window) || stop_here();
   };
-  // The commit order: by when each copy should end (bytes queued before it in its direction), so the
-  // two directions' commits interleave as their copies finish.
-  std::vector<std::size_t> order(e.moves.size());
-  {
-    std::vector<std::uint64_t> ends(e.moves.size());
-    std::uint64_t queued[2] = {0, 0};
-    for (std::size_t i = 0; i < e.moves.size(); ++i) {
-      order[i] = i;
-      ends[i] = queued[direction(e.moves[i].to)] += e.moves[i].bytes;
-    }
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return ends[a] < ends[b]; });
-  }
+  // Pipelined: before the pool commits its k-th move, that move's copy is waited for, then the
+  // watchdog is kept from firing and the breaker's window opened, for its remap alone.
   const pool::CopyReady ready = [&](std::size_t k) UVMPOOL_REQUIRES(epoch_mu_) {
     if (!pipelined) return true;  // every copy was waited for in quiesce
-    if (fire_held) {
-      watchdog->allow();
-      fire_held = false;
-    }
+    if (window.owns_lock()) window.unlock();
+    if (remap_permit.owns_lock()) remap_permit.unlock();
     set_step(MoverStep::Copying);
     CUresult r = CUDA_ERROR_UNKNOWN;
     {
       ContextScope in(d_, devices_[static_cast<std::size_t>(e.device)].context);
       for (int attempt = 0; attempt < 3 && r != CUDA_SUCCESS; ++attempt) r = d_.cuEventSynchronize(e.copy_done[order[k]]);
     }
-    if (r == CUDA_SUCCESS && watchdog->hold_off()) {
-      fire_held = true;
+    if (r == CUDA_SUCCESS) remap_permit = watchdog->hold_off();
+    if (remap_permit.owns_lock() && breaker_.open_commit(value, &window)) {
       set_step(MoverStep::Committing);
       return true;
     }
+    if (remap_permit.owns_lock()) remap_permit.unlock();
     copies_done(true);  // the rest is aborted: no copy may still write a staging piece then
     return false;
   };
@@ -883,9 +894,13 @@ CUresult Mover::finish(Placed* placed) {
   std::vector<CUresult> in_order(e.moves.size(), CUDA_ERROR_NOT_READY);
   set_step(MoverStep::WaitingForPool);
   pool_.commit_quiesced(e.device, pointers, quiesce, in_order, ready);
-  if (fire_held) watchdog->allow();
+  if (pipelined) {
+    if (window.owns_lock()) window.unlock();
+    if (remap_permit.owns_lock()) remap_permit.unlock();
+    watchdog->disarm();  // all remaps done: a timeout now would release nothing that is not released below
+    copies_done(true);   // done by now: each was waited for, or all were before an abort
+  }
   if (watchdog) watchdog->stop();
-  if (pipelined) copies_done(true);  // done by now: each was waited for, or all were before an abort
   std::vector<CUresult> results(e.moves.size(), CUDA_ERROR_NOT_READY);
   for (std::size_t k = 0; k < order.size(); ++k) results[order[k]] = in_order[k];
   if (remaps_closed) streams_.remaps().open();

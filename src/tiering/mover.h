@@ -15,8 +15,8 @@
 //      every blocking stream, and each non-blocking stream) an event is recorded, then a
 //      cuStreamWaitValue32 on a pinned flag: later work queues behind the wait, on the GPU. The mover
 //      thread waits for the events: then nothing the program queued before runs any more.
-//   3. copy to the staging mapping on the mover's own stream (a copy engine), an event after each
-//      move's copy.
+//   3. copy to the staging mappings on the mover's own streams (one per direction, two copy engines),
+//      an event after each move's copy.
 //   4. commit (Pool::commit_quiesced): each move, once its own copy's event is done, unmaps its old
 //      pieces and maps the new at the same address, while the later moves' copies still run; so the
 //      pause lasts about the longer of the copies and the remaps, not their sum. The watchdog stands

@@ -436,6 +436,35 @@ TEST_F(Mover_, TheTraceShowsEachMoveWithItsOutcomeAndTheHold) {
   EXPECT_GE(tt::ts_of(demote_end[0]), tt::ts_of(holds_seen[0]));
 }
 
+// The pool commits an epoch's moves in the order their copies should end, not the order they were
+// asked: what is dropped must still be the move that was touched. An 8 MiB demotion (touched) and a
+// 4 MiB promotion (not), whose copy ends first.
+TEST_F(Mover_, OverlapDropsTheTouchedMoveWhateverOrderTheCommitsTake) {
+  allocate_both_tiers();
+  fill(on_device, 8 * kMiB, 6);
+  fill(in_host, 16 * kMiB, 5);
+  MoverConfig config;
+  config.overlap = true;
+  config.after_copy = [&] {
+    ASSERT_CU(fill_on_stream(on_device, 8 * kMiB, 0x66));
+    LaunchTouches t;
+    t.add({on_device, pool->probe(on_device).owner, true});
+    mover->launched(t, false);
+  };
+  make_mover(config);
+  ASSERT_TRUE(mover->request(on_device, 8 * kMiB, Tier::Host));
+  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+  ASSERT_CU(mover->run_epoch());
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(tiers(on_device, 8 * kMiB, gran), "DDDD") << "the touched demotion was committed";
+  EXPECT_TRUE(all_equal(on_device, 8 * kMiB, 0x66)) << "the launch's write was lost";
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "DDHHHHHH") << "the untouched promotion was dropped";
+  EXPECT_TRUE(holds(in_host, 16 * kMiB, 5));
+  const auto s = mover->stats();
+  EXPECT_EQ(s.moves, 1u);
+  EXPECT_EQ(s.moves_touched, 1u);
+}
+
 TEST_F(Mover_, OverlapCommitsWhatNoLaunchTouched) {
   allocate_both_tiers();
   fill(in_host, 16 * kMiB, 5);
