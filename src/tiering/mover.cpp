@@ -862,8 +862,9 @@ CUresult Mover::finish(Placed* placed) {
     set_step(MoverStep::ClosingGate);
     if (!streams_.remaps().close(config_.gate_patience)) return stop_here();
     remaps_closed = true;
-    // No break passes from here to the end of the remaps (the window closes after commit_quiesced);
-    // one that came before means the streams ran on, and nothing commits.
+    // No break passes during a remap: the breaker's window is held from here to the end of the remaps
+    // (after commit_quiesced), or, pipelined, for each remap alone (ready). One that came before
+    // means the streams ran on, and nothing (more) commits.
     set_step(MoverStep::Committing);
     if (pipelined) return !breaker_.broken(value) || stop_here();  // the window opens for each remap (ready)
     return breaker_.open_commit(value, &window) || stop_here();
