@@ -97,9 +97,9 @@ struct MoverConfig {
   // one (poll) when moves are queued and no epoch is under way; no thread of the mover's own, one hold
   // at a time. So moves asked for (by the policy, a prefetch or advice) land at a later kernel launch.
   bool on_launch = false;
-  // With on_launch: an epoch every this many kernel launches while moves that name no launch needing
-  // them are queued (Tiering makes it the policy's lookahead / 8); the policy's asks of a learned
-  // period run when they are due instead (epoch_schedule.h).
+  // With on_launch: an epoch every this many kernel launches while moves are queued (Tiering makes it
+  // the policy's lookahead / 8, so a promotion asked `lookahead` launches ahead lands with most of
+  // them to spare).
   std::size_t launches_per_epoch = 1;
   // A hold not drained by then, with no progress mark passed meanwhile, is given up (released,
   // nothing committed): work queued before it may wait for work queued after it (a kernel on one

@@ -384,7 +384,7 @@ bool Policy::make_room(std::uint64_t bytes, std::uint64_t needed_at) {
     const auto it = known_.find(victims_[victims_taken_].second);
     if (it == known_.end() || !may_demote(it->second)) continue;
     Known& k = it->second;
-    if (!world_.move(k.buffer, pool::Tier::Host, needed_at == kNever ? World::kNoLaunch : needed_at)) continue;
+    if (!world_.move(k.buffer, pool::Tier::Host)) continue;
     if (k.demotion_asked == 0) asked_down_.push_back(k.buffer.address);  // listed once
     k.demotion_asked = count_;
     ++stats_.demotions;
@@ -428,7 +428,7 @@ void Policy::plan_ahead() {
         k.kept_at = count_;
         // The room there is still takes part of it: that part is then read from the device, and
         // nothing was pushed out for it.
-        if (const std::uint64_t part = room(); part != 0 && world_.promote_part(k.buffer, part, d)) {
+        if (const std::uint64_t part = room(); part != 0 && world_.promote_part(k.buffer, part)) {
           ++stats_.parts_promoted;
           if (stream_order_) {  // pending like any promotion, for the room it takes (at most `part`), until it lands
             if (k.promotion_asked == 0) asked_up_.push_back(address);
@@ -443,7 +443,7 @@ void Policy::plan_ahead() {
         ++stats_.waited_room;
         continue;
       }
-      if (!world_.move(k.buffer, pool::Tier::Device, d)) continue;
+      if (!world_.move(k.buffer, pool::Tier::Device)) continue;
       if (k.promotion_asked == 0) asked_up_.push_back(address);  // listed once
       k.promotion_asked = count_;
       k.promotion_bytes = needed;
@@ -476,7 +476,7 @@ void Policy::plan_recency(std::span<const Buffer> buffers) {
       counted = true;
     }
     if ((pending != 0 && pending + b.bytes > config_.in_flight_bytes) || !make_room(b.bytes, kNever)) continue;
-    if (!world_.move(b, pool::Tier::Device, World::kNoLaunch)) continue;
+    if (!world_.move(b, pool::Tier::Device)) continue;
     if (k.promotion_asked == 0) asked_up_.push_back(b.address);
     k.promotion_asked = count_;
     k.promotion_bytes = b.bytes;

@@ -179,16 +179,10 @@ class Policy {
     // Its bytes in host memory now: all or none, unless a move was cut short (some of its pieces moved).
     virtual std::uint64_t host_bytes(const Buffer& b) { return in_host(b) ? b.bytes : 0; }
     virtual std::uint64_t device_room() = 0;       // device bytes a promotion may take without a demotion
-    // Asks; false when refused at once. `needed_in`: the launches after the one just shown before
-    // the first that needs the move done (0: the next launch), with a learned period; kNoLaunch
-    // otherwise (recency, and demotions not made for a promotion). Epochs on the launching thread
-    // run when the earliest ask is due (epoch_schedule.h), so one epoch carries every ask that can
-    // wait for it.
-    static constexpr std::size_t kNoLaunch = ~std::size_t{0};
-    virtual bool move(const Buffer& b, pool::Tier to, std::size_t needed_in) = 0;
+    virtual bool move(const Buffer& b, pool::Tier to) = 0;  // asks; false when refused at once
     // Asks to promote the part of the buffer in host memory that `room` bytes take, whole pieces
     // from its start. False when refused, or when not a piece fits.
-    virtual bool promote_part(const Buffer&, std::uint64_t /*room*/, std::size_t /*needed_in*/) { return false; }
+    virtual bool promote_part(const Buffer&, std::uint64_t /*room*/) { return false; }
     // Whether a move asked for the buffer may still happen (false: carried out, refused or dropped).
     // Unknown by default: an ask is then taken as dropped only after a period.
     virtual bool moving(const Buffer&) { return true; }

@@ -66,7 +66,7 @@ PolicyConfig configured_policy() {
 // The policy's questions answered by the pool, its requests handed to the mover.
 class Tiering::PoolWorld : public Policy::World {
  public:
-  using Ask = std::function<bool(CUdeviceptr, CUdeviceptr, pool::Tier, int, std::size_t needed_in)>;
+  using Ask = std::function<bool(CUdeviceptr, CUdeviceptr, pool::Tier, int)>;
   // `pieces`: the policy's buffers are pieces of allocations (pieces.h).
   PoolWorld(const driver::Table& driver, pool::Pool& pool, Mover& mover, Ask ask, bool pieces)
       : pool_(pool), mover_(mover), ask_(std::move(ask)), clock_(driver), pieces_(pieces) {}
@@ -92,14 +92,14 @@ class Tiering::PoolWorld : public Policy::World {
 
   std::uint64_t device_room() override { return pool_.promotion_room(device_); }
 
-  bool promote_part(const Policy::Buffer& b, std::uint64_t room, std::size_t needed_in) override {
+  bool promote_part(const Policy::Buffer& b, std::uint64_t room) override {
     // The range from the start that holds as many host pieces as the room takes: the mover asked for
     // it moves only those (Tiering::ask_moves). The pool knows the pieces (a demoted range's host
     // extents are larger than a granule and move whole); while its lock is busy, granules stand in.
     if (std::optional<CUdeviceptr> end = pool_.promotable_end(device_, b.base, room)) {
       *end = std::min<CUdeviceptr>(*end, b.base + b.bytes);  // the pool's answer runs to the mapping's end
       return *end != b.base && host_bytes({b.base, b.base, *end - b.base}) != 0 &&
-             ask_(b.base, *end, pool::Tier::Device, device_, needed_in);
+             ask_(b.base, *end, pool::Tier::Device, device_);
     }
     const std::uint64_t granule = std::max<std::uint64_t>(pool_.stats(device_).chunk_size, 1);
     std::uint64_t pieces = room / granule;
@@ -115,13 +115,13 @@ class Tiering::PoolWorld : public Policy::World {
       end = next;
     }
     return end != b.base && host_bytes({b.base, b.base, end - b.base}) != 0 &&
-           ask_(b.base, end, pool::Tier::Device, device_, needed_in);
+           ask_(b.base, end, pool::Tier::Device, device_);
   }
 
   // The allocation's pieces in the other tier.
-  bool move(const Policy::Buffer& b, pool::Tier to, std::size_t needed_in) override {
+  bool move(const Policy::Buffer& b, pool::Tier to) override {
     const auto [from, end] = carried(b);
-    return ask_(from, end, to, device_, needed_in);
+    return ask_(from, end, to, device_);
   }
 
   bool moving(const Policy::Buffer& b) override {
@@ -160,8 +160,6 @@ class Tiering::PoolWorld : public Policy::World {
   bool capturing_ = false;
 };
 
-static_assert(Policy::World::kNoLaunch == EpochSchedule::kNoLaunch, "the policy's asks go to the schedule as they are");
-
 bool Tiering::ask_moves(CUdeviceptr from, CUdeviceptr end, pool::Tier to, int device) {
   const std::uint64_t granule = std::max<std::uint64_t>(pool_.stats(device).chunk_size, 1);
   const std::uint64_t most = std::max<std::uint64_t>(mover_.config().max_batch_bytes / granule, 1) * granule;
@@ -187,15 +185,10 @@ Tiering::Tiering(const driver::Table& driver, pool::Pool& pool, Mode mode, Strea
                  MoverConfig mover, PolicyConfig policy)
     : driver_(driver), pool_(pool), mode_(mode), streams_(streams), layouts_(driver),
       mover_(driver, pool, streams, mover),
-      world_(std::make_unique<PoolWorld>(driver, pool, mover_, [this](CUdeviceptr from, CUdeviceptr end, pool::Tier to, int device,
-                                                              std::size_t needed_in) {
-                                          const bool asked = ask_moves(from, end, to, device);
-                                          if (asked) schedule_.asked(needed_in);
-                                          return asked;
-                                        },
+      world_(std::make_unique<PoolWorld>(driver, pool, mover_, [this](CUdeviceptr from, CUdeviceptr end, pool::Tier to,
+                                                              int device) { return ask_moves(from, end, to, device); },
                                         policy.pieces)),
-      cut_pieces_(policy.pieces),
-      schedule_(mover.launches_per_epoch) {
+      cut_pieces_(policy.pieces) {
   if (mode == Mode::Auto) {
     policy_ = std::make_unique<Policy>(*world_, policy);
     streams.keep_retiring();  // moves will come: destroyed streams' queued work must be waited for
@@ -466,17 +459,16 @@ void Tiering::after_launch(const LaunchSeen& seen, CUstream stream) {
   }
   // UVMPOOL_TIERING_EPOCHS=launch: what this launch (or an earlier one) asked for moves now, on this
   // thread, before the program queues more: the epoch waits for the work queued before its hold, so
-  // each move lands where the policy asked for it. When the earliest ask is due, or at the cadence
-  // (epoch_schedule.h): so that one epoch carries every ask that can wait for it (with a fixed
-  // cadence, an epoch every 1, 2, 4, 8, 16 launches: 100.0, 92.2, 79.0, 80.5, 239.3 ms a step on the
-  // training replay before commits were pipelined: past a few the moves land too late). Out of the host-wait gate here (a
-  // first launch left it above), so the epoch's closing of the gate does not wait for this thread;
-  // only after kernel launches, since a synchronous copy's hook is still inside the gate here
-  // (transfer_hooks.cpp). Another thread's epoch under way: this one goes on.
-  if (mode_ == Mode::Auto && seen.kernel && mover_.config().on_launch && mover_.queued() && schedule_.launched()) {
+  // each move lands where the policy asked for it. Every launches_per_epoch-th launch while moves are
+  // queued, so that one epoch carries the asks of a few launches (modeled on the training replay, an
+  // epoch every 1, 2, 4, 8, 16 launches: 100.0, 92.2, 79.0, 80.5, 239.3 ms a step: past a few the
+  // moves land too late). Out of the host-wait gate here (a first launch left it above), so the
+  // epoch's closing of the gate does not wait for this thread; only after kernel launches, since a
+  // synchronous copy's hook is still inside the gate here (transfer_hooks.cpp). Another thread's
+  // epoch under way: this one goes on.
+  if (mode_ == Mode::Auto && seen.kernel && mover_.config().on_launch && mover_.queued() &&
+      launches_since_epoch_.fetch_add(1, std::memory_order_relaxed) % std::max<std::size_t>(mover_.config().launches_per_epoch, 1) == 0)
     mover_.poll();
-    schedule_.ran(mover_.queued());
-  }
 }
 
 void Tiering::trace_launch(const LaunchSeen& seen) {
@@ -537,7 +529,6 @@ void Tiering::show_policy(const LaunchSeen& seen, CUstream stream) {
       return live && live->base == base && live->buffer_id == id;
     });
   }
-  schedule_.shown();
   world_->set_launch(device, stream, graphs_.capturing());
   mover_.progress().launched(stream, graphs_.capturing());
   policy_->on_launch(reinterpret_cast<std::uintptr_t>(seen.function), std::span<const Policy::Buffer>(buffers, n));
@@ -557,7 +548,6 @@ bool Tiering::prefetch(std::span<const pool::AllocationInfo> allocations, CUdevi
     const CUdeviceptr from = std::max<CUdeviceptr>(p, a.base), until = std::min<CUdeviceptr>(end, a.base + a.size);
     if (from < until) asked |= ask_moves(from, until, to.tier, a.device);
   }
-  if (asked) schedule_.asked(EpochSchedule::kNoLaunch);
   return asked;
 }
 

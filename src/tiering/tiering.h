@@ -24,7 +24,6 @@
 #include "driver/driver_api.h"
 #include "pool/pool.h"
 #include "tiering/advice.h"
-#include "tiering/epoch_schedule.h"
 #include "tiering/graph_touches.h"
 #include "tiering/mover.h"
 #include "tiering/param_layouts.h"
@@ -210,9 +209,7 @@ class Tiering {
   GraphTouches& graphs_ = GraphTouches::process();
   std::atomic<Observer> observer_{nullptr};
   std::atomic<void*> observer_context_{nullptr};
-  // When the launching thread runs an epoch (on_launch): asks of the learned period when they are
-  // due, the others at the cadence (MoverConfig::launches_per_epoch).
-  EpochSchedule schedule_;
+  std::atomic<std::uint64_t> launches_since_epoch_{0};  // kernel launches shown while moves were queued (on_launch)
   std::atomic<std::uint64_t> launches_read_{0}, launches_unread_{0}, pointers_{0}, host_pointers_{0},
       launches_in_place_{0}, transfers_read_{0}, transfers_in_place_{0}, prefetches_{0}, advice_calls_{0},
       captured_{0}, graph_launches_read_{0}, graph_launches_unread_{0}, queue_waits_{0};

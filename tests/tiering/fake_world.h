@@ -49,8 +49,7 @@ class FakeWorld : public Policy::World {
   bool stream_order = false;  // in_stream_order: moves prepared where the device reaches them
   bool in_stream_order() override { return stream_order; }
   std::uint64_t device_room() override { return used_ < capacity_ ? capacity_ - used_ : 0; }
-  bool move(const Policy::Buffer& b, Tier to, std::size_t needed_in) override {
-    if (to == Tier::Device) promotion_asks.push_back({shown, b.address, needed_in});
+  bool move(const Policy::Buffer& b, Tier to) override {
     if (refused.count(b.address) != 0) return true;  // taken, then refused later (as the mover does)
     Policy::Buffer& x = buffers_.at(b.address);
     if (x.host == (to == Tier::Host)) return true;
@@ -204,7 +203,6 @@ class FakeWorld : public Policy::World {
         clock += b.bytes * passes / 64;
       }
     }
-    ++shown;
     policy.on_launch(function, seen);
     if (epoch_every == 0) return;
     ++launches_;
@@ -222,16 +220,6 @@ class FakeWorld : public Policy::World {
 
   std::uint64_t hits = 0, misses = 0, in_place = 0, promoted = 0, demoted = 0;
   std::set<CUdeviceptr> ever_promoted, ever_demoted;
-  // Launches shown to the policy (the one being planned for is number `shown`), and each promotion
-  // asked: while which launch was planned for, and the launches it said it is needed in
-  // (Policy::World::move: the launch shown + needed_in + 1 needs it).
-  std::uint64_t shown = 0;
-  struct Ask {
-    std::uint64_t at;
-    CUdeviceptr address;
-    std::size_t needed_in;
-  };
-  std::vector<Ask> promotion_asks;
   std::map<CUdeviceptr, std::uint64_t> promotions_of;  // since the last reset_counts
 
  private:

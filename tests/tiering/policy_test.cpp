@@ -68,48 +68,6 @@ TEST(Policy_, LearnsTheStepAndPromotesAheadOfTheLaunches) {
   EXPECT_LE(w.used(), 8 * kUnit);
 }
 
-// Each promotion of the learned period names the launch that needs it (Policy::World::move), which
-// is what puts an epoch on the launching thread when it is due (epoch_schedule.h); recency's names
-// none.
-TEST(Policy_, EachPromotionOfThePeriodNamesTheLaunchThatNeedsIt) {
-  FakeWorld w(8 * kUnit);
-  std::vector<CUdeviceptr> b;
-  for (int i = 0; i < 24; ++i) b.push_back(w.add(kUnit, i >= 8));
-  PolicyConfig c;
-  c.lookahead = 6;
-  Policy p(w, c);
-  const auto step = pairs_step(b);
-  run(w, p, step, 3);
-  ASSERT_TRUE(p.has_period());
-  const std::size_t before = w.promotion_asks.size();
-  run(w, p, step, 3);
-  ASSERT_GT(w.promotion_asks.size(), before + 10);
-  std::size_t named = 0;
-  for (std::size_t i = before; i < w.promotion_asks.size(); ++i) {
-    const FakeWorld::Ask& a = w.promotion_asks[i];
-    ASSERT_NE(a.needed_in, Policy::World::kNoLaunch) << "ask " << i;
-    EXPECT_LT(a.needed_in, c.lookahead);
-    // Launch number at + needed_in + 1 (numbered from 1) is step[(at + needed_in) % size].
-    const std::vector<CUdeviceptr>& needs = step[(a.at + a.needed_in) % step.size()];
-    EXPECT_NE(std::find(needs.begin(), needs.end(), a.address), needs.end())
-        << "ask " << i << " at launch " << a.at << ", needed in " << a.needed_in;
-    // And no launch between touches it: the first that does.
-    for (std::size_t k = 0; k < a.needed_in; ++k) {
-      const std::vector<CUdeviceptr>& earlier = step[(a.at + k) % step.size()];
-      EXPECT_EQ(std::find(earlier.begin(), earlier.end(), a.address), earlier.end()) << "ask " << i;
-    }
-    ++named;
-  }
-  EXPECT_EQ(named, w.promotion_asks.size() - before);
-  // Before a period, recency names no launch.
-  FakeWorld fresh(8 * kUnit);
-  Policy q(fresh, c);
-  const CUdeviceptr spilled = fresh.add(kUnit, true);
-  fresh.launch(q, 1, {spilled});
-  ASSERT_FALSE(fresh.promotion_asks.empty());
-  EXPECT_EQ(fresh.promotion_asks.front().needed_in, Policy::World::kNoLaunch);
-}
-
 TEST(Policy_, ANumberPassedAsAPointerThatChangesEveryStepDoesNotHideThePeriod) {
   // As PyTorch's dropout offset (policy.h): some launches carry a word that falls in a different
   // allocation each step. The period is learned all the same, and those allocations are not planned for.
