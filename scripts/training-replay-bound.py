@@ -17,7 +17,7 @@ must also carry what is dead. This prints, per step in units each way:
   - the same plan when a gap that ends in an overwrite (the tensor's contents are dead across it)
     costs nothing: what a mover that knew the program's frees could reach.
 The policy itself moved 1.58 GiB each way a step (809 units of 2 MiB) in the modeled run of
-2026-11-30 (docs/tiering.md, "The policy").
+2026-11-30 (docs/tiering.md, "Results": "What whole-tensor moves must carry").
 usage: scripts/training-replay-bound.py [budget units, default 256] [unit MiB, default 2]"""
 import bisect
 import sys
