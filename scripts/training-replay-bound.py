@@ -34,7 +34,7 @@ def tensor(units):
     return len(sizes) - 1
 
 
-weight, grad, state, act = [], [], [], []
+weight, grad, state = [], [], []
 for _ in range(layers):
     weight.append(tensor(1))
     grad.append(tensor(1))
@@ -118,7 +118,7 @@ def show(name, units):
 
 print(f"training replay: {sum(sizes)} units needed, budget {budget} ({sum(sizes) / budget:.2f}x), "
       f"{period} operations a step, unit {unit_mib} MiB")
-show("floor (need - budget, dead bytes not moved)", sum(sizes) - budget)
+show("the bench's floor (need - budget)", sum(sizes) - budget)
 moved_in, moved_out = belady()
 show("Belady on demand, in", moved_in)
 show("Belady on demand, out", moved_out)
