@@ -181,6 +181,7 @@ CUresult HostReserve::take(std::size_t n, std::vector<Chunk>* out) {
 
 std::size_t HostReserve::take_ready(std::size_t n, std::vector<Chunk>* out) {
   MutexLock lock(mu_);
+  if (holds_ != 0) return 0;
   const std::size_t k = std::min(n, chunks_.size());
   for (std::size_t i = chunks_.size() - k; i < chunks_.size(); ++i) out->push_back(Chunk{chunks_[i], Tier::Host});
   chunks_.resize(chunks_.size() - k);
@@ -191,15 +192,28 @@ std::size_t HostReserve::take_ready(std::size_t n, std::vector<Chunk>* out) {
 
 void HostReserve::landed(std::size_t n) {
   MutexLock lock(mu_);
+  land_locked(n);
+}
+
+void HostReserve::land_locked(std::size_t n) {
+  if (n == 0) return;
+  landings_.fetch_add(1, std::memory_order_release);
   in_flight_ -= std::min(n, in_flight_);
   if (in_flight_ == 0) landed_cv_.notify_all();
 }
 
-bool HostReserve::wait_until_landed() {
+void HostReserve::begin_hold() {
   UniqueMutexLock lock(mu_);
-  if (in_flight_ == 0) return false;
+  ++holds_;
   while (in_flight_ != 0) landed_cv_.wait(lock.native());
-  return true;
+}
+
+void HostReserve::end_hold() {
+  {
+    MutexLock lock(mu_);
+    if (--holds_ != 0) return;
+  }
+  tier_.wake();  // what upkeep skipped meanwhile
 }
 
 void HostReserve::note_take(std::size_t n) {
@@ -335,7 +349,7 @@ bool HostReserve::upkeep() {
   std::vector<Chunk> extents_to_release;
   {
     MutexLock lock(mu_);
-    if (abandoned_) return false;
+    if (abandoned_ || holds_ != 0) return false;
     // Extents are kept only while moves cycle them: once idle they all go back.
     if (!extents_.empty() && Clock::now() - last_take_ > tier_.idle()) {
       const std::size_t n = std::min(kBatch, extents_.size());
@@ -344,31 +358,37 @@ bool HostReserve::upkeep() {
       std::size_t granules = 0;
       for (const Chunk& c : extents_to_release) granules += c.granules;
       extent_granules_.fetch_sub(granules, std::memory_order_relaxed);
+      in_flight_ += n;  // still charged to the host limit until unpinned
     }
   }
   if (!extents_to_release.empty()) {
     unpin_extents(extents_to_release);
+    MutexLock lock(mu_);
+    land_locked(extents_to_release.size());
     return true;
   }
   {
     MutexLock lock(mu_);
-    if (target_ == 0 || abandoned_) return false;
+    if (target_ == 0 || abandoned_ || holds_ != 0) return false;
     const bool idle = Clock::now() - last_take_ > tier_.idle();
     if (idle) target_ = base_;
     const std::size_t ready = chunks_.size() + premapped();
     const std::size_t unmapped_target = unmapped_target_locked();
     if (ready < target_ || chunks_.size() < unmapped_target) {
       to_pin = std::min(kBatch, std::max(target_ - std::min(ready, target_), unmapped_target - std::min(chunks_.size(), unmapped_target)));
-      in_flight_ += to_pin;  // charged by pin() before the chunks exist: see wait_until_landed
+      in_flight_ += to_pin;  // charged by pin() before the chunks exist: see Hold
     } else if (idle && ready > target_ && chunks_.size() > unmapped_target) {
       const std::size_t n = std::min({kBatch, ready - target_, chunks_.size() - unmapped_target});
       to_release.assign(chunks_.end() - static_cast<std::ptrdiff_t>(n), chunks_.end());
       chunks_.resize(chunks_.size() - n);
       size_.store(chunks_.size(), std::memory_order_relaxed);
+      in_flight_ += n;  // still charged to the host limit until unpinned
     }
   }
   if (!to_release.empty()) {
     unpin(to_release);
+    MutexLock lock(mu_);
+    land_locked(to_release.size());
     return true;
   }
   if (to_pin == 0) return false;
@@ -382,8 +402,7 @@ bool HostReserve::upkeep() {
     // The host limit (or the system) says no: stop aiming higher than what the reserve now holds.
     target_ = std::max<std::size_t>(chunks_.size() + premapped(), 1);
   }
-  in_flight_ -= std::min(to_pin, in_flight_);
-  if (in_flight_ == 0) landed_cv_.notify_all();
+  land_locked(to_pin);
   return ok;
 }
 

@@ -120,14 +120,29 @@ class HostReserve {
   // target, or give back unmapped chunks above their share once idle. True when it did something.
   bool upkeep();
 
-  // Chunks the thread holds between two places — being pinned (already charged to the host limit)
-  // or taken by take_ready to be premapped — belong to no one an allocation can take from. An
-  // allocation that fails while some are in flight waits for them to land (the thread's one batch:
-  // a few ms) and tries again, so the thread never turns an allocation the tier can cover into an
-  // out-of-memory. landed(n): n taken by take_ready are now a premapped run or back in the reserve.
+  // Chunks the thread holds between two places (being pinned, already charged to the host limit;
+  // taken by take_ready to be premapped; taken out to be unpinned) belong to no one an allocation can
+  // take from. landed(n): n taken by take_ready are now a premapped run or back in the reserve.
   void landed(std::size_t n);
-  // Waits until nothing is in flight; false (at once) when nothing was.
-  bool wait_until_landed();
+
+  // An allocation that failed while the thread had chunks in flight must not fail for that: it holds
+  // the thread off (waiting for what is in flight to land: one batch, a few ms) and, when anything
+  // landed since it began (landings()), tries again. While a hold lasts the thread starts nothing
+  // (take_ready takes nothing, upkeep does nothing), so it cannot take away again between the wait
+  // and the retry what the retry needs; the thread is woken when the last hold ends.
+  class [[nodiscard]] Hold {
+   public:
+    explicit Hold(HostReserve& r) : r_(r) { r_.begin_hold(); }
+    ~Hold() { r_.end_hold(); }
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+
+   private:
+    HostReserve& r_;
+  };
+
+  // Batches of the thread's that have landed (pinned, premapped, unpinned, or given up), ever.
+  std::uint64_t landings() const { return landings_.load(std::memory_order_acquire); }
 
   std::size_t size() const { return size_.load(std::memory_order_relaxed); }         // chunks in the reserve
   std::size_t extent_granules() const { return extent_granules_.load(std::memory_order_relaxed); }  // in its extents
@@ -145,6 +160,9 @@ class HostReserve {
   void unpin_extents(std::span<const Chunk> extents);
   void note_pinned(std::uint64_t granules);  // held_ and its peak, after pinning
   bool release_extents();  // the stock of host extents back to the system; false when it was empty
+  void begin_hold();
+  void end_hold();
+  void land_locked(std::size_t n) UVMPOOL_REQUIRES(mu_);  // n in flight no more
 
   const Vmm& vmm_;
   HostTier& tier_;
@@ -156,11 +174,13 @@ class HostReserve {
   std::vector<Handle> chunks_ UVMPOOL_GUARDED_BY(mu_);
   std::vector<Chunk> extents_ UVMPOOL_GUARDED_BY(mu_);  // host extents not mapped (take_extents)
   std::size_t target_ UVMPOOL_GUARDED_BY(mu_) = 0;  // 0 until armed
-  std::size_t in_flight_ UVMPOOL_GUARDED_BY(mu_) = 0;  // chunks being pinned by upkeep or premapped
+  std::size_t in_flight_ UVMPOOL_GUARDED_BY(mu_) = 0;  // chunks being pinned, premapped or unpinned
   std::condition_variable landed_cv_;  // in_flight_ fell to 0 (mu_)
+  std::size_t holds_ UVMPOOL_GUARDED_BY(mu_) = 0;  // allocations retrying (Hold): start nothing
   Clock::time_point last_take_ UVMPOOL_GUARDED_BY(mu_){};
   bool abandoned_ = false;
 
+  std::atomic<std::uint64_t> landings_{0};  // written under mu_
   std::atomic<std::size_t> size_{0};
   std::atomic<std::size_t> extent_granules_{0};
   std::atomic<std::size_t> premapped_{0};

@@ -212,12 +212,19 @@ void DevicePool::release_pending(const PendingItem& item) {
 }
 
 CUresult DevicePool::with_pressure_relief(const std::function<CUresult()>& attempt) {
+  const std::uint64_t landed_before = host_ ? host_->landings() : 0;
   CUresult r = attempt();
   if (r != CUDA_ERROR_OUT_OF_MEMORY) return r;
-  // Host chunks the reserve thread holds in flight (being pinned, or premapped) are no one's to
-  // take: wait for them to land and try again (HostReserve::wait_until_landed). Called without mu_,
-  // which premapping needs to finish.
-  if (host_ && host_->wait_until_landed()) r = attempt();
+  // Host chunks the reserve thread holds in flight (being pinned, premapped or unpinned) are no one's
+  // to take: hold the thread off, wait for them to land, and try again against all the tier holds
+  // when anything landed since the attempt began (HostReserve::Hold). The hold lasts through the
+  // retries below, so the thread cannot take again what they need. Called without mu_, which a
+  // premap in flight needs to land.
+  std::optional<HostReserve::Hold> hold;
+  if (host_) {
+    hold.emplace(*host_);
+    if (host_->landings() != landed_before) r = attempt();
+  }
   if (r != CUDA_ERROR_OUT_OF_MEMORY || pending_count_.load(std::memory_order_relaxed) == 0) return r;
   // Out of memory while memory freed on streams waits for their work: take what has finished, then
   // wait for the rest — a stall, but better than failing an allocation the pool can cover.

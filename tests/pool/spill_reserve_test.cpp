@@ -7,6 +7,11 @@
 //
 // The base used here, 128 MiB = 64 chunks, is large enough that the loose share is a quarter of it
 // (16 chunks) and three quarters are premapped, as the design says.
+#include <atomic>
+#include <thread>
+
+#include "driver/real_driver.h"
+#include "pool/host_tier.h"
 #include "spill_test.h"
 
 namespace pooltest {
@@ -241,6 +246,70 @@ TEST_F(SpillReserve, StaysReleasedAfterReleaseIdleUntilTheDeviceFillsUpAgain) {
   full = must_allocate(*pool, room(64 * kMiB));
   EXPECT_TRUE(eventually([&] { return ready(pool->stats(0)) == 64; }))
       << "not armed again by a full device: " << ready(pool->stats(0)) << " chunks ready";
+  must_free(*pool, full);
+}
+
+// An allocation that fails while the thread has chunks in flight holds the thread off and tries again
+// (DevicePool::with_pressure_relief). The hold waits for the batch in flight and then lets the
+// thread start nothing, so it cannot take again what the retry needs; this is the race that once let
+// an allocation of exactly what memory_info reported free fail under load.
+TEST_F(SpillReserve, AHoldWaitsForTheBatchInFlightAndLetsTheThreadStartNothingUntilItEnds) {
+  using uvmpool::pool::Chunk;
+  using uvmpool::pool::HostReserve;
+  auto pool = make_pool(spill_config(64 * kMiB));  // the driver, loaded and with a context
+  uvmpool::pool::HostTier tier(64 * kMiB, std::chrono::milliseconds(60'000));
+  const uvmpool::pool::Vmm vmm(uvmpool::driver::fn(), 0);
+  HostReserve reserve(vmm, tier, gran, 32 * gran);
+  ASSERT_CU(reserve.fill(8));
+  std::vector<Chunk> batch;
+  ASSERT_EQ(reserve.take_ready(8, &batch), 8u) << "the thread's premap, in flight";
+
+  std::atomic<bool> holding{false}, end{false};
+  std::thread allocation([&] {
+    HostReserve::Hold hold(reserve);
+    holding = true;
+    while (!end) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  EXPECT_FALSE(eventually([&] { return holding.load(); }, 0.3)) << "the hold began with 8 chunks in flight";
+  const std::uint64_t landings = reserve.landings();
+  reserve.give_back(batch);  // the premap failed: its chunks back in the reserve, landed
+  reserve.landed(batch.size());
+  EXPECT_EQ(reserve.landings(), landings + 1) << "a landing not counted: the failed allocation would not retry";
+  ASSERT_TRUE(eventually([&] { return holding.load(); })) << "the hold did not begin once the batch landed";
+
+  std::vector<Chunk> more;
+  EXPECT_EQ(reserve.take_ready(4, &more), 0u) << "the thread took chunks to premap during a hold";
+  reserve.arm();  // the reserve now wants 32 chunks: the thread's upkeep would pin
+  EXPECT_FALSE(reserve.upkeep()) << "the thread's upkeep ran during a hold";
+  EXPECT_EQ(reserve.held(), 8u) << "pinned during a hold";
+  end = true;
+  allocation.join();
+
+  EXPECT_EQ(reserve.take_ready(4, &more), 4u) << "still held off after the hold ended";
+  reserve.give_back(more);
+  reserve.landed(more.size());
+  EXPECT_TRUE(reserve.upkeep());
+  EXPECT_GT(reserve.held(), 8u) << "the upkeep pinned nothing after the hold ended";
+  tier.stop();
+}
+
+// The same promise through the pool, many times over while the thread pins and premaps: what
+// memory_info reports free is allocated at once, whatever the thread has in flight.
+TEST_F(SpillReserve, WhatIsReportedFreeCanBeAllocatedWhileTheThreadWorks) {
+  PoolConfig c = spill_config(64 * kMiB, 128 * kMiB, kBase);
+  c.report_host = true;
+  auto pool = make_pool(c);
+  CUdeviceptr full = must_allocate(*pool, room(64 * kMiB));
+  for (int round = 0; round < 40; ++round) {
+    // A spill of varying size: the thread refills and premaps behind it while the next request comes.
+    CUdeviceptr p = must_allocate(*pool, (2 + round % 7 * 5) * kMiB);
+    std::size_t free = 0, total = 0;
+    ASSERT_CU(pool->memory_info(&free, &total));
+    CUdeviceptr q = 0;
+    ASSERT_CU(pool->allocate(&q, free)) << "round " << round << ": " << free << " bytes reported free";
+    must_free(*pool, q);
+    must_free(*pool, p);
+  }
   must_free(*pool, full);
 }
 
