@@ -144,4 +144,42 @@ void RangeAllocator::give_back(CUdeviceptr base, std::size_t size) {
   by_size_.insert({size, base});
 }
 
+bool RangeAllocator::take_at(CUdeviceptr base, std::size_t size) {
+  auto it = by_address_.upper_bound(base);
+  if (it == by_address_.begin()) return false;
+  --it;
+  const auto [start, have] = *it;
+  if (base + size > start + have) return false;
+  by_size_.erase({have, start});
+  by_address_.erase(it);
+  if (base > start) {
+    by_address_[start] = base - start;
+    by_size_.insert({base - start, start});
+  }
+  if (const CUdeviceptr end = base + size; end < start + have) {
+    by_address_[end] = start + have - end;
+    by_size_.insert({start + have - end, end});
+  }
+  return true;
+}
+
+std::optional<CUdeviceptr> RangeAllocator::free_ending_at(CUdeviceptr end) const {
+  auto it = by_address_.lower_bound(end);
+  if (it == by_address_.begin()) return std::nullopt;
+  --it;
+  if (it->first + it->second != end) return std::nullopt;
+  return it->first;
+}
+
+std::size_t RangeAllocator::free_starting_at(CUdeviceptr start) const {
+  auto it = by_address_.find(start);
+  return it == by_address_.end() ? 0 : it->second;
+}
+
+std::uint64_t RangeAllocator::free_bytes() const {
+  std::uint64_t n = 0;
+  for (const auto& [base, size] : by_address_) n += size;
+  return n;
+}
+
 }  // namespace uvmpool::pool

@@ -89,6 +89,13 @@ class RangeAllocator {
   std::optional<CUdeviceptr> take(std::size_t size);
   void give_back(CUdeviceptr base, std::size_t size);
   bool starts_region(CUdeviceptr p) const { return region_starts_.contains(p); }
+  // Takes [base, base + size) out of the free range that holds it all (false, nothing taken, when
+  // none does): a caller that chose where, not how much (CarvedRange's growth).
+  bool take_at(CUdeviceptr base, std::size_t size);
+  // The free range that ends exactly at `end` / begins exactly at `start`: its start / its size.
+  std::optional<CUdeviceptr> free_ending_at(CUdeviceptr end) const;
+  std::size_t free_starting_at(CUdeviceptr start) const;
+  std::uint64_t free_bytes() const;  // all of them (invariant checks)
 
  private:
   std::map<CUdeviceptr, std::size_t> by_address_;

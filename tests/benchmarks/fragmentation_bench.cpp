@@ -12,6 +12,7 @@
 
 #include "bench_common.h"
 #include "caching_allocator.h"
+#include "carved_replay.h"
 #include "expandable_segments.h"
 #include "driver/real_driver.h"
 #include "pool/pool.h"
@@ -77,6 +78,7 @@ int main(int argc, char** argv) {
   options.add("seed", "1", "seed of the sequence lengths");
   options.add("device", "0", "device ordinal");
   options.add("extent-mib", "32", "the pool's extent size in MiB (UVMPOOL_EXTENT_SIZE; 0: chunks only)");
+  options.add("carve-extent-mib", "64", "extent size in MiB of the carved-range replay (the pool's carving component alone)");
   options.add("dump-trace", "", "write the trace to this file, one event a line ('a ID BYTES' or 'f ID'), and exit "
                                 "(input of scripts/carving-model.py)");
   options.parse(&argc, argv);
@@ -156,6 +158,26 @@ int main(int argc, char** argv) {
       if (!segmented.ok) state.SkipWithError(segmented.failure.c_str());
     }
   })->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
+  // The pool's carving component alone (carved_replay.h): what carving costs and holds on this trace
+  // before the device pool routes allocations through it.
+  const std::size_t carve_extent = static_cast<std::size_t>(options.integer("carve-extent-mib")) << 20;
+  std::uint64_t carved_peak = 0;
+  pool::CarvedRange::Figures carved_figures;
+  std::uint64_t carved_made = 0;
+  Replay carved;
+  benchmark::RegisterBenchmark("replay/carved_range", [&](benchmark::State& state) {
+    for (auto _ : state) {
+      CarvedReplay allocator(drv(), device.device, 2 * device.total_memory, carve_extent);
+      carved = replay(
+          trace, [&](CUdeviceptr* p, std::size_t n) { return allocator.allocate(p, n); },
+          [&](CUdeviceptr p) { allocator.deallocate(p); });
+      carved_peak = allocator.peak_reserved();
+      carved_figures = allocator.figures();
+      carved_made = allocator.extents_made();
+      state.SetIterationTime(carved.seconds);
+      if (!carved.ok) state.SkipWithError(carved.failure.c_str());
+    }
+  })->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
   // On the simulator, the pool's driver calls during its replay: what its modeled time is made of
   // (each call's cost: the UVMPOOL_SIM_* constants; cuMemSetAccess costs per mapping it covers).
   using ResetCounts = void (*)();
@@ -209,6 +231,12 @@ int main(int argc, char** argv) {
                     " pages)", fixed(static_cast<double>(segments_peak) / live, 3));
   else if (segmented.ran)
     figures.row("expandable segments: " + segmented.failure, "failed");
+  if (carved.ok && carved.ran)
+    figures.row("carved range alone, 512 B units (" + format_size(carved_peak) + " in " + format_size(carve_extent) + " extents, " +
+                    std::to_string(carved_made) + " made, " + std::to_string(carved_figures.remapped) + " moved)",
+                fixed(static_cast<double>(carved_peak) / live, 3));
+  else if (carved.ran)
+    figures.row("carved range alone: " + carved.failure, "failed");
   figures.row("replay time, pool", format_seconds(pooled.seconds));
   figures.row("replay time, caching allocator", format_seconds(cached.seconds));
   if (segmented.ok && segmented.ran) {
@@ -227,6 +255,10 @@ int main(int argc, char** argv) {
     if (segmented.ok && segmented.ran && segmented.modeled > 0) {
       figures.row("modeled replay time, expandable segments (simulated clock)", format_seconds(segmented.modeled));
       figures.row("modeled replay time, pool / expandable segments", fixed(pooled.modeled / segmented.modeled, 2));
+    }
+    if (carved.ok && carved.ran && carved.modeled > 0) {
+      figures.row("modeled replay time, carved range alone (simulated clock)", format_seconds(carved.modeled));
+      figures.row("modeled replay time, carved range alone / caching allocator", fixed(carved.modeled / cached.modeled, 2));
     }
   }
   figures.note("pool: " + std::to_string(stats.chunks_created) + " chunks created, " +

@@ -37,4 +37,27 @@ TEST(RangeAllocator, NoRangeSpansTwoRegionsPlacedEndToEnd) {
   EXPECT_TRUE(r.take(16 * kMiB).has_value());
 }
 
+// What carving's growth needs (CarvedRange): a chosen place taken out of the free range holding it,
+// and the free ranges that meet a given address.
+TEST(RangeAllocator, TakeAtSplitsTheFreeRangeAroundThePlaceAndRefusesWhatIsNotAllFree) {
+  RangeAllocator r;
+  r.give_back(kBase, 16 * kMiB);
+  EXPECT_TRUE(r.take_at(kBase + 4 * kMiB, 4 * kMiB));
+  EXPECT_EQ(r.free_bytes(), 12 * kMiB);
+  EXPECT_EQ(r.free_ending_at(kBase + 4 * kMiB), kBase) << "the part before it";
+  EXPECT_EQ(r.free_starting_at(kBase + 8 * kMiB), 8 * kMiB) << "the part after it";
+  EXPECT_FALSE(r.take_at(kBase + 2 * kMiB, 4 * kMiB)) << "half of it is taken";
+  EXPECT_FALSE(r.take_at(kBase + 12 * kMiB, 8 * kMiB)) << "past the free range's end";
+  EXPECT_EQ(r.free_bytes(), 12 * kMiB) << "a refused take_at took something";
+  EXPECT_FALSE(r.free_ending_at(kBase + 6 * kMiB).has_value());
+  EXPECT_EQ(r.free_starting_at(kBase + 9 * kMiB), 0u);
+  EXPECT_TRUE(r.take_at(kBase, 4 * kMiB));
+  EXPECT_TRUE(r.take_at(kBase + 8 * kMiB, 8 * kMiB));
+  EXPECT_EQ(r.free_bytes(), 0u);
+  r.give_back(kBase + 4 * kMiB, 4 * kMiB);
+  r.give_back(kBase, 4 * kMiB);
+  r.give_back(kBase + 8 * kMiB, 8 * kMiB);
+  EXPECT_EQ(r.take(16 * kMiB), kBase) << "given back, the pieces coalesced again";
+}
+
 }  // namespace

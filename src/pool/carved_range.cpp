@@ -1,0 +1,230 @@
+#include "pool/carved_range.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "config/log.h"
+#include "config/size_math.h"
+
+namespace uvmpool::pool {
+
+CarvedRange::CarvedRange(const Vmm& vmm, Source& source, CUdeviceptr base, std::size_t bytes, std::size_t extent,
+                         std::size_t chunk, std::size_t unit)
+    : vmm_(vmm), source_(source), base_(base), extent_(extent), chunk_(chunk), unit_(unit), slots_(bytes / extent) {}
+
+CarvedRange::~CarvedRange() {
+  bool fenced = false;
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].pieces.empty()) continue;
+    if (!std::exchange(fenced, true)) source_.before_unmap();
+    std::vector<Chunk> pieces = slots_[i].pieces;
+    unmap_slot(i);
+    if (slots_[i].pieces.empty()) source_.give_back(pieces);
+  }
+}
+
+CUresult CarvedRange::allocate(std::size_t bytes, CUdeviceptr* out) {
+  if (bytes == 0 || bytes > slots_.size() * extent_) return CUDA_ERROR_OUT_OF_MEMORY;
+  const std::size_t rounded = div_ceil(bytes, unit_) * unit_;
+  std::optional<CUdeviceptr> at = free_.take(rounded);
+  if (!at) {
+    const std::optional<Window> w = place(rounded);
+    if (!w) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (const CUresult r = grow(*w, rounded); r != CUDA_SUCCESS) return r;
+    if (!free_.take_at(w->start, rounded)) {
+      log::error("carved range at {:#x}: grown for {} bytes at {:#x}, which is not free", base_, rounded, w->start);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    at = w->start;
+  }
+  live_.emplace(*at, rounded);
+  count_use(*at, rounded, true);
+  figures_.live_bytes += rounded;
+  ++figures_.allocations;
+  *out = *at;
+  return CUDA_SUCCESS;
+}
+
+CUresult CarvedRange::free(CUdeviceptr p) {
+  auto it = live_.find(p);
+  if (it == live_.end()) return CUDA_ERROR_INVALID_VALUE;
+  const std::size_t bytes = it->second;
+  live_.erase(it);
+  count_use(p, bytes, false);
+  free_.give_back(p, bytes);
+  figures_.live_bytes -= bytes;
+  --figures_.allocations;
+  return CUDA_SUCCESS;
+}
+
+std::optional<CarvedRange::Found> CarvedRange::find(CUdeviceptr p) const {
+  auto it = live_.upper_bound(p);
+  if (it == live_.begin()) return std::nullopt;
+  --it;
+  if (p >= it->first + it->second) return std::nullopt;
+  return Found{it->first, it->second};
+}
+
+std::optional<CarvedRange::Window> CarvedRange::place(std::size_t bytes) const {
+  // Every run of unmapped slots, with the free space that ends where it begins and, if the run alone
+  // is too short, the free space that begins where it ends: the one that maps fewest slots, then the
+  // lowest.
+  std::optional<Window> best;
+  for (std::size_t h0 = 0; h0 < slots_.size();) {
+    if (!slots_[h0].pieces.empty()) {
+      ++h0;
+      continue;
+    }
+    std::size_t h1 = h0;
+    while (h1 < slots_.size() && slots_[h1].pieces.empty()) ++h1;
+    const CUdeviceptr start = free_.free_ending_at(slot_va(h0)).value_or(slot_va(h0));
+    const std::size_t before = slot_va(h0) - start;
+    std::size_t count = div_ceil(bytes - std::min(bytes, before), extent_);
+    if (count > h1 - h0) {
+      const std::size_t after = h1 < slots_.size() ? free_.free_starting_at(slot_va(h1)) : 0;
+      count = before + (h1 - h0) * extent_ + after >= bytes ? h1 - h0 : 0;
+    }
+    if (count != 0 && (!best || count < best->count)) best = Window{start, h0, count};
+    h0 = h1;
+  }
+  return best;
+}
+
+CUresult CarvedRange::grow(const Window& w, std::size_t bytes) {
+  const std::size_t granules = extent_ / chunk_;
+  std::vector<std::vector<Chunk>> pieces;
+  pieces.reserve(w.count);
+  // Idle slots first, highest first, none that the window overlaps: memory the range already holds.
+  bool fenced = false;
+  for (std::size_t i = slots_.size(); i-- > 0 && pieces.size() < w.count;) {
+    Slot& s = slots_[i];
+    if (s.pieces.empty() || s.used != 0) continue;
+    if (slot_va(i) < w.start + bytes && slot_va(i) + extent_ > w.start) continue;
+    if (!free_.take_at(slot_va(i), extent_)) continue;  // not wholly free after all: left alone
+    if (!std::exchange(fenced, true)) source_.before_unmap();
+    std::vector<Chunk> moved = s.pieces;
+    unmap_slot(i);
+    if (!s.pieces.empty()) {  // the driver kept it mapped: it stays, free, where it was
+      free_.give_back(slot_va(i), extent_);
+      continue;
+    }
+    pieces.push_back(std::move(moved));
+    ++figures_.remapped;
+  }
+  while (pieces.size() < w.count) {
+    std::vector<Chunk> fresh;
+    if (source_.take(granules, &fresh) != CUDA_SUCCESS) break;
+    pieces.push_back(std::move(fresh));
+    ++figures_.taken;
+  }
+  if (pieces.size() < w.count) {
+    for (const auto& p : pieces) source_.give_back(p);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  std::vector<Chunk> all;
+  for (const auto& p : pieces) all.insert(all.end(), p.begin(), p.end());
+  if (const CUresult r = vmm_.map(slot_va(w.first), all, chunk_); r != CUDA_SUCCESS) {
+    log::debug("carved range at {:#x}: mapping {} slots failed ({})", base_, w.count, static_cast<int>(r));
+    source_.give_back(all);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  for (std::size_t k = 0; k < w.count; ++k) slots_[w.first + k].pieces = std::move(pieces[k]);
+  source_.mapped(slot_va(w.first), all);
+  free_.give_back(slot_va(w.first), w.count * extent_);
+  std::size_t mapped = 0;
+  for (const Slot& s : slots_) mapped += s.pieces.empty() ? 0 : 1;
+  figures_.peak_slots_mapped = std::max(figures_.peak_slots_mapped, mapped);
+  return CUDA_SUCCESS;
+}
+
+void CarvedRange::unmap_slot(std::size_t i) {
+  Slot& s = slots_[i];
+  if (!vmm_.unmap(slot_va(i), s.pieces, chunk_)) {
+    log::warn("carved range at {:#x}: slot {} stayed mapped", base_, i);
+    return;
+  }
+  s.pieces.clear();
+  source_.unmapped(slot_va(i), extent_);
+}
+
+std::size_t CarvedRange::release_idle(std::size_t wanted) {
+  std::size_t released = 0;
+  bool fenced = false;
+  for (std::size_t i = slots_.size(); i-- > 0 && released < wanted;) {
+    Slot& s = slots_[i];
+    if (s.pieces.empty() || s.used != 0 || !free_.take_at(slot_va(i), extent_)) continue;
+    if (!std::exchange(fenced, true)) source_.before_unmap();
+    std::vector<Chunk> pieces = s.pieces;
+    unmap_slot(i);
+    if (!s.pieces.empty()) {
+      free_.give_back(slot_va(i), extent_);
+      continue;
+    }
+    source_.give_back(pieces);
+    ++released;
+    ++figures_.released;
+  }
+  return released;
+}
+
+void CarvedRange::count_use(CUdeviceptr start, std::size_t bytes, bool add) {
+  for (CUdeviceptr at = start; at < start + bytes;) {
+    const std::size_t i = (at - base_) / extent_;
+    const CUdeviceptr end = std::min<CUdeviceptr>(start + bytes, slot_va(i) + extent_);
+    if (add) {
+      slots_[i].used += end - at;
+    } else {
+      slots_[i].used -= end - at;
+    }
+    at = end;
+  }
+}
+
+CarvedRange::Figures CarvedRange::figures() const {
+  Figures f = figures_;
+  for (const Slot& s : slots_) {
+    if (s.pieces.empty()) continue;
+    ++f.slots_mapped;
+    if (s.used == 0) ++f.slots_idle;
+  }
+  return f;
+}
+
+std::string CarvedRange::check_invariants() const {
+  std::string out;
+  std::vector<std::uint64_t> used(slots_.size(), 0);
+  std::uint64_t live = 0;
+  CUdeviceptr last_end = 0;
+  for (const auto& [start, bytes] : live_) {
+    if (start < last_end) out += fmt::format("allocation at {:#x} overlaps the one before it\n", start);
+    last_end = start + bytes;
+    live += bytes;
+    if (start < base_ || last_end > base_ + slots_.size() * extent_) {
+      out += fmt::format("allocation at {:#x} lies outside the range\n", start);
+      continue;
+    }
+    for (CUdeviceptr at = start; at < last_end;) {
+      const std::size_t i = (at - base_) / extent_;
+      if (slots_[i].pieces.empty()) out += fmt::format("allocation at {:#x} lies in unmapped slot {}\n", start, i);
+      const CUdeviceptr end = std::min<CUdeviceptr>(last_end, slot_va(i) + extent_);
+      used[i] += end - at;
+      at = end;
+    }
+  }
+  std::uint64_t mapped = 0;
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    if (used[i] != slots_[i].used) out += fmt::format("slot {}: {} bytes used, counted {}\n", i, used[i], slots_[i].used);
+    if (slots_[i].pieces.empty()) continue;
+    mapped += extent_;
+    if (granules_of(slots_[i].pieces) * chunk_ != extent_) out += fmt::format("slot {}: pieces do not cover it\n", i);
+  }
+  if (live != figures_.live_bytes) out += fmt::format("live bytes {}, counted {}\n", live, figures_.live_bytes);
+  if (live_.size() != figures_.allocations) out += fmt::format("{} allocations, counted {}\n", live_.size(), figures_.allocations);
+  if (mapped != live + free_.free_bytes())
+    out += fmt::format("mapped {} bytes != live {} + free {}\n", mapped, live, free_.free_bytes());
+  return out;
+}
+
+}  // namespace uvmpool::pool

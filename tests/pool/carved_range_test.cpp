@@ -1,0 +1,272 @@
+// CarvedRange (src/pool/carved_range.h): allocations carved out of extents mapped once. Driven here
+// on its own, on the simulated driver, with a source that makes extents on demand and keeps what
+// comes back; the device pool does not use it yet. Every test checks the data the allocations hold
+// and the range's invariants.
+#include <algorithm>
+#include <map>
+#include <random>
+
+#include "driver/real_driver.h"
+#include "pool/carved_range.h"
+#include "pool_test.h"
+
+namespace pooltest {
+namespace {
+
+using uvmpool::pool::CarvedRange;
+using uvmpool::pool::Chunk;
+using uvmpool::pool::Handle;
+using uvmpool::pool::Vmm;
+
+constexpr std::size_t kExtent = 32 * kMiB;
+constexpr std::size_t kUnit = 64 * 1024;
+constexpr std::size_t kSlots = 8;  // the range: 256 MiB of address space
+
+// Extents made with cuMemCreate on demand, up to `limit`; what comes back is kept and handed out again.
+class TestSource : public CarvedRange::Source {
+ public:
+  TestSource(const Vmm& vmm, std::size_t chunk) : vmm_(vmm), chunk_(chunk) {}
+  ~TestSource() override {
+    for (const Chunk& c : spare_) vmm_.release_chunks({&c.handle, 1});
+  }
+  CUresult take(std::size_t granules, std::vector<Chunk>* pieces) override {
+    if (!spare_.empty()) {
+      pieces->push_back(spare_.back());
+      spare_.pop_back();
+      return CUDA_SUCCESS;
+    }
+    if (made == limit) return CUDA_ERROR_OUT_OF_MEMORY;
+    Handle h = 0;
+    if (const CUresult r = vmm_.create_chunks({&h, 1}, granules * chunk_); r != CUDA_SUCCESS) return r;
+    ++made;
+    pieces->push_back(Chunk{h, uvmpool::pool::Tier::Device, static_cast<std::uint32_t>(granules)});
+    return CUDA_SUCCESS;
+  }
+  void give_back(std::span<const Chunk> pieces) override { spare_.insert(spare_.end(), pieces.begin(), pieces.end()); }
+  void before_unmap() override { ++fences; }
+  void mapped(CUdeviceptr va, std::span<const Chunk> pieces) override {
+    mapped_bytes += uvmpool::pool::granules_of(pieces) * chunk_;
+    (void)va;
+  }
+  void unmapped(CUdeviceptr, std::size_t bytes) override { mapped_bytes -= bytes; }
+
+  std::size_t spare() const { return spare_.size(); }
+  std::size_t limit = SIZE_MAX;  // extents it may make
+  std::size_t made = 0;
+  std::size_t fences = 0;
+  std::uint64_t mapped_bytes = 0;  // as told by mapped / unmapped
+
+ private:
+  const Vmm& vmm_;
+  const std::size_t chunk_;
+  std::vector<Chunk> spare_;
+};
+
+class CarvedRangeTest : public PoolTest {
+ protected:
+  void SetUp() override {
+    PoolTest::SetUp();
+    if (HasFatalFailure()) return;
+    vmm_.emplace(uvmpool::driver::fn(), 0);
+    ASSERT_CU(vmm_->reserve(&base_, kSlots * kExtent, kExtent));
+    source_.emplace(*vmm_, gran);
+    range_.emplace(*vmm_, *source_, base_, kSlots * kExtent, kExtent, gran, kUnit);
+  }
+  void TearDown() override {
+    if (range_) {
+      EXPECT_EQ(range_->check_invariants(), "");
+      range_.reset();
+      EXPECT_EQ(source_->mapped_bytes, 0u) << "the range was destroyed with slots still mapped";
+    }
+    source_.reset();
+    if (vmm_) vmm_->free_reservation(base_, kSlots * kExtent);
+    PoolTest::TearDown();
+  }
+
+  CUdeviceptr carve(std::size_t bytes, std::uint64_t seed) {
+    CUdeviceptr p = 0;
+    EXPECT_CU(range_->allocate(bytes, &p)) << bytes << " bytes";
+    if (p != 0) {
+      fill(p, bytes, seed);
+      blocks_[p] = Block{p, bytes, seed};
+    }
+    return p;
+  }
+  void uncarve(CUdeviceptr p) {
+    EXPECT_CU(range_->free(p));
+    blocks_.erase(p);
+  }
+  // Every live allocation still holds its pattern, and the range is consistent.
+  void check() {
+    for (const auto& [p, b] : blocks_) EXPECT_TRUE(holds(b.p, b.bytes, b.seed)) << "at " << p;
+    EXPECT_EQ(range_->check_invariants(), "");
+  }
+  unsigned long long maps() const { return sim().call_count("cuMemMap"); }
+
+  std::optional<Vmm> vmm_;
+  CUdeviceptr base_ = 0;
+  std::optional<TestSource> source_;
+  std::optional<CarvedRange> range_;
+  std::map<CUdeviceptr, Block> blocks_;
+};
+
+TEST_F(CarvedRangeTest, AllocationsShareAnExtentMappedOnce) {
+  sim().reset_counts();
+  std::vector<CUdeviceptr> got;
+  for (int i = 0; i < 10; ++i) got.push_back(carve(3 * kMiB + 1000, 10 + i));
+  EXPECT_EQ(maps(), 1u) << "ten allocations of 3 MiB: one extent, mapped once";
+  EXPECT_EQ(sim().call_count("cuMemSetAccess"), 1u);
+  EXPECT_EQ(source_->made, 1u);
+  for (std::size_t i = 1; i < got.size(); ++i) {
+    EXPECT_EQ(got[i] - got[i - 1], 3 * kMiB + kUnit) << "rounded up to the unit, side by side";
+  }
+  const auto f = range_->figures();
+  EXPECT_EQ(f.slots_mapped, 1u);
+  EXPECT_EQ(f.allocations, 10u);
+  EXPECT_EQ(f.live_bytes, 10 * (3 * kMiB + kUnit));
+  check();
+}
+
+TEST_F(CarvedRangeTest, FreedSpaceIsReusedBestFitWithNoDriverCall) {
+  const CUdeviceptr a = carve(8 * kMiB, 1), b = carve(2 * kMiB, 2), c = carve(4 * kMiB, 3), d = carve(2 * kMiB, 4);
+  carve(4 * kMiB, 5);
+  uncarve(a);  // an 8 MiB hole
+  uncarve(c);  // a 4 MiB hole
+  sim().reset_counts();
+  EXPECT_EQ(carve(3 * kMiB, 6), c) << "the smallest hole that holds it";
+  EXPECT_EQ(carve(5 * kMiB, 7), a);
+  EXPECT_EQ(maps() + sim().call_count("cuMemUnmap"), 0u) << "reuse called the driver";
+  uncarve(b);
+  uncarve(d);
+  check();
+}
+
+TEST_F(CarvedRangeTest, FreedNeighboursMergeAndAnAllocationSpansSlots) {
+  const CUdeviceptr a = carve(20 * kMiB, 1), b = carve(20 * kMiB, 2), c = carve(20 * kMiB, 3);
+  EXPECT_EQ(b, a + 20 * kMiB);
+  EXPECT_EQ(c, b + 20 * kMiB) << "across the first slot's end";
+  EXPECT_EQ(range_->figures().slots_mapped, 2u);
+  uncarve(b);
+  uncarve(a);
+  sim().reset_counts();
+  EXPECT_EQ(carve(40 * kMiB, 4), a) << "the two freed allocations merged";
+  EXPECT_EQ(maps(), 0u);
+  const CUdeviceptr big = carve(100 * kMiB, 5);
+  EXPECT_EQ(big, c + 20 * kMiB) << "grown from the free space the mapped part ends in";
+  EXPECT_EQ(range_->figures().slots_mapped, 5u);
+  check();
+}
+
+TEST_F(CarvedRangeTest, GrowthMovesIdleSlotsBeforeMakingExtents) {
+  std::vector<CUdeviceptr> full;
+  for (int i = 0; i < 4; ++i) full.push_back(carve(kExtent, 1 + i));  // slots 0-3, one allocation each
+  uncarve(full[1]);  // slot 1 idle
+  const std::size_t fences = source_->fences;
+  const CUdeviceptr p = carve(kExtent + kMiB, 9);  // fits nowhere mapped: two slots at the end
+  EXPECT_EQ(p, base_ + 4 * kExtent);
+  const auto f = range_->figures();
+  EXPECT_EQ(f.remapped, 1u) << "the idle slot was not moved to where growth needed it";
+  EXPECT_EQ(source_->made, 5u) << "4 made, 1 moved, 1 more made";
+  EXPECT_EQ(f.slots_mapped, 5u);
+  EXPECT_EQ(f.slots_idle, 0u);
+  EXPECT_GT(source_->fences, fences) << "freed memory unmapped without the fence";
+  check();
+}
+
+TEST_F(CarvedRangeTest, GrowthFillsAHoleWithTheFreeSpaceAroundIt) {
+  std::vector<CUdeviceptr> full;
+  for (int i = 0; i < 4; ++i) full.push_back(carve(kExtent, 1 + i));
+  uncarve(full[1]);
+  ASSERT_EQ(range_->release_idle(1), 1u);  // slot 1 unmapped: a hole
+  uncarve(full[0]);                         // free space before the hole
+  // 48 MiB: the 32 MiB before the hole and half of the hole's slot; mapping one slot there beats
+  // mapping two at the end.
+  const CUdeviceptr p = carve(48 * kMiB, 7);
+  EXPECT_EQ(p, base_);
+  EXPECT_EQ(range_->figures().slots_mapped, 4u);
+  check();
+}
+
+TEST_F(CarvedRangeTest, AFreeOfAnythingButALiveAllocationsStartIsRefusedAndChangesNothing) {
+  const CUdeviceptr p = carve(3 * kMiB, 1);
+  carve(1 * kMiB, 2);
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, range_->free(p + 4096)) << "an interior pointer";
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, range_->free(base_ + 100 * kMiB)) << "never allocated";
+  ASSERT_TRUE(range_->find(p + 4096).has_value());
+  EXPECT_EQ(range_->find(p + 4096)->start, p);
+  EXPECT_EQ(range_->find(p + 3 * kMiB - 1)->bytes, 3 * kMiB);
+  uncarve(p);
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, range_->free(p)) << "a double free";
+  EXPECT_FALSE(range_->find(p).has_value());
+  check();
+}
+
+TEST_F(CarvedRangeTest, ReleaseIdleGivesBackOnlyWhollyFreeSlotsHighestFirst) {
+  const CUdeviceptr a = carve(kExtent, 1), b = carve(kExtent, 2), c = carve(kExtent + kMiB, 3);
+  uncarve(a);
+  uncarve(b);
+  sim().reset_counts();
+  EXPECT_EQ(range_->release_idle(8), 2u) << "slots 0 and 1; slot 3 holds the tail of c";
+  EXPECT_EQ(sim().call_count("cuMemUnmap"), 2u);
+  EXPECT_EQ(source_->spare(), 2u);
+  EXPECT_EQ(range_->figures().slots_mapped, 2u);
+  (void)c;
+  check();
+}
+
+TEST_F(CarvedRangeTest, OutOfMemoryLosesNothing) {
+  source_->limit = 2;
+  carve(40 * kMiB, 1);
+  CUdeviceptr p = 0;
+  EXPECT_CU_EQ(CUDA_ERROR_OUT_OF_MEMORY, range_->allocate(40 * kMiB, &p)) << "two extents are all there is";
+  EXPECT_EQ(source_->spare(), 0u);
+  EXPECT_CU_EQ(CUDA_ERROR_OUT_OF_MEMORY, range_->allocate(kSlots * kExtent + 1, &p)) << "larger than the range";
+  EXPECT_CU_EQ(CUDA_ERROR_OUT_OF_MEMORY, range_->allocate(0, &p));
+  EXPECT_EQ(carve(24 * kMiB, 2), base_ + 40 * kMiB) << "what is mapped still serves";
+  check();
+}
+
+TEST_F(CarvedRangeTest, AFailingMapGivesEverythingBackAndTheRangeStaysUsable) {
+  carve(kExtent, 1);
+  for (unsigned n = 1; n <= 3; ++n) {
+    SCOPED_TRACE("cuMemMap failing at its call " + std::to_string(n));
+    ASSERT_EQ(sim().fail("cuMemMap", n, CUDA_ERROR_UNKNOWN), 0);
+    CUdeviceptr p = 0;
+    EXPECT_CU_EQ(CUDA_ERROR_OUT_OF_MEMORY, range_->allocate(3 * kExtent, &p));
+    sim().clear_failures();
+    EXPECT_EQ(range_->figures().slots_mapped, 1u);
+    EXPECT_EQ(source_->spare(), 3u) << "extents taken for the growth were not given back";
+    check();
+  }
+  EXPECT_EQ(carve(3 * kExtent, 2), base_ + kExtent);
+  check();
+}
+
+TEST_F(CarvedRangeTest, RandomAllocationsAndFreesKeepTheirBytes) {
+  std::mt19937_64 rng(7);
+  std::vector<CUdeviceptr> live;
+  for (int step = 0; step < 400; ++step) {
+    if (!live.empty() && (rng() % 5 < 2 || live.size() > 40)) {
+      const std::size_t i = rng() % live.size();
+      uncarve(live[i]);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      const std::size_t bytes = 1 + rng() % (rng() % 4 == 0 ? 48 * kMiB : 4 * kMiB);
+      CUdeviceptr p = 0;
+      if (range_->allocate(bytes, &p) == CUDA_SUCCESS) {
+        fill(p, bytes, 100 + step);
+        blocks_[p] = Block{p, bytes, 100u + step};
+        live.push_back(p);
+      }
+    }
+    if (step % 25 == 0) range_->release_idle(1);
+    if (step % 50 == 0) check();
+  }
+  std::vector<Block> all;
+  for (const auto& [p, b] : blocks_) all.push_back(b);
+  EXPECT_TRUE(disjoint(all));
+  check();
+}
+
+}  // namespace
+}  // namespace pooltest
