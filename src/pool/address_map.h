@@ -23,9 +23,12 @@
 
 namespace uvmpool::pool {
 
-// A descriptor pointer with its kind in bit 0 (descriptors are at least 8-byte aligned).
+// A descriptor pointer with its kind in its low bits (descriptors are at least 8-byte aligned): a
+// Block (no tag), a Slab, or the DevicePool whose carved range holds the granule (carved_range.h).
 using Entry = std::uintptr_t;
 constexpr Entry kSlabTag = 1;
+constexpr Entry kCarvedTag = 2;
+constexpr Entry kTagMask = 3;
 
 class AddressMap {
  public:

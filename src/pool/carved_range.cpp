@@ -131,11 +131,11 @@ CUresult CarvedRange::grow(const Window& w, std::size_t bytes) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   for (std::size_t k = 0; k < w.count; ++k) slots_[w.first + k].pieces = std::move(pieces[k]);
+  mapped_ += w.count;
+  idle_ += w.count;  // until the allocation it was grown for counts its use
   source_.mapped(slot_va(w.first), all);
   free_.give_back(slot_va(w.first), w.count * extent_);
-  std::size_t mapped = 0;
-  for (const Slot& s : slots_) mapped += s.pieces.empty() ? 0 : 1;
-  figures_.peak_slots_mapped = std::max(figures_.peak_slots_mapped, mapped);
+  figures_.peak_slots_mapped = std::max(figures_.peak_slots_mapped, mapped_);
   return CUDA_SUCCESS;
 }
 
@@ -146,6 +146,8 @@ void CarvedRange::unmap_slot(std::size_t i) {
     return;
   }
   s.pieces.clear();
+  --mapped_;
+  if (s.used == 0) --idle_;
   source_.unmapped(slot_va(i), extent_);
 }
 
@@ -173,22 +175,36 @@ void CarvedRange::count_use(CUdeviceptr start, std::size_t bytes, bool add) {
   for (CUdeviceptr at = start; at < start + bytes;) {
     const std::size_t i = (at - base_) / extent_;
     const CUdeviceptr end = std::min<CUdeviceptr>(start + bytes, slot_va(i) + extent_);
+    Slot& s = slots_[i];
     if (add) {
-      slots_[i].used += end - at;
+      if (s.used == 0) --idle_;
+      s.used += end - at;
     } else {
-      slots_[i].used -= end - at;
+      s.used -= end - at;
+      if (s.used == 0) ++idle_;
     }
     at = end;
   }
 }
 
+std::vector<Chunk> CarvedRange::pieces_of(CUdeviceptr start, std::size_t bytes, CUdeviceptr* first) const {
+  std::vector<Chunk> out;
+  const std::size_t from = (start - base_) / extent_, to = (start + bytes - 1 - base_) / extent_;
+  *first = slot_va(from);
+  for (std::size_t i = from; i <= to; ++i) out.insert(out.end(), slots_[i].pieces.begin(), slots_[i].pieces.end());
+  return out;
+}
+
+void CarvedRange::for_each_mapped(const std::function<void(CUdeviceptr, std::span<const Chunk>)>& visit) const {
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    if (!slots_[i].pieces.empty()) visit(slot_va(i), slots_[i].pieces);
+  }
+}
+
 CarvedRange::Figures CarvedRange::figures() const {
   Figures f = figures_;
-  for (const Slot& s : slots_) {
-    if (s.pieces.empty()) continue;
-    ++f.slots_mapped;
-    if (s.used == 0) ++f.slots_idle;
-  }
+  f.slots_mapped = mapped_;
+  f.slots_idle = idle_;
   return f;
 }
 
@@ -222,6 +238,13 @@ std::string CarvedRange::check_invariants() const {
   }
   if (live != figures_.live_bytes) out += fmt::format("live bytes {}, counted {}\n", live, figures_.live_bytes);
   if (live_.size() != figures_.allocations) out += fmt::format("{} allocations, counted {}\n", live_.size(), figures_.allocations);
+  std::size_t mapped_slots = 0, idle = 0;
+  for (const Slot& s : slots_) {
+    mapped_slots += s.pieces.empty() ? 0 : 1;
+    idle += !s.pieces.empty() && s.used == 0 ? 1 : 0;
+  }
+  if (mapped_slots != mapped_ || idle != idle_)
+    out += fmt::format("{} slots mapped and {} idle, counted {} and {}\n", mapped_slots, idle, mapped_, idle_);
   if (mapped != live + free_.free_bytes())
     out += fmt::format("mapped {} bytes != live {} + free {}\n", mapped, live, free_.free_bytes());
   return out;

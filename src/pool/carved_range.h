@@ -31,6 +31,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -60,7 +61,7 @@ class CarvedRange {
     virtual void unmapped(CUdeviceptr va, std::size_t bytes) = 0;
   };
 
-  // [base, base + bytes): reserved address space, a whole number of extents, extent-aligned.
+  // [base, base + bytes): reserved address space, a whole number of extents, chunk-aligned.
   // `extent` and `unit` are powers of two, unit <= chunk <= extent.
   CarvedRange(const Vmm& vmm, Source& source, CUdeviceptr base, std::size_t bytes, std::size_t extent,
               std::size_t chunk, std::size_t unit);
@@ -82,6 +83,14 @@ class CarvedRange {
   };
   std::optional<Found> find(CUdeviceptr p) const;  // the live allocation holding p
   bool contains(CUdeviceptr p) const { return p >= base_ && p < base_ + slots_.size() * extent_; }
+
+  // The pieces of the slots that [start, start + bytes) lies in, in address order, and where the
+  // first of them is mapped (CUDA IPC exports them; chunks_of).
+  std::vector<Chunk> pieces_of(CUdeviceptr start, std::size_t bytes, CUdeviceptr* first) const;
+  // Every mapped slot: its address and pieces (the pool's invariants).
+  void for_each_mapped(const std::function<void(CUdeviceptr, std::span<const Chunk>)>& visit) const;
+  std::size_t idle_slots() const { return idle_; }  // mapped, nothing allocated in them
+  std::size_t extent() const { return extent_; }
 
   // Unmaps up to `slots` idle slots (wholly free), highest address first, and gives their pieces
   // back; how many.
@@ -126,6 +135,7 @@ class CarvedRange {
   RangeAllocator free_;                       // mapped free space
   std::map<CUdeviceptr, std::size_t> live_;  // allocation start -> bytes (rounded)
   Figures figures_;
+  std::size_t mapped_ = 0, idle_ = 0;  // slots
 };
 
 }  // namespace uvmpool::pool

@@ -28,6 +28,7 @@ DevicePool::DevicePool(const driver::Table& driver, int device, const PoolConfig
 DevicePool::~DevicePool() {
   if (abandoned_) return;
   MutexLock lock(mu_);
+  carve_range_.reset();  // unmaps its slots; their pieces back to the free lists, released below
   for (Block* b : all_blocks_) {
     if (b->state.load() != kDead) {
       vmm_.unmap(b->base, b->chunks, chunk_);
@@ -80,6 +81,8 @@ CUresult DevicePool::init() {
   const std::size_t extent = std::min<std::size_t>(config_.extent_size, config::kMaxChunkSize);
   extent_granules_ = extent >= 2 * chunk_ ? std::bit_floor(extent) / chunk_ : 0;
   small_max_ = std::min({config_.small_max, kSmallLimit, chunk_ / 2});
+  // Carving needs extents (its slots) and is not for guard mode (every allocation its own mapping).
+  carve_max_ = extent_granules_ != 0 && !config_.guard && config_.carve_max > small_max_ ? config_.carve_max : 0;
   std::size_t total = 0;
   if (const CUresult r = d_.cuDeviceTotalMem_v2(&total, device_); r != CUDA_SUCCESS) return r;
   total_ = total;
@@ -210,6 +213,7 @@ std::size_t DevicePool::take_device_chunks(std::size_t n, bool all_or_nothing, b
   // what the pool holds stays close to what the program uses; growth only covers the shortfall.
   if (evict && free_granules() < n) evict_cached(n - free_granules());
   if (evict && free_granules() < n) evict_empty_slabs();
+  if (evict && free_granules() < n) release_carved_idle(n - free_granules());
   if (free_granules() < n) {
     const std::size_t want = n - free_granules();
     const std::size_t can = std::min(want, growable_chunks());
@@ -401,6 +405,7 @@ void DevicePool::release_idle(bool keep_chunks) {
   evict_cached(SIZE_MAX);
   evict_spilled(false);
   evict_empty_slabs();
+  release_carved_idle(SIZE_MAX / 2);
   if (!keep_chunks) {
     release_free_chunks();
     if (host_) host_->drain();
@@ -433,6 +438,7 @@ CUresult DevicePool::admit_external(std::size_t bytes, Tier* tier) {
     evict_cached(SIZE_MAX);
     evict_spilled(true);
     evict_empty_slabs();
+    release_carved_idle(SIZE_MAX / 2);
     release_free_chunks();
     ok = fits();
   }
@@ -477,7 +483,9 @@ CUresult DevicePool::memory_info(std::size_t* free_bytes, std::size_t* total_byt
   if (const CUresult r = d_.cuMemGetInfo_v2(&dfree, &dtotal); r != CUDA_SUCCESS) return r;
   const std::uint64_t held = chunks_held_.load(std::memory_order_relaxed) * chunk_;
   const std::uint64_t idle =
-      (chunks_free_.load(std::memory_order_relaxed) + chunks_cached_.load(std::memory_order_relaxed)) * chunk_;
+      (chunks_free_.load(std::memory_order_relaxed) + chunks_cached_.load(std::memory_order_relaxed) +
+       carved_idle_.load(std::memory_order_relaxed)) *
+      chunk_;
   const std::uint64_t in_use = held > idle ? held - idle : 0;
   const std::uint64_t used = dtotal - dfree;
   const std::uint64_t others = used > held ? used - held : 0;

@@ -13,6 +13,7 @@ CUresult DevicePool::allocate(CUdeviceptr* out, std::size_t bytes, CUcontext con
   const CUresult r = bytes > most             ? CUDA_ERROR_OUT_OF_MEMORY
                      : config_.guard       ? allocate_guarded(out, bytes, context)
                      : bytes <= small_max_ ? allocate_small(out, bytes, context)
+                     : carves(bytes)       ? allocate_carved(out, bytes, context)
                                            : allocate_large(out, bytes, context);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     oom_.fetch_add(1, std::memory_order_relaxed);
@@ -40,6 +41,7 @@ CUresult DevicePool::allocate_async(CUdeviceptr* out, std::size_t bytes, CUconte
 
 CUresult DevicePool::deallocate(Entry entry, CUdeviceptr p) {
   if (Slab* s = as_slab(entry)) return free_small(s, p, false);
+  if (as_carved(entry) != nullptr) return free_carved(p, nullptr, false);
   Block* b = as_block(entry);
   // Guard mode unmaps at once, after waiting for the work of the context it was allocated in.
   if (config_.guard) return free_guarded(b, p, b->context.load(std::memory_order_relaxed));
@@ -50,6 +52,7 @@ CUresult DevicePool::deallocate_async(Entry entry, CUdeviceptr p, const StreamKe
   // Guard mode unmaps at once, after waiting for the work of the freeing stream's context; memory
   // freed inside a capture stays mapped for good, as below.
   if (config_.guard && !capturing && as_slab(entry) == nullptr) return free_guarded(as_block(entry), p, stream.context);
+  if (as_carved(entry) != nullptr) return free_carved(p, &stream, capturing);
   PendingItem item;
   if (Slab* s = as_slab(entry)) {
     if (const CUresult r = free_small(s, p, true); r != CUDA_SUCCESS) return r;
@@ -83,6 +86,10 @@ CUresult DevicePool::deallocate_async(Entry entry, CUdeviceptr p, const StreamKe
 }
 
 std::optional<AllocationInfo> DevicePool::describe(Entry entry, CUdeviceptr p) {
+  if (as_carved(entry) != nullptr) {
+    MutexLock lock(mu_);
+    return describe_carved(p);
+  }
   AllocationInfo info;
   info.device = device_;
   if (Slab* s = as_slab(entry)) {
@@ -111,6 +118,10 @@ std::optional<AllocationInfo> DevicePool::describe(Entry entry, CUdeviceptr p) {
 // Pieces change only under mu_ (a move commits under it), and once exported they never move: the
 // other process maps these handles. A move under way is waited for first.
 std::optional<ChunkView> DevicePool::chunks_of(Entry entry, CUdeviceptr p) {
+  if (as_carved(entry) != nullptr) {
+    MutexLock lock(mu_);
+    return carved_chunks(p);
+  }
   const auto moving = [entry] {
     if (const Slab* s = as_slab(entry)) return s->moving.load(std::memory_order_acquire);
     return (as_block(entry)->state.load(std::memory_order_acquire) & kMoving) != 0;

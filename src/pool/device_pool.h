@@ -27,6 +27,7 @@
 #include "config/size_math.h"
 #include "config/thread_safety.h"
 #include "pool/address_map.h"
+#include "pool/carved_range.h"
 #include "pool/device_waits.h"
 #include "pool/host_tier.h"
 #include "pool/pool.h"
@@ -135,8 +136,9 @@ struct Slab {
 };
 
 // The descriptor an address map entry names.
-inline Block* as_block(Entry e) { return (e & kSlabTag) != 0 ? nullptr : reinterpret_cast<Block*>(e); }
-inline Slab* as_slab(Entry e) { return (e & kSlabTag) != 0 ? reinterpret_cast<Slab*>(e & ~kSlabTag) : nullptr; }
+inline Block* as_block(Entry e) { return (e & kTagMask) != 0 ? nullptr : reinterpret_cast<Block*>(e); }
+inline Slab* as_slab(Entry e) { return (e & kTagMask) == kSlabTag ? reinterpret_cast<Slab*>(e & ~kTagMask) : nullptr; }
+inline DevicePool* as_carved(Entry e) { return (e & kTagMask) == kCarvedTag ? reinterpret_cast<DevicePool*>(e & ~kTagMask) : nullptr; }
 
 // A stream as the pool tells streams apart: the per-thread default stream is one per thread.
 struct StreamKey {
@@ -280,6 +282,31 @@ class DevicePool {
   void wait_while_moving(const Block* b);
   void wait_while_moving(const Slab* s);
 
+  // carving.cpp: requests above small_max_ up to PoolConfig::carve_max carved out of one range of
+  // extents mapped once (carved_range.h); what the device has no extent for takes the stitched path
+  // (allocate_large), which spills. Every carved operation runs under mu_.
+  class CarveSource;
+  struct CarvedAllocation {
+    std::size_t size = 0;  // bytes asked for
+    CUcontext context = nullptr;
+    std::uint64_t buffer_id = 0;
+    int state = kLive;  // Live, Pending (freed on a stream, its work not known done) or Quarantined
+  };
+  bool carves(std::size_t bytes) const { return carve_max_ != 0 && bytes <= carve_max_; }
+  Entry carved_entry() const { return reinterpret_cast<Entry>(this) | kCarvedTag; }
+  CUresult allocate_carved(CUdeviceptr* out, std::size_t bytes, CUcontext context);
+  CUresult try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext context);
+  // A free of carved memory: by cuMemFree (stream null), on a stream (pending until its work is done)
+  // or inside a capture (kept out of reuse for good).
+  CUresult free_carved(CUdeviceptr p, const StreamKey* stream, bool capturing);
+  void release_carved(CUdeviceptr p);  // a pending carved free whose work is done
+  std::optional<AllocationInfo> describe_carved(CUdeviceptr p) UVMPOOL_REQUIRES(mu_);
+  std::optional<ChunkView> carved_chunks(CUdeviceptr p) UVMPOOL_REQUIRES(mu_);
+  void note_carved_idle() UVMPOOL_REQUIRES(mu_);  // carved_idle_ from the range
+  // Idle carved slots given back to the free lists (reclaim, release_idle); how many granules.
+  std::size_t release_carved_idle(std::size_t granules) UVMPOOL_REQUIRES(mu_);
+  void check_carved(std::string& out, std::uint64_t* device_granules, std::uint64_t* extents, std::uint64_t* live) UVMPOOL_REQUIRES(mu_);
+
   // slabs.cpp
   CUresult allocate_small(CUdeviceptr* out, std::size_t bytes, CUcontext context);
   // Not analysed: the class lock it needs is found by a loop (the slab may change class meanwhile).
@@ -336,6 +363,7 @@ class DevicePool {
     Block* block = nullptr;
     Slab* slab = nullptr;
     std::uint32_t slot = 0;
+    CUdeviceptr carved = 0;  // a carved allocation (neither block nor slab)
   };
   struct Batch {
     CUevent event = nullptr;
@@ -393,6 +421,7 @@ class DevicePool {
   unsigned chunk_shift_ = 0;
   std::size_t extent_granules_ = 0;  // chunks per extent (UVMPOOL_EXTENT_SIZE); 0: no extents
   std::size_t small_max_ = 0;
+  std::size_t carve_max_ = 0;  // 0: no carving (config_.carve_max, or no extents)
   std::uint64_t total_ = 0;
   std::uint64_t budget_ = 0;
 
@@ -507,6 +536,13 @@ class DevicePool {
   std::atomic<std::uint64_t> moves_failed_{0};
   std::atomic<std::uint64_t> moves_in_flight_{0};
   std::atomic<std::uint64_t> move_unmapped_{0}, move_mapped_{0};  // mappings the commits' remaps changed
+  // Carving (carving.cpp): the range, made on the first carved request, and what it knows of each
+  // carved allocation beyond its bytes.
+  std::unique_ptr<CarvedRange::Source> carve_source_;  // a CarveSource
+  std::optional<CarvedRange> carve_range_ UVMPOOL_GUARDED_BY(mu_);
+  std::unordered_map<CUdeviceptr, CarvedAllocation> carved_info_ UVMPOOL_GUARDED_BY(mu_);
+  bool carving_ UVMPOOL_GUARDED_BY(mu_) = false;  // inside the range's own growth: reclaim leaves its slots alone
+  std::atomic<std::uint64_t> carved_idle_{0};      // device granules in idle carved slots (idle memory, like cached)
   std::vector<Block*> all_blocks_ UVMPOOL_GUARDED_BY(mu_);  // every descriptor ever made, for the destructor
   std::vector<Slab*> all_slabs_ UVMPOOL_GUARDED_BY(mu_);
 };

@@ -54,6 +54,7 @@ CUresult DevicePool::prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Mov
   if (config_.guard || (to == Tier::Host && !host_)) return CUDA_ERROR_NOT_SUPPORTED;
   MutexLock lock(mu_);
   const Entry e = map_.lookup(p);  // again, under mu_: mappings are cut and joined only under it
+  if (as_carved(e) != nullptr) return CUDA_ERROR_NOT_SUPPORTED;  // carved slots do not move (carving.cpp)
   Block* b = as_block(e);
   Slab* s = as_slab(e);
   if (e == 0 || (b != nullptr && b->owner != this) || (s != nullptr && s->owner != this)) return CUDA_ERROR_INVALID_VALUE;
@@ -187,7 +188,9 @@ std::uint64_t DevicePool::promotion_room() {
   // mu_ is busy (a mover's commit holds it across its hold of the program's streams) the last answer
   // stands in, so a launch never waits for a move.
   if (!mu_.try_lock()) return last_room_.load(std::memory_order_relaxed);
-  const std::uint64_t room = (free_granules() + chunks_cached_.load(std::memory_order_relaxed) + growable_chunks()) * chunk_;
+  const std::uint64_t room = (free_granules() + chunks_cached_.load(std::memory_order_relaxed) +
+                              carved_idle_.load(std::memory_order_relaxed) + growable_chunks()) *
+                             chunk_;
   mu_.unlock();
   last_room_.store(room, std::memory_order_relaxed);
   return room;

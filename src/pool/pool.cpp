@@ -56,6 +56,7 @@ PoolConfig PoolConfig::from_options(const config::Options& o) {
   c.headroom = o.device_headroom.bytes;
   c.chunk_size = o.chunk_size.bytes;
   c.extent_size = o.extent_size.bytes;
+  c.carve_max = o.carve_max.bytes;
   c.spill = o.spill;
   c.host_limit = o.host_limit;
   c.host_reserve = o.host_reserve.bytes;
@@ -209,7 +210,8 @@ CUresult Pool::allocate_async(CUdeviceptr* out, std::size_t bytes, CUstream stre
 namespace {
 // The device pool a descriptor belongs to (descriptors are never freed, so reading one is safe).
 DevicePool* owner_of(Entry e) {
-  if ((e & kSlabTag) != 0) return reinterpret_cast<const Slab*>(e & ~kSlabTag)->owner;
+  if (DevicePool* p = as_carved(e)) return p;
+  if (const Slab* s = as_slab(e)) return s->owner;
   return reinterpret_cast<const Block*>(e)->owner;
 }
 }  // namespace

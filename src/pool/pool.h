@@ -38,6 +38,7 @@ struct PoolConfig {
   std::size_t small_max = 1ull << 20;          // largest request served from slabs
   std::size_t chunk_size = 0;                  // 0: the driver's minimum granularity
   std::size_t extent_size = 32ull << 20;       // large allocations' physical unit; < 2 chunks: off
+  std::size_t carve_max = 0;                   // largest request carved from extents mapped once (0: off)
   bool spill = true;                           // serve what the device cannot from pinned host memory
   config::Size host_limit{0, 50.0, true};      // cap on pinned host memory (share of physical memory)
   std::uint64_t host_reserve = 512ull << 20;   // pinned ahead of need, per device, once spilling is near
@@ -48,7 +49,7 @@ struct PoolConfig {
   bool guard = false;                          // debugging: every allocation its own mapping, ending where
                                                // unmapped address space begins; frees unmap (guard.cpp)
 
-  // From UVMPOOL_DEVICE_LIMIT, _DEVICE_HEADROOM, _CHUNK_SIZE, _EXTENT_SIZE, _SPILL, _HOST_LIMIT, _HOST_RESERVE,
+  // From UVMPOOL_DEVICE_LIMIT, _DEVICE_HEADROOM, _CHUNK_SIZE, _EXTENT_SIZE, _CARVE_MAX, _SPILL, _HOST_LIMIT, _HOST_RESERVE,
   // _REPORT_HOST, _GUARD.
   static PoolConfig from_options(const config::Options& options);
 };

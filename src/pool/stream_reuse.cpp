@@ -193,6 +193,10 @@ void DevicePool::seal_stream(CUstream stream) {
 }
 
 void DevicePool::release_pending(const PendingItem& item) {
+  if (item.carved != 0) {
+    release_carved(item.carved);
+    return;
+  }
   if (Block* b = item.block) {
     // Cached now; one that is moving is binned when its move ends (move.cpp).
     for (int state = kPending;;) {

@@ -18,6 +18,7 @@ class Allocator : public PoolTest {
   void TearDown() override {
     if (Pool* pool = impl.pool()) {
       EXPECT_EQ(pool->stats(0).live_allocations, 0u) << "the test left allocations live in the pool";
+      EXPECT_EQ(pool->check_invariants(), "");
     }
     impl.stop();
     PoolTest::TearDown();

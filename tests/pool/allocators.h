@@ -25,7 +25,8 @@ struct NativeDriver {
 
 // What every pool form shares: its own Pool, and find() as cuMemGetAddressRange.
 struct PoolBase {
-  void start() { pool_ = std::make_unique<Pool>(drv(), test_config()); }
+  static PoolConfig config() { return test_config(); }
+  void start() { pool_ = std::make_unique<Pool>(drv(), config()); }
   void stop() { pool_.reset(); }
   CUresult range(CUdeviceptr p, CUdeviceptr* base, std::size_t* size) {
     auto info = pool_->find(p);
@@ -49,15 +50,16 @@ struct PoolSync : PoolBase {
 };
 
 // Pool::allocate_async / deallocate_async on one stream.
-template <typename StreamKind>
-struct PoolAsync : PoolBase {
+template <typename StreamKind, typename Base = PoolBase>
+struct PoolAsync : Base {
+  using Base::pool_;
   void start() {
-    PoolBase::start();
+    Base::start();
     stream_ = StreamKind::make();
   }
   void stop() {
     if (stream_ != nullptr && StreamKind::kCreated) drv().cuStreamDestroy_v2(stream_);
-    PoolBase::stop();
+    Base::stop();
   }
   CUresult allocate(CUdeviceptr* p, std::size_t bytes) { return pool_->allocate_async(p, bytes, stream_); }
   CUresult deallocate(CUdeviceptr p) {
@@ -88,7 +90,25 @@ using PoolAsyncCreatedStream = PoolAsync<CreatedStream>;
 using PoolAsyncDefaultStream = PoolAsync<LegacyDefaultStream>;
 using PoolAsyncPerThreadStream = PoolAsync<PerThreadDefaultStream>;
 
+// The same with carving on (UVMPOOL_CARVE_MAX): requests up to 256 MiB carved from extents mapped once.
+struct CarvingBase : PoolBase {
+  static PoolConfig config() {
+    PoolConfig c = test_config();
+    c.carve_max = 256 * kMiB;
+    return c;
+  }
+  void start() { pool_ = std::make_unique<Pool>(drv(), config()); }
+};
+struct PoolCarvingSync : CarvingBase {
+  CUresult allocate(CUdeviceptr* p, std::size_t bytes) { return pool_->allocate(p, bytes); }
+  CUresult deallocate(CUdeviceptr p) {
+    CUresult r = CUDA_ERROR_UNKNOWN;
+    return pool_->deallocate(p, &r) == Ownership::Ours ? r : CUDA_ERROR_NOT_FOUND;
+  }
+};
+using PoolCarvingAsyncCreatedStream = PoolAsync<CreatedStream, CarvingBase>;
+
 using AllAllocators = ::testing::Types<NativeDriver, PoolSync, PoolAsyncCreatedStream, PoolAsyncDefaultStream,
-                                       PoolAsyncPerThreadStream>;
+                                       PoolAsyncPerThreadStream, PoolCarvingSync, PoolCarvingAsyncCreatedStream>;
 
 }  // namespace pooltest

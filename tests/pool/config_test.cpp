@@ -1,4 +1,5 @@
-// PoolConfig::from_options: UVMPOOL_DEVICE_LIMIT, UVMPOOL_DEVICE_HEADROOM and UVMPOOL_GUARD reach the pool.
+// PoolConfig::from_options: UVMPOOL_DEVICE_LIMIT, UVMPOOL_DEVICE_HEADROOM, UVMPOOL_CARVE_MAX and UVMPOOL_GUARD reach
+// the pool.
 #include "config/options.h"
 #include "pool_test.h"
 
@@ -31,6 +32,11 @@ TEST(PoolConfigFromOptions, GuardReachesThePool) {
   EXPECT_FALSE(config_of({{"UVMPOOL_GUARD", "off"}}).guard);
 }
 
+TEST(PoolConfigFromOptions, CarveMaxReachesThePool) {
+  EXPECT_EQ(config_of({{"UVMPOOL_CARVE_MAX", "4G"}}).carve_max, std::size_t{4} << 30);
+  EXPECT_EQ(config_of({}).carve_max, 0u) << "carving is off by default";
+}
+
 TEST(PoolConfigFromOptions, DefaultsLetThePoolUseTheWholeDevice) {
   const PoolConfig c = config_of({});
   EXPECT_EQ(c.device_limit.resolve(std::uint64_t{80} << 30), std::uint64_t{80} << 30);
@@ -47,6 +53,8 @@ TEST(PoolConfigDefaults, EveryFieldFromAnOptionHoldsThatOptionsDefault) {
   EXPECT_EQ(fresh.device_limit.bytes, from_table.device_limit.bytes);
   EXPECT_EQ(fresh.headroom, from_table.headroom);
   EXPECT_EQ(fresh.chunk_size, from_table.chunk_size);
+  EXPECT_EQ(fresh.extent_size, from_table.extent_size);
+  EXPECT_EQ(fresh.carve_max, from_table.carve_max);
   EXPECT_EQ(fresh.spill, from_table.spill);
   EXPECT_EQ(fresh.host_limit.is_percent, from_table.host_limit.is_percent);
   EXPECT_DOUBLE_EQ(fresh.host_limit.percent, from_table.host_limit.percent);

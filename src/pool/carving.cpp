@@ -1,0 +1,212 @@
+// Carving in the device pool (UVMPOOL_CARVE_MAX; docs/architecture.md, "Carving"): requests above the
+// slab limit up to carve_max are carved out of one range of extents mapped once (carved_range.h)
+// instead of getting a mapping of their own. The range takes its extents through the pool's own
+// chunk layer (take_device_chunks, so the budget and the reclaim order hold) and gives them back
+// there; the address map names this pool, tagged, for every granule of a mapped slot, and a pointer
+// is resolved to its allocation through the range's ordered index. What the device has no extent
+// for takes the stitched path, which spills. Everything here runs under mu_.
+//
+// Not yet carried over from stitched mappings: tiering never moves carved memory (prepare_move
+// answers NOT_SUPPORTED), and memory freed on a stream is reused only once its work is done, by
+// anyone (no same-stream reuse before that).
+#include "config/log.h"
+#include "config/size_math.h"
+#include "pool/device_pool.h"
+#include "trace/trace.h"
+
+namespace uvmpool::pool {
+
+// The range's side of the pool. Called from inside CarvedRange's allocate and release_idle, which
+// run under mu_ (the analysis cannot follow the call through the range).
+class DevicePool::CarveSource : public CarvedRange::Source {
+ public:
+  explicit CarveSource(DevicePool& pool) : p_(pool) {}
+
+  CUresult take(std::size_t granules, std::vector<Chunk>* pieces) override UVMPOOL_NO_THREAD_SAFETY_ANALYSIS {
+    // A slot is one mapping when it is one extent: with no free extent, a new one while the budget
+    // has room, before idle memory elsewhere is taken apart into the chunks that would map it as 16.
+    if (p_.free_extents_.empty() && p_.free_granules() < granules && p_.growable_chunks() >= granules &&
+        p_.grow(granules) != CUDA_SUCCESS) {
+      log::debug("device {}: an extent for carving refused; chunks instead", p_.device_);
+    }
+    if (p_.take_device_chunks(granules, true) < granules) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (p_.pull_device_pieces(granules, pieces) < granules) {  // the driver refused a step
+      p_.return_chunks(*pieces);
+      pieces->clear();
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+  }
+  void give_back(std::span<const Chunk> pieces) override UVMPOOL_NO_THREAD_SAFETY_ANALYSIS { p_.return_chunks(pieces); }
+  void before_unmap() override UVMPOOL_NO_THREAD_SAFETY_ANALYSIS { p_.fence_unmap(); }
+  void mapped(CUdeviceptr va, std::span<const Chunk> pieces) override {
+    const std::size_t bytes = granules_of(pieces) * p_.chunk_;
+    p_.map_.set(va, bytes, p_.carved_entry());
+    p_.mark_tiers(va, pieces);
+    p_.stitched_maps_.fetch_add(1, std::memory_order_relaxed);
+    trace::record(trace::Kind::Map, p_.device_, va, bytes, 0);
+  }
+  void unmapped(CUdeviceptr va, std::size_t bytes) override {
+    p_.map_.set(va, bytes, 0);
+    p_.map_.set_host(va, bytes, false);
+    trace::record(trace::Kind::Unmap, p_.device_, va, bytes, 0);
+  }
+
+ private:
+  DevicePool& p_;
+};
+
+CUresult DevicePool::allocate_carved(CUdeviceptr* out, std::size_t bytes, CUcontext context) {
+  CUresult r = try_carve(out, bytes, context);
+  // Memory freed on streams whose work is done is free in the range once collected: maybe it fits.
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && pending_count_.load(std::memory_order_relaxed) != 0 && collect_pending(false))
+    r = try_carve(out, bytes, context);
+  // No extent for it on the device: the stitched path, which takes what chunks are left and spills.
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) r = allocate_large(out, bytes, context);
+  return r;
+}
+
+CUresult DevicePool::try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext context) {
+  MutexLock lock(mu_);
+  if (!carve_range_) {
+    // Twice the budget in whole extents: room for the holes that moving idle slots leaves.
+    const std::size_t extent = extent_granules_ * chunk_;
+    const std::size_t size = 2 * div_ceil(budget_, extent) * extent;
+    CUdeviceptr va = 0;
+    if (const CUresult r = take_range(size, &va); r != CUDA_SUCCESS) {
+      log::warn("device {}: no address space for carving ({} MiB); carving is off", device_, size >> 20);
+      carve_max_ = 0;
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    carve_source_ = std::make_unique<CarveSource>(*this);
+    carve_range_.emplace(vmm_, *carve_source_, va, size, extent, chunk_, kGuardAlignment);
+  }
+  CUdeviceptr p = 0;
+  carving_ = true;
+  const CUresult r = carve_range_->allocate(bytes, &p);
+  carving_ = false;
+  note_carved_idle();
+  if (r != CUDA_SUCCESS) return r;
+  carved_info_[p] = CarvedAllocation{bytes, context, next_buffer_id(), kLive};
+  note_allocated(p, bytes, 0, false);
+  *out = p;
+  return CUDA_SUCCESS;
+}
+
+CUresult DevicePool::free_carved(CUdeviceptr p, const StreamKey* stream, bool capturing) {
+  {
+    MutexLock lock(mu_);
+    auto it = carved_info_.find(p);
+    if (it == carved_info_.end() || it->second.state != kLive) {
+      const std::optional<CarvedRange::Found> in = carve_range_ ? carve_range_->find(p) : std::nullopt;
+      if (in && in->start != p) {
+        log::error("free of {:#x}: an interior pointer of a pool allocation at {:#x}; ignored", p, in->start);
+      } else {
+        log::error("free of {:#x}: already freed (double free); ignored", p);
+      }
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    CarvedAllocation& a = it->second;
+    note_freed(p, a.size, 0, false);
+    if (capturing) {
+      // Freed inside a graph capture: the graph may touch it whenever it runs, so it stays allocated
+      // in the range for good.
+      a.state = kQuarantined;
+      log::debug("free of {:#x} during stream capture: kept out of reuse for good", p);
+      return CUDA_SUCCESS;
+    }
+    if (stream == nullptr) {
+      // cuMemFree: free in the range at once (stream order covers the program's later work, as for
+      // cached mappings); unmapping it later waits for the device (fence_unmap).
+      note_sync_free(a.context);
+      carved_info_.erase(it);
+      (void)carve_range_->free(p);
+      note_carved_idle();
+      return CUDA_SUCCESS;
+    }
+    a.state = kPending;
+  }
+  add_pending(*stream, PendingItem{.carved = p});
+  return CUDA_SUCCESS;
+}
+
+void DevicePool::release_carved(CUdeviceptr p) {
+  MutexLock lock(mu_);
+  auto it = carved_info_.find(p);
+  if (it == carved_info_.end() || it->second.state != kPending) {
+    log::error("device {}: a carved allocation freed on a stream at {:#x} was not pending; left alone", device_, p);
+    return;
+  }
+  carved_info_.erase(it);
+  (void)carve_range_->free(p);
+  note_carved_idle();
+}
+
+std::optional<AllocationInfo> DevicePool::describe_carved(CUdeviceptr p) {
+  if (!carve_range_) return std::nullopt;
+  const std::optional<CarvedRange::Found> in = carve_range_->find(p);
+  if (!in) return std::nullopt;
+  auto it = carved_info_.find(in->start);
+  if (it == carved_info_.end() || it->second.state != kLive) return std::nullopt;
+  if (p - in->start >= it->second.size) return std::nullopt;  // past the allocation, in its rounding
+  AllocationInfo info;
+  info.device = device_;
+  info.base = in->start;
+  info.size = it->second.size;
+  info.context = it->second.context;
+  info.buffer_id = it->second.buffer_id;
+  return info;
+}
+
+std::optional<ChunkView> DevicePool::carved_chunks(CUdeviceptr p) {
+  const std::optional<AllocationInfo> info = describe_carved(p);
+  if (!info) return std::nullopt;
+  ChunkView view;
+  view.info = *info;
+  view.chunk_size = chunk_;
+  CUdeviceptr first = 0;
+  for (const Chunk& c : carve_range_->pieces_of(info->base, info->size, &first)) {
+    view.chunks.push_back(c.handle);
+    view.granules.push_back(c.granules);
+  }
+  // Carved slots never move (tiering leaves them alone), so exporting needs no mark here.
+  view.offset = info->base - first;
+  view.host_chunks = false;
+  view.exportable = vmm_.exportable(Tier::Device);
+  return view;
+}
+
+void DevicePool::note_carved_idle() {
+  carved_idle_.store(carve_range_ ? carve_range_->idle_slots() * extent_granules_ : 0, std::memory_order_relaxed);
+}
+
+std::size_t DevicePool::release_carved_idle(std::size_t granules) {
+  if (!carve_range_ || carving_ || granules == 0) return 0;
+  const std::size_t released = carve_range_->release_idle(div_ceil(granules, extent_granules_));
+  note_carved_idle();
+  return released * extent_granules_;
+}
+
+void DevicePool::check_carved(std::string& out, std::uint64_t* device_granules, std::uint64_t* extents, std::uint64_t* live) {
+  if (!carve_range_) return;
+  out += carve_range_->check_invariants();
+  carve_range_->for_each_mapped([&](CUdeviceptr va, std::span<const Chunk> pieces) {
+    for (const Chunk& c : pieces) {
+      check_marks(out, va, c);
+      va += c.granules * chunk_;
+      *device_granules += c.granules;
+      if (c.granules > 1) ++*extents;
+      if (map_.lookup(va - chunk_) != carved_entry()) out += "the address map does not name the carved range at a mapped slot\n";
+    }
+  });
+  for (const auto& [p, a] : carved_info_) {
+    if (a.state == kLive) *live += a.size;
+    if (!carve_range_->find(p) || carve_range_->find(p)->start != p) out += "a carved allocation the range does not hold\n";
+  }
+  if (carved_info_.size() != carve_range_->figures().allocations)
+    out += "carved allocations: the pool knows " + std::to_string(carved_info_.size()) + ", the range holds " +
+           std::to_string(carve_range_->figures().allocations) + "\n";
+  if (carved_idle_.load() != carve_range_->idle_slots() * extent_granules_) out += "carved_idle differs from the range's idle slots\n";
+}
+
+}  // namespace uvmpool::pool

@@ -1,0 +1,208 @@
+// Carving in the pool (UVMPOOL_CARVE_MAX, src/pool/carving.cpp): requests above the slab limit up to
+// carve_max share extents mapped once. The typed suites (allocators.h) run every allocator behaviour
+// with carving on too; these are what carving adds or changes.
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "pool_test.h"
+
+namespace pooltest {
+namespace {
+
+class Carving : public PoolTest {
+ protected:
+  static PoolConfig carving(std::size_t limit = 0, std::size_t carve_max = 256 * kMiB) {
+    PoolConfig c = limit != 0 ? limited_config(limit) : test_config();
+    c.carve_max = carve_max;
+    return c;
+  }
+  // What a budget leaves the pool once the context's own memory is counted.
+  std::size_t room(std::size_t budget) const { return budget - (total - free_at_start); }
+};
+
+TEST_F(Carving, AllocationsShareAnExtentMappedOnceAndAreFoundAsTheDriverWouldAnswer) {
+  auto pool = make_pool(carving());
+  sim().reset_counts();
+  std::vector<CUdeviceptr> got;
+  for (int i = 0; i < 8; ++i) {
+    got.push_back(must_allocate(*pool, 3 * kMiB + 1000));
+    fill(got.back(), 3 * kMiB + 1000, 10 + i);
+  }
+  EXPECT_EQ(sim().call_count("cuMemMap"), 1u) << "eight allocations of 3 MiB: one 32 MiB extent, mapped once";
+  EXPECT_EQ(sim().call_count("cuMemCreate"), 1u);
+  for (int i = 0; i < 8; ++i) {
+    const auto info = pool->find(got[i] + 5000);
+    ASSERT_TRUE(info.has_value());
+    EXPECT_EQ(info->base, got[i]);
+    EXPECT_EQ(info->size, 3 * kMiB + 1000);
+    EXPECT_FALSE(pool->find(got[i] + 3 * kMiB + 1000).has_value()) << "past the allocation, in its rounding";
+    EXPECT_TRUE(holds(got[i], 3 * kMiB + 1000, 10 + i));
+  }
+  const DeviceStats s = pool->stats(0);
+  EXPECT_EQ(s.live_allocations, 8u);
+  EXPECT_EQ(s.live_bytes, 8 * (3 * kMiB + 1000));
+  EXPECT_EQ(pool->check_invariants(), "");
+  sim().reset_counts();
+  for (CUdeviceptr p : got) must_free(*pool, p);
+  got.clear();
+  for (int i = 0; i < 8; ++i) got.push_back(must_allocate(*pool, 2 * kMiB + 77 * i));
+  EXPECT_EQ(vmm_build_calls() + sim().call_count("cuMemUnmap"), 0u) << "reuse of freed carved memory called the driver";
+  for (CUdeviceptr p : got) must_free(*pool, p);
+  EXPECT_EQ(pool->check_invariants(), "");
+}
+
+TEST_F(Carving, InteriorPointersAndDoubleFreesAreRefusedAndChangeNothing) {
+  auto pool = make_pool(carving());
+  const CUdeviceptr p = must_allocate(*pool, 5 * kMiB);
+  CUresult r = CUDA_SUCCESS;
+  EXPECT_EQ(pool->deallocate(p + 4096, &r), Ownership::Ours);
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, r) << "an interior pointer";
+  EXPECT_TRUE(pool->find(p).has_value());
+  must_free(*pool, p);
+  EXPECT_EQ(pool->deallocate(p, &r), Ownership::Ours);
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, r) << "a double free";
+  EXPECT_EQ(pool->stats(0).live_allocations, 0u);
+  EXPECT_EQ(pool->check_invariants(), "");
+}
+
+TEST_F(Carving, MemoryFreedOnAStreamIsReusedOnlyOnceItsWorkIsDone) {
+  REQUIRE_SIM_CONTROL(hold_stream, "uvmpool_sim_hold_stream");
+  auto pool = make_pool(carving(64 * kMiB));
+  CUstream s = nullptr;
+  ASSERT_CU(drv().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  // Fill the one extent the budget has room for: 30 MiB of its 32.
+  CUdeviceptr a = 0, b = 0;
+  ASSERT_CU(pool->allocate_async(&a, 15 * kMiB, s));
+  ASSERT_CU(pool->allocate_async(&b, 15 * kMiB, s));
+  hold_stream(s, true);  // its work is not done
+  CUresult r = CUDA_SUCCESS;
+  ASSERT_EQ(pool->deallocate_async(a, s, &r), Ownership::Ours);
+  ASSERT_CU(r);
+  EXPECT_FALSE(pool->find(a).has_value()) << "freed: no longer an allocation";
+  // Another request would need a's bytes: not while the stream's work may still use them.
+  CUdeviceptr c = 0;
+  ASSERT_CU(pool->allocate(&c, 15 * kMiB));
+  EXPECT_NE(c, a) << "reused while the freeing stream's work may still read it";
+  must_free(*pool, c);
+  hold_stream(s, false);
+  ASSERT_CU(drv().cuStreamSynchronize(s));
+  CUdeviceptr d = 0;
+  ASSERT_CU(pool->allocate(&d, 15 * kMiB));
+  EXPECT_EQ(pool->check_invariants(), "");
+  must_free(*pool, d);
+  ASSERT_EQ(pool->deallocate_async(b, s, &r), Ownership::Ours);
+  ASSERT_CU(r);
+  ASSERT_CU(drv().cuStreamSynchronize(s));
+  pool->release_idle();
+  EXPECT_EQ(pool->check_invariants(), "");
+  EXPECT_EQ(pool->stats(0).chunks_held, 0u) << "release_idle left carved memory held";
+  drv().cuStreamDestroy_v2(s);
+}
+
+TEST_F(Carving, MemoryFreedDuringCaptureIsNeverReused) {
+  REQUIRE_SIM_CONTROL(set_capture_status, "uvmpool_sim_set_capture_status");
+  auto pool = make_pool(carving());
+  CUstream s = nullptr;
+  ASSERT_CU(drv().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  const CUdeviceptr p = must_allocate(*pool, 4 * kMiB);
+  set_capture_status(s, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  CUresult r = CUDA_SUCCESS;
+  ASSERT_EQ(pool->deallocate_async(p, s, &r), Ownership::Ours);
+  ASSERT_CU(r);
+  set_capture_status(s, CU_STREAM_CAPTURE_STATUS_NONE);
+  EXPECT_FALSE(pool->find(p).has_value());
+  EXPECT_EQ(pool->deallocate(p, &r), Ownership::Ours);
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, r) << "freed twice";
+  for (int i = 0; i < 16; ++i) {
+    const CUdeviceptr q = must_allocate(*pool, 4 * kMiB);
+    EXPECT_FALSE(q < p + 4 * kMiB && p < q + 4 * kMiB) << "a graph's address handed out again";
+    must_free(*pool, q);
+  }
+  pool->release_idle();
+  EXPECT_EQ(pool->check_invariants(), "");
+  drv().cuStreamDestroy_v2(s);
+}
+
+TEST_F(Carving, IdleSlotsGiveWayToAStitchedAllocationAtTheBudget) {
+  auto pool = make_pool(carving(128 * kMiB, 64 * kMiB));
+  std::vector<CUdeviceptr> got;
+  for (int i = 0; i < 6; ++i) got.push_back(must_allocate(*pool, 16 * kMiB));  // three extents
+  for (CUdeviceptr p : got) must_free(*pool, p);
+  // Larger than carve_max: its own mapping, from the chunks the idle carved slots give back.
+  CUdeviceptr big = 0;
+  ASSERT_CU(pool->allocate(&big, room(128 * kMiB))) << "idle carved memory kept from a stitched allocation";
+  fill(big, room(128 * kMiB), 5);
+  EXPECT_TRUE(holds(big, room(128 * kMiB), 5));
+  EXPECT_EQ(pool->check_invariants(), "");
+  must_free(*pool, big);
+}
+
+TEST_F(Carving, ARequestNoExtentCanHoldTakesTheStitchedPath) {
+  auto pool = make_pool(carving(64 * kMiB));
+  // 62 MiB of room: one 32 MiB extent, then 30 MiB that no extent fits in.
+  const CUdeviceptr a = must_allocate(*pool, 30 * kMiB);
+  const CUdeviceptr b = must_allocate(*pool, 28 * kMiB);
+  fill(a, 30 * kMiB, 1);
+  fill(b, 28 * kMiB, 2);
+  EXPECT_TRUE(holds(a, 30 * kMiB, 1));
+  EXPECT_TRUE(holds(b, 28 * kMiB, 2));
+  EXPECT_EQ(pool->stats(0).chunks_held, 30u) << "an extent for a, 14 chunks stitched for b";
+  EXPECT_EQ(pool->check_invariants(), "");
+  must_free(*pool, a);
+  must_free(*pool, b);
+}
+
+TEST_F(Carving, MovesLeaveCarvedMemoryAloneAndIpcSeesItsExtent) {
+  PoolConfig c = carving();
+  auto pool = make_pool(c);
+  must_allocate(*pool, 3 * kMiB);
+  const CUdeviceptr p = must_allocate(*pool, 5 * kMiB);
+  uvmpool::pool::Move m;
+  EXPECT_CU_EQ(CUDA_ERROR_NOT_SUPPORTED, pool->prepare_move(p, 5 * kMiB, uvmpool::pool::Tier::Device, &m));
+  const auto view = pool->chunks_of(p + 100);
+  ASSERT_TRUE(view.has_value());
+  EXPECT_EQ(view->info.base, p);
+  EXPECT_EQ(view->offset, 3 * kMiB) << "where the allocation lies in the extent it shares";
+  ASSERT_EQ(view->chunks.size(), 1u);
+  EXPECT_EQ(view->granules[0] * gran, 32 * kMiB);
+  pool->release_idle();
+}
+
+TEST_F(Carving, RandomMixedSizesOnThreadsKeepTheirBytesAndTheFiguresAddUp) {
+  auto pool = make_pool(carving(512 * kMiB));
+  std::vector<std::thread> threads;
+  std::atomic<int> carved{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      ASSERT_CU(drv().cuCtxSetCurrent(ctx));
+      std::mt19937_64 rng(100 + t);
+      std::vector<Block> live;
+      for (int step = 0; step < 300; ++step) {
+        if (!live.empty() && (rng() % 2 == 0 || live.size() > 12)) {
+          const std::size_t i = rng() % live.size();
+          EXPECT_TRUE(holds(live[i].p, live[i].bytes, live[i].seed));
+          must_free(*pool, live[i].p);
+          live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+          continue;
+        }
+        const std::size_t choice = rng() % 10;
+        const std::size_t bytes = choice < 3 ? 1 + rng() % kMiB : choice < 9 ? kMiB + rng() % (20 * kMiB) : 300 * kMiB;
+        CUdeviceptr p = 0;
+        if (pool->allocate(&p, bytes) != CUDA_SUCCESS) continue;  // the budget, shared by four threads
+        if (bytes > kMiB && bytes <= 256 * kMiB) ++carved;
+        const std::uint64_t seed = 1000 * t + step;
+        fill(p, std::min<std::size_t>(bytes, 4 * kMiB), seed);
+        live.push_back({p, std::min<std::size_t>(bytes, 4 * kMiB), seed});
+      }
+      for (const Block& b : live) must_free(*pool, b.p);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_GT(carved.load(), 200) << "few carved allocations were made (about 400 expected)";
+  EXPECT_EQ(pool->stats(0).live_allocations, 0u);
+  EXPECT_EQ(pool->check_invariants(), "");
+}
+
+}  // namespace
+}  // namespace pooltest
