@@ -177,7 +177,11 @@ std::optional<ChunkView> DevicePool::carved_chunks(CUdeviceptr p) {
 }
 
 void DevicePool::note_carved_idle() {
-  carved_idle_.store(carve_range_ ? carve_range_->idle_slots() * extent_granules_ : 0, std::memory_order_relaxed);
+  if (!carve_range_) return;
+  const CarvedRange::Figures f = carve_range_->figures();
+  carved_idle_.store(f.slots_idle * extent_granules_, std::memory_order_relaxed);
+  carved_mapped_.store(f.slots_mapped * carve_range_->extent(), std::memory_order_relaxed);
+  carved_live_.store(f.live_bytes, std::memory_order_relaxed);
 }
 
 std::size_t DevicePool::release_carved_idle(std::size_t granules) {

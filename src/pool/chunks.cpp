@@ -510,6 +510,9 @@ DeviceStats DevicePool::stats() const {
   s.chunks_held = chunks_held_.load(std::memory_order_relaxed);
   s.chunks_free = chunks_free_.load(std::memory_order_relaxed);
   s.chunks_cached = chunks_cached_.load(std::memory_order_relaxed);
+  s.carved_mapped_bytes = carved_mapped_.load(std::memory_order_relaxed);
+  s.carved_live_bytes = carved_live_.load(std::memory_order_relaxed);
+  s.carved_idle_bytes = carved_idle_.load(std::memory_order_relaxed) * chunk_;
   s.held_bytes = s.chunks_held * chunk_;
   s.address_space_bytes = address_space_.load(std::memory_order_relaxed);
   s.live_bytes = live_bytes_.load(std::memory_order_relaxed);

@@ -20,6 +20,12 @@ CUresult DevicePool::allocate(CUdeviceptr* out, std::size_t bytes, CUcontext con
     trace::record(trace::Kind::Oom, device_, 0, bytes);
     const DeviceStats s = stats();
     const std::uint64_t live_device = s.live_bytes - s.live_host_bytes;
+    if (s.carved_mapped_bytes > s.carved_live_bytes + s.carved_idle_bytes) {
+      // Free space inside carved slots that still hold allocations serves only carved requests that fit
+      // in it: say so, since the figures below count it as held.
+      log::warn("device {}: {} MiB free inside carved slots could not hold it (UVMPOOL_CARVE_MAX=0 turns carving off)",
+                device_, (s.carved_mapped_bytes - s.carved_live_bytes - s.carved_idle_bytes) >> 20);
+    }
     if (host_) {
       log::warn("device {}: out of memory for {} bytes: device {} MiB live, {} MiB held of UVMPOOL_DEVICE_LIMIT {} MiB; "
                 "host {} MiB live, {} MiB pinned of UVMPOOL_HOST_LIMIT {} MiB",

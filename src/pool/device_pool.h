@@ -302,7 +302,7 @@ class DevicePool {
   void release_carved(CUdeviceptr p);  // a pending carved free whose work is done
   std::optional<AllocationInfo> describe_carved(CUdeviceptr p) UVMPOOL_REQUIRES(mu_);
   std::optional<ChunkView> carved_chunks(CUdeviceptr p) UVMPOOL_REQUIRES(mu_);
-  void note_carved_idle() UVMPOOL_REQUIRES(mu_);  // carved_idle_ from the range
+  void note_carved_idle() UVMPOOL_REQUIRES(mu_);  // carved_idle_ and the carved figures from the range
   // Idle carved slots given back to the free lists (reclaim, release_idle); how many granules.
   std::size_t release_carved_idle(std::size_t granules) UVMPOOL_REQUIRES(mu_);
   void check_carved(std::string& out, std::uint64_t* device_granules, std::uint64_t* extents, std::uint64_t* live) UVMPOOL_REQUIRES(mu_);
@@ -543,6 +543,7 @@ class DevicePool {
   std::unordered_map<CUdeviceptr, CarvedAllocation> carved_info_ UVMPOOL_GUARDED_BY(mu_);
   bool carving_ UVMPOOL_GUARDED_BY(mu_) = false;  // inside the range's own growth: reclaim leaves its slots alone
   std::atomic<std::uint64_t> carved_idle_{0};      // device granules in idle carved slots (idle memory, like cached)
+  std::atomic<std::uint64_t> carved_mapped_{0}, carved_live_{0};  // bytes (DeviceStats), as the range last said
   std::vector<Block*> all_blocks_ UVMPOOL_GUARDED_BY(mu_);  // every descriptor ever made, for the destructor
   std::vector<Slab*> all_slabs_ UVMPOOL_GUARDED_BY(mu_);
 };

@@ -125,6 +125,9 @@ struct DeviceStats {
   std::uint64_t extents_held = 0;      // of chunks_held, pieces larger than a chunk: extents (extent_size) and runs (2 chunks to half an extent, made for moves)
   std::uint64_t chunks_held = 0;       // physical chunks the pool owns (mapped or not), extents counted in chunks
   std::uint64_t chunks_free = 0;       // held, not mapped anywhere
+  std::uint64_t carved_mapped_bytes = 0;  // carving (UVMPOOL_CARVE_MAX): slots mapped, of chunks_held
+  std::uint64_t carved_live_bytes = 0;    // ... in carved allocations (each rounded up to 256 B)
+  std::uint64_t carved_idle_bytes = 0;    // ... in slots with no allocation (idle memory, given back first)
   std::uint64_t chunks_cached = 0;     // mapped in freed (cached) large allocations or empty slabs
   std::uint64_t held_bytes = 0;        // chunks_held * chunk_size
   std::uint64_t address_space_bytes = 0;  // virtual address space reserved

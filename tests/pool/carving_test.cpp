@@ -42,9 +42,13 @@ TEST_F(Carving, AllocationsShareAnExtentMappedOnceAndAreFoundAsTheDriverWouldAns
   const DeviceStats s = pool->stats(0);
   EXPECT_EQ(s.live_allocations, 8u);
   EXPECT_EQ(s.live_bytes, 8 * (3 * kMiB + 1000));
+  EXPECT_EQ(s.carved_mapped_bytes, 32 * kMiB);
+  EXPECT_EQ(s.carved_live_bytes, 8 * (3 * kMiB + 1024)) << "each rounded up to 256 B";
+  EXPECT_EQ(s.carved_idle_bytes, 0u);
   EXPECT_EQ(pool->check_invariants(), "");
   sim().reset_counts();
   for (CUdeviceptr p : got) must_free(*pool, p);
+  EXPECT_EQ(pool->stats(0).carved_idle_bytes, 32 * kMiB) << "a slot with no allocation is idle memory";
   got.clear();
   for (int i = 0; i < 8; ++i) got.push_back(must_allocate(*pool, 2 * kMiB + 77 * i));
   EXPECT_EQ(vmm_build_calls() + sim().call_count("cuMemUnmap"), 0u) << "reuse of freed carved memory called the driver";
