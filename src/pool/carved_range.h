@@ -66,6 +66,8 @@ class CarvedRange {
   CarvedRange(const Vmm& vmm, Source& source, CUdeviceptr base, std::size_t bytes, std::size_t extent,
               std::size_t chunk, std::size_t unit);
   ~CarvedRange();  // unmaps every slot and gives its pieces back (whatever is still allocated)
+  // After fork, in the child: forget every slot without a driver call (the destructor then makes none).
+  void abandon() { slots_.clear(); }
   CarvedRange(const CarvedRange&) = delete;
   CarvedRange& operator=(const CarvedRange&) = delete;
 

@@ -26,7 +26,10 @@ DevicePool::DevicePool(const driver::Table& driver, int device, const PoolConfig
       counters_(config.counters), host_tier_(host) {}
 
 DevicePool::~DevicePool() {
-  if (abandoned_) return;
+  if (abandoned_) {
+    if (carve_range_) carve_range_->abandon();  // its destructor runs anyway: no driver call from it
+    return;
+  }
   MutexLock lock(mu_);
   carve_range_.reset();  // unmaps its slots; their pieces back to the free lists, released below
   for (Block* b : all_blocks_) {
