@@ -25,11 +25,12 @@ CarvedRange::~CarvedRange() {
   }
 }
 
-CUresult CarvedRange::allocate(std::size_t bytes, CUdeviceptr* out) {
+CUresult CarvedRange::allocate(std::size_t bytes, CUdeviceptr* out, bool grow_ok) {
   if (bytes == 0 || bytes > slots_.size() * extent_) return CUDA_ERROR_OUT_OF_MEMORY;
   const std::size_t rounded = div_ceil(bytes, unit_) * unit_;
   std::optional<CUdeviceptr> at = free_.take(rounded);
   if (!at) {
+    if (!grow_ok) return CUDA_ERROR_OUT_OF_MEMORY;
     const std::optional<Window> w = place(rounded);
     if (!w) return CUDA_ERROR_OUT_OF_MEMORY;
     if (const CUresult r = grow(*w, rounded); r != CUDA_SUCCESS) return r;
@@ -153,6 +154,7 @@ void CarvedRange::unmap_slot(std::size_t i) {
 
 std::size_t CarvedRange::release_idle(std::size_t wanted) {
   std::size_t released = 0;
+  if (idle_ == 0) return 0;
   bool fenced = false;
   for (std::size_t i = slots_.size(); i-- > 0 && released < wanted;) {
     Slot& s = slots_[i];

@@ -74,7 +74,8 @@ class CarvedRange {
   // A range of `bytes` (rounded up to the unit). OUT_OF_MEMORY when neither the mapped free space nor
   // growth can hold it; nothing is lost then (extents taken for it go back to the source, idle slots
   // it unmapped included).
-  CUresult allocate(std::size_t bytes, CUdeviceptr* out);
+  // `grow` false: the mapped free space only (no driver call, no source call).
+  CUresult allocate(std::size_t bytes, CUdeviceptr* out, bool grow = true);
   // INVALID_VALUE, nothing changed, when p is not the start of a live allocation (a double free, an
   // interior or foreign pointer).
   CUresult free(CUdeviceptr p);

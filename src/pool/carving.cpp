@@ -4,11 +4,15 @@
 // chunk layer (take_device_chunks, so the budget and the reclaim order hold) and gives them back
 // there; the address map names this pool, tagged, for every granule of a mapped slot, and a pointer
 // is resolved to its allocation through the range's ordered index. What the device has no extent
-// for takes the stitched path, which spills. Everything here runs under mu_.
+// for takes the stitched path, which spills. Every change runs under mu_.
+//
+// Locks: mu_ for the range (every change to it), then carve_index_mu_ (a leaf) for the pool's index of
+// carved allocations, which lookups take alone.
 //
 // Not yet carried over from stitched mappings: tiering never moves carved memory (prepare_move
 // answers NOT_SUPPORTED), and memory freed on a stream is reused only once its work is done, by
-// anyone (no same-stream reuse before that).
+// anyone (no same-stream reuse before that). CUDA IPC exports the slots an allocation lies in, whose
+// handles the neighbouring allocations share (as a slab's chunk does its slots).
 #include "config/log.h"
 #include "config/size_math.h"
 #include "pool/device_pool.h"
@@ -57,16 +61,20 @@ class DevicePool::CarveSource : public CarvedRange::Source {
 };
 
 CUresult DevicePool::allocate_carved(CUdeviceptr* out, std::size_t bytes, CUcontext context) {
-  CUresult r = try_carve(out, bytes, context);
-  // Memory freed on streams whose work is done is free in the range once collected: maybe it fits.
-  if (r == CUDA_ERROR_OUT_OF_MEMORY && pending_count_.load(std::memory_order_relaxed) != 0 && collect_pending(false))
-    r = try_carve(out, bytes, context);
+  // Memory freed on streams whose work is done is free in the range once collected: before the range
+  // grows (which takes idle memory apart and grows the pool), the mapped free space, then that.
+  CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+  if (pending_count_.load(std::memory_order_relaxed) != 0) {
+    r = try_carve(out, bytes, context, false);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) collect_pending(false);
+  }
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) r = try_carve(out, bytes, context, true);
   // No extent for it on the device: the stitched path, which takes what chunks are left and spills.
   if (r == CUDA_ERROR_OUT_OF_MEMORY) r = allocate_large(out, bytes, context);
   return r;
 }
 
-CUresult DevicePool::try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext context) {
+CUresult DevicePool::try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext context, bool grow) {
   MutexLock lock(mu_);
   if (!carve_range_) {
     // Twice the budget in whole extents: room for the holes that moving idle slots leaves.
@@ -75,19 +83,29 @@ CUresult DevicePool::try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext co
     CUdeviceptr va = 0;
     if (const CUresult r = take_range(size, &va); r != CUDA_SUCCESS) {
       log::warn("device {}: no address space for carving ({} MiB); carving is off", device_, size >> 20);
-      carve_max_ = 0;
+      carve_max_.store(0, std::memory_order_relaxed);
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
     carve_source_ = std::make_unique<CarveSource>(*this);
     carve_range_.emplace(vmm_, *carve_source_, va, size, extent, chunk_, kGuardAlignment);
   }
   CUdeviceptr p = 0;
-  carving_ = true;
-  const CUresult r = carve_range_->allocate(bytes, &p);
-  carving_ = false;
+  CUresult r = CUDA_SUCCESS;
+  {
+    // Reclaim (take_device_chunks, from the range's own growth) leaves the range's slots alone meanwhile.
+    struct Carving {
+      bool& flag;
+      explicit Carving(bool& f) : flag(f) { flag = true; }
+      ~Carving() { flag = false; }
+    } carving(carving_);
+    r = carve_range_->allocate(bytes, &p, grow);
+  }
   note_carved_idle();
   if (r != CUDA_SUCCESS) return r;
-  carved_info_[p] = CarvedAllocation{bytes, context, next_buffer_id(), kLive};
+  {
+    MutexLock index(carve_index_mu_);
+    carved_info_[p] = CarvedAllocation{bytes, context, next_buffer_id(), kLive};
+  }
   note_allocated(p, bytes, 0, false);
   *out = p;
   return CUDA_SUCCESS;
@@ -96,22 +114,27 @@ CUresult DevicePool::try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext co
 CUresult DevicePool::free_carved(CUdeviceptr p, const StreamKey* stream, bool capturing) {
   {
     MutexLock lock(mu_);
-    auto it = carved_info_.find(p);
-    if (it == carved_info_.end() || it->second.state != kLive) {
-      const std::optional<CarvedRange::Found> in = carve_range_ ? carve_range_->find(p) : std::nullopt;
-      if (in && in->start != p) {
-        log::error("free of {:#x}: an interior pointer of a pool allocation at {:#x}; ignored", p, in->start);
-      } else {
-        log::error("free of {:#x}: already freed (double free); ignored", p);
+    CarvedAllocation a;
+    {
+      MutexLock index(carve_index_mu_);
+      auto it = carved_info_.find(p);
+      if (it == carved_info_.end() || it->second.state != kLive) {
+        auto in = carved_info_.upper_bound(p);
+        if (in != carved_info_.begin() && (--in)->first != p && p - in->first < in->second.size) {
+          log::error("free of {:#x}: an interior pointer of a pool allocation at {:#x}; ignored", p, in->first);
+        } else {
+          log::error("free of {:#x}: already freed (double free); ignored", p);
+        }
+        return CUDA_ERROR_INVALID_VALUE;
       }
-      return CUDA_ERROR_INVALID_VALUE;
+      a = it->second;
+      // Freed inside a graph capture: the graph may touch it whenever it runs, so it stays allocated
+      // in the range for good. Freed on a stream: pending until that stream's work is done.
+      it->second.state = capturing ? kQuarantined : kPending;
+      if (!capturing && stream == nullptr) carved_info_.erase(it);
     }
-    CarvedAllocation& a = it->second;
     note_freed(p, a.size, 0, false);
     if (capturing) {
-      // Freed inside a graph capture: the graph may touch it whenever it runs, so it stays allocated
-      // in the range for good.
-      a.state = kQuarantined;
       log::debug("free of {:#x} during stream capture: kept out of reuse for good", p);
       return CUDA_SUCCESS;
     }
@@ -119,12 +142,10 @@ CUresult DevicePool::free_carved(CUdeviceptr p, const StreamKey* stream, bool ca
       // cuMemFree: free in the range at once (stream order covers the program's later work, as for
       // cached mappings); unmapping it later waits for the device (fence_unmap).
       note_sync_free(a.context);
-      carved_info_.erase(it);
       (void)carve_range_->free(p);
       note_carved_idle();
       return CUDA_SUCCESS;
     }
-    a.state = kPending;
   }
   add_pending(*stream, PendingItem{.carved = p});
   return CUDA_SUCCESS;
@@ -132,26 +153,29 @@ CUresult DevicePool::free_carved(CUdeviceptr p, const StreamKey* stream, bool ca
 
 void DevicePool::release_carved(CUdeviceptr p) {
   MutexLock lock(mu_);
-  auto it = carved_info_.find(p);
-  if (it == carved_info_.end() || it->second.state != kPending) {
-    log::error("device {}: a carved allocation freed on a stream at {:#x} was not pending; left alone", device_, p);
-    return;
+  {
+    MutexLock index(carve_index_mu_);
+    auto it = carved_info_.find(p);
+    if (it == carved_info_.end() || it->second.state != kPending) {
+      log::error("device {}: a carved allocation freed on a stream at {:#x} was not pending; left alone", device_, p);
+      return;
+    }
+    carved_info_.erase(it);
   }
-  carved_info_.erase(it);
   (void)carve_range_->free(p);
   note_carved_idle();
 }
 
 std::optional<AllocationInfo> DevicePool::describe_carved(CUdeviceptr p) {
-  if (!carve_range_) return std::nullopt;
-  const std::optional<CarvedRange::Found> in = carve_range_->find(p);
-  if (!in) return std::nullopt;
-  auto it = carved_info_.find(in->start);
-  if (it == carved_info_.end() || it->second.state != kLive) return std::nullopt;
-  if (p - in->start >= it->second.size) return std::nullopt;  // past the allocation, in its rounding
+  MutexLock index(carve_index_mu_);
+  auto it = carved_info_.upper_bound(p);
+  if (it == carved_info_.begin()) return std::nullopt;
+  --it;
+  // Past the allocation (in its rounding, or beyond): none; a pending or quarantined one is freed.
+  if (p - it->first >= it->second.size || it->second.state != kLive) return std::nullopt;
   AllocationInfo info;
   info.device = device_;
-  info.base = in->start;
+  info.base = it->first;
   info.size = it->second.size;
   info.context = it->second.context;
   info.buffer_id = it->second.buffer_id;
@@ -203,9 +227,11 @@ void DevicePool::check_carved(std::string& out, std::uint64_t* device_granules, 
       if (map_.lookup(va - chunk_) != carved_entry()) out += "the address map does not name the carved range at a mapped slot\n";
     }
   });
+  MutexLock index(carve_index_mu_);
   for (const auto& [p, a] : carved_info_) {
     if (a.state == kLive) *live += a.size;
-    if (!carve_range_->find(p) || carve_range_->find(p)->start != p) out += "a carved allocation the range does not hold\n";
+    const std::optional<CarvedRange::Found> in = carve_range_->find(p);
+    if (!in || in->start != p || in->bytes < a.size) out += "a carved allocation the range does not hold\n";
   }
   if (carved_info_.size() != carve_range_->figures().allocations)
     out += "carved allocations: the pool knows " + std::to_string(carved_info_.size()) + ", the range holds " +

@@ -92,10 +92,7 @@ CUresult DevicePool::deallocate_async(Entry entry, CUdeviceptr p, const StreamKe
 }
 
 std::optional<AllocationInfo> DevicePool::describe(Entry entry, CUdeviceptr p) {
-  if (as_carved(entry) != nullptr) {
-    MutexLock lock(mu_);
-    return describe_carved(p);
-  }
+  if (as_carved(entry) != nullptr) return describe_carved(p);
   AllocationInfo info;
   info.device = device_;
   if (Slab* s = as_slab(entry)) {

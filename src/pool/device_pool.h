@@ -292,15 +292,19 @@ class DevicePool {
     std::uint64_t buffer_id = 0;
     int state = kLive;  // Live, Pending (freed on a stream, its work not known done) or Quarantined
   };
-  bool carves(std::size_t bytes) const { return carve_max_ != 0 && bytes <= carve_max_; }
+  bool carves(std::size_t bytes) const {
+    const std::size_t most = carve_max_.load(std::memory_order_relaxed);
+    return most != 0 && bytes <= most;
+  }
   Entry carved_entry() const { return reinterpret_cast<Entry>(this) | kCarvedTag; }
   CUresult allocate_carved(CUdeviceptr* out, std::size_t bytes, CUcontext context);
-  CUresult try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext context);
+  // `grow`: the range may map slots (else only its mapped free space serves).
+  CUresult try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext context, bool grow);
   // A free of carved memory: by cuMemFree (stream null), on a stream (pending until its work is done)
   // or inside a capture (kept out of reuse for good).
   CUresult free_carved(CUdeviceptr p, const StreamKey* stream, bool capturing);
   void release_carved(CUdeviceptr p);  // a pending carved free whose work is done
-  std::optional<AllocationInfo> describe_carved(CUdeviceptr p) UVMPOOL_REQUIRES(mu_);
+  std::optional<AllocationInfo> describe_carved(CUdeviceptr p);  // carve_index_mu_ only: never waits for mu_
   std::optional<ChunkView> carved_chunks(CUdeviceptr p) UVMPOOL_REQUIRES(mu_);
   void note_carved_idle() UVMPOOL_REQUIRES(mu_);  // carved_idle_ and the carved figures from the range
   // Idle carved slots given back to the free lists (reclaim, release_idle); how many granules.
@@ -421,7 +425,7 @@ class DevicePool {
   unsigned chunk_shift_ = 0;
   std::size_t extent_granules_ = 0;  // chunks per extent (UVMPOOL_EXTENT_SIZE); 0: no extents
   std::size_t small_max_ = 0;
-  std::size_t carve_max_ = 0;  // 0: no carving (config_.carve_max, or no extents)
+  std::atomic<std::size_t> carve_max_{0};  // 0: no carving (config_.carve_max, or no extents, or no address space)
   std::uint64_t total_ = 0;
   std::uint64_t budget_ = 0;
 
@@ -536,11 +540,14 @@ class DevicePool {
   std::atomic<std::uint64_t> moves_failed_{0};
   std::atomic<std::uint64_t> moves_in_flight_{0};
   std::atomic<std::uint64_t> move_unmapped_{0}, move_mapped_{0};  // mappings the commits' remaps changed
-  // Carving (carving.cpp): the range, made on the first carved request, and what it knows of each
-  // carved allocation beyond its bytes.
+  // Carving (carving.cpp): the range, made on the first carved request, and the pool's index of
+  // carved allocations. The index has a leaf lock of its own, taken inside mu_ where it changes and
+  // alone where it is read (find, cuPointerGetAttribute, the launch hooks): a lookup never waits for
+  // what mu_ is held across (a fence, a move's commit).
   std::unique_ptr<CarvedRange::Source> carve_source_;  // a CarveSource
   std::optional<CarvedRange> carve_range_ UVMPOOL_GUARDED_BY(mu_);
-  std::unordered_map<CUdeviceptr, CarvedAllocation> carved_info_ UVMPOOL_GUARDED_BY(mu_);
+  Mutex carve_index_mu_;
+  std::map<CUdeviceptr, CarvedAllocation> carved_info_ UVMPOOL_GUARDED_BY(carve_index_mu_);
   bool carving_ UVMPOOL_GUARDED_BY(mu_) = false;  // inside the range's own growth: reclaim leaves its slots alone
   std::atomic<std::uint64_t> carved_idle_{0};      // device granules in idle carved slots (idle memory, like cached)
   std::atomic<std::uint64_t> carved_mapped_{0}, carved_live_{0};  // bytes (DeviceStats), as the range last said

@@ -233,7 +233,15 @@ CUresult DevicePool::with_pressure_relief(const std::function<CUresult()>& attem
   // Out of memory while memory freed on streams waits for their work: take what has finished, then
   // wait for the rest — a stall, but better than failing an allocation the pool can cover.
   if (collect_pending(false)) r = attempt();
-  if (r == CUDA_ERROR_OUT_OF_MEMORY && collect_pending(true)) r = attempt();
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+    // The wait below is for the program's work, which may be long: the reserve thread is not held
+    // off meanwhile, only again for the retry.
+    hold.reset();
+    if (collect_pending(true)) {
+      if (host_) hold.emplace(*host_);
+      r = attempt();
+    }
+  }
   return r;
 }
 

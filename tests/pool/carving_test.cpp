@@ -104,6 +104,27 @@ TEST_F(Carving, MemoryFreedOnAStreamIsReusedOnlyOnceItsWorkIsDone) {
   drv().cuStreamDestroy_v2(s);
 }
 
+// Memory freed on a stream whose work is done is reused before the range grows (growth would take
+// idle memory apart, or grow the pool).
+TEST_F(Carving, MemoryFreedOnAStreamIsReusedBeforeTheRangeGrows) {
+  auto pool = make_pool(carving());
+  CUstream s = nullptr;
+  ASSERT_CU(drv().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr a = 0;
+  ASSERT_CU(pool->allocate_async(&a, 30 * kMiB, s));
+  CUresult r = CUDA_SUCCESS;
+  ASSERT_EQ(pool->deallocate_async(a, s, &r), Ownership::Ours);
+  ASSERT_CU(r);
+  ASSERT_CU(drv().cuStreamSynchronize(s));
+  sim().reset_counts();
+  const CUdeviceptr b = must_allocate(*pool, 30 * kMiB);
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(vmm_build_calls(), 0u) << "the range grew while memory freed on a stream was done with";
+  must_free(*pool, b);
+  EXPECT_EQ(pool->check_invariants(), "");
+  drv().cuStreamDestroy_v2(s);
+}
+
 TEST_F(Carving, MemoryFreedDuringCaptureIsNeverReused) {
   REQUIRE_SIM_CONTROL(set_capture_status, "uvmpool_sim_set_capture_status");
   auto pool = make_pool(carving());
