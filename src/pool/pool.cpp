@@ -344,8 +344,10 @@ std::vector<std::pair<CUdeviceptr, std::size_t>> Pool::runs_in_tier(CUdeviceptr 
     const Probe hit = probe(at);
     if (hit.owner == 0) break;
     const CUdeviceptr next = std::min<CUdeviceptr>(std::max<CUdeviceptr>(hit.granule_end, at + 1), end);
-    if (hit.host == want_host && run == 0) run = at;
-    if (hit.host != want_host && run != 0) {
+    // Carved memory does not move (carving.cpp): it is in no run, so no move is asked for it.
+    const bool movable = as_carved(hit.owner) == nullptr;
+    if (movable && hit.host == want_host && run == 0) run = at;
+    if ((!movable || hit.host != want_host) && run != 0) {
       runs.emplace_back(run, at - run);
       run = 0;
     }

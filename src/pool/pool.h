@@ -231,7 +231,8 @@ class Pool {
   Probe probe(CUdeviceptr p) const;
   // The runs of [from, end) whose granules lie in `tier` now, in address order, as (start, bytes),
   // clipped to [from, end); the walk ends at the first granule no allocation owns (freed since).
-  // What a move of the range to the other tier would carry (tiering: one move per run).
+  // What a move of the range to the other tier would carry (tiering: one move per run); carved
+  // granules, which do not move, are in none.
   std::vector<std::pair<CUdeviceptr, std::size_t>> runs_in_tier(CUdeviceptr from, CUdeviceptr end, Tier tier) const;
   // Whether host memory is mapped anywhere in pool address space (spilled memory, live or cached):
   // while not, no launch can touch host memory through the pool, and the hooks look no further.

@@ -185,6 +185,11 @@ TEST_F(Carving, MovesLeaveCarvedMemoryAloneAndIpcSeesItsExtent) {
   const CUdeviceptr p = must_allocate(*pool, 5 * kMiB);
   uvmpool::pool::Move m;
   EXPECT_CU_EQ(CUDA_ERROR_NOT_SUPPORTED, pool->prepare_move(p, 5 * kMiB, uvmpool::pool::Tier::Device, &m));
+  EXPECT_TRUE(pool->runs_in_tier(p, p + 5 * kMiB, uvmpool::pool::Tier::Device).empty())
+      << "tiering would ask moves of carved memory, which are refused";
+  const CUdeviceptr stitched = must_allocate(*pool, 300 * kMiB);  // above carve_max: its own mapping
+  EXPECT_EQ(pool->runs_in_tier(stitched, stitched + 300 * kMiB, uvmpool::pool::Tier::Device).size(), 1u);
+  must_free(*pool, stitched);
   const auto view = pool->chunks_of(p + 100);
   ASSERT_TRUE(view.has_value());
   EXPECT_EQ(view->info.base, p);
