@@ -87,6 +87,7 @@ int main(int argc, char** argv) {
 
   pool::PoolConfig config = pool::PoolConfig::from_options(config::options());
   config.spill = true;
+  config.carve_max = 0;  // carved memory does not move (docs/architecture.md, "Carving")
   const std::uint64_t unit = options.text("unit") == "extent" ? config.extent_size : options.size("unit");
   const std::uint64_t bytes = options.size("bytes") / unit * unit;
   if (bytes == 0 || unit % dev.granularity != 0) {
