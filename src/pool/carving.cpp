@@ -3,8 +3,8 @@
 // instead of getting a mapping of their own. The range takes its extents through the pool's own
 // chunk layer (take_device_chunks, so the budget and the reclaim order hold) and gives them back
 // there; the address map names this pool, tagged, for every granule of a mapped slot, and a pointer
-// is resolved to its allocation through the range's ordered index. What the device has no extent
-// for takes the stitched path, which spills. Every change runs under mu_.
+// is resolved to its allocation through the pool's ordered index of carved allocations. What the
+// device has no extent for takes the stitched path, which spills.
 //
 // Locks: mu_ for the range (every change to it), then carve_index_mu_ (a leaf) for the pool's index of
 // carved allocations, which lookups take alone.

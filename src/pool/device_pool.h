@@ -284,7 +284,7 @@ class DevicePool {
 
   // carving.cpp: requests above small_max_ up to PoolConfig::carve_max carved out of one range of
   // extents mapped once (carved_range.h); what the device has no extent for takes the stitched path
-  // (allocate_large), which spills. Every carved operation runs under mu_.
+  // (allocate_large), which spills. Every change runs under mu_; lookups take carve_index_mu_ alone.
   class CarveSource;
   struct CarvedAllocation {
     std::size_t size = 0;  // bytes asked for
