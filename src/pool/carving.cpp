@@ -1,7 +1,7 @@
 // Carving in the device pool (UVMPOOL_CARVE_MAX; docs/architecture.md, "Carving"): requests above the
 // slab limit up to carve_max are carved out of one range of extents mapped once (carved_range.h)
 // instead of getting a mapping of their own. The range takes its extents through the pool's own
-// chunk layer (take_device_chunks, so the budget and the reclaim order hold) and gives them back
+// chunk layer (placement's Purpose::Slot, so the budget and the reclaim order hold) and gives them back
 // there; the address map names this pool, tagged, for every granule of a mapped slot, and a pointer
 // is resolved to its allocation through the pool's ordered index of carved allocations. What the
 // device has no extent for takes the stitched path, which spills.
@@ -16,6 +16,8 @@
 #include "config/log.h"
 #include "config/size_math.h"
 #include "pool/device_pool.h"
+#include "pool/placement.h"
+#include "pool/stock.h"
 #include "trace/trace.h"
 
 namespace uvmpool::pool {
@@ -27,19 +29,10 @@ class DevicePool::CarveSource : public CarvedRange::Source {
   explicit CarveSource(DevicePool& pool) : p_(pool) {}
 
   CUresult take(std::size_t granules, std::vector<Chunk>* pieces) override UVMPOOL_NO_THREAD_SAFETY_ANALYSIS {
-    // A slot is one mapping when it is one extent: with no free extent, a new one while the budget
-    // has room, before idle memory elsewhere is taken apart into the chunks that would map it as 16.
-    if (p_.free_extents_.empty() && p_.free_granules() < granules && p_.growable_chunks() >= granules &&
-        p_.grow(granules) != CUDA_SUCCESS) {
-      log::debug("device {}: an extent for carving refused; chunks instead", p_.device_);
-    }
-    if (p_.take_device_chunks(granules, true) < granules) return CUDA_ERROR_OUT_OF_MEMORY;
-    if (p_.pull_device_pieces(granules, pieces) < granules) {  // the driver refused a step
-      p_.return_chunks(*pieces);
-      pieces->clear();
-      return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    return CUDA_SUCCESS;
+    // Where placement puts a slot (placement.h): device memory, one extent if it can be.
+    PoolStock stock(p_, pieces);
+    const placement::Ask ask{placement::Purpose::Slot, granules, p_.host_ != nullptr};
+    return placement::place(stock, ask).refused ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
   }
   void give_back(std::span<const Chunk> pieces) override UVMPOOL_NO_THREAD_SAFETY_ANALYSIS { p_.return_chunks(pieces); }
   void before_unmap() override UVMPOOL_NO_THREAD_SAFETY_ANALYSIS { p_.fence_unmap(); }
@@ -92,7 +85,7 @@ CUresult DevicePool::try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext co
   CUdeviceptr p = 0;
   CUresult r = CUDA_SUCCESS;
   {
-    // Reclaim (take_device_chunks, from the range's own growth) leaves the range's slots alone meanwhile.
+    // Reclaim (placement, from the range's own growth) leaves the range's slots alone meanwhile.
     struct Carving {
       bool& flag;
       explicit Carving(bool& f) : flag(f) { flag = true; }

@@ -6,6 +6,8 @@
 #include "config/limits.h"
 #include "config/log.h"
 #include "pool/device_pool.h"
+#include "pool/placement.h"
+#include "pool/stock.h"
 
 namespace uvmpool::pool {
 
@@ -211,27 +213,10 @@ void DevicePool::note_grown(std::size_t n) {
   if (host_ && held * chunk_ * 2 >= budget_) host_->arm();
 }
 
-std::size_t DevicePool::take_device_chunks(std::size_t n, bool all_or_nothing, bool evict) {
-  // Idle memory first — cached mappings and empty slabs are taken apart before the pool grows — so
-  // what the pool holds stays close to what the program uses; growth only covers the shortfall.
-  if (evict && free_granules() < n) evict_cached(n - free_granules());
-  if (evict && free_granules() < n) evict_empty_slabs();
-  if (evict && free_granules() < n) release_carved_idle(n - free_granules());
-  if (free_granules() < n) {
-    const std::size_t want = n - free_granules();
-    const std::size_t can = std::min(want, growable_chunks());
-    if (can == want || (!all_or_nothing && can != 0)) {
-      // A failure here (another process took the memory meanwhile) leaves the rest to the host tier.
-      if (const CUresult r = grow(can); r != CUDA_SUCCESS) log::debug("device {}: growth failed ({})", device_, static_cast<int>(r));
-    }
-  }
-  return std::min(free_granules(), n);
-}
-
 std::size_t DevicePool::pull_device_pieces(std::size_t n, std::vector<Chunk>* out, bool runs) {
   // Whole extents while they fit, chunks for the rest. Free memory that holds too few chunks for the
-  // rest (the tail of a request, a slab) has idle extents or runs to spare (take_device_chunks made n
-  // granules free): those are given back to the driver and made again as chunks, one at a time, rather
+  // rest (the tail of a request, a slab) has idle extents or runs to spare (placement made n granules
+  // free): those are given back to the driver and made again as chunks, one at a time, rather
   // than the pool growing past what the program uses.
   const std::size_t extents = extent_granules_ != 0 ? std::min(n / extent_granules_, free_extents_.size()) : 0;
   std::size_t singles = n - extents * extent_granules_;
@@ -337,31 +322,9 @@ bool DevicePool::split_free_piece(Handle handle, std::size_t granules) {
 }
 
 CUresult DevicePool::take_chunks(std::size_t n, std::vector<Chunk>* out) {
-  std::size_t on_device = take_device_chunks(n, host_ == nullptr);
-  if (on_device < n && host_ == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
-  // Cached spilled mappings hold device chunks too: a fresh allocation should have them first.
-  if (on_device < n && evict_spilled(true) != 0) on_device = take_device_chunks(n, false);
-  out->clear();
-  on_device = pull_device_pieces(on_device, out);  // fewer only if the driver refused a step
-  if (on_device < n && host_ == nullptr) {
-    return_chunks(*out);
-    out->clear();
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  if (on_device < n) {
-    std::vector<Chunk> host;
-    // Loose chunks first; premapped runs are taken apart before anything is pinned.
-    if (host_->size() < n - on_device) unmap_host_runs(n - on_device);
-    CUresult r = host_->take(n - on_device, &host);
-    if (r != CUDA_SUCCESS && evict_spilled(false) != 0) r = host_->take(n - on_device, &host);
-    if (r != CUDA_SUCCESS) {
-      return_chunks(*out);
-      out->clear();
-      return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    out->insert(out->end(), host.begin(), host.end());
-  }
-  return CUDA_SUCCESS;
+  PoolStock stock(*this, out);
+  return placement::place(stock, {placement::Purpose::Pieces, n, host_ != nullptr}).refused ? CUDA_ERROR_OUT_OF_MEMORY
+                                                                                           : CUDA_SUCCESS;
 }
 
 void DevicePool::return_chunks(std::span<const Chunk> chunks) {
@@ -405,10 +368,9 @@ void DevicePool::release_idle(bool keep_chunks) {
   if (host_ && !keep_chunks) host_->disarm();
   collect_pending(false);
   MutexLock lock(mu_);
-  evict_cached(SIZE_MAX);
-  evict_spilled(false);
-  evict_empty_slabs();
-  release_carved_idle(SIZE_MAX / 2);
+  std::vector<Chunk> none;
+  PoolStock stock(*this, &none);
+  placement::reclaim_all(stock);
   if (!keep_chunks) {
     release_free_chunks();
     if (host_) host_->drain();
@@ -436,12 +398,11 @@ CUresult DevicePool::admit_external(std::size_t bytes, Tier* tier) {
     return held + others_bytes() + want <= budget_;
   };
   bool ok = fits();
+  std::vector<Chunk> none;
+  PoolStock stock(*this, &none);
   if (!ok) {
     // Idle memory of the pool is given back to the driver to make room for the program's own.
-    evict_cached(SIZE_MAX);
-    evict_spilled(true);
-    evict_empty_slabs();
-    release_carved_idle(SIZE_MAX / 2);
+    placement::reclaim_all(stock, placement::kDeviceSources);
     release_free_chunks();
     ok = fits();
   }
@@ -453,7 +414,7 @@ CUresult DevicePool::admit_external(std::size_t bytes, Tier* tier) {
   bool charged = host_ && host_tier_->charge(bytes);
   if (host_ && !charged) {
     // The pool's own idle host memory makes way for the program's handle.
-    evict_spilled(false);
+    stock.reclaim(placement::Idle::AllHostMappings, SIZE_MAX / 2);
     host_->drain();
     charged = host_tier_->charge(bytes);
   }

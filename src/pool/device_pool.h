@@ -1,5 +1,6 @@
 // One device's pool: its chunks, its budget, its large (stitched) and small (slab) allocations and
-// the stream-ordered reuse of freed memory. The only place that decides where memory comes from.
+// the stream-ordered reuse of freed memory. Where each new piece comes from is placement's rule
+// (placement.h), which this pool carries out (stock.h).
 //
 // Locks, never nested except in the order written: mu_ (the slow path: chunks, address ranges,
 // building and taking apart mappings) -> one bin or class lock (the fast path: a freed allocation
@@ -226,10 +227,13 @@ class DevicePool {
   static bool within_rounding(std::size_t have, std::size_t want) { return have >= want && (have - want) * 8 <= want; }
   bool unbin(Block* b) UVMPOOL_REQUIRES(mu_);  // out of its bin, if it is still there
   Block* take_cached_spilled(std::size_t granules);
+  // A mapping for a large allocation, where placement says (placement.h): a cached one whole, or new pieces mapped.
   CUresult build_block(std::size_t granules, Block** out);
   // A new mapping of `granules` chunks from take_chunks, in a range with `guard` bytes more of address
   // space after it left unmapped.
   CUresult map_new_block(std::size_t granules, std::size_t guard, Block** out) UVMPOOL_REQUIRES(mu_);
+  // The same for pieces already taken (given back on failure); `started`: the trace slice's start.
+  CUresult map_pieces(std::vector<Chunk>&& pieces, std::size_t guard, std::uint64_t started, Block** out) UVMPOOL_REQUIRES(mu_);
   Block* make_block(CUdeviceptr va, std::vector<Chunk>&& chunks) UVMPOOL_REQUIRES(mu_);  // a descriptor for a new mapping
   // The address map's host marks of the pieces mapped from `base` on, after they were mapped or moved.
   void mark_tiers(CUdeviceptr base, std::span<const Chunk> pieces);
@@ -324,16 +328,15 @@ class DevicePool {
     if (s->chunk.tier == Tier::Device) chunks_cached_.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed);
   }
 
+  // placement.h's rule carried out on this pool: where each piece comes from (stock.h, stock.cpp).
+  class PoolStock;
+
   // chunks.cpp: the physical chunks and extents and the budget.
-  // Pieces of n granules in all, device ones first: idle device memory, then growth within the
-  // budget, then (with spill) host chunks for the rest. OUT_OF_MEMORY, nothing taken, when the tiers
-  // cannot cover n.
+  // New pieces of n granules in all, where placement puts them (Purpose::Pieces: device first, then
+  // host). OUT_OF_MEMORY, nothing taken, when the tiers cannot cover n.
   CUresult take_chunks(std::size_t n, std::vector<Chunk>* out) UVMPOOL_REQUIRES(mu_);
   void return_chunks(std::span<const Chunk> chunks) UVMPOOL_REQUIRES(mu_);  // unmapped pieces back: device free lists, host reserve
-  // Makes n granules free on the device (evicting idle memory, then growing); how many are free, at most n.
-  // `evict` false: free granules and growth only, no idle mapping taken apart.
-  std::size_t take_device_chunks(std::size_t n, bool all_or_nothing, bool evict = true) UVMPOOL_REQUIRES(mu_);
-  // n free granules into `out` as pieces: whole extents while they fit, chunks for the rest (making
+  // n free granules into `out` as pieces (placement's Stock::take_device): whole extents while they fit, chunks for the rest (making
   // chunks of free extents if need be). Fewer only where the driver refused a step.
   // With `runs` (a move's target), what free extents do not cover goes in runs instead: pieces of an
   // extent's size, then halves, quarters and so on down to two chunks (the rest's binary digits), each

@@ -4,6 +4,8 @@
 
 #include "config/log.h"
 #include "pool/device_pool.h"
+#include "pool/placement.h"
+#include "pool/stock.h"
 #include "trace/trace.h"
 
 namespace uvmpool::pool {
@@ -210,35 +212,28 @@ std::size_t DevicePool::evict_spilled(bool only_with_device_chunks) {
 
 CUresult DevicePool::build_block(std::size_t granules, Block** out) {
   MutexLock lock(mu_);
-  // Idle mappings of other sizes that lie side by side serve with no driver call, before any chunk
-  // is unmapped, grown or spilled.
-  if (Block* b = carve_cached(granules)) {
-    *out = b;
+  const std::uint64_t started = trace::recording() ? trace::now() : 0;
+  std::vector<Chunk> pieces;
+  PoolStock stock(*this, &pieces);
+  const placement::Plan plan = placement::place(stock, {placement::Purpose::Mapping, granules, host_ != nullptr});
+  if (plan.refused) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (plan.whole != placement::Whole::None) {
+    *out = stock.reused();  // still marked Cached: the caller counts a cache hit
     return CUDA_SUCCESS;
   }
-  if (host_) {
-    std::size_t on_device = take_device_chunks(granules, false);
-    // The device cannot hold it all: a cached spilled mapping of this size serves with no driver
-    // call; failing that, the device chunks of other cached spilled mappings come first; and when
-    // none of it fits on the device, a premapped host run. Still marked Cached: the caller counts a
-    // cache hit.
-    Block* b = on_device < granules ? take_cached_spilled(granules) : nullptr;
-    if (b == nullptr && on_device < granules && evict_spilled(true) != 0) on_device = take_device_chunks(granules, false);
-    if (b == nullptr && on_device == 0) b = take_host_run(granules);
-    if (b != nullptr) {
-      *out = b;
-      return CUDA_SUCCESS;
-    }
-  }
-  return map_new_block(granules, 0, out);
+  return map_pieces(std::move(pieces), 0, started, out);
 }
 
 CUresult DevicePool::map_new_block(std::size_t granules, std::size_t guard, Block** out) {
   const std::uint64_t started = trace::recording() ? trace::now() : 0;
   std::vector<Chunk> chunks;
   if (const CUresult r = take_chunks(granules, &chunks); r != CUDA_SUCCESS) return r;
+  return map_pieces(std::move(chunks), guard, started, out);
+}
+
+CUresult DevicePool::map_pieces(std::vector<Chunk>&& chunks, std::size_t guard, std::uint64_t started, Block** out) {
   const auto give_chunks_back = [&]() UVMPOOL_REQUIRES(mu_) { return_chunks(chunks); };
-  const std::size_t bytes = granules * chunk_;
+  const std::size_t bytes = granules_of(chunks) * chunk_;
   CUdeviceptr va = 0;
   if (const CUresult r = take_range(bytes + guard, &va); r != CUDA_SUCCESS) {
     give_chunks_back();

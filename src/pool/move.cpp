@@ -46,6 +46,8 @@
 
 #include "config/log.h"
 #include "pool/device_pool.h"
+#include "pool/placement.h"
+#include "pool/stock.h"
 
 namespace uvmpool::pool {
 
@@ -383,14 +385,10 @@ CUresult DevicePool::take_target(std::size_t n, Tier tier, std::vector<Chunk>* o
   // last fence: with NoWait those are left for a program thread's next allocation to take.
   const bool may_evict = waits == MoveWaits::Allowed || !fence_due();
   if (tier == Tier::Device) {
-    // Idle device memory first, then growth within the budget: as an allocation would.
-    if (take_device_chunks(n, true, may_evict) < n) return CUDA_ERROR_OUT_OF_MEMORY;
-    if (pull_device_pieces(n, out, true) < n) {  // the driver refused a step
-      return_chunks(*out);
-      out->clear();
-      return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    return CUDA_SUCCESS;
+    // Where placement puts a promotion (placement.h), in runs of the size's binary digits.
+    PoolStock stock(*this, out, /*runs=*/true);
+    const placement::Ask ask{placement::Purpose::Promotion, n, host_ != nullptr, may_evict};
+    return placement::place(stock, ask).refused ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
   }
   // Host pieces: each costs one mapping at the commit, and a host mapping's cuMemSetAccess and
   // cuMemUnmap cost about 61 and 31 us whatever its size (H200), so a range is cut into few pieces.
@@ -434,12 +432,9 @@ CUresult DevicePool::take_target(std::size_t n, Tier tier, std::vector<Chunk>* o
     if (host_->take_extents(1, g, &extents) == 0) rest += g;  // the host limit or the system said no: chunks
   }
   if (rest != 0) {
-    if (may_evict && host_->size() < rest) unmap_host_runs(rest);
-    CUresult r = host_->take(rest, out);
-    if (r != CUDA_SUCCESS && may_evict && evict_spilled(false) != 0) r = host_->take(rest, out);
-    if (r != CUDA_SUCCESS) {
-      return_chunks(*out);
-      out->clear();
+    // The chunks for what the host extents do not cover, where placement puts a demotion.
+    PoolStock stock(*this, out);
+    if (placement::place(stock, {placement::Purpose::Demotion, rest, true, may_evict}).refused) {
       return_chunks(extents);  // back to the stock
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
