@@ -57,7 +57,7 @@ CUresult DevicePool::allocate_carved(CUdeviceptr* out, std::size_t bytes, CUcont
   // Memory freed on streams whose work is done is free in the range once collected: before the range
   // grows (which takes idle memory apart and grows the pool), the mapped free space, then that.
   CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
-  if (pending_count_.load(std::memory_order_relaxed) != 0) {
+  if (!pending_.empty()) {
     r = try_carve(out, bytes, context, false);
     if (r == CUDA_ERROR_OUT_OF_MEMORY) collect_pending(false);
   }

@@ -16,16 +16,10 @@ std::uint64_t next_buffer_id() {
   return next.fetch_add(1, std::memory_order_relaxed);
 }
 
-std::size_t StreamKeyHash::operator()(const StreamKey& k) const {
-  const auto a = reinterpret_cast<std::uintptr_t>(k.stream);
-  const auto b = reinterpret_cast<std::uintptr_t>(k.context);
-  return std::hash<std::uintptr_t>()(a * 31 + b) ^ std::hash<std::thread::id>()(k.thread);
-}
-
 DevicePool::DevicePool(const driver::Table& driver, int device, const PoolConfig& config, AddressMap& map,
                        HostTier* host, const std::atomic<DeviceWaits*>& waits)
     : d_(driver), device_(device), config_(config), map_(map), device_waits_(waits), vmm_(driver, device),
-      counters_(config.counters), host_tier_(host) {}
+      counters_(config.counters), pending_(driver, device, waits), host_tier_(host) {}
 
 DevicePool::~DevicePool() {
   if (abandoned_) {
@@ -52,8 +46,6 @@ DevicePool::~DevicePool() {
   vmm_.release_chunks(free_extents_);
   for (const Chunk& c : free_runs_) vmm_.release_chunks({&c.handle, 1});
   host_.reset();  // releases the host chunks, those given back above included
-  for (const Batch& b : batches_) d_.cuEventDestroy_v2(b.event);
-  for (CUevent e : spare_events_) d_.cuEventDestroy_v2(e);
   for (auto [va, size] : reservations_) vmm_.free_reservation(va, size);
 }
 

@@ -31,6 +31,7 @@
 #include "pool/carved_range.h"
 #include "pool/device_waits.h"
 #include "pool/host_tier.h"
+#include "pool/pending_frees.h"
 #include "pool/pool.h"
 #include "pool/size_classes.h"
 #include "pool/vmm.h"
@@ -140,17 +141,6 @@ struct Slab {
 inline Block* as_block(Entry e) { return (e & kTagMask) != 0 ? nullptr : reinterpret_cast<Block*>(e); }
 inline Slab* as_slab(Entry e) { return (e & kTagMask) == kSlabTag ? reinterpret_cast<Slab*>(e & ~kTagMask) : nullptr; }
 inline DevicePool* as_carved(Entry e) { return (e & kTagMask) == kCarvedTag ? reinterpret_cast<DevicePool*>(e & ~kTagMask) : nullptr; }
-
-// A stream as the pool tells streams apart: the per-thread default stream is one per thread.
-struct StreamKey {
-  CUstream stream = nullptr;
-  CUcontext context = nullptr;
-  std::thread::id thread{};  // only for CU_STREAM_PER_THREAD
-  bool operator==(const StreamKey&) const = default;
-};
-struct StreamKeyHash {
-  std::size_t operator()(const StreamKey& k) const;
-};
 
 class DevicePool {
  public:
@@ -365,26 +355,12 @@ class DevicePool {
   // its free memory goes to *driver_free (UINT64_MAX: not known on this thread).
   std::uint64_t others_bytes(std::uint64_t* driver_free = nullptr);
 
-  // stream_reuse.cpp
-  struct PendingItem {
-    Block* block = nullptr;
-    Slab* slab = nullptr;
-    std::uint32_t slot = 0;
-    CUdeviceptr carved = 0;  // a carved allocation (neither block nor slab)
-  };
-  struct Batch {
-    CUevent event = nullptr;
-    std::vector<PendingItem> items;
-  };
-  struct StreamFrees {
-    std::vector<PendingItem> open;  // not yet covered by an event
-  };
+  // stream_reuse.cpp: memory freed on streams (pending_, a part of its own: pending_frees.h).
   bool reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUcontext context, CUdeviceptr* out);
   void add_pending(const StreamKey& stream, PendingItem item);
   // Frees whatever freed-on-stream memory has completed; with `wait`, waits for all of it.
   bool collect_pending(bool wait);
-  void release_pending(const PendingItem& item);
-  CUevent take_event() UVMPOOL_REQUIRES(async_mu_);
+  void release_pending(const PendingItem& item);  // cached (or its slot freed) for anyone to reuse
   // cuMemFree promises the program that the device is done with the memory (NVIDIA's waits for it);
   // the pool's free does not wait, which is safe while the memory stays mapped: later work on the
   // same stream runs after the work that used it. Unmapping it is not: work queued before the free
@@ -394,10 +370,6 @@ class DevicePool {
   void note_sync_free(CUcontext context);
   void fence_unmap();
   void wait_for_context(CUcontext context);  // cuCtxSynchronize in `context`
-
-  // Moves one stream's open frees into a batch behind an event on it (async_mu_ held); what cannot
-  // get an event is waited for and added to `ready`.
-  void seal_locked(const StreamKey& key, StreamFrees& frees, std::vector<PendingItem>* ready) UVMPOOL_REQUIRES(async_mu_);
 
   // Recovery on the slow path: frees memory other streams are done with, then waits for them.
   CUresult with_pressure_relief(const std::function<CUresult()>& attempt);
@@ -497,11 +469,7 @@ class DevicePool {
   std::unique_ptr<SlabClass[]> classes_;
   bool slot_freed(SlabClass& c, Slab* s) UVMPOOL_REQUIRES(c.mu);  // true: destroy the slab
 
-  Mutex async_mu_;
-  std::unordered_map<StreamKey, StreamFrees, StreamKeyHash> streams_ UVMPOOL_GUARDED_BY(async_mu_);
-  std::deque<Batch> batches_ UVMPOOL_GUARDED_BY(async_mu_);
-  std::vector<CUevent> spare_events_ UVMPOOL_GUARDED_BY(async_mu_);
-  std::atomic<std::size_t> pending_count_{0};
+  PendingFrees pending_;  // memory freed on streams: its own lock (pending_frees.h)
 
   // Figures (relaxed atomics: read for stats and the budget, never for decisions that need them exact).
   std::atomic<std::uint64_t> chunks_held_{0};

@@ -3,7 +3,7 @@
 //
 // A few pool paths wait for the device while holding a lock the mover needs: a free's fence before
 // an unmap (DevicePool::fence_unmap, under DevicePool::mu_) and, rarely, the stream-ordered reuse's
-// fallbacks (under async_mu_). Such a wait covers every stream of a context. If the mover has placed
+// fallbacks (under PendingFrees's lock). Such a wait covers every stream of a context. If the mover has placed
 // holds ahead on those streams (cuStreamWaitValue32 on a flag it writes only when it completes each
 // epoch, which takes that same lock), the wait would never end: the lock's holder waits for the
 // holds, the mover waits for the lock. So the pool says when it is about to wait, and the holder of

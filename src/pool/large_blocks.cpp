@@ -68,7 +68,7 @@ CUresult DevicePool::allocate_large(CUdeviceptr* out, std::size_t bytes, CUconte
     return CUDA_SUCCESS;
   }
   // Memory freed on streams whose work has finished becomes cached mappings first: maybe one fits.
-  if (pending_count_.load(std::memory_order_relaxed) != 0 && collect_pending(false)) {
+  if (!pending_.empty() && collect_pending(false)) {
     if (Block* b = take_cached(granules)) {
       publish(b, bytes, context, out, true);
       return CUDA_SUCCESS;

@@ -67,7 +67,7 @@ CUresult DevicePool::allocate_small(CUdeviceptr* out, std::size_t bytes, CUconte
       }
     }
     Slab* s = nullptr;
-    if (pending_count_.load(std::memory_order_relaxed) != 0 && collect_pending(false)) continue;
+    if (!pending_.empty() && collect_pending(false)) continue;
     if (const CUresult r = with_pressure_relief([&] { return new_slab(cls, &s); }); r != CUDA_SUCCESS) return r;
     MutexLock lock(c.mu);
     link(c.head, s);

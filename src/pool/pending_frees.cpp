@@ -1,0 +1,118 @@
+// Memory freed on streams, not yet known done with (pending_frees.h).
+#include "pool/pending_frees.h"
+
+#include <functional>
+
+#include "config/log.h"
+#include "driver/context_scope.h"
+#include "pool/device_pool.h"  // process_exiting
+
+namespace uvmpool::pool {
+using ScopedContext = driver::ContextScope;
+
+std::size_t StreamKeyHash::operator()(const StreamKey& k) const {
+  const auto a = reinterpret_cast<std::uintptr_t>(k.stream);
+  const auto b = reinterpret_cast<std::uintptr_t>(k.context);
+  return std::hash<std::uintptr_t>()(a * 31 + b) ^ std::hash<std::thread::id>()(k.thread);
+}
+
+PendingFrees::PendingFrees(const driver::Table& driver, int device, const std::atomic<DeviceWaits*>& waits)
+    : d_(driver), device_(device), device_waits_(waits) {}
+
+PendingFrees::~PendingFrees() {
+  MutexLock lock(mu_);
+  for (const Batch& b : batches_) d_.cuEventDestroy_v2(b.event);
+  for (CUevent e : spare_events_) d_.cuEventDestroy_v2(e);
+}
+
+CUevent PendingFrees::take_event() {
+  if (!spare_events_.empty()) {
+    CUevent e = spare_events_.back();
+    spare_events_.pop_back();
+    return e;
+  }
+  CUevent e = nullptr;
+  if (d_.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return nullptr;
+  return e;
+}
+
+std::optional<PendingItem> PendingFrees::add(const StreamKey& stream, PendingItem item) {
+  count_.fetch_add(1, std::memory_order_relaxed);
+  if (stream.stream != CU_STREAM_PER_THREAD) {
+    MutexLock lock(mu_);
+    open_[stream].push_back(item);
+    return std::nullopt;
+  }
+  UniqueMutexLock lock(mu_);
+  CUevent e = take_event();
+  if (e != nullptr && d_.cuEventRecord(e, CU_STREAM_PER_THREAD) == CUDA_SUCCESS) {
+    batches_.push_back(Batch{e, {item}});
+    return std::nullopt;
+  }
+  if (e != nullptr) spare_events_.push_back(e);
+  lock.unlock();
+  // No event: wait for the stream here rather than risk reusing memory it may still touch.
+  d_.cuStreamSynchronize(CU_STREAM_PER_THREAD);
+  count_.fetch_sub(1, std::memory_order_relaxed);
+  return item;
+}
+
+std::vector<PendingItem> PendingFrees::collect(bool wait) {
+  std::vector<PendingItem> ready;
+  if (empty() || process_exiting()) return ready;
+  MutexLock lock(mu_);
+  for (auto it = open_.begin(); it != open_.end();) {
+    seal_locked(it->first, it->second, &ready);
+    it = open_.erase(it);  // streams come and go; keep no entry for an idle one
+  }
+  std::optional<DeviceWaitScope> waiting;  // mu_ is held, which an allocation under the pool's mu_ may wait for
+  if (wait && !batches_.empty()) waiting.emplace(device_waits_);
+  for (auto it = batches_.begin(); it != batches_.end();) {
+    const CUresult r = wait ? d_.cuEventSynchronize(it->event) : d_.cuEventQuery(it->event);
+    if (r == CUDA_ERROR_NOT_READY) {
+      ++it;
+      continue;
+    }
+    if (r != CUDA_SUCCESS) log::warn("device {}: waiting for freed stream memory: event error {}", device_, static_cast<int>(r));
+    ready.insert(ready.end(), it->items.begin(), it->items.end());
+    spare_events_.push_back(it->event);
+    it = batches_.erase(it);
+  }
+  count_.fetch_sub(ready.size(), std::memory_order_relaxed);
+  return ready;
+}
+
+std::vector<PendingItem> PendingFrees::seal(CUstream stream) {
+  std::vector<PendingItem> ready;
+  if (empty() || process_exiting()) return ready;
+  MutexLock lock(mu_);
+  for (auto it = open_.begin(); it != open_.end();) {
+    if (it->first.stream != stream) {
+      ++it;
+      continue;
+    }
+    seal_locked(it->first, it->second, &ready);
+    it = open_.erase(it);
+  }
+  count_.fetch_sub(ready.size(), std::memory_order_relaxed);
+  return ready;
+}
+
+void PendingFrees::seal_locked(const StreamKey& key, std::vector<PendingItem>& open, std::vector<PendingItem>* ready) {
+  if (open.empty()) return;
+  ScopedContext in(d_, key.context);
+  CUevent e = take_event();
+  if (e != nullptr && d_.cuEventRecord(e, key.stream) == CUDA_SUCCESS) {
+    batches_.push_back(Batch{e, std::move(open)});
+  } else {
+    // Events fail (or the stream is already gone): its work may still run, so wait for the whole
+    // context before reusing what was freed on it.
+    if (e != nullptr) spare_events_.push_back(e);
+    const DeviceWaitScope waiting(device_waits_);  // mu_ is held
+    d_.cuCtxSynchronize();
+    ready->insert(ready->end(), open.begin(), open.end());
+  }
+  open.clear();
+}
+
+}  // namespace uvmpool::pool
