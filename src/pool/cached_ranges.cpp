@@ -58,7 +58,7 @@ bool DevicePool::unbin(Block* b) {
 }
 
 Block* DevicePool::carve_cached(std::size_t granules) {
-  if (chunks_cached_.load(std::memory_order_relaxed) < granules) return nullptr;
+  if (fig_.chunks_cached.load(std::memory_order_relaxed) < granules) return nullptr;
   // The cached device mappings, in address order. Their sizes change only under mu_ (held), so what
   // is read here stays true but for one thing: a fast-path allocation may take one meanwhile, which
   // unbin() tells.
@@ -112,7 +112,7 @@ Block* DevicePool::carve_cached(std::size_t granules) {
       for (std::size_t j = 0; j < i; ++j) cache_block(window[j]);
       return nullptr;
     }
-    chunks_cached_.fetch_sub(window[i]->granules, std::memory_order_relaxed);
+    fig_.chunks_cached.fetch_sub(window[i]->granules, std::memory_order_relaxed);
   }
 
   // Join: the first descriptor takes the others' chunks; theirs are recycled (a lookup that still
@@ -137,7 +137,7 @@ Block* DevicePool::carve_cached(std::size_t granules) {
     cache_block(tail);
   }
   map_.set(joined->base, joined->granules * chunk_, reinterpret_cast<Entry>(joined));
-  if (best_count > 1 || best_total > granules) carved_.fetch_add(1, std::memory_order_relaxed);
+  if (best_count > 1 || best_total > granules) fig_.cut_or_joined.fetch_add(1, std::memory_order_relaxed);
   return joined;
 }
 

@@ -40,7 +40,7 @@ class DevicePool::CarveSource : public CarvedRange::Source {
     const std::size_t bytes = granules_of(pieces) * p_.chunk_;
     p_.map_.set(va, bytes, p_.carved_entry());
     p_.mark_tiers(va, pieces);
-    p_.stitched_maps_.fetch_add(1, std::memory_order_relaxed);
+    p_.fig_.stitched_maps.fetch_add(1, std::memory_order_relaxed);
     trace::record(trace::Kind::Map, p_.device_, va, bytes, 0);
   }
   void unmapped(CUdeviceptr va, std::size_t bytes) override {
@@ -196,9 +196,9 @@ std::optional<ChunkView> DevicePool::carved_chunks(CUdeviceptr p) {
 void DevicePool::note_carved_idle() {
   if (!carve_range_) return;
   const CarvedRange::Figures f = carve_range_->figures();
-  carved_idle_.store(f.slots_idle * extent_granules_, std::memory_order_relaxed);
-  carved_mapped_.store(f.slots_mapped * carve_range_->extent(), std::memory_order_relaxed);
-  carved_live_.store(f.live_bytes, std::memory_order_relaxed);
+  fig_.carved_idle.store(f.slots_idle * extent_granules_, std::memory_order_relaxed);
+  fig_.carved_mapped.store(f.slots_mapped * carve_range_->extent(), std::memory_order_relaxed);
+  fig_.carved_live.store(f.live_bytes, std::memory_order_relaxed);
 }
 
 std::size_t DevicePool::release_carved_idle(std::size_t granules) {
@@ -229,7 +229,7 @@ void DevicePool::check_carved(std::string& out, std::uint64_t* device_granules, 
   if (carved_info_.size() != carve_range_->figures().allocations)
     out += "carved allocations: the pool knows " + std::to_string(carved_info_.size()) + ", the range holds " +
            std::to_string(carve_range_->figures().allocations) + "\n";
-  if (carved_idle_.load() != carve_range_->idle_slots() * extent_granules_) out += "carved_idle differs from the range's idle slots\n";
+  if (fig_.carved_idle.load() != carve_range_->idle_slots() * extent_granules_) out += "carved_idle differs from the range's idle slots\n";
 }
 
 }  // namespace uvmpool::pool

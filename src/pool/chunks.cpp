@@ -116,7 +116,7 @@ CUresult DevicePool::take_range(std::size_t bytes, CUdeviceptr* va) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   reservations_.push_back({base, size});
-  address_space_.fetch_add(size, std::memory_order_relaxed);
+  fig_.address_space.fetch_add(size, std::memory_order_relaxed);
   ranges_.add(base, size);
   auto got = ranges_.take(bytes);
   *va = *got;
@@ -136,17 +136,17 @@ std::uint64_t DevicePool::others_bytes(std::uint64_t* driver_free) {
   CUdevice current = -1;
   if (d_.cuCtxGetDevice(&current) != CUDA_SUCCESS || current != device_ ||
       d_.cuMemGetInfo_v2(&free_b, &total_b) != CUDA_SUCCESS)
-    return std::max(others_seen_.load(std::memory_order_relaxed), external_device_.load(std::memory_order_relaxed));
-  const std::uint64_t held = chunks_held_.load(std::memory_order_relaxed) * chunk_;
+    return std::max(fig_.others_seen.load(std::memory_order_relaxed), fig_.external_device.load(std::memory_order_relaxed));
+  const std::uint64_t held = fig_.chunks_held.load(std::memory_order_relaxed) * chunk_;
   const std::uint64_t used = total_b - free_b;
   const std::uint64_t others = used > held ? used - held : 0;
-  others_seen_.store(others, std::memory_order_relaxed);
+  fig_.others_seen.store(others, std::memory_order_relaxed);
   if (driver_free != nullptr) *driver_free = free_b;
   return others;
 }
 
 std::size_t DevicePool::growable_chunks() {
-  const std::uint64_t held = chunks_held_.load(std::memory_order_relaxed) * chunk_;
+  const std::uint64_t held = fig_.chunks_held.load(std::memory_order_relaxed) * chunk_;
   if (held >= budget_) return 0;
   // While spilling, the device was full a moment ago: trust that for a few milliseconds rather than
   // ask the driver on every allocation (its calls queue behind the reserve thread's pinning).
@@ -178,7 +178,7 @@ CUresult DevicePool::grow(std::size_t n) {
     std::vector<Handle> made(extents);
     if (const CUresult r = vmm_.create_chunks(made, extent_granules_ * chunk_); r == CUDA_SUCCESS) {
       free_extents_.insert(free_extents_.end(), made.begin(), made.end());
-      extents_held_.fetch_add(extents, std::memory_order_relaxed);
+      fig_.extents_held.fetch_add(extents, std::memory_order_relaxed);
       note_grown(extents * extent_granules_);
     } else {
       log::debug("device {}: {} extents refused ({}); chunks instead", device_, extents, static_cast<int>(r));
@@ -195,11 +195,11 @@ CUresult DevicePool::grow(std::size_t n) {
 }
 
 void DevicePool::note_grown(std::size_t n) {
-  chunks_free_.fetch_add(n, std::memory_order_relaxed);
-  created_.fetch_add(n, std::memory_order_relaxed);
-  const std::uint64_t held = chunks_held_.fetch_add(n, std::memory_order_relaxed) + n;
-  std::uint64_t peak = peak_held_.load(std::memory_order_relaxed);
-  while (held * chunk_ > peak && !peak_held_.compare_exchange_weak(peak, held * chunk_)) {
+  fig_.chunks_free.fetch_add(n, std::memory_order_relaxed);
+  fig_.created.fetch_add(n, std::memory_order_relaxed);
+  const std::uint64_t held = fig_.chunks_held.fetch_add(n, std::memory_order_relaxed) + n;
+  std::uint64_t peak = fig_.peak_held.load(std::memory_order_relaxed);
+  while (held * chunk_ > peak && !fig_.peak_held.compare_exchange_weak(peak, held * chunk_)) {
   }
   // Half the budget used: spilling may be near, so have host chunks pinned before it comes.
   if (host_ && held * chunk_ * 2 >= budget_) host_->arm();
@@ -239,7 +239,7 @@ std::size_t DevicePool::pull_device_pieces(std::size_t n, std::vector<Chunk>* ou
   for (std::size_t i = free_chunks_.size() - got; i < free_chunks_.size(); ++i) out->push_back({free_chunks_[i], Tier::Device});
   free_chunks_.resize(free_chunks_.size() - got);
   const std::size_t pulled = extents * extent_granules_ + run_granules + got;
-  chunks_free_.fetch_sub(pulled, std::memory_order_relaxed);
+  fig_.chunks_free.fetch_sub(pulled, std::memory_order_relaxed);
   return pulled;
 }
 
@@ -257,9 +257,9 @@ bool DevicePool::take_run(std::size_t granules, Chunk* out) {
   const std::span<const Handle> parts(free_chunks_.end() - static_cast<std::ptrdiff_t>(granules), granules);
   vmm_.release_chunks(parts);
   free_chunks_.resize(free_chunks_.size() - granules);
-  chunks_free_.fetch_sub(granules, std::memory_order_relaxed);
-  chunks_held_.fetch_sub(granules, std::memory_order_relaxed);
-  released_.fetch_add(granules, std::memory_order_relaxed);
+  fig_.chunks_free.fetch_sub(granules, std::memory_order_relaxed);
+  fig_.chunks_held.fetch_sub(granules, std::memory_order_relaxed);
+  fig_.released.fetch_add(granules, std::memory_order_relaxed);
   Handle h = 0;
   if (const CUresult r = vmm_.create_chunks({&h, 1}, granules * chunk_); r != CUDA_SUCCESS) {
     log::debug("device {}: a run of {} chunks refused ({}); chunks again", device_, granules, static_cast<int>(r));
@@ -273,7 +273,7 @@ bool DevicePool::take_run(std::size_t granules, Chunk* out) {
     return false;
   }
   note_grown(granules);  // free until pull_device_pieces counts it pulled
-  extents_held_.fetch_add(1, std::memory_order_relaxed);
+  fig_.extents_held.fetch_add(1, std::memory_order_relaxed);
   *out = Chunk{h, Tier::Device, static_cast<std::uint32_t>(granules)};
   return true;
 }
@@ -293,10 +293,10 @@ bool DevicePool::split_free_extent() {
 
 bool DevicePool::split_free_piece(Handle handle, std::size_t granules) {
   vmm_.release_chunks({&handle, 1});
-  extents_held_.fetch_sub(1, std::memory_order_relaxed);
-  chunks_free_.fetch_sub(granules, std::memory_order_relaxed);
-  chunks_held_.fetch_sub(granules, std::memory_order_relaxed);
-  released_.fetch_add(granules, std::memory_order_relaxed);
+  fig_.extents_held.fetch_sub(1, std::memory_order_relaxed);
+  fig_.chunks_free.fetch_sub(granules, std::memory_order_relaxed);
+  fig_.chunks_held.fetch_sub(granules, std::memory_order_relaxed);
+  fig_.released.fetch_add(granules, std::memory_order_relaxed);
   // One at a time, so that what was made stays the pool's if the driver refuses the rest (another
   // process took the memory in between): the pool then holds that much less.
   std::size_t made = 0;
@@ -336,7 +336,7 @@ void DevicePool::return_chunks(std::span<const Chunk> chunks) {
     }
     device += c.granules;
   }
-  chunks_free_.fetch_add(device, std::memory_order_relaxed);
+  fig_.chunks_free.fetch_add(device, std::memory_order_relaxed);
 }
 
 void DevicePool::release_free_chunks() {
@@ -345,14 +345,14 @@ void DevicePool::release_free_chunks() {
   vmm_.release_chunks(free_chunks_);
   vmm_.release_chunks(free_extents_);
   for (const Chunk& c : free_runs_) vmm_.release_chunks({&c.handle, 1});
-  extents_held_.fetch_sub(free_extents_.size() + free_runs_.size(), std::memory_order_relaxed);
+  fig_.extents_held.fetch_sub(free_extents_.size() + free_runs_.size(), std::memory_order_relaxed);
   free_chunks_.clear();
   free_extents_.clear();
   free_runs_.clear();
   free_run_granules_ = 0;
-  chunks_free_.fetch_sub(n, std::memory_order_relaxed);
-  chunks_held_.fetch_sub(n, std::memory_order_relaxed);
-  released_.fetch_add(n, std::memory_order_relaxed);
+  fig_.chunks_free.fetch_sub(n, std::memory_order_relaxed);
+  fig_.chunks_held.fetch_sub(n, std::memory_order_relaxed);
+  fig_.released.fetch_add(n, std::memory_order_relaxed);
 }
 
 void DevicePool::release_idle(bool keep_chunks) {
@@ -386,7 +386,7 @@ CUresult DevicePool::admit_external(std::size_t bytes, Tier* tier) {
   const std::uint64_t want = sat_mul(div_ceil(bytes, chunk_), chunk_);
   const auto fits = [&] {
     // The budget alone, not the headroom: this is the program's own memory, as a cuMemAlloc would be.
-    const std::uint64_t held = chunks_held_.load(std::memory_order_relaxed) * chunk_;
+    const std::uint64_t held = fig_.chunks_held.load(std::memory_order_relaxed) * chunk_;
     return held + others_bytes() + want <= budget_;
   };
   bool ok = fits();
@@ -399,7 +399,7 @@ CUresult DevicePool::admit_external(std::size_t bytes, Tier* tier) {
     ok = fits();
   }
   if (ok) {
-    external_device_.fetch_add(bytes, std::memory_order_relaxed);
+    fig_.external_device.fetch_add(bytes, std::memory_order_relaxed);
     *tier = Tier::Device;
     return CUDA_SUCCESS;
   }
@@ -411,12 +411,12 @@ CUresult DevicePool::admit_external(std::size_t bytes, Tier* tier) {
     charged = host_tier_->charge(bytes);
   }
   if (charged) {
-    external_host_.fetch_add(bytes, std::memory_order_relaxed);
-    spilled_.fetch_add(1, std::memory_order_relaxed);
+    fig_.external_host.fetch_add(bytes, std::memory_order_relaxed);
+    fig_.spilled.fetch_add(1, std::memory_order_relaxed);
     *tier = Tier::Host;
     return CUDA_SUCCESS;
   }
-  oom_.fetch_add(1, std::memory_order_relaxed);
+  fig_.oom.fetch_add(1, std::memory_order_relaxed);
   log::warn("device {}: cuMemCreate of {} MiB refused: it would exceed UVMPOOL_DEVICE_LIMIT ({} MiB){}", device_,
             bytes >> 20, budget_ >> 20,
             host_ ? fmt::format(" and UVMPOOL_HOST_LIMIT ({} of {} MiB pinned)", host_tier_->charged() >> 20,
@@ -427,9 +427,9 @@ CUresult DevicePool::admit_external(std::size_t bytes, Tier* tier) {
 
 void DevicePool::external_released(std::size_t bytes, Tier tier) {
   if (tier == Tier::Device) {
-    external_device_.fetch_sub(bytes, std::memory_order_relaxed);
+    fig_.external_device.fetch_sub(bytes, std::memory_order_relaxed);
   } else {
-    external_host_.fetch_sub(bytes, std::memory_order_relaxed);
+    fig_.external_host.fetch_sub(bytes, std::memory_order_relaxed);
     host_tier_->uncharge(bytes);
   }
 }
@@ -437,15 +437,15 @@ void DevicePool::external_released(std::size_t bytes, Tier tier) {
 CUresult DevicePool::memory_info(std::size_t* free_bytes, std::size_t* total_bytes) {
   std::size_t dfree = 0, dtotal = 0;
   if (const CUresult r = d_.cuMemGetInfo_v2(&dfree, &dtotal); r != CUDA_SUCCESS) return r;
-  const std::uint64_t held = chunks_held_.load(std::memory_order_relaxed) * chunk_;
+  const std::uint64_t held = fig_.chunks_held.load(std::memory_order_relaxed) * chunk_;
   const std::uint64_t idle =
-      (chunks_free_.load(std::memory_order_relaxed) + chunks_cached_.load(std::memory_order_relaxed) +
-       carved_idle_.load(std::memory_order_relaxed)) *
+      (fig_.chunks_free.load(std::memory_order_relaxed) + fig_.chunks_cached.load(std::memory_order_relaxed) +
+       fig_.carved_idle.load(std::memory_order_relaxed)) *
       chunk_;
   const std::uint64_t in_use = held > idle ? held - idle : 0;
   const std::uint64_t used = dtotal - dfree;
   const std::uint64_t others = used > held ? used - held : 0;
-  others_seen_.store(others, std::memory_order_relaxed);  // for threads that cannot ask (others_bytes)
+  fig_.others_seen.store(others, std::memory_order_relaxed);  // for threads that cannot ask (others_bytes)
   // Idle pool memory is reusable, so it counts as free; what others use counts against the budget;
   // the headroom is never the pool's to give. In whole chunks, so that allocating all of what this
   // answers succeeds.
@@ -462,24 +462,24 @@ DeviceStats DevicePool::stats() const {
   DeviceStats s;
   s.chunk_size = chunk_;
   s.extent_size = extent_granules_ * chunk_;
-  s.extents_held = extents_held_.load(std::memory_order_relaxed);
-  s.chunks_held = chunks_held_.load(std::memory_order_relaxed);
-  s.chunks_free = chunks_free_.load(std::memory_order_relaxed);
-  s.chunks_cached = chunks_cached_.load(std::memory_order_relaxed);
-  s.carved_mapped_bytes = carved_mapped_.load(std::memory_order_relaxed);
-  s.carved_live_bytes = carved_live_.load(std::memory_order_relaxed);
-  s.carved_idle_bytes = carved_idle_.load(std::memory_order_relaxed) * chunk_;
+  s.extents_held = fig_.extents_held.load(std::memory_order_relaxed);
+  s.chunks_held = fig_.chunks_held.load(std::memory_order_relaxed);
+  s.chunks_free = fig_.chunks_free.load(std::memory_order_relaxed);
+  s.chunks_cached = fig_.chunks_cached.load(std::memory_order_relaxed);
+  s.carved_mapped_bytes = fig_.carved_mapped.load(std::memory_order_relaxed);
+  s.carved_live_bytes = fig_.carved_live.load(std::memory_order_relaxed);
+  s.carved_idle_bytes = fig_.carved_idle.load(std::memory_order_relaxed) * chunk_;
   s.held_bytes = s.chunks_held * chunk_;
-  s.address_space_bytes = address_space_.load(std::memory_order_relaxed);
-  s.live_bytes = live_bytes_.load(std::memory_order_relaxed);
+  s.address_space_bytes = fig_.address_space.load(std::memory_order_relaxed);
+  s.live_bytes = fig_.live_bytes.load(std::memory_order_relaxed);
   // Allocations and frees are counted where each path counts them cheapest: the bins and slab
   // classes under their own locks, the rest in the pool-wide counters.
   auto load = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  s.cache_hits = load(cache_hits_);
-  s.frees = load(frees_) + load(big_returned_);
+  s.cache_hits = load(fig_.cache_hits);
+  s.frees = load(fig_.frees) + load(fig_.big_returned);
   for (int i = 0; i < kSizeBuckets; ++i) {
-    s.allocations_by_size[i] = load(allocations_[i]) + load(big_taken_[i]);
-    s.cache_hits += load(big_taken_[i]);
+    s.allocations_by_size[i] = load(fig_.allocations[i]) + load(fig_.big_taken[i]);
+    s.cache_hits += load(fig_.big_taken[i]);
   }
   if (bins_) {
     for (std::size_t g = 1; g < kDirectBins; ++g) {
@@ -498,39 +498,39 @@ DeviceStats DevicePool::stats() const {
   for (const std::uint64_t n : s.allocations_by_size) s.allocations += n;
   // Read apart, a free may be counted before its allocation's bucket: never show fewer than none.
   s.live_allocations = s.allocations > s.frees ? s.allocations - s.frees : 0;
-  s.peak_held_bytes = peak_held_.load(std::memory_order_relaxed);
-  s.peak_live_bytes = peak_live_.load(std::memory_order_relaxed);
-  s.peak_live_device_bytes = peak_live_device_.load(std::memory_order_relaxed);
-  s.peak_live_host_bytes = peak_live_host_.load(std::memory_order_relaxed);
-  s.stitched_maps = stitched_maps_.load(std::memory_order_relaxed);
-  s.mappings_broken = broken_.load(std::memory_order_relaxed);
-  s.mappings_carved = carved_.load(std::memory_order_relaxed);
-  s.chunks_created = created_.load(std::memory_order_relaxed);
-  s.chunks_released = released_.load(std::memory_order_relaxed);
+  s.peak_held_bytes = fig_.peak_held.load(std::memory_order_relaxed);
+  s.peak_live_bytes = fig_.peak_live.load(std::memory_order_relaxed);
+  s.peak_live_device_bytes = fig_.peak_live_device.load(std::memory_order_relaxed);
+  s.peak_live_host_bytes = fig_.peak_live_host.load(std::memory_order_relaxed);
+  s.stitched_maps = fig_.stitched_maps.load(std::memory_order_relaxed);
+  s.mappings_broken = fig_.broken.load(std::memory_order_relaxed);
+  s.mappings_carved = fig_.cut_or_joined.load(std::memory_order_relaxed);
+  s.chunks_created = fig_.created.load(std::memory_order_relaxed);
+  s.chunks_released = fig_.released.load(std::memory_order_relaxed);
   s.budget = budget_;
-  s.out_of_memory = oom_.load(std::memory_order_relaxed);
+  s.out_of_memory = fig_.oom.load(std::memory_order_relaxed);
   if (host_) {
     s.host_chunks_held = host_->held();
     s.host_held_bytes = s.host_chunks_held * chunk_;
     s.host_chunks_reserve = host_->size() + host_->extent_granules();  // host extents stocked for moves too
     s.host_chunks_premapped = host_->premapped();
-    s.host_chunks_cached = host_cached_.load(std::memory_order_relaxed);
-    s.host_chunks_mapped = host_mapped_.load(std::memory_order_relaxed);
+    s.host_chunks_cached = fig_.host_cached.load(std::memory_order_relaxed);
+    s.host_chunks_mapped = fig_.host_mapped.load(std::memory_order_relaxed);
     s.peak_host_held_bytes = host_->peak_held() * chunk_;
     s.host_chunks_pinned_inline = host_->pinned_inline();
     s.host_limit = host_tier_->limit();
   }
-  s.live_host_bytes = live_host_bytes_.load(std::memory_order_relaxed);
-  s.spilled_allocations = spilled_.load(std::memory_order_relaxed);
-  s.external_device_bytes = external_device_.load(std::memory_order_relaxed);
-  s.external_host_bytes = external_host_.load(std::memory_order_relaxed);
-  s.moved_to_device_bytes = moved_to_device_.load(std::memory_order_relaxed);
-  s.moved_to_host_bytes = moved_to_host_.load(std::memory_order_relaxed);
-  s.moves = moves_.load(std::memory_order_relaxed);
-  s.moves_failed = moves_failed_.load(std::memory_order_relaxed);
-  s.moves_in_flight = moves_in_flight_.load(std::memory_order_relaxed);
-  s.move_mappings_unmapped = move_unmapped_.load(std::memory_order_relaxed);
-  s.move_mappings_mapped = move_mapped_.load(std::memory_order_relaxed);
+  s.live_host_bytes = fig_.live_host_bytes.load(std::memory_order_relaxed);
+  s.spilled_allocations = fig_.spilled.load(std::memory_order_relaxed);
+  s.external_device_bytes = fig_.external_device.load(std::memory_order_relaxed);
+  s.external_host_bytes = fig_.external_host.load(std::memory_order_relaxed);
+  s.moved_to_device_bytes = fig_.moved_to_device.load(std::memory_order_relaxed);
+  s.moved_to_host_bytes = fig_.moved_to_host.load(std::memory_order_relaxed);
+  s.moves = fig_.moves.load(std::memory_order_relaxed);
+  s.moves_failed = fig_.moves_failed.load(std::memory_order_relaxed);
+  s.moves_in_flight = fig_.moves_in_flight.load(std::memory_order_relaxed);
+  s.move_mappings_unmapped = fig_.move_unmapped.load(std::memory_order_relaxed);
+  s.move_mappings_mapped = fig_.move_mapped.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -16,7 +16,7 @@ CUresult DevicePool::allocate(CUdeviceptr* out, std::size_t bytes, CUcontext con
                      : carves(bytes)       ? allocate_carved(out, bytes, context)
                                            : allocate_large(out, bytes, context);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-    oom_.fetch_add(1, std::memory_order_relaxed);
+    fig_.oom.fetch_add(1, std::memory_order_relaxed);
     trace::record(trace::Kind::Oom, device_, 0, bytes);
     const DeviceStats s = stats();
     const std::uint64_t live_device = s.live_bytes - s.live_host_bytes;

@@ -29,6 +29,7 @@
 #include "config/thread_safety.h"
 #include "pool/address_map.h"
 #include "pool/carved_range.h"
+#include "pool/device_figures.h"
 #include "pool/device_waits.h"
 #include "pool/host_tier.h"
 #include "pool/pending_frees.h"
@@ -245,7 +246,7 @@ class DevicePool {
   void note_allocated(CUdeviceptr p, std::size_t bytes, std::uint64_t host_bytes, bool counted);
   void note_freed(CUdeviceptr p, std::size_t bytes, std::uint64_t host_bytes, bool counted);
   void count_cache_hit() {
-    if (counters_) cache_hits_.fetch_add(1, std::memory_order_relaxed);
+    if (counters_) fig_.cache_hits.fetch_add(1, std::memory_order_relaxed);
   }
   // A statistics counter bumped under the lock that guards it: a plain load and store.
   void bump(std::atomic<std::uint64_t>& n) {
@@ -300,7 +301,7 @@ class DevicePool {
   void release_carved(CUdeviceptr p);  // a pending carved free whose work is done
   std::optional<AllocationInfo> describe_carved(CUdeviceptr p);  // carve_index_mu_ only: never waits for mu_
   std::optional<ChunkView> carved_chunks(CUdeviceptr p) UVMPOOL_REQUIRES(mu_);
-  void note_carved_idle() UVMPOOL_REQUIRES(mu_);  // carved_idle_ and the carved figures from the range
+  void note_carved_idle() UVMPOOL_REQUIRES(mu_);  // fig_.carved_idle and the carved figures from the range
   // Idle carved slots given back to the free lists (reclaim, release_idle); how many granules.
   std::size_t release_carved_idle(std::size_t granules) UVMPOOL_REQUIRES(mu_);
   void check_carved(std::string& out, std::uint64_t* device_granules, std::uint64_t* extents, std::uint64_t* live) UVMPOOL_REQUIRES(mu_);
@@ -315,7 +316,7 @@ class DevicePool {
   void release_slot(Slab* s, std::uint32_t slot);
   // Empty slabs count as idle device memory only when their chunk is on the device.
   void count_cached(const Slab* s, int delta) {
-    if (s->chunk.tier == Tier::Device) chunks_cached_.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed);
+    if (s->chunk.tier == Tier::Device) fig_.chunks_cached.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed);
   }
 
   // placement.h's rule carried out on this pool: where each piece comes from (stock.h, stock.cpp).
@@ -413,7 +414,7 @@ class DevicePool {
   std::vector<Handle> free_extents_ UVMPOOL_GUARDED_BY(mu_);  // each extent_granules_ chunks, one handle
   // Free runs (pull_device_pieces): device pieces of 2 to extent_granules_ / 2 chunks, made for moves
   // and kept for them (the same buffers move every step and find their sizes here); counted among
-  // extents_held_ (one handle and one mapping each). Allocations split them when chunks run short.
+  // fig_.extents_held (one handle and one mapping each). Allocations split them when chunks run short.
   std::vector<Chunk> free_runs_ UVMPOOL_GUARDED_BY(mu_);
   std::size_t free_run_granules_ UVMPOOL_GUARDED_BY(mu_) = 0;
   RangeAllocator ranges_ UVMPOOL_GUARDED_BY(mu_);
@@ -440,8 +441,6 @@ class DevicePool {
   std::unique_ptr<Bin[]> bins_;
   Mutex big_mu_;
   std::multimap<std::size_t, Block*> big_bin_ UVMPOOL_GUARDED_BY(big_mu_);
-  std::atomic<std::uint64_t> big_taken_[kSizeBuckets] = {};  // as Bin::taken, under big_mu_
-  std::atomic<std::uint64_t> big_returned_{0};
   // Cached mappings holding host chunks: reused only when the device has no room for a new mapping,
   // so a freed spilled allocation never keeps a later one off free device memory.
   Mutex spilled_mu_;
@@ -471,46 +470,13 @@ class DevicePool {
 
   PendingFrees pending_;  // memory freed on streams: its own lock (pending_frees.h)
 
-  // Figures (relaxed atomics: read for stats and the budget, never for decisions that need them exact).
-  std::atomic<std::uint64_t> chunks_held_{0};
-  std::atomic<std::uint64_t> address_space_{0};  // bytes of virtual address space reserved
-  std::atomic<std::uint64_t> chunks_cached_{0};
-  std::atomic<std::uint64_t> live_bytes_{0};
-  std::atomic<std::uint64_t> peak_held_{0};
-  std::atomic<std::uint64_t> chunks_free_{0};  // granules, in free chunks and free extents
-  std::atomic<std::uint64_t> extents_held_{0};
-  std::atomic<std::uint64_t> stitched_maps_{0};
-  // Statistics only (PoolConfig::counters): no decision reads them.
-  std::atomic<std::uint64_t> cache_hits_{0};
-  std::atomic<std::uint64_t> allocations_[kSizeBuckets] = {};  // by size_bucket of the bytes asked for
-  std::atomic<std::uint64_t> frees_{0};
-  std::atomic<std::uint64_t> peak_live_{0};
-  std::atomic<std::uint64_t> peak_live_device_{0};
-  std::atomic<std::uint64_t> peak_live_host_{0};
-  std::atomic<std::uint64_t> broken_{0};
-  std::atomic<std::uint64_t> carved_{0};
-  std::atomic<std::uint64_t> created_{0};
-  std::atomic<std::uint64_t> released_{0};
-  std::atomic<std::uint64_t> oom_{0};
+  DeviceFigures fig_;  // every figure, relaxed atomics (device_figures.h: who writes each, under which lock)
   // The host tier.
   HostTier* host_tier_ = nullptr;
   std::unique_ptr<HostReserve> host_;  // nullptr: no spilling on this device
-  std::atomic<std::uint64_t> host_mapped_{0};      // host chunks in mappings (live or cached)
-  std::atomic<std::uint64_t> host_cached_{0};      // host chunks in cached part-host mappings
-  std::atomic<std::uint64_t> live_host_bytes_{0};
-  std::atomic<std::uint64_t> spilled_{0};
-  std::atomic<std::uint64_t> external_device_{0};  // the program's own device cuMemCreate bytes
-  std::atomic<std::uint64_t> others_seen_{0};      // others_bytes as last read from the driver
-  std::atomic<std::uint64_t> external_host_{0};    // ... placed in host memory instead
   // Moves (move.cpp). move_mu_ is a leaf, held only to wait for and announce the end of a move.
   Mutex move_mu_;
   std::condition_variable move_cv_;
-  std::atomic<std::uint64_t> moved_to_device_{0};  // bytes
-  std::atomic<std::uint64_t> moved_to_host_{0};
-  std::atomic<std::uint64_t> moves_{0};
-  std::atomic<std::uint64_t> moves_failed_{0};
-  std::atomic<std::uint64_t> moves_in_flight_{0};
-  std::atomic<std::uint64_t> move_unmapped_{0}, move_mapped_{0};  // mappings the commits' remaps changed
   // Carving (carving.cpp): the range, made on the first carved request, and the pool's index of
   // carved allocations. The index has a leaf lock of its own, taken inside mu_ where it changes and
   // alone where it is read (find, cuPointerGetAttribute, the launch hooks): a lookup never waits for
@@ -520,8 +486,6 @@ class DevicePool {
   Mutex carve_index_mu_;
   std::map<CUdeviceptr, CarvedAllocation> carved_info_ UVMPOOL_GUARDED_BY(carve_index_mu_);
   bool carving_ UVMPOOL_GUARDED_BY(mu_) = false;  // inside the range's own growth: reclaim leaves its slots alone
-  std::atomic<std::uint64_t> carved_idle_{0};      // device granules in idle carved slots (idle memory, like cached)
-  std::atomic<std::uint64_t> carved_mapped_{0}, carved_live_{0};  // bytes (DeviceStats), as the range last said
   std::vector<Block*> all_blocks_ UVMPOOL_GUARDED_BY(mu_);  // every descriptor ever made, for the destructor
   std::vector<Slab*> all_slabs_ UVMPOOL_GUARDED_BY(mu_);
 };

@@ -34,7 +34,7 @@ Block* DevicePool::take_host_run(std::size_t granules) {
     b->chunks.resize(granules);
     b->granules = granules;
     b->host_chunks = granules;
-    host_mapped_.fetch_sub(rest.size(), std::memory_order_relaxed);  // make_block counts them again
+    fig_.host_mapped.fetch_sub(rest.size(), std::memory_order_relaxed);  // make_block counts them again
     Block* r = make_block(b->base + granules * chunk_, std::move(rest));
     cache_block(r);
   }
@@ -84,7 +84,7 @@ bool DevicePool::premap(std::size_t n) {
     return false;
   }
   Block* b = make_block(va, std::move(chunks));
-  stitched_maps_.fetch_add(1, std::memory_order_relaxed);
+  fig_.stitched_maps.fetch_add(1, std::memory_order_relaxed);
   trace::record(trace::Kind::Map, device_, va, bytes, bytes, started);
   cache_block(b);
   host_->landed(n);  // a premapped run now, which allocations take from
@@ -114,7 +114,7 @@ bool DevicePool::trim_premapped(std::size_t n) {
     // Keep the front of the run: only the tail is unmapped.
     const std::size_t keep = b->granules - n;
     b->host_chunks = keep;
-    host_mapped_.fetch_sub(n, std::memory_order_relaxed);
+    fig_.host_mapped.fetch_sub(n, std::memory_order_relaxed);
     shrink_block(b, n);  // caches the rest again
     return true;
   }

@@ -35,7 +35,7 @@ void DevicePool::check_marks(std::string& out, CUdeviceptr at, const Chunk& c) c
 std::string DevicePool::check_invariants() UVMPOOL_NO_THREAD_SAFETY_ANALYSIS {
   std::string out;
   MutexLock lock(mu_);
-  expect_equal(out, "chunks_free (granules in free chunks and extents)", chunks_free_.load(), free_granules());
+  expect_equal(out, "chunks_free (granules in free chunks and extents)", fig_.chunks_free.load(), free_granules());
 
   std::uint64_t device_granules = 0, host_granules = 0, extents = free_extents_.size() + free_runs_.size();
   std::uint64_t cached_device = 0, live = 0, live_host = 0;
@@ -79,12 +79,12 @@ std::string DevicePool::check_invariants() UVMPOOL_NO_THREAD_SAFETY_ANALYSIS {
     if (used == 0 && s->chunk.tier == Tier::Device) ++cached_device;
   }
   check_carved(out, &device_granules, &extents, &live);
-  expect_equal(out, "chunks_held (device granules held)", chunks_held_.load(), free_granules() + device_granules);
-  expect_equal(out, "extents_held", extents_held_.load(), extents);
-  expect_equal(out, "host chunks in mappings", host_mapped_.load(), host_granules);
-  expect_equal(out, "chunks_cached (device granules in cached mappings and empty slabs)", chunks_cached_.load(), cached_device);
-  expect_equal(out, "live_bytes", live_bytes_.load(), live);
-  expect_equal(out, "live_host_bytes", live_host_bytes_.load(), live_host);
+  expect_equal(out, "chunks_held (device granules held)", fig_.chunks_held.load(), free_granules() + device_granules);
+  expect_equal(out, "extents_held", fig_.extents_held.load(), extents);
+  expect_equal(out, "host chunks in mappings", fig_.host_mapped.load(), host_granules);
+  expect_equal(out, "chunks_cached (device granules in cached mappings and empty slabs)", fig_.chunks_cached.load(), cached_device);
+  expect_equal(out, "live_bytes", fig_.live_bytes.load(), live);
+  expect_equal(out, "live_host_bytes", fig_.live_host_bytes.load(), live_host);
 
   for (std::size_t g = 0; g < kDirectBins; ++g) {
     Bin& bin = bins_[g];

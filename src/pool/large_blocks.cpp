@@ -37,28 +37,28 @@ void DevicePool::publish(Block* b, std::size_t bytes, CUcontext context, CUdevic
 
 void DevicePool::note_allocated(CUdeviceptr p, std::size_t bytes, std::uint64_t host_bytes, bool counted) {
   trace::record(trace::Kind::Alloc, device_, p, bytes, host_bytes);
-  const std::uint64_t live = live_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  const std::uint64_t live = fig_.live_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   std::uint64_t live_host = 0;
   if (host_bytes != 0) {
-    live_host = live_host_bytes_.fetch_add(host_bytes, std::memory_order_relaxed) + host_bytes;
-    spilled_.fetch_add(1, std::memory_order_relaxed);
+    live_host = fig_.live_host_bytes.fetch_add(host_bytes, std::memory_order_relaxed) + host_bytes;
+    fig_.spilled.fetch_add(1, std::memory_order_relaxed);
   }
   if (!counters_) return;
-  if (!counted) allocations_[size_bucket(bytes)].fetch_add(1, std::memory_order_relaxed);
-  raise_peak(peak_live_, live);
+  if (!counted) fig_.allocations[size_bucket(bytes)].fetch_add(1, std::memory_order_relaxed);
+  raise_peak(fig_.peak_live, live);
   if (host_bytes != 0) {
-    raise_peak(peak_live_host_, live_host);
+    raise_peak(fig_.peak_live_host, live_host);
   } else {
-    live_host = live_host_bytes_.load(std::memory_order_relaxed);
+    live_host = fig_.live_host_bytes.load(std::memory_order_relaxed);
   }
-  raise_peak(peak_live_device_, live > live_host ? live - live_host : 0);
+  raise_peak(fig_.peak_live_device, live > live_host ? live - live_host : 0);
 }
 
 void DevicePool::note_freed(CUdeviceptr p, std::size_t bytes, std::uint64_t host_bytes, bool counted) {
   trace::record(trace::Kind::Free, device_, p, bytes, host_bytes);
-  live_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
-  if (host_bytes != 0) live_host_bytes_.fetch_sub(host_bytes, std::memory_order_relaxed);
-  if (counters_ && !counted) frees_.fetch_add(1, std::memory_order_relaxed);
+  fig_.live_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+  if (host_bytes != 0) fig_.live_host_bytes.fetch_sub(host_bytes, std::memory_order_relaxed);
+  if (counters_ && !counted) fig_.frees.fetch_add(1, std::memory_order_relaxed);
 }
 
 CUresult DevicePool::allocate_large(CUdeviceptr* out, std::size_t bytes, CUcontext context) {
@@ -107,7 +107,7 @@ void DevicePool::unpublish(Block* b, bool counted) {
 
 void DevicePool::cache_block(Block* b, bool count_free) {
   b->state.store(kCached, std::memory_order_release);
-  chunks_cached_.fetch_add(b->granules - b->host_chunks, std::memory_order_relaxed);
+  fig_.chunks_cached.fetch_add(b->granules - b->host_chunks, std::memory_order_relaxed);
   if (b->host_chunks != 0) {
     MutexLock lock(spilled_mu_);
     if (b->host_run()) {
@@ -115,7 +115,7 @@ void DevicePool::cache_block(Block* b, bool count_free) {
       host_->premapped(static_cast<std::ptrdiff_t>(b->granules));
     } else {
       spilled_bin_.emplace(b->granules, b);
-      host_cached_.fetch_add(b->host_chunks, std::memory_order_relaxed);
+      fig_.host_cached.fetch_add(b->host_chunks, std::memory_order_relaxed);
     }
     return;
   }
@@ -135,7 +135,7 @@ void DevicePool::cache_block(Block* b, bool count_free) {
   MutexLock lock(big_mu_);
   big_bin_.emplace(b->granules, b);
   b->binned = true;
-  if (count_free) bump(big_returned_);
+  if (count_free) bump(fig_.big_returned);
 }
 
 Block* DevicePool::take_cached(std::size_t granules) {
@@ -158,9 +158,9 @@ Block* DevicePool::take_cached(std::size_t granules) {
     b = it->second;
     big_bin_.erase(it);
     b->binned = false;
-    bump(big_taken_[size_bucket(granules * chunk_)]);
+    bump(fig_.big_taken[size_bucket(granules * chunk_)]);
   }
-  chunks_cached_.fetch_sub(b->granules, std::memory_order_relaxed);
+  fig_.chunks_cached.fetch_sub(b->granules, std::memory_order_relaxed);
   return b;
 }
 
@@ -173,8 +173,8 @@ Block* DevicePool::take_cached_spilled(std::size_t granules) {
     b = it->second;
     spilled_bin_.erase(it);
   }
-  chunks_cached_.fetch_sub(b->granules - b->host_chunks, std::memory_order_relaxed);
-  host_cached_.fetch_sub(b->host_chunks, std::memory_order_relaxed);
+  fig_.chunks_cached.fetch_sub(b->granules - b->host_chunks, std::memory_order_relaxed);
+  fig_.host_cached.fetch_sub(b->host_chunks, std::memory_order_relaxed);
   return b;
 }
 
@@ -190,7 +190,7 @@ std::size_t DevicePool::evict_spilled(bool only_with_device_chunks) {
         continue;
       }
       victims.push_back(b);
-      host_cached_.fetch_sub(b->host_chunks, std::memory_order_relaxed);
+      fig_.host_cached.fetch_sub(b->host_chunks, std::memory_order_relaxed);
       it = spilled_bin_.erase(it);
     }
     if (!only_with_device_chunks) {
@@ -203,7 +203,7 @@ std::size_t DevicePool::evict_spilled(bool only_with_device_chunks) {
   }
   std::size_t chunks = 0;
   for (Block* b : victims) {
-    chunks_cached_.fetch_sub(b->granules - b->host_chunks, std::memory_order_relaxed);
+    fig_.chunks_cached.fetch_sub(b->granules - b->host_chunks, std::memory_order_relaxed);
     chunks += b->granules;
     destroy_block(b);
   }
@@ -246,7 +246,7 @@ CUresult DevicePool::map_pieces(std::vector<Chunk>&& chunks, std::size_t guard, 
   }
   *out = make_block(va, std::move(chunks));  // published as Live by the caller
   (*out)->guard = guard;
-  stitched_maps_.fetch_add(1, std::memory_order_relaxed);
+  fig_.stitched_maps.fetch_add(1, std::memory_order_relaxed);
   trace::record(trace::Kind::Map, device_, va, bytes, (*out)->host_chunks * chunk_, started);
   return CUDA_SUCCESS;
 }
@@ -264,7 +264,7 @@ Block* DevicePool::make_block(CUdeviceptr va, std::vector<Chunk>&& chunks) {
   b->base = va;
   b->granules = granules_of(chunks);
   b->host_chunks = host_granules_of(chunks);
-  host_mapped_.fetch_add(b->host_chunks, std::memory_order_relaxed);
+  fig_.host_mapped.fetch_add(b->host_chunks, std::memory_order_relaxed);
   b->chunks = std::move(chunks);
   b->guard = 0;
   b->binned = false;
@@ -296,14 +296,14 @@ void DevicePool::destroy_block(Block* b) {
   // Their handles may still be mapped at the old range too: a handle may be mapped at two addresses, and
   // the old one is never used again; the driver frees such memory only once both are unmapped.
   return_chunks(b->chunks);
-  host_mapped_.fetch_sub(b->host_chunks, std::memory_order_relaxed);
+  fig_.host_mapped.fetch_sub(b->host_chunks, std::memory_order_relaxed);
   b->chunks.clear();
   b->guard = 0;
   b->granules = 0;
   b->host_chunks = 0;
   b->state.store(kDead, std::memory_order_release);
   spare_blocks_.push_back(b);
-  broken_.fetch_add(1, std::memory_order_relaxed);
+  fig_.broken.fetch_add(1, std::memory_order_relaxed);
 }
 
 std::size_t DevicePool::shrink_block(Block* b, std::size_t n) {
@@ -327,7 +327,7 @@ std::size_t DevicePool::shrink_block(Block* b, std::size_t n) {
   return_chunks(gone);  // a device-only mapping's, or a host run's (trim_premapped)
   b->chunks.resize(cut);
   b->granules = keep;
-  broken_.fetch_add(1, std::memory_order_relaxed);
+  fig_.broken.fetch_add(1, std::memory_order_relaxed);
   cache_block(b);  // the rest stays a cached mapping, smaller
   return freed;
 }
@@ -336,7 +336,7 @@ bool DevicePool::evict_cached(std::size_t wanted) {
   // The least recently freed mapping of the smallest count that covers the shortfall gives up just
   // enough chunks; failing that, the largest cached mappings are taken apart whole.
   std::size_t got = 0;
-  while (got < wanted && chunks_cached_.load(std::memory_order_relaxed) != 0) {
+  while (got < wanted && fig_.chunks_cached.load(std::memory_order_relaxed) != 0) {
     const std::size_t need = wanted - got;
     Block* victim = nullptr;
     const auto pop_lru = [&](std::size_t g) -> Block* {
@@ -366,7 +366,7 @@ bool DevicePool::evict_cached(std::size_t wanted) {
     if (victim == nullptr) victim = pop_big(false);
     for (std::size_t g = kDirectBins - 1; g > 0 && victim == nullptr; --g) victim = pop_lru(g);
     if (victim == nullptr) break;
-    chunks_cached_.fetch_sub(victim->granules, std::memory_order_relaxed);
+    fig_.chunks_cached.fetch_sub(victim->granules, std::memory_order_relaxed);
     if (victim->granules > need) {
       got += shrink_block(victim, need);
     } else {

@@ -119,14 +119,14 @@ CUresult DevicePool::prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Mov
   if (r != CUDA_SUCCESS) {
     m->staged.clear();
     return_chunks(m->target);  // with the staging mappings made: the next move of those pieces uses them
-    moves_failed_.fetch_add(1, std::memory_order_relaxed);
+    fig_.moves_failed.fetch_add(1, std::memory_order_relaxed);
     log::debug("device {}: a move of {} bytes at {:#x} to the {} tier refused ({})", device_, m->bytes, m->address,
                to == Tier::Host ? "host" : "device", static_cast<int>(r));
     return refuse(r);
   }
   m->staging = m->staged.front();
   if (b != nullptr) b->moving.emplace_back(m->address, m->bytes);
-  moves_in_flight_.fetch_add(1, std::memory_order_relaxed);
+  fig_.moves_in_flight.fetch_add(1, std::memory_order_relaxed);
   return CUDA_SUCCESS;
 }
 
@@ -190,8 +190,8 @@ std::uint64_t DevicePool::promotion_room() {
   // mu_ is busy (a mover's commit holds it across its hold of the program's streams) the last answer
   // stands in, so a launch never waits for a move.
   if (!mu_.try_lock()) return last_room_.load(std::memory_order_relaxed);
-  const std::uint64_t room = (free_granules() + chunks_cached_.load(std::memory_order_relaxed) +
-                              carved_idle_.load(std::memory_order_relaxed) + growable_chunks()) *
+  const std::uint64_t room = (free_granules() + fig_.chunks_cached.load(std::memory_order_relaxed) +
+                              fig_.carved_idle.load(std::memory_order_relaxed) + growable_chunks()) *
                              chunk_;
   mu_.unlock();
   last_room_.store(room, std::memory_order_relaxed);
@@ -253,19 +253,19 @@ CUresult DevicePool::commit_locked(Move* m, bool quiesced) {
                                pieces.begin() + static_cast<std::ptrdiff_t>(first + count));
   if (!quiesced) fence_move(m->owner);
   if (const CUresult r = vmm_.remap(m->address, old, m->target, chunk_); r != CUDA_SUCCESS) {
-    moves_failed_.fetch_add(1, std::memory_order_relaxed);
+    fig_.moves_failed.fetch_add(1, std::memory_order_relaxed);
     log::warn("device {}: a move of {} bytes at {:#x} failed at its remap ({}); the old mapping stands", device_,
               m->bytes, m->address, static_cast<int>(r));
     return r;  // still prepared: commit again or abort
   }
-  move_unmapped_.fetch_add(old.size(), std::memory_order_relaxed);
-  move_mapped_.fetch_add(m->target.size(), std::memory_order_relaxed);
+  fig_.move_unmapped.fetch_add(old.size(), std::memory_order_relaxed);
+  fig_.move_mapped.fetch_add(m->target.size(), std::memory_order_relaxed);
   swap_pieces(*m, first, old);
   return_chunks(old);
   forget_range(*m);
   end_move(m->owner);
-  moves_in_flight_.fetch_sub(1, std::memory_order_relaxed);
-  moves_.fetch_add(1, std::memory_order_relaxed);
+  fig_.moves_in_flight.fetch_sub(1, std::memory_order_relaxed);
+  fig_.moves.fetch_add(1, std::memory_order_relaxed);
   m->staging = 0;
   m->staged.clear();
   m->target.clear();
@@ -276,7 +276,7 @@ void DevicePool::abort_locked(Move* m) {
   return_chunks(m->target);  // their staging mappings stay with them
   forget_range(*m);
   end_move(m->owner);
-  moves_in_flight_.fetch_sub(1, std::memory_order_relaxed);
+  fig_.moves_in_flight.fetch_sub(1, std::memory_order_relaxed);
   m->staging = 0;
   m->staged.clear();
   m->target.clear();
@@ -358,7 +358,7 @@ void DevicePool::end_move(Entry owner) {
 bool DevicePool::withdraw_cached(Block* b) {
   if (b->host_chunks == 0) {
     if (!unbin(b)) return false;
-    chunks_cached_.fetch_sub(b->granules, std::memory_order_relaxed);
+    fig_.chunks_cached.fetch_sub(b->granules, std::memory_order_relaxed);
     return true;
   }
   const bool host_only = b->host_run();
@@ -373,8 +373,8 @@ bool DevicePool::withdraw_cached(Block* b) {
   if (host_only) {
     host_->premapped(-static_cast<std::ptrdiff_t>(b->granules));
   } else {
-    host_cached_.fetch_sub(b->host_chunks, std::memory_order_relaxed);
-    chunks_cached_.fetch_sub(b->granules - b->host_chunks, std::memory_order_relaxed);
+    fig_.host_cached.fetch_sub(b->host_chunks, std::memory_order_relaxed);
+    fig_.chunks_cached.fetch_sub(b->granules - b->host_chunks, std::memory_order_relaxed);
   }
   return true;
 }
@@ -491,15 +491,15 @@ void DevicePool::swap_pieces(const Move& m, std::size_t first, std::span<const C
     live_host_delta = m.to == Tier::Host ? static_cast<std::int64_t>(live) : -static_cast<std::int64_t>(live);
   }
   mark_tiers(m.address, m.target);
-  host_mapped_.fetch_add(static_cast<std::uint64_t>(host_delta), std::memory_order_relaxed);
+  fig_.host_mapped.fetch_add(static_cast<std::uint64_t>(host_delta), std::memory_order_relaxed);
   const std::uint64_t live_host =
-      live_host_bytes_.fetch_add(static_cast<std::uint64_t>(live_host_delta), std::memory_order_relaxed) +
+      fig_.live_host_bytes.fetch_add(static_cast<std::uint64_t>(live_host_delta), std::memory_order_relaxed) +
       static_cast<std::uint64_t>(live_host_delta);
-  (m.to == Tier::Device ? moved_to_device_ : moved_to_host_).fetch_add(m.bytes, std::memory_order_relaxed);
+  (m.to == Tier::Device ? fig_.moved_to_device : fig_.moved_to_host).fetch_add(m.bytes, std::memory_order_relaxed);
   if (counters_) {
-    const std::uint64_t live = live_bytes_.load(std::memory_order_relaxed);
-    raise_peak(peak_live_host_, live_host);
-    raise_peak(peak_live_device_, live > live_host ? live - live_host : 0);
+    const std::uint64_t live = fig_.live_bytes.load(std::memory_order_relaxed);
+    raise_peak(fig_.peak_live_host, live_host);
+    raise_peak(fig_.peak_live_device, live > live_host ? live - live_host : 0);
   }
 }
 

@@ -188,7 +188,7 @@ CUresult DevicePool::new_slab(int cls, Slab** out) {
     return_chunks(chunk);
     return r;
   }
-  if (chunk[0].tier == Tier::Host) host_mapped_.fetch_add(1, std::memory_order_relaxed);
+  if (chunk[0].tier == Tier::Host) fig_.host_mapped.fetch_add(1, std::memory_order_relaxed);
   trace::record(trace::Kind::Map, device_, va, chunk_, chunk[0].tier == Tier::Host ? chunk_ : 0, started);
   Slab* s = nullptr;
   if (!spare_slabs_.empty()) {
@@ -226,7 +226,7 @@ void DevicePool::destroy_slab(Slab* s) {
   trace::record(trace::Kind::Unmap, device_, s->base, chunk_, s->chunk.tier == Tier::Host ? chunk_ : 0);
   if (unmapped) ranges_.give_back(s->base, chunk_);  // else still mapped: kept out of use (destroy_block)
   return_chunks({&s->chunk, 1});
-  if (s->chunk.tier == Tier::Host) host_mapped_.fetch_sub(1, std::memory_order_relaxed);
+  if (s->chunk.tier == Tier::Host) fig_.host_mapped.fetch_sub(1, std::memory_order_relaxed);
   s->live.clear();
   s->info.clear();
   spare_slabs_.push_back(s);
