@@ -337,6 +337,7 @@ void DevicePool::return_chunks(std::span<const Chunk> chunks) {
     device += c.granules;
   }
   fig_.chunks_free.fetch_add(device, std::memory_order_relaxed);
+  check_free_pieces();
 }
 
 void DevicePool::release_free_chunks() {

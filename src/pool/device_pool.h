@@ -25,6 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "config/checks.h"
 #include "config/size_math.h"
 #include "config/thread_safety.h"
 #include "pool/address_map.h"
@@ -335,6 +336,14 @@ class DevicePool {
   // one (take_run). Modeled, promotions into the chunks demotions freed made half a held training step's
   // time remaps (docs/tiering.md, "What a held step is made of").
   std::size_t pull_device_pieces(std::size_t n, std::vector<Chunk>* out, bool runs = false) UVMPOOL_REQUIRES(mu_);
+  // UVMPOOL_CHECKS: the free pieces and the figures written with them agree (all under mu_); at the
+  // end of each placement and wherever pieces come back.
+  void check_free_pieces() const UVMPOOL_REQUIRES(mu_) {
+    UVMPOOL_CHECK(fig_.chunks_free.load(std::memory_order_relaxed) == free_granules(), "chunks_free counts the free pieces");
+    UVMPOOL_CHECK(fig_.chunks_held.load(std::memory_order_relaxed) >= free_granules(), "the free pieces are held");
+    UVMPOOL_CHECK(fig_.extents_held.load(std::memory_order_relaxed) >= free_extents_.size() + free_runs_.size(),
+                  "free extents and runs are counted among extents_held");
+  }
   std::size_t free_granules() const UVMPOOL_REQUIRES(mu_) {
     return free_chunks_.size() + free_extents_.size() * extent_granules_ + free_run_granules_;
   }

@@ -106,6 +106,10 @@ void DevicePool::unpublish(Block* b, bool counted) {
 }
 
 void DevicePool::cache_block(Block* b, bool count_free) {
+  // The caller owns it (freed, its move ended, or cut from another): its pieces change only under a
+  // move's claim, which a free waits out.
+  UVMPOOL_CHECK(b->granules == granules_of(b->chunks) && b->host_chunks == host_granules_of(b->chunks),
+                "a cached mapping's pieces cover it and its host count is theirs");
   b->state.store(kCached, std::memory_order_release);
   fig_.chunks_cached.fetch_add(b->granules - b->host_chunks, std::memory_order_relaxed);
   if (b->host_chunks != 0) {
@@ -127,6 +131,7 @@ void DevicePool::cache_block(Block* b, bool count_free) {
     if (bin.head != nullptr) bin.head->prev = b;
     bin.head = b;
     if (bin.tail == nullptr) bin.tail = b;
+    UVMPOOL_CHECK(!b->binned, "a mapping is in one bin at a time");
     bin.add(1);
     b->binned = true;
     if (count_free) bump(bin.returned);
@@ -151,6 +156,7 @@ Block* DevicePool::take_cached(std::size_t granules) {
     bin.add(-1);
     b->binned = false;
     bump(bin.taken);
+    UVMPOOL_CHECK(b->state.load(std::memory_order_acquire) == kCached && b->granules == granules, "a binned mapping is cached, of its bin's size");
   } else {
     MutexLock lock(big_mu_);
     auto it = big_bin_.find(granules);

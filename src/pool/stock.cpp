@@ -14,6 +14,8 @@ DevicePool::PoolStock::PoolStock(DevicePool& pool, std::vector<Chunk>* pieces, b
   pieces_->clear();
 }
 
+DevicePool::PoolStock::~PoolStock() UVMPOOL_NO_THREAD_SAFETY_ANALYSIS { p_.check_free_pieces(); }
+
 std::size_t DevicePool::PoolStock::free_device() { return p_.free_granules(); }
 
 bool DevicePool::PoolStock::free_extent() { return !p_.free_extents_.empty(); }

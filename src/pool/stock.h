@@ -28,6 +28,8 @@ class DevicePool::PoolStock final : public placement::Stock {
   bool take_host(std::size_t granules) override UVMPOOL_NO_THREAD_SAFETY_ANALYSIS;
   void give_back() override UVMPOOL_NO_THREAD_SAFETY_ANALYSIS;
 
+  ~PoolStock() override;  // UVMPOOL_CHECKS: the free pieces agree with their figures again
+
   Block* reused() const { return reused_; }  // the mapping reuse() took (still marked Cached)
 
  private:
