@@ -33,46 +33,12 @@ std::size_t cut_index(std::span<Block* const> window, std::size_t granules, std:
 
 }  // namespace
 
-bool DevicePool::unbin(Block* b) {
-  if (b->granules < kDirectBins) {
-    Bin& bin = bins_[b->granules];
-    MutexLock lock(bin.mu);
-    if (!b->binned) return false;  // a fast-path allocation took it
-    if (b->prev != nullptr) b->prev->next = b->next;
-    if (b->next != nullptr) b->next->prev = b->prev;
-    if (bin.head == b) bin.head = b->next;
-    if (bin.tail == b) bin.tail = b->prev;
-    b->prev = b->next = nullptr;
-    bin.add(-1);
-    b->binned = false;
-    return true;
-  }
-  MutexLock lock(big_mu_);
-  if (!b->binned) return false;
-  auto [first, last] = big_bin_.equal_range(b->granules);
-  const auto it = std::find_if(first, last, [b](const auto& kv) { return kv.second == b; });
-  if (it == last) return false;
-  big_bin_.erase(it);
-  b->binned = false;
-  return true;
-}
-
 Block* DevicePool::carve_cached(std::size_t granules) {
   if (fig_.chunks_cached.load(std::memory_order_relaxed) < granules) return nullptr;
   // The cached device mappings, in address order. Their sizes change only under mu_ (held), so what
   // is read here stays true but for one thing: a fast-path allocation may take one meanwhile, which
-  // unbin() tells.
-  std::vector<Block*> cached;
-  for (std::size_t g = 1; g < kDirectBins; ++g) {
-    Bin& bin = bins_[g];
-    if (bin.count.load(std::memory_order_relaxed) == 0) continue;
-    MutexLock lock(bin.mu);
-    for (Block* b = bin.head; b != nullptr; b = b->next) cached.push_back(b);
-  }
-  {
-    MutexLock lock(big_mu_);
-    for (const auto& [g, b] : big_bin_) cached.push_back(b);
-  }
+  // MappingCache::unbin tells.
+  std::vector<Block*> cached = cache_.device_mappings();
   if (cached.empty()) return nullptr;
   std::sort(cached.begin(), cached.end(), [](const Block* a, const Block* b) { return a->base < b->base; });
 
@@ -108,7 +74,7 @@ Block* DevicePool::carve_cached(std::size_t granules) {
   std::size_t front = 0;
   const std::size_t cut = cut_index(window, granules, &front);
   for (std::size_t i = 0; i < window.size(); ++i) {
-    if (!unbin(window[i])) {  // taken meanwhile: what was already out goes back, and the slow path goes on
+    if (!cache_.unbin(window[i])) {  // taken meanwhile: what was already out goes back, and the slow path goes on
       for (std::size_t j = 0; j < i; ++j) cache_block(window[j]);
       return nullptr;
     }

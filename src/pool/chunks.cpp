@@ -88,7 +88,7 @@ CUresult DevicePool::init() {
     host_ = std::make_unique<HostReserve>(vmm_, *host_tier_, chunk_, config_.host_reserve);
     host_tier_->add([this] { return upkeep_host(); });
   }
-  bins_ = std::make_unique<Bin[]>(kDirectBins + 1);
+  cache_.init(chunk_, counters_);
   classes_ = std::make_unique<SlabClass[]>(kSmallClasses);
   log::debug("device {}: chunk {} KiB, extent {} MiB, budget {} MiB of {} MiB, headroom {} MiB", device_,
              chunk_ >> 10, (extent_granules_ * chunk_) >> 20, budget_ >> 20, total_ >> 20, config_.headroom >> 20);
@@ -477,19 +477,9 @@ DeviceStats DevicePool::stats() const {
   // classes under their own locks, the rest in the pool-wide counters.
   auto load = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   s.cache_hits = load(fig_.cache_hits);
-  s.frees = load(fig_.frees) + load(fig_.big_returned);
-  for (int i = 0; i < kSizeBuckets; ++i) {
-    s.allocations_by_size[i] = load(fig_.allocations[i]) + load(fig_.big_taken[i]);
-    s.cache_hits += load(fig_.big_taken[i]);
-  }
-  if (bins_) {
-    for (std::size_t g = 1; g < kDirectBins; ++g) {
-      const std::uint64_t taken = load(bins_[g].taken);
-      s.allocations_by_size[size_bucket(g * chunk_)] += taken;
-      s.cache_hits += taken;
-      s.frees += load(bins_[g].returned);
-    }
-  }
+  s.frees = load(fig_.frees);
+  for (int i = 0; i < kSizeBuckets; ++i) s.allocations_by_size[i] = load(fig_.allocations[i]);
+  cache_.add_counts(s);
   if (classes_) {
     for (int c = 0; c < kSmallClasses; ++c) {
       s.allocations_by_size[size_bucket(class_size(c))] += load(classes_[c].allocations);

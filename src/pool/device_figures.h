@@ -40,9 +40,7 @@ struct DeviceFigures {
   Counter broken{0};          // cached mappings taken apart or shrunk
   Counter cut_or_joined{0};   // cache hits cut from or joined of cached mappings (cached_ranges.cpp)
   Counter oom{0};             // requests answered OUT_OF_MEMORY
-  // The big bin's hits and frees (under big_mu_); the direct bins count their own (Bin::taken).
-  Counter big_taken[kSizeBuckets] = {};
-  Counter big_returned{0};
+  // (The mapping cache counts its own hits and frees, under its bins' locks: MappingCache::add_counts.)
 
   // The host tier (under mu_, or the spilled bins' lock where a cached mapping comes and goes).
   Counter host_mapped{0};      // host chunks in mappings, live or cached

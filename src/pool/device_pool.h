@@ -33,6 +33,7 @@
 #include "pool/device_figures.h"
 #include "pool/device_waits.h"
 #include "pool/host_tier.h"
+#include "pool/mapping_cache.h"
 #include "pool/pending_frees.h"
 #include "pool/pool.h"
 #include "pool/size_classes.h"
@@ -97,7 +98,7 @@ struct Block {
   std::size_t guard = 0;  // UVMPOOL_GUARD: bytes of address space after the mapping, never mapped
   Block* prev = nullptr;  // in its bin while Cached
   Block* next = nullptr;
-  bool binned = false;    // in bins_ or big_bin_ (under that bin's lock), where carve_cached may take it
+  bool binned = false;    // in a device bin of the mapping cache (under that bin's lock), where carve_cached may take it
 
   // Where an allocation of `bytes` in this mapping begins: its base; under guard, as far in as puts
   // its end, rounded up to kGuardAlignment, at the mapping's end, which the guard follows (guard.cpp).
@@ -217,7 +218,6 @@ class DevicePool {
   // such a mapping back for the size that made it. More would keep from reuse memory that the
   // program does not use.
   static bool within_rounding(std::size_t have, std::size_t want) { return have >= want && (have - want) * 8 <= want; }
-  bool unbin(Block* b) UVMPOOL_REQUIRES(mu_);  // out of its bin, if it is still there
   Block* take_cached_spilled(std::size_t granules);
   // A mapping for a large allocation, where placement says (placement.h): a cached one whole, or new pieces mapped.
   CUresult build_block(std::size_t granules, Block** out);
@@ -431,30 +431,7 @@ class DevicePool {
   std::vector<Block*> spare_blocks_ UVMPOOL_GUARDED_BY(mu_);
   std::vector<Slab*> spare_slabs_ UVMPOOL_GUARDED_BY(mu_);
 
-  // Cached large mappings by chunk count; counts above kDirectBins share one ordered bin.
-  static constexpr std::size_t kDirectBins = 512;
-  struct Bin {
-    Mutex mu;
-    Block* head UVMPOOL_GUARDED_BY(mu) = nullptr;  // most recently freed first
-    Block* tail UVMPOOL_GUARDED_BY(mu) = nullptr;
-    std::atomic<std::size_t> count{0};  // written under mu, read without it to skip empty bins
-    // Under mu: a plain load and store, no atomic read-modify-write on the fast path.
-    void add(std::ptrdiff_t delta) {
-      count.store(count.load(std::memory_order_relaxed) + static_cast<std::size_t>(delta), std::memory_order_relaxed);
-    }
-    // Statistics, counted under mu (no atomic read-modify-write on the fast path): mappings taken
-    // from this bin (allocations that were cache hits) and freed into it by cuMemFree.
-    std::atomic<std::uint64_t> taken{0};
-    std::atomic<std::uint64_t> returned{0};
-  };
-  std::unique_ptr<Bin[]> bins_;
-  Mutex big_mu_;
-  std::multimap<std::size_t, Block*> big_bin_ UVMPOOL_GUARDED_BY(big_mu_);
-  // Cached mappings holding host chunks: reused only when the device has no room for a new mapping,
-  // so a freed spilled allocation never keeps a later one off free device memory.
-  Mutex spilled_mu_;
-  std::multimap<std::size_t, Block*> spilled_bin_ UVMPOOL_GUARDED_BY(spilled_mu_);  // part device, part host
-  std::multimap<std::size_t, Block*> host_bin_ UVMPOOL_GUARDED_BY(spilled_mu_);  // wholly host: split to serve any smaller request
+  MappingCache cache_;  // freed mappings kept for reuse: its own locks (mapping_cache.h)
 
   // host_runs.cpp: mappings of host chunks made ahead of need (by the reserve thread), so that an
   // allocation the device has no room for at all is served with no driver call.

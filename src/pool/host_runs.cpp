@@ -19,14 +19,8 @@ constexpr std::size_t kRunChunks = 32;
 }  // namespace
 
 Block* DevicePool::take_host_run(std::size_t granules) {
-  Block* b = nullptr;
-  {
-    MutexLock lock(spilled_mu_);
-    auto it = host_bin_.lower_bound(granules);
-    if (it == host_bin_.end()) return nullptr;
-    b = it->second;
-    host_bin_.erase(it);
-  }
+  Block* b = cache_.take_host_run(granules);
+  if (b == nullptr) return nullptr;
   host_->premapped(-static_cast<std::ptrdiff_t>(b->granules));
   if (b->granules > granules) {
     // The rest stays a run of its own at the same addresses: only descriptors change.
@@ -44,14 +38,8 @@ Block* DevicePool::take_host_run(std::size_t granules) {
 
 void DevicePool::unmap_host_runs(std::size_t n) {
   while (host_->size() < n) {
-    Block* b = nullptr;
-    {
-      MutexLock lock(spilled_mu_);
-      if (host_bin_.empty()) return;
-      auto it = host_bin_.begin();
-      b = it->second;
-      host_bin_.erase(it);
-    }
+    Block* b = cache_.take_host_run_at_end(/*largest=*/false);
+    if (b == nullptr) return;
     host_->premapped(-static_cast<std::ptrdiff_t>(b->granules));
     destroy_block(b);
   }
@@ -101,14 +89,8 @@ bool DevicePool::trim_premapped(std::size_t n) {
   // Idle: the largest runs go first (fewest descriptors to visit); their chunks go back to the
   // reserve, which gives what is above its share back to the system.
   MutexLock lock(mu_);
-  Block* b = nullptr;
-  {
-    MutexLock bins(spilled_mu_);
-    if (host_bin_.empty()) return false;
-    auto it = std::prev(host_bin_.end());
-    b = it->second;
-    host_bin_.erase(it);
-  }
+  Block* b = cache_.take_host_run_at_end(/*largest=*/true);
+  if (b == nullptr) return false;
   host_->premapped(-static_cast<std::ptrdiff_t>(b->granules));
   if (b->granules > n) {
     // Keep the front of the run: only the tail is unmapped.

@@ -86,15 +86,7 @@ std::string DevicePool::check_invariants() UVMPOOL_NO_THREAD_SAFETY_ANALYSIS {
   expect_equal(out, "live_bytes", fig_.live_bytes.load(), live);
   expect_equal(out, "live_host_bytes", fig_.live_host_bytes.load(), live_host);
 
-  for (std::size_t g = 0; g < kDirectBins; ++g) {
-    Bin& bin = bins_[g];
-    MutexLock bin_lock(bin.mu);
-    std::size_t n = 0;
-    for (const Block* b = bin.head; b != nullptr; b = b->next, ++n) {
-      if (b->granules != g || b->state.load() != kCached || !b->binned) out += "bin " + std::to_string(g) + " holds a mapping it should not\n";
-    }
-    if (n != bin.count.load()) out += "bin " + std::to_string(g) + " counts " + std::to_string(bin.count.load()) + ", holds " + std::to_string(n) + "\n";
-  }
+  out += cache_.check();
   return out;
 }
 

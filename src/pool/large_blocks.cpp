@@ -112,100 +112,40 @@ void DevicePool::cache_block(Block* b, bool count_free) {
                 "a cached mapping's pieces cover it and its host count is theirs");
   b->state.store(kCached, std::memory_order_release);
   fig_.chunks_cached.fetch_add(b->granules - b->host_chunks, std::memory_order_relaxed);
-  if (b->host_chunks != 0) {
-    MutexLock lock(spilled_mu_);
-    if (b->host_run()) {
-      host_bin_.emplace(b->granules, b);
-      host_->premapped(static_cast<std::ptrdiff_t>(b->granules));
-    } else {
-      spilled_bin_.emplace(b->granules, b);
-      fig_.host_cached.fetch_add(b->host_chunks, std::memory_order_relaxed);
-    }
+  if (b->host_chunks == 0) {
+    cache_.put(b, count_free);
     return;
   }
-  if (b->granules < kDirectBins) {
-    Bin& bin = bins_[b->granules];
-    MutexLock lock(bin.mu);
-    b->prev = nullptr;
-    b->next = bin.head;
-    if (bin.head != nullptr) bin.head->prev = b;
-    bin.head = b;
-    if (bin.tail == nullptr) bin.tail = b;
-    UVMPOOL_CHECK(!b->binned, "a mapping is in one bin at a time");
-    bin.add(1);
-    b->binned = true;
-    if (count_free) bump(bin.returned);
-    return;
+  // Counted before it is binned, so that a taker's decrement never comes first.
+  if (b->host_run()) {
+    host_->premapped(static_cast<std::ptrdiff_t>(b->granules));
+  } else {
+    fig_.host_cached.fetch_add(b->host_chunks, std::memory_order_relaxed);
   }
-  MutexLock lock(big_mu_);
-  big_bin_.emplace(b->granules, b);
-  b->binned = true;
-  if (count_free) bump(fig_.big_returned);
+  cache_.put_with_host(b);
 }
 
 Block* DevicePool::take_cached(std::size_t granules) {
-  Block* b = nullptr;
-  if (granules < kDirectBins) {
-    Bin& bin = bins_[granules];
-    MutexLock lock(bin.mu);
-    b = bin.head;  // the most recently freed: its pages are the likeliest to be in the TLB
-    if (b == nullptr) return nullptr;
-    bin.head = b->next;
-    if (bin.head != nullptr) bin.head->prev = nullptr;
-    if (bin.tail == b) bin.tail = nullptr;
-    bin.add(-1);
-    b->binned = false;
-    bump(bin.taken);
-    UVMPOOL_CHECK(b->state.load(std::memory_order_acquire) == kCached && b->granules == granules, "a binned mapping is cached, of its bin's size");
-  } else {
-    MutexLock lock(big_mu_);
-    auto it = big_bin_.find(granules);
-    if (it == big_bin_.end()) return nullptr;
-    b = it->second;
-    big_bin_.erase(it);
-    b->binned = false;
-    bump(fig_.big_taken[size_bucket(granules * chunk_)]);
-  }
-  fig_.chunks_cached.fetch_sub(b->granules, std::memory_order_relaxed);
+  Block* b = cache_.take(granules);
+  if (b != nullptr) fig_.chunks_cached.fetch_sub(b->granules, std::memory_order_relaxed);
   return b;
 }
 
 Block* DevicePool::take_cached_spilled(std::size_t granules) {
-  Block* b = nullptr;
-  {
-    MutexLock lock(spilled_mu_);
-    auto it = spilled_bin_.find(granules);
-    if (it == spilled_bin_.end()) return nullptr;
-    b = it->second;
-    spilled_bin_.erase(it);
-  }
+  Block* b = cache_.take_spilled(granules);
+  if (b == nullptr) return nullptr;
   fig_.chunks_cached.fetch_sub(b->granules - b->host_chunks, std::memory_order_relaxed);
   fig_.host_cached.fetch_sub(b->host_chunks, std::memory_order_relaxed);
   return b;
 }
 
 std::size_t DevicePool::evict_spilled(bool only_with_device_chunks) {
-  std::vector<Block*> victims;
-  {
-    MutexLock lock(spilled_mu_);
-    for (auto it = spilled_bin_.begin(); it != spilled_bin_.end();) {
-      Block* b = it->second;
-      // Wholly in host memory (host extents: not a run) frees no device room.
-      if (only_with_device_chunks && b->host_chunks == b->granules) {
-        ++it;
-        continue;
-      }
-      victims.push_back(b);
-      fig_.host_cached.fetch_sub(b->host_chunks, std::memory_order_relaxed);
-      it = spilled_bin_.erase(it);
-    }
-    if (!only_with_device_chunks) {
-      for (const auto& [granules, b] : host_bin_) {
-        victims.push_back(b);
-        host_->premapped(-static_cast<std::ptrdiff_t>(granules));
-      }
-      host_bin_.clear();
-    }
+  std::vector<Block*> runs;
+  std::vector<Block*> victims = cache_.take_spilled_all(only_with_device_chunks, !only_with_device_chunks, &runs);
+  for (const Block* b : victims) fig_.host_cached.fetch_sub(b->host_chunks, std::memory_order_relaxed);
+  for (Block* b : runs) {
+    host_->premapped(-static_cast<std::ptrdiff_t>(b->granules));
+    victims.push_back(b);
   }
   std::size_t chunks = 0;
   for (Block* b : victims) {
@@ -344,33 +284,7 @@ bool DevicePool::evict_cached(std::size_t wanted) {
   std::size_t got = 0;
   while (got < wanted && fig_.chunks_cached.load(std::memory_order_relaxed) != 0) {
     const std::size_t need = wanted - got;
-    Block* victim = nullptr;
-    const auto pop_lru = [&](std::size_t g) -> Block* {
-      Bin& bin = bins_[g];
-      MutexLock lock(bin.mu);
-      Block* b = bin.tail;
-      if (b == nullptr) return nullptr;
-      bin.tail = b->prev;
-      if (bin.tail != nullptr) bin.tail->next = nullptr;
-      if (bin.head == b) bin.head = nullptr;
-      bin.add(-1);
-      b->binned = false;
-      return b;
-    };
-    const auto pop_big = [&](bool smallest_covering) -> Block* {
-      MutexLock lock(big_mu_);
-      if (big_bin_.empty()) return nullptr;
-      auto it = smallest_covering ? big_bin_.lower_bound(need) : std::prev(big_bin_.end());
-      if (it == big_bin_.end()) return nullptr;
-      Block* b = it->second;
-      big_bin_.erase(it);
-      b->binned = false;
-      return b;
-    };
-    for (std::size_t g = std::min(need, kDirectBins); g < kDirectBins && victim == nullptr; ++g) victim = pop_lru(g);
-    if (victim == nullptr) victim = pop_big(true);
-    if (victim == nullptr) victim = pop_big(false);
-    for (std::size_t g = kDirectBins - 1; g > 0 && victim == nullptr; --g) victim = pop_lru(g);
+    Block* victim = cache_.victim(need);
     if (victim == nullptr) break;
     fig_.chunks_cached.fetch_sub(victim->granules, std::memory_order_relaxed);
     if (victim->granules > need) {

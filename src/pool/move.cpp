@@ -41,7 +41,7 @@
 // check_invariants keeps adding up after any sequence of moves and frees.
 //
 // Locks: mu_ across prepare, commit and abort (the descriptors' pieces change only under it), then a
-// bin, class or spilled_mu_ lock inside, as everywhere in the pool; move_mu_ (a leaf) only to wait.
+// bin, class or mapping cache lock inside, as everywhere in the pool; move_mu_ (a leaf) only to wait.
 #include <algorithm>
 
 #include "config/log.h"
@@ -357,20 +357,12 @@ void DevicePool::end_move(Entry owner) {
 
 bool DevicePool::withdraw_cached(Block* b) {
   if (b->host_chunks == 0) {
-    if (!unbin(b)) return false;
+    if (!cache_.unbin(b)) return false;
     fig_.chunks_cached.fetch_sub(b->granules, std::memory_order_relaxed);
     return true;
   }
-  const bool host_only = b->host_run();
-  {
-    MutexLock lock(spilled_mu_);
-    auto& bin = host_only ? host_bin_ : spilled_bin_;
-    auto [first, last] = bin.equal_range(b->granules);
-    const auto it = std::find_if(first, last, [b](const auto& kv) { return kv.second == b; });
-    if (it == last) return false;
-    bin.erase(it);
-  }
-  if (host_only) {
+  if (!cache_.withdraw_with_host(b)) return false;
+  if (b->host_run()) {
     host_->premapped(-static_cast<std::ptrdiff_t>(b->granules));
   } else {
     fig_.host_cached.fetch_sub(b->host_chunks, std::memory_order_relaxed);
