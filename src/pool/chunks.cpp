@@ -42,9 +42,10 @@ DevicePool::~DevicePool() {
     }
     delete s;
   }
-  vmm_.release_chunks(free_chunks_);
-  vmm_.release_chunks(free_extents_);
-  for (const Chunk& c : free_runs_) vmm_.release_chunks({&c.handle, 1});
+  const FreePieces::All free = free_.take_all();
+  vmm_.release_chunks(free.chunks);
+  vmm_.release_chunks(free.extents);
+  for (const Chunk& c : free.runs) vmm_.release_chunks({&c.handle, 1});
   host_.reset();  // releases the host chunks, those given back above included
   for (auto [va, size] : reservations_) vmm_.free_reservation(va, size);
 }
@@ -77,6 +78,10 @@ CUresult DevicePool::init() {
   // hand is rounded down), else off.
   const std::size_t extent = std::min<std::size_t>(config_.extent_size, config::kMaxChunkSize);
   extent_granules_ = extent >= 2 * chunk_ ? std::bit_floor(extent) / chunk_ : 0;
+  {
+    MutexLock lock(mu_);  // no other thread yet: for the analysis
+    free_.set_extent_granules(extent_granules_);
+  }
   small_max_ = std::min({config_.small_max, kSmallLimit, chunk_ / 2});
   // Carving needs extents (its slots) and is not for guard mode (every allocation its own mapping).
   carve_max_ = extent_granules_ != 0 && !config_.guard && config_.carve_max > small_max_ ? config_.carve_max : 0;
@@ -177,7 +182,7 @@ CUresult DevicePool::grow(std::size_t n) {
   if (extents != 0) {
     std::vector<Handle> made(extents);
     if (const CUresult r = vmm_.create_chunks(made, extent_granules_ * chunk_); r == CUDA_SUCCESS) {
-      free_extents_.insert(free_extents_.end(), made.begin(), made.end());
+      free_.add_extents(made);
       fig_.extents_held.fetch_add(extents, std::memory_order_relaxed);
       note_grown(extents * extent_granules_);
     } else {
@@ -189,7 +194,7 @@ CUresult DevicePool::grow(std::size_t n) {
   if (singles == 0) return CUDA_SUCCESS;
   std::vector<Handle> made(singles);
   if (const CUresult r = vmm_.create_chunks(made, chunk_); r != CUDA_SUCCESS) return r;
-  free_chunks_.insert(free_chunks_.end(), made.begin(), made.end());
+  free_.add_chunks(made);
   note_grown(singles);
   return CUDA_SUCCESS;
 }
@@ -210,7 +215,7 @@ std::size_t DevicePool::pull_device_pieces(std::size_t n, std::vector<Chunk>* ou
   // rest (the tail of a request, a slab) has idle extents or runs to spare (placement made n granules
   // free): those are given back to the driver and made again as chunks, one at a time, rather
   // than the pool growing past what the program uses.
-  const std::size_t extents = extent_granules_ != 0 ? std::min(n / extent_granules_, free_extents_.size()) : 0;
+  const std::size_t extents = extent_granules_ != 0 ? std::min(n / extent_granules_, free_.extents()) : 0;
   std::size_t singles = n - extents * extent_granules_;
   std::vector<Chunk> taken_runs;
   std::size_t run_granules = 0;
@@ -226,37 +231,30 @@ std::size_t DevicePool::pull_device_pieces(std::size_t n, std::vector<Chunk>* ou
       }
     }
   }
-  while (free_chunks_.size() < singles && !free_runs_.empty() && split_free_run()) {
+  while (free_.chunks() < singles && free_.runs() != 0 && split_free_run()) {
   }
-  while (free_chunks_.size() < singles && free_extents_.size() > extents && split_free_extent()) {
+  while (free_.chunks() < singles && free_.extents() > extents && split_free_extent()) {
   }
   for (std::size_t i = 0; i < extents; ++i) {
-    out->push_back({free_extents_.back(), Tier::Device, static_cast<std::uint32_t>(extent_granules_)});
-    free_extents_.pop_back();
+    out->push_back({free_.pop_extent(), Tier::Device, static_cast<std::uint32_t>(extent_granules_)});
   }
   out->insert(out->end(), taken_runs.begin(), taken_runs.end());
-  const std::size_t got = std::min(singles, free_chunks_.size());
-  for (std::size_t i = free_chunks_.size() - got; i < free_chunks_.size(); ++i) out->push_back({free_chunks_[i], Tier::Device});
-  free_chunks_.resize(free_chunks_.size() - got);
+  const std::size_t got = std::min(singles, free_.chunks());
+  free_.pop_chunks(got, out);
   const std::size_t pulled = extents * extent_granules_ + run_granules + got;
   fig_.chunks_free.fetch_sub(pulled, std::memory_order_relaxed);
   return pulled;
 }
 
 bool DevicePool::take_run(std::size_t granules, Chunk* out) {
-  for (auto it = free_runs_.begin(); it != free_runs_.end(); ++it) {
-    if (it->granules != granules) continue;
-    *out = *it;
-    free_runs_.erase(it);
-    free_run_granules_ -= granules;
+  if (const std::optional<Chunk> run = free_.take_run(granules)) {
+    *out = *run;
     return true;
   }
-  if (free_chunks_.size() < granules) return false;
+  if (free_.chunks() < granules) return false;
   // Given back before the run is made, so the pool never holds more than its budget; a chunk costs
   // about 9 us to release and a run about as much to make (H200), once: the run stays the pool's.
-  const std::span<const Handle> parts(free_chunks_.end() - static_cast<std::ptrdiff_t>(granules), granules);
-  vmm_.release_chunks(parts);
-  free_chunks_.resize(free_chunks_.size() - granules);
+  vmm_.release_chunks(free_.pop_chunk_handles(granules));
   fig_.chunks_free.fetch_sub(granules, std::memory_order_relaxed);
   fig_.chunks_held.fetch_sub(granules, std::memory_order_relaxed);
   fig_.released.fetch_add(granules, std::memory_order_relaxed);
@@ -267,7 +265,7 @@ bool DevicePool::take_run(std::size_t granules, Chunk* out) {
     for (; made < granules; ++made) {
       Handle c = 0;
       if (vmm_.create_chunks({&c, 1}, chunk_) != CUDA_SUCCESS) break;
-      free_chunks_.push_back(c);
+      free_.add_chunks({&c, 1});
     }
     if (made != 0) note_grown(made);
     return false;
@@ -279,17 +277,11 @@ bool DevicePool::take_run(std::size_t granules, Chunk* out) {
 }
 
 bool DevicePool::split_free_run() {
-  const Chunk run = free_runs_.back();
-  free_runs_.pop_back();
-  free_run_granules_ -= run.granules;
+  const Chunk run = free_.pop_run();
   return split_free_piece(run.handle, run.granules);
 }
 
-bool DevicePool::split_free_extent() {
-  const Handle extent = free_extents_.back();
-  free_extents_.pop_back();
-  return split_free_piece(extent, extent_granules_);
-}
+bool DevicePool::split_free_extent() { return split_free_piece(free_.pop_extent(), extent_granules_); }
 
 bool DevicePool::split_free_piece(Handle handle, std::size_t granules) {
   vmm_.release_chunks({&handle, 1});
@@ -307,7 +299,7 @@ bool DevicePool::split_free_piece(Handle handle, std::size_t granules) {
                 granules, static_cast<int>(r));
       break;
     }
-    free_chunks_.push_back(h);
+    free_.add_chunks({&h, 1});
   }
   if (made != 0) note_grown(made);
   return made == granules;
@@ -326,14 +318,7 @@ void DevicePool::return_chunks(std::span<const Chunk> chunks) {
       host_->give_back({&c, 1});
       continue;
     }
-    if (c.granules == 1) {
-      free_chunks_.push_back(c.handle);
-    } else if (c.granules == extent_granules_) {
-      free_extents_.push_back(c.handle);
-    } else {
-      free_runs_.push_back(c);
-      free_run_granules_ += c.granules;
-    }
+    free_.add(c);
     device += c.granules;
   }
   fig_.chunks_free.fetch_add(device, std::memory_order_relaxed);
@@ -343,14 +328,11 @@ void DevicePool::return_chunks(std::span<const Chunk> chunks) {
 void DevicePool::release_free_chunks() {
   const std::size_t n = free_granules();
   if (n == 0) return;
-  vmm_.release_chunks(free_chunks_);
-  vmm_.release_chunks(free_extents_);
-  for (const Chunk& c : free_runs_) vmm_.release_chunks({&c.handle, 1});
-  fig_.extents_held.fetch_sub(free_extents_.size() + free_runs_.size(), std::memory_order_relaxed);
-  free_chunks_.clear();
-  free_extents_.clear();
-  free_runs_.clear();
-  free_run_granules_ = 0;
+  const FreePieces::All free = free_.take_all();
+  vmm_.release_chunks(free.chunks);
+  vmm_.release_chunks(free.extents);
+  for (const Chunk& c : free.runs) vmm_.release_chunks({&c.handle, 1});
+  fig_.extents_held.fetch_sub(free.extents.size() + free.runs.size(), std::memory_order_relaxed);
   fig_.chunks_free.fetch_sub(n, std::memory_order_relaxed);
   fig_.chunks_held.fetch_sub(n, std::memory_order_relaxed);
   fig_.released.fetch_add(n, std::memory_order_relaxed);

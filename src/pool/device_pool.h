@@ -1,6 +1,10 @@
 // One device's pool: its chunks, its budget, its large (stitched) and small (slab) allocations and
 // the stream-ordered reuse of freed memory. Where each new piece comes from is placement's rule
-// (placement.h), which this pool carries out (stock.h).
+// (placement.h), which this pool carries out (stock.h). Its parts, each with the lock that guards it
+// (docs/architecture.md, "The device pool's parts and their locks"): the free pieces (free_pieces.h,
+// under mu_), the cache of freed mappings (mapping_cache.h, its bins' locks), memory freed on streams
+// (pending_frees.h, its own lock), the figures (device_figures.h, relaxed atomics), the host reserve
+// (host_tier.h) and the carved range (carved_range.h, under mu_).
 //
 // Locks, never nested except in the order written: mu_ (the slow path: chunks, address ranges,
 // building and taking apart mappings) -> one bin or class lock (the fast path: a freed allocation
@@ -32,6 +36,7 @@
 #include "pool/carved_range.h"
 #include "pool/device_figures.h"
 #include "pool/device_waits.h"
+#include "pool/free_pieces.h"
 #include "pool/host_tier.h"
 #include "pool/mapping_cache.h"
 #include "pool/pending_frees.h"
@@ -341,11 +346,11 @@ class DevicePool {
   void check_free_pieces() const UVMPOOL_REQUIRES(mu_) {
     UVMPOOL_CHECK(fig_.chunks_free.load(std::memory_order_relaxed) == free_granules(), "chunks_free counts the free pieces");
     UVMPOOL_CHECK(fig_.chunks_held.load(std::memory_order_relaxed) >= free_granules(), "the free pieces are held");
-    UVMPOOL_CHECK(fig_.extents_held.load(std::memory_order_relaxed) >= free_extents_.size() + free_runs_.size(),
+    UVMPOOL_CHECK(fig_.extents_held.load(std::memory_order_relaxed) >= free_.multi_chunk_pieces(),
                   "free extents and runs are counted among extents_held");
   }
   std::size_t free_granules() const UVMPOOL_REQUIRES(mu_) {
-    return free_chunks_.size() + free_extents_.size() * extent_granules_ + free_run_granules_;
+    return free_.granules();
   }
   // A free run of `granules`, or `granules` free chunks given back and made again as one handle (the
   // pool never holds more than it did). False when neither can be (the chunks are then made again).
@@ -419,13 +424,7 @@ class DevicePool {
 
   // The slow path.
   mutable Mutex mu_;
-  std::vector<Handle> free_chunks_ UVMPOOL_GUARDED_BY(mu_);
-  std::vector<Handle> free_extents_ UVMPOOL_GUARDED_BY(mu_);  // each extent_granules_ chunks, one handle
-  // Free runs (pull_device_pieces): device pieces of 2 to extent_granules_ / 2 chunks, made for moves
-  // and kept for them (the same buffers move every step and find their sizes here); counted among
-  // fig_.extents_held (one handle and one mapping each). Allocations split them when chunks run short.
-  std::vector<Chunk> free_runs_ UVMPOOL_GUARDED_BY(mu_);
-  std::size_t free_run_granules_ UVMPOOL_GUARDED_BY(mu_) = 0;
+  FreePieces free_ UVMPOOL_GUARDED_BY(mu_);  // the device's free chunks, extents and runs (free_pieces.h)
   RangeAllocator ranges_ UVMPOOL_GUARDED_BY(mu_);
   std::vector<std::pair<CUdeviceptr, std::size_t>> reservations_ UVMPOOL_GUARDED_BY(mu_);
   std::vector<Block*> spare_blocks_ UVMPOOL_GUARDED_BY(mu_);

@@ -37,7 +37,7 @@ std::string DevicePool::check_invariants() UVMPOOL_NO_THREAD_SAFETY_ANALYSIS {
   MutexLock lock(mu_);
   expect_equal(out, "chunks_free (granules in free chunks and extents)", fig_.chunks_free.load(), free_granules());
 
-  std::uint64_t device_granules = 0, host_granules = 0, extents = free_extents_.size() + free_runs_.size();
+  std::uint64_t device_granules = 0, host_granules = 0, extents = free_.multi_chunk_pieces();
   std::uint64_t cached_device = 0, live = 0, live_host = 0;
   for (const Block* b : all_blocks_) {
     const int state = base_state(b->state.load());

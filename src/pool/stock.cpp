@@ -18,7 +18,7 @@ DevicePool::PoolStock::~PoolStock() UVMPOOL_NO_THREAD_SAFETY_ANALYSIS { p_.check
 
 std::size_t DevicePool::PoolStock::free_device() { return p_.free_granules(); }
 
-bool DevicePool::PoolStock::free_extent() { return !p_.free_extents_.empty(); }
+bool DevicePool::PoolStock::free_extent() { return p_.free_.extents() != 0; }
 
 std::size_t DevicePool::PoolStock::growable() { return p_.growable_chunks(); }
 
