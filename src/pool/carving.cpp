@@ -1,18 +1,20 @@
-// Carving in the device pool (UVMPOOL_CARVE_MAX; docs/architecture.md, "Carving"): requests above the
-// slab limit up to carve_max are carved out of one range of extents mapped once (carved_range.h)
-// instead of getting a mapping of their own. The range takes its extents through the pool's own
+// Carving in the device pool (UVMPOOL_CARVE_MAX; docs/architecture.md, "Carving"): requests up to
+// carve_max, small ones included (a slab would be a mapping of its own), are carved out of one range
+// of extents mapped once (carved_range.h) instead of getting a mapping of their own. The range takes its extents through the pool's own
 // chunk layer (placement's Purpose::Slot, so the budget and the reclaim order hold) and gives them back
 // there; the address map names this pool, tagged, for every granule of a mapped slot, and a pointer
 // is resolved to its allocation through the pool's ordered index of carved allocations. What the
 // device has no extent for takes the stitched path, which spills.
 //
 // Locks: mu_ for the range (every change to it), then carve_index_mu_ (a leaf) for the pool's index of
-// carved allocations, which lookups take alone.
+// carved allocations, which lookups take alone; a free on a stream taken back by the same stream
+// (stream_reuse.cpp) changes only its index entry, under carve_index_mu_ alone.
 //
 // Not yet carried over from stitched mappings: tiering never moves carved memory (prepare_move
-// answers NOT_SUPPORTED), and memory freed on a stream is reused only once its work is done, by
-// anyone (no same-stream reuse before that). CUDA IPC exports the slots an allocation lies in, whose
-// handles the neighbouring allocations share (as a slab's chunk does its slots).
+// answers NOT_SUPPORTED). Memory freed on a stream is taken back at once by an allocation on the same
+// stream of the same rounded size, and by anyone once its work is done. CUDA IPC exports the slots an
+// allocation lies in, whose handles the neighbouring allocations share (as a slab's chunk does its
+// slots).
 #include "config/log.h"
 #include "config/size_math.h"
 #include "pool/device_pool.h"
@@ -105,9 +107,9 @@ CUresult DevicePool::try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext co
 }
 
 CUresult DevicePool::free_carved(CUdeviceptr p, const StreamKey* stream, bool capturing) {
+  CarvedAllocation a;
   {
     MutexLock lock(mu_);
-    CarvedAllocation a;
     {
       MutexLock index(carve_index_mu_);
       auto it = carved_info_.find(p);
@@ -140,7 +142,7 @@ CUresult DevicePool::free_carved(CUdeviceptr p, const StreamKey* stream, bool ca
       return CUDA_SUCCESS;
     }
   }
-  add_pending(*stream, PendingItem{.carved = p});
+  add_pending(*stream, PendingItem{.carved = p, .carved_bytes = a.size});
   return CUDA_SUCCESS;
 }
 

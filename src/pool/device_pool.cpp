@@ -9,11 +9,13 @@ namespace uvmpool::pool {
 CUresult DevicePool::allocate(CUdeviceptr* out, std::size_t bytes, CUcontext context) {
   // More than both tiers can never fit (and would overflow the chunk arithmetic below).
   const std::uint64_t most = sat_add(budget_, host_ ? host_tier_->limit() : 0);
-  // Guard mode takes every size down its own path (guard.cpp): no slabs, no cached mappings.
+  // Guard mode takes every size down its own path (guard.cpp): no slabs, no cached mappings. Carving,
+  // when on, takes small requests too: a slab is a mapping of its own, which carving saves (modeled on
+  // the churn replay, docs/benchmarks.md: 13.2 -> 6.4 ms), at about three times a slot's CPU cost.
   const CUresult r = bytes > most             ? CUDA_ERROR_OUT_OF_MEMORY
                      : config_.guard       ? allocate_guarded(out, bytes, context)
-                     : bytes <= small_max_ ? allocate_small(out, bytes, context)
                      : carves(bytes)       ? allocate_carved(out, bytes, context)
+                     : bytes <= small_max_ ? allocate_small(out, bytes, context)
                                            : allocate_large(out, bytes, context);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     fig_.oom.fetch_add(1, std::memory_order_relaxed);

@@ -47,6 +47,7 @@ struct PendingItem {
   Slab* slab = nullptr;
   std::uint32_t slot = 0;
   CUdeviceptr carved = 0;  // a carved allocation (neither block nor slab)
+  std::size_t carved_bytes = 0;  // its size as asked for
 };
 
 class PendingFrees {

@@ -43,12 +43,16 @@ void DevicePool::fence_freed() {
 
 bool DevicePool::reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUcontext context, CUdeviceptr* out) {
   if (pending_.empty()) return false;
-  const bool small = bytes <= small_max_;
+  const bool carved = carves(bytes);
+  const bool small = !carved && bytes <= small_max_;
   const std::size_t granules = div_ceil(bytes, chunk_);
   const int cls = small ? small_class(bytes) : -1;
+  const std::size_t rounded = div_ceil(bytes, kGuardAlignment);  // as the carved range rounds
   // A large one of exactly the size, else one within_rounding (a mapping a cut rounded up to an
-  // extent's end comes back for the size that made it); a slot of the class.
+  // extent's end comes back for the size that made it); a slot of the class; a carved one of the
+  // same rounded size.
   const auto rank = [&](const PendingItem& i) {
+    if (i.carved != 0 || carved) return i.carved != 0 && carved && div_ceil(i.carved_bytes, kGuardAlignment) == rounded ? 2 : 0;
     // A mapping being moved is left to the move (move.cpp); its granules change only under mu_ and
     // only while it is claimed, so they are read safely here.
     const bool fits = small ? i.slab != nullptr && i.slab->cls == cls
@@ -68,6 +72,18 @@ bool DevicePool::reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUc
   if (item->block != nullptr) {
     count_cache_hit();
     publish(item->block, bytes, context, out, false);
+    return true;
+  }
+  if (item->carved != 0) {
+    // Pending since its free on this stream, and no one else's now: it changes under the index's lock
+    // alone (no piece of the range changes, which is what mu_ guards).
+    {
+      MutexLock index(carve_index_mu_);
+      carved_info_[item->carved] = CarvedAllocation{bytes, context, next_buffer_id(), kLive};
+    }
+    count_cache_hit();
+    note_allocated(item->carved, bytes, 0, false);
+    *out = item->carved;
     return true;
   }
   Slab* s = item->slab;

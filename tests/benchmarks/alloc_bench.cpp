@@ -225,6 +225,7 @@ int main(int argc, char** argv) {
   options.add("guard", "on", "UVMPOOL_GUARD's cost, after the rest: on, off, or only (nothing else)");
   options.add("guard-sizes", "256,64K,2M,64M", "sizes at which guard mode's cost is measured");
   options.add("guard-count", "50", "pairs (and steps) timed per size and mode for guard mode's cost");
+  options.add("carve-max-mib", "0", "UVMPOOL_CARVE_MAX of the pools measured, in MiB (0: carving off, the default)");
   options.parse(&argc, argv);
   const auto sizes = options.sizes("sizes");
   const double min_time = options.real("min-time");
@@ -240,9 +241,11 @@ int main(int argc, char** argv) {
     guard_costs(device, options.sizes("guard-sizes"), static_cast<int>(options.integer("guard-count")));
     return 0;
   }
-  pool::Pool pool(drv(), pool::PoolConfig{});
+  pool::PoolConfig config;
+  config.carve_max = static_cast<std::size_t>(options.integer("carve-max-mib")) << 20;
+  pool::Pool pool(drv(), config);
   g_pool = &pool;
-  pool::PoolConfig bare_config;
+  pool::PoolConfig bare_config = config;
   bare_config.counters = false;
   pool::Pool bare(drv(), bare_config);
   g_bare = &bare;

@@ -1,5 +1,5 @@
-// Carving in the pool (UVMPOOL_CARVE_MAX, src/pool/carving.cpp): requests above the slab limit up to
-// carve_max share extents mapped once. The typed suites (allocators.h) run every allocator behaviour
+// Carving in the pool (UVMPOOL_CARVE_MAX, src/pool/carving.cpp): requests up to carve_max, small
+// ones included, share extents mapped once. The typed suites (allocators.h) run every allocator behaviour
 // with carving on too; these are what carving adds or changes.
 #include <atomic>
 #include <random>
@@ -102,6 +102,65 @@ TEST_F(Carving, MemoryFreedOnAStreamIsReusedOnlyOnceItsWorkIsDone) {
   EXPECT_EQ(pool->check_invariants(), "");
   EXPECT_EQ(pool->stats(0).chunks_held, 0u) << "release_idle left carved memory held";
   drv().cuStreamDestroy_v2(s);
+}
+
+TEST_F(Carving, SmallRequestsAreCarvedTooAndMapNothingOfTheirOwn) {
+  // With carving on, requests at or below the slab limit are carved as well: a slab is a mapping of
+  // its own (one cuMemMap and one cuMemSetAccess each), which is what carving saves.
+  auto pool = make_pool(carving());
+  sim().reset_counts();
+  std::vector<std::pair<CUdeviceptr, std::size_t>> got;
+  for (int i = 0; i < 600; ++i) {
+    const std::size_t bytes = 1 + static_cast<std::size_t>(i) * 97 % (64 * 1024);
+    got.emplace_back(must_allocate(*pool, bytes), bytes);
+    fill(got.back().first, bytes, i % 200 + 1);
+  }
+  EXPECT_EQ(sim().call_count("cuMemMap"), 1u) << "600 small allocations in one extent mapped once, no slab";
+  for (int i = 0; i < 600; ++i) {
+    const auto [p, bytes] = got[static_cast<std::size_t>(i)];
+    EXPECT_EQ(p % 256, 0u) << "cudaMalloc's alignment";
+    const auto info = pool->find(p);
+    ASSERT_TRUE(info.has_value());
+    EXPECT_EQ(info->size, bytes);
+    EXPECT_TRUE(holds(p, bytes, i % 200 + 1));
+  }
+  EXPECT_EQ(pool->check_invariants(), "");
+  for (const auto& [p, bytes] : got) must_free(*pool, p);
+  EXPECT_EQ(pool->stats(0).live_allocations, 0u);
+  EXPECT_EQ(pool->check_invariants(), "");
+}
+
+TEST_F(Carving, MemoryFreedOnAStreamIsTakenBackAtOnceOnThatStreamAndByNoOtherBeforeItsWorkIsDone) {
+  REQUIRE_SIM_CONTROL(hold_stream, "uvmpool_sim_hold_stream");
+  auto pool = make_pool(carving());
+  CUstream s = nullptr, other = nullptr;
+  ASSERT_CU(drv().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(drv().cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr a = 0;
+  ASSERT_CU(pool->allocate_async(&a, 3000, s));
+  hold_stream(s, true);  // its work is not done
+  CUresult r = CUDA_SUCCESS;
+  ASSERT_EQ(pool->deallocate_async(a, s, &r), Ownership::Ours);
+  ASSERT_CU(r);
+  CUdeviceptr elsewhere = 0;
+  ASSERT_CU(pool->allocate_async(&elsewhere, 3000, other));
+  EXPECT_NE(elsewhere, a) << "another stream took memory the freeing stream's work may still use";
+  CUdeviceptr again = 0;
+  ASSERT_CU(pool->allocate_async(&again, 2900, s));
+  EXPECT_EQ(again, a) << "the same stream (stream order makes it safe) did not take its own free back";
+  const auto info = pool->find(again);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->size, 2900u) << "taken back with the new size";
+  EXPECT_EQ(pool->stats(0).live_allocations, 2u);
+  EXPECT_EQ(pool->check_invariants(), "");
+  hold_stream(s, false);
+  ASSERT_CU(drv().cuStreamSynchronize(s));
+  must_free(*pool, again);
+  must_free(*pool, elsewhere);
+  EXPECT_EQ(pool->stats(0).live_allocations, 0u);
+  EXPECT_EQ(pool->check_invariants(), "");
+  drv().cuStreamDestroy_v2(s);
+  drv().cuStreamDestroy_v2(other);
 }
 
 // Memory freed on a stream whose work is done is reused before the range grows (growth would take
