@@ -1,10 +1,11 @@
 // Carving in the device pool (UVMPOOL_CARVE_MAX; docs/architecture.md, "Carving"): requests up to
 // carve_max, small ones included (a slab would be a mapping of its own), are carved out of one range
-// of extents mapped once (carved_range.h) instead of getting a mapping of their own. The range takes its extents through the pool's own
-// chunk layer (placement's Purpose::Slot, so the budget and the reclaim order hold) and gives them back
-// there; the address map names this pool, tagged, for every granule of a mapped slot, and a pointer
-// is resolved to its allocation through the pool's ordered index of carved allocations. What the
-// device has no extent for takes the stitched path, which spills.
+// of extents mapped once (carved_range.h) instead of getting a mapping of their own. The range takes
+// its extents through the pool's own chunk layer (placement's Purpose::Slot, so the budget and the
+// reclaim order hold) and gives them back there; the address map names this pool, tagged, for every
+// granule of a mapped slot, and a pointer is resolved to its allocation through the pool's ordered
+// index of carved allocations. What the device has no extent for takes the stitched path, which
+// spills.
 //
 // Locks: mu_ for the range (every change to it), then carve_index_mu_ (a leaf) for the pool's index of
 // carved allocations, which lookups take alone; a free on a stream taken back by the same stream
