@@ -38,7 +38,7 @@ Block* DevicePool::take_host_run(std::size_t granules) {
 
 void DevicePool::unmap_host_runs(std::size_t n) {
   while (host_->size() < n) {
-    Block* b = cache_.take_host_run_at_end(/*largest=*/false);
+    Block* b = cache_.take_host_run(0);
     if (b == nullptr) return;
     host_->premapped(-static_cast<std::ptrdiff_t>(b->granules));
     destroy_block(b);
@@ -89,7 +89,7 @@ bool DevicePool::trim_premapped(std::size_t n) {
   // Idle: the largest runs go first (fewest descriptors to visit); their chunks go back to the
   // reserve, which gives what is above its share back to the system.
   MutexLock lock(mu_);
-  Block* b = cache_.take_host_run_at_end(/*largest=*/true);
+  Block* b = cache_.take_host_run(0, /*largest=*/true);
   if (b == nullptr) return false;
   host_->premapped(-static_cast<std::ptrdiff_t>(b->granules));
   if (b->granules > n) {

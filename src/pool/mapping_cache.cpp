@@ -149,19 +149,11 @@ Block* MappingCache::take_spilled(std::size_t granules) {
   return b;
 }
 
-Block* MappingCache::take_host_run(std::size_t at_least) {
-  MutexLock lock(spilled_mu_);
-  auto it = host_bin_.lower_bound(at_least);
-  if (it == host_bin_.end()) return nullptr;
-  Block* b = it->second;
-  host_bin_.erase(it);
-  return b;
-}
-
-Block* MappingCache::take_host_run_at_end(bool largest) {
+Block* MappingCache::take_host_run(std::size_t at_least, bool largest) {
   MutexLock lock(spilled_mu_);
   if (host_bin_.empty()) return nullptr;
-  auto it = largest ? std::prev(host_bin_.end()) : host_bin_.begin();
+  auto it = largest ? std::prev(host_bin_.end()) : host_bin_.lower_bound(at_least);
+  if (it == host_bin_.end() || it->first < at_least) return nullptr;
   Block* b = it->second;
   host_bin_.erase(it);
   return b;

@@ -47,8 +47,9 @@ class MappingCache {
   // Mappings with host pieces.
   void put_with_host(Block* b);                 // a host run if b->host_run(), else spilled
   Block* take_spilled(std::size_t granules);    // a spilled one of exactly that count
-  Block* take_host_run(std::size_t at_least);   // the smallest run that covers it
-  Block* take_host_run_at_end(bool largest);    // the smallest or the largest run
+  // The smallest run that covers `at_least` (0: the smallest of all); with `largest`, the largest,
+  // if it covers it.
+  Block* take_host_run(std::size_t at_least, bool largest = false);
   bool withdraw_with_host(Block* b);            // out of its bin if it is still there
   // Every spilled mapping (only those that hold device pieces too, when `only_with_device`); with
   // `host_runs`, every host run as well, into *runs.

@@ -61,10 +61,7 @@ std::vector<PendingItem> PendingFrees::collect(bool wait) {
   std::vector<PendingItem> ready;
   if (empty() || process_exiting()) return ready;
   MutexLock lock(mu_);
-  for (auto it = open_.begin(); it != open_.end();) {
-    seal_locked(it->first, it->second, &ready);
-    it = open_.erase(it);  // streams come and go; keep no entry for an idle one
-  }
+  seal_streams_locked(nullptr, &ready);
   std::optional<DeviceWaitScope> waiting;  // mu_ is held, which an allocation under the pool's mu_ may wait for
   if (wait && !batches_.empty()) waiting.emplace(device_waits_);
   for (auto it = batches_.begin(); it != batches_.end();) {
@@ -86,16 +83,20 @@ std::vector<PendingItem> PendingFrees::seal(CUstream stream) {
   std::vector<PendingItem> ready;
   if (empty() || process_exiting()) return ready;
   MutexLock lock(mu_);
+  seal_streams_locked(&stream, &ready);
+  count_.fetch_sub(ready.size(), std::memory_order_relaxed);
+  return ready;
+}
+
+void PendingFrees::seal_streams_locked(const CUstream* only, std::vector<PendingItem>* ready) {
   for (auto it = open_.begin(); it != open_.end();) {
-    if (it->first.stream != stream) {
+    if (only != nullptr && it->first.stream != *only) {
       ++it;
       continue;
     }
-    seal_locked(it->first, it->second, &ready);
-    it = open_.erase(it);
+    seal_locked(it->first, it->second, ready);
+    it = open_.erase(it);  // streams come and go; keep no entry for an idle one
   }
-  count_.fetch_sub(ready.size(), std::memory_order_relaxed);
-  return ready;
 }
 
 void PendingFrees::seal_locked(const StreamKey& key, std::vector<PendingItem>& open, std::vector<PendingItem>* ready) {

@@ -87,6 +87,8 @@ class PendingFrees {
   // waited for and added to `ready`.
   void seal_locked(const StreamKey& key, std::vector<PendingItem>& open, std::vector<PendingItem>* ready)
       UVMPOOL_REQUIRES(mu_);
+  // seal_locked for every stream's open frees (`only`: that stream's), their entries dropped.
+  void seal_streams_locked(const CUstream* only, std::vector<PendingItem>* ready) UVMPOOL_REQUIRES(mu_);
 
   const driver::Table& d_;
   const int device_;
