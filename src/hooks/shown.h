@@ -1,6 +1,7 @@
 // What the tiering hooks wrap around each call they forward: a kernel launch (launch_hooks.cpp), a
 // copy or memset (transfer_hooks.cpp) or a graph launch (graph_hooks.cpp) is shown to tiering before the driver gets it (what it
-// touches) and after (a move whose memory it touched meanwhile is dropped; src/tiering/mover.h).
+// touches), ordered behind the moves it touches right before the driver call (overlap), and shown
+// after (what it touched, to the policy; src/tiering/mover.h).
 #pragma once
 
 #include <optional>
@@ -48,6 +49,7 @@ class Shown {
     tiering::StreamRegistry& streams = tiering::StreamRegistry::process();
     queued_.emplace(streams.submissions());
     if (resolved) resolved_.emplace(streams.remaps());
+    tiering_->order_behind_moves(seen_, stream_);  // inside the gate: before a fence, or sees its moves
   }
 
   tiering::Tiering* tiering_;

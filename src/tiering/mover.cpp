@@ -44,12 +44,7 @@ Mover::~Mover() {
   stop();
   MutexLock lock(epoch_mu_);
   give_up_placed();  // placed by a caller of place_epoch, not completed
-  if (epoch_state_.active) {  // begun by poll(): the copies must end before the staging goes
-    if (epoch_state_.copying) copies_done(true);
-    wait_for(&epoch_state_.fence);
-    flight_count_.store(0, std::memory_order_seq_cst);
-    abort_all();
-  }
+  if (epoch_state_.active) abort_all();  // prepared, nothing copied yet
   pool_.set_device_waits(nullptr, &breaker_);  // no hold stands any more; the flag goes below
   for (DeviceResources& r : devices_) {
     if (r.context == nullptr) continue;
@@ -82,7 +77,7 @@ bool Mover::request(CUdeviceptr p, std::size_t bytes, pool::Tier to) {
     ++outstanding_[p];
     if (config_.thread && !stopping_ && !thread_.joinable()) {
       thread_ = std::thread(&Mover::thread_main, this);
-      if (pipelined()) guard_ = std::thread(&Mover::guard_main, this);
+      if (pipelined() || ordered()) guard_ = std::thread(&Mover::guard_main, this);
     }
   }
   requested_.fetch_add(1, std::memory_order_relaxed);
@@ -157,7 +152,7 @@ void Mover::thread_main() {
       });
       if (stopping_) break;
     }
-    if (pipelined()) {
+    if (pipelined() || ordered()) {
       CUresult r = CUDA_SUCCESS;
       {
         MutexLock epoch(epoch_mu_);
@@ -265,6 +260,8 @@ CUresult Mover::ensure_resources(int device) {
     }
     flag_ = static_cast<volatile std::uint32_t*>(p);
     __atomic_store_n(flag_, epoch_, __ATOMIC_RELEASE);
+    flag_device_seen_.store(flag_device_, std::memory_order_release);
+    flag_host_seen_.store(flag_, std::memory_order_release);
     breaker_.set_flag(flag_);
     breaker_.set_gate(&streams_.host_waits());
   }
@@ -714,27 +711,7 @@ CUresult Mover::start_epoch() {
   }
   e.copied.assign(e.moves.size(), 0);
   e.active = true;
-  if (!config_.overlap) return CUDA_SUCCESS;  // copied under the hold (finish)
-
-  for (std::size_t i = 0; i < e.moves.size(); ++i) {
-    flight_owner_[i].store(e.moves[i].owner, std::memory_order_relaxed);
-    flight_touched_[i].store(false, std::memory_order_relaxed);
-  }
-  // Published before the fence is recorded: a launch queued after the fence finds its move in
-  // flight (launched() reads after its launch is queued; both sides order through seq_cst).
-  flight_count_.store(e.moves.size(), std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (!record_on_streams(false, 0, &e.fence)) {
-    wait_for(&e.fence);
-    flight_count_.store(0, std::memory_order_seq_cst);
-    const std::vector<Request> taken = e.taken;  // abort_all forgets the epoch
-    abort_all();
-    return put_off(taken);
-  }
-  if (enqueue_copies(&e.fence) != CUDA_SUCCESS) std::fill(e.copied.begin(), e.copied.end(), 0);
-  e.copying = true;
-  set_step(MoverStep::Copying);
-  return CUDA_SUCCESS;
+  return CUDA_SUCCESS;  // copied under the hold (finish), or behind a fence (place_ordered)
 }
 
 void Mover::abort_all() {
@@ -748,11 +725,6 @@ void Mover::abort_all() {
 
 CUresult Mover::finish(Placed* placed) {
   Epoch& e = epoch_state_;
-  const bool overlap = config_.overlap;
-  if (overlap) {
-    wait_for(&e.fence);  // complete: the copies waited for them
-    if (config_.after_copy) config_.after_copy();
-  }
   const std::uint32_t value = placed != nullptr ? placed->value : epoch_ + 1;
   bool held_off = false;
   std::chrono::steady_clock::time_point held_at{};
@@ -819,33 +791,19 @@ CUresult Mover::finish(Placed* placed) {
     } else {
       hold = std::move(placed->hold);  // drained already (drained()): the wait below returns at once
     }
-    // Launches queued from here on wait behind the hold: only those before it can have touched the
-    // memory during the copy, and each of those has reported once no launch is under way (a launch
-    // counts itself before it is queued and stops after it reported). Not drained soon (threads
-    // launching without pause): nothing is committed.
-    bool reported = true;
-    if (overlap) {
-      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(5);
-      while (launching_.load(std::memory_order_seq_cst) > 0 && (reported = std::chrono::steady_clock::now() < until))
-        std::this_thread::yield();
-    }
-    for (std::size_t k = 0; k < order.size(); ++k)
-      commit[k] = reported && e.copied[order[k]] != 0 && !flight_touched_[order[k]].load(std::memory_order_seq_cst);
     if (config_.inside_hold) config_.inside_hold();
     if (!wait_for(&hold)) return false;
     if (breaker_.broken(value)) return false;  // released for a pool wait: the streams ran on; no copy
-    if (!overlap) {
-      if (watchdog->fired()) return false;  // given up while draining: no copy goes
-      set_step(MoverStep::Copying);
-      const bool enqueued = enqueue_copies(nullptr, true) == CUDA_SUCCESS;
-      if (!enqueued) std::fill(e.copied.begin(), e.copied.end(), 0);
-      // A move whose copy did not all go, or that has no event, is known done only once every copy
-      // is: then they are all waited for here, as before pipelining.
-      pipelined = enqueued;
-      for (std::size_t i = 0; i < e.moves.size(); ++i) pipelined &= e.copied[i] != 0 && e.copy_done[i] != nullptr;
-      if (!pipelined) copies_done(true);
-      for (std::size_t k = 0; k < order.size(); ++k) commit[k] = e.copied[order[k]];
-    }
+    if (watchdog->fired()) return false;       // given up while draining: no copy goes
+    set_step(MoverStep::Copying);
+    const bool enqueued = enqueue_copies(nullptr, true) == CUDA_SUCCESS;
+    if (!enqueued) std::fill(e.copied.begin(), e.copied.end(), 0);
+    // A move whose copy did not all go, or that has no event, is known done only once every copy
+    // is: then they are all waited for here, as before pipelining.
+    pipelined = enqueued;
+    for (std::size_t i = 0; i < e.moves.size(); ++i) pipelined &= e.copied[i] != 0 && e.copy_done[i] != nullptr;
+    if (!pipelined) copies_done(true);
+    for (std::size_t k = 0; k < order.size(); ++k) commit[k] = e.copied[order[k]];
     // From here on, a `false` while copies may run waits for them first: an aborted move's staging
     // pieces go back to the pool.
     const auto stop_here = [&]() UVMPOOL_REQUIRES(epoch_mu_) {
@@ -913,11 +871,6 @@ CUresult Mover::finish(Placed* placed) {
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - held_at);
     held_ns_.fetch_add(static_cast<std::uint64_t>(ns.count()), std::memory_order_relaxed);
   }
-  std::vector<char> touched(e.moves.size(), 0);
-  if (overlap) {
-    for (std::size_t i = 0; i < e.moves.size(); ++i) touched[i] = flight_touched_[i].load(std::memory_order_relaxed);
-    flight_count_.store(0, std::memory_order_seq_cst);
-  }
   const Epoch done = std::move(e);
   e = Epoch{};
   if (trace::recording()) {  // the hold's slice first: its start was read after every earlier event here
@@ -934,18 +887,20 @@ CUresult Mover::finish(Placed* placed) {
   if (held_off) return put_off(done.taken);
   settle(done.taken);
   put_offs_ = 0;
+  count_results(done, results);
+  return CUDA_SUCCESS;
+}
+
+void Mover::count_results(const Epoch& done, std::span<const CUresult> results) {
   epochs_.fetch_add(1, std::memory_order_relaxed);
   for (std::size_t i = 0; i < done.moves.size(); ++i) {
     if (results[i] == CUDA_SUCCESS) {
       moves_.fetch_add(1, std::memory_order_relaxed);
       (done.moves[i].to == pool::Tier::Device ? promoted_ : demoted_).fetch_add(done.moves[i].bytes, std::memory_order_relaxed);
-    } else if (touched[i] != 0) {
-      touched_.fetch_add(1, std::memory_order_relaxed);
     } else {
       failed_.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  return CUDA_SUCCESS;
 }
 
 CUresult Mover::run_epoch() {
@@ -953,11 +908,14 @@ CUresult Mover::run_epoch() {
   while (!placed_.empty()) {  // holds placed ahead end first, in order
     if (const CUresult r = complete_locked(true); r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) return r;
   }
+  if (ordered()) {  // one epoch, placed and completed
+    if (const CUresult r = place_ordered(); r != CUDA_SUCCESS) return r;
+    return complete_locked(true);
+  }
   if (!epoch_state_.active) {
     if (const CUresult r = begin(); r != CUDA_SUCCESS) return r;
     if (!epoch_state_.active) return CUDA_SUCCESS;  // nothing to move
   }
-  if (epoch_state_.copying) copies_done(true);
   return finish();
 }
 
@@ -969,6 +927,13 @@ CUresult Mover::poll() {
 }
 
 CUresult Mover::poll_locked() {
+  if (ordered()) {  // the epochs whose copies are done commit, in order; then one more is placed
+    while (!placed_.empty()) {
+      if (const CUresult r = complete_locked(false); r != CUDA_SUCCESS) break;
+    }
+    const CUresult r = place_ordered();
+    return r == CUDA_SUCCESS && placed_.empty() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  }
   if (!placed_.empty()) {  // holds placed ahead end first, in order (a later hold's release would free them)
     if (const CUresult r = complete_locked(false); r != CUDA_SUCCESS) return r;
     if (!placed_.empty()) return CUDA_ERROR_NOT_READY;
@@ -976,9 +941,7 @@ CUresult Mover::poll_locked() {
   if (!epoch_state_.active) {
     if (const CUresult r = begin(); r != CUDA_SUCCESS) return r;
     if (!epoch_state_.active) return CUDA_SUCCESS;
-    if (epoch_state_.copying) return CUDA_ERROR_NOT_READY;  // copies go on beside the program's work
   }
-  if (epoch_state_.copying && !copies_done(false)) return CUDA_ERROR_NOT_READY;
   return finish();
 }
 
@@ -1079,6 +1042,7 @@ CUresult Mover::complete_placed(bool wait) {
 }
 
 CUresult Mover::place_locked() {
+  if (ordered()) return place_ordered();
   if (placed_.size() >= std::max<std::size_t>(config_.holds_ahead, 1)) return CUDA_ERROR_NOT_READY;
   // The gate stays open a while after a close that found calls staying inside (below).
   if (placed_.empty() && !epoch_state_.active && std::chrono::steady_clock::now() < gate_retry_at_)
@@ -1095,18 +1059,11 @@ CUresult Mover::place_locked() {
   // launch waits at that rank's closed gate): the epoch is put off and the gate left open a while,
   // from 10 ms, doubling up to 200 ms, so the program is never stopped for long at the gate.
   // Closed again too after a release opened it (hold_breaker.h) while released epochs still stand.
-  if (placed_.empty() || !streams_.host_waits().closed()) {
-    set_step(MoverStep::ClosingGate);
-    gate_opens_ = breaker_.gate_opens();
-    if (!streams_.host_waits().close(std::min(config_.gate_patience, config_.hold_timeout))) {
-      gate_backoff_ = std::clamp(2 * gate_backoff_, kMinGateBackoff, kMaxGateBackoff);
-      gate_retry_at_ = std::chrono::steady_clock::now() + gate_backoff_;
-      std::vector<Request> taken = e.taken;  // abort_all forgets the epoch
-      taken.insert(taken.end(), e.waiting.begin(), e.waiting.end());
-      abort_all();
-      return put_off(taken);
-    }
-    gate_backoff_ = std::chrono::milliseconds(0);
+  if (!close_gate_for_epoch()) {
+    std::vector<Request> taken = e.taken;  // abort_all forgets the epoch
+    taken.insert(taken.end(), e.waiting.begin(), e.waiting.end());
+    abort_all();
+    return put_off(taken);
   }
   Placed p;
   p.value = ++epoch_;
@@ -1133,6 +1090,19 @@ CUresult Mover::place_locked() {
   return CUDA_SUCCESS;
 }
 
+bool Mover::close_gate_for_epoch() {
+  if (!placed_.empty() && streams_.host_waits().closed()) return true;
+  set_step(MoverStep::ClosingGate);
+  gate_opens_ = breaker_.gate_opens();
+  if (!streams_.host_waits().close(std::min(config_.gate_patience, config_.hold_timeout))) {
+    gate_backoff_ = std::clamp(2 * gate_backoff_, kMinGateBackoff, kMaxGateBackoff);
+    gate_retry_at_ = std::chrono::steady_clock::now() + gate_backoff_;
+    return false;
+  }
+  gate_backoff_ = std::chrono::milliseconds(0);
+  return true;
+}
+
 bool Mover::drained(Placed& p) {
   for (const Held::Recorded& r : p.hold.events) {
     ContextScope in(d_, r.context);
@@ -1143,6 +1113,7 @@ bool Mover::drained(Placed& p) {
 
 CUresult Mover::complete_locked(bool wait) {
   if (placed_.empty()) return CUDA_SUCCESS;
+  if (ordered()) return complete_ordered(wait);
   Placed& first = placed_.front();
   // Released already (for a pool wait, or by the stall guard): nothing of it commits, nothing to wait for.
   if (first.standing && !first.given_up && breaker_.broken(first.value)) first.given_up = true;
@@ -1168,13 +1139,7 @@ CUresult Mover::complete_locked(bool wait) {
       first.given_up = watchdog.stop();
     }
   }
-  Placed p = std::move(placed_.front());
-  placed_.pop_front();
-  standing_.store(placed_.size(), std::memory_order_relaxed);
-  if (!placed_.empty()) {
-    placed_.front().first_since = std::chrono::steady_clock::now();
-    placed_.front().marks_passed = progress_.passed();
-  }
+  Placed p = pop_placed();
   epoch_state_ = std::move(p.epoch);
   Epoch& e = epoch_state_;
   if (!p.standing && !e.waiting.empty()) {  // a stream refused the hold: tried again later, as finish() does
@@ -1200,8 +1165,24 @@ CUresult Mover::complete_locked(bool wait) {
   return finish(&p);
 }
 
+Mover::Placed Mover::pop_placed() {
+  Placed p = std::move(placed_.front());
+  placed_.pop_front();
+  standing_.store(placed_.size(), std::memory_order_relaxed);
+  if (!placed_.empty()) {
+    placed_.front().first_since = std::chrono::steady_clock::now();
+    placed_.front().marks_passed = progress_.passed();
+  }
+  return p;
+}
+
 void Mover::give_up_placed() {
   if (placed_.empty()) return;
+  if (ordered()) {
+    give_up_ordered();
+    while (!placed_.empty()) complete_ordered(true);  // each aborted once its copies are done
+    return;
+  }
   // At stop (exit): nothing more is committed. Every standing hold is released at once, then each
   // epoch's moves are aborted: the old mappings stand and the copies were never made.
   raise_flag(flag_, placed_.back().value);
@@ -1224,6 +1205,9 @@ CUresult Mover::pipeline_step() {
   // placed if there is room, requests, and no program call waiting at the gate (so a call waiting
   // gets in once the standing holds drain, rather than behind hold after hold).
   if (const CUresult r = complete_locked(false); r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) return r;
+  // Ordered epochs whose copies are done commit together, in order.
+  while (ordered() && !placed_.empty() && complete_locked(false) == CUDA_SUCCESS) {
+  }
   bool queued = false;
   {
     MutexLock lock(queue_mu_);
@@ -1244,17 +1228,6 @@ CUresult Mover::pipeline_step() {
   return placed_.empty() && placed == CUDA_SUCCESS ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
-void Mover::launched(const LaunchTouches& touches, bool all) {
-  const std::size_t n = flight_count_.load(std::memory_order_seq_cst);
-  if (n == 0) return;
-  for (std::size_t i = 0; i < n && i < kMaxFlight; ++i) {
-    const std::uintptr_t owner = flight_owner_[i].load(std::memory_order_relaxed);
-    bool hit = all || touches.dropped != 0;  // pointers past the cap are unknown: assume the worst
-    for (std::size_t k = 0; !hit && k < touches.count; ++k) hit = touches.touches[k].owner == owner;
-    if (hit) flight_touched_[i].store(true, std::memory_order_seq_cst);
-  }
-}
-
 MoverStats Mover::stats() const {
   MoverStats s;
   s.requested = requested_.load(std::memory_order_relaxed);
@@ -1264,7 +1237,6 @@ MoverStats Mover::stats() const {
   s.moves = moves_.load(std::memory_order_relaxed);
   s.promoted_bytes = promoted_.load(std::memory_order_relaxed);
   s.demoted_bytes = demoted_.load(std::memory_order_relaxed);
-  s.moves_touched = touched_.load(std::memory_order_relaxed);
   s.moves_failed = failed_.load(std::memory_order_relaxed);
   s.held_ns = held_ns_.load(std::memory_order_relaxed);
   s.holds_given_up = given_up_.load(std::memory_order_relaxed);

@@ -30,12 +30,27 @@
 // room that is free when it is prepared; the room an epoch's demotions make is free from the next
 // epoch on, so a promotion refused for room while demotions are under way waits for that epoch.
 //
-// With `overlap`, step 3 runs before step 2 instead, beside the program's work: the copy waits for
-// events recorded on every stream (all earlier writes are in), and a move whose memory a launch the
-// hooks saw touched meanwhile (launched()) is dropped at the commit, since the launch may have written
-// the old pieces after the copy read them. The streams then pause only for the remaps. But a write
-// the hooks cannot see (through a pointer kept in device memory, or a copy or memset, which are not
-// hooked yet) would be lost: overlap is for programs whose writes are all kernel arguments.
+// With `overlap` (UVMPOOL_TIERING_COPY=overlap), the moves are ordered in the program's streams
+// instead of holding them: nothing waits but the launches that touch what moves.
+//   1. prepare, as above.
+//   2. publish and fence: with the submission gate closed, each move's owner is published with the
+//      epoch's value, then an event is recorded on every stream (the fence).
+//   3. copy on the mover's streams behind the fence events, beside the program's later work.
+//   4. order: a launch, copy, memset or graph launch queued after the fence that touches a published
+//      owner (or whose pointers are not all known) gets a cuStreamWaitValue32 for the epoch's value
+//      in front of it on its own stream (order_value; Tiering::order_behind_moves, inside the
+//      submission gate, so it is either before the fence or sees the move published).
+//   5. commit once the epoch's copies are done (all work before the fence is then done too): remaps
+//      with the remap gate closed, the owners unpublished, the flag raised to the value: the ordered
+//      work goes on, on the new pieces.
+// Up to `holds_ahead` epochs stand at once, each copying behind its own fence and committed in
+// order, so a move asked for lands as soon as its copy is done, not one epoch per drain. The
+// host-wait gate is closed while any stands (a synchronous call waiting inside the driver behind an
+// ordered launch would keep the commit's remaps out, as behind a hold); calls that wait on the host
+// wait outside meanwhile. The invariant then rests on what the hooks see: a kernel that reaches moving
+// memory through a pointer kept in device memory is not ordered behind the move, and may read it
+// while it is remapped. So overlap is for programs whose kernels get their pointers as arguments
+// (docs/tiering.md); held copies are the default.
 //
 // Holds ahead (`holds_ahead` > 1, held copies only). A hold waits for all the work queued before it,
 // and a program may queue far ahead: PyTorch ran about half a training step ahead of the GPU on an
@@ -74,6 +89,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <span>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -90,7 +106,7 @@
 namespace uvmpool::tiering {
 
 struct MoverConfig {
-  bool overlap = false;                               // copy beside the program's work (see above)
+  bool overlap = false;                               // copies beside the program's work, ordered launches (above)
   std::size_t max_batch_bytes = std::size_t{256} << 20;  // moved per epoch at most
   bool thread = true;                                 // epochs on a thread of the mover's own
   // Epochs on the launching thread instead (UVMPOOL_TIERING_EPOCHS=launch): Tiering::after_launch runs
@@ -115,18 +131,19 @@ struct MoverConfig {
   // another context's work). 0: no bound.
   std::uint64_t run_ahead = 512;
   // Epochs whose holds may stand at once (see "Holds ahead" above); 1: each epoch drains, copies,
-  // commits and releases before the next is prepared. Ignored with overlap.
+  // commits and releases before the next is prepared. With overlap: the epochs copying at once.
   std::size_t holds_ahead = 1;
   // With holds ahead: prepare each epoch's pieces when the program's work reaches its hold, after the
   // earlier epochs committed (Mover::take_for_hold), instead of when it is placed. Off by default:
-  // on an H200 it made row 7's first holds fail to drain (docs/tiering.md).
+  // on an H200 it made row 7's first holds fail to drain (docs/tiering.md). With overlap: when the
+  // work reaches its fence, after the earlier epochs committed.
   bool prepare_at_hold = false;
   // With holds ahead: how long the first hold's closing of the host-wait gate waits for the program's
   // calls inside the driver to return before the epoch is put off (mover.cpp, place_locked); and how
   // long the submission gates' closings wait for the calls inside them (host_wait_gate.h).
   std::chrono::milliseconds gate_patience{50};
-  // For tests, to place program work inside an epoch: called on the epoch's thread right after the
-  // overlapped copies finished (overlap), and right after the hold was recorded on every stream.
+  // For tests, to place program work inside an epoch: called on the epoch's thread right after an
+  // ordered epoch's copies finished (overlap), and right after the hold was recorded on every stream.
   std::function<void()> after_copy;
   std::function<void()> inside_hold;
   // And between a hold's event and its wait on a stream, with the submission gate closed.
@@ -141,7 +158,6 @@ struct MoverStats {
   std::uint64_t moves = 0;            // committed
   std::uint64_t promoted_bytes = 0;   // to device memory
   std::uint64_t demoted_bytes = 0;    // to host memory
-  std::uint64_t moves_touched = 0;    // dropped: a launch touched the memory during its copy (overlap)
   std::uint64_t moves_failed = 0;     // refused by the pool or the driver (no room, a failing step)
   std::uint64_t held_ns = 0;          // host time the program's streams were held, summed over epochs
   std::uint64_t holds_given_up = 0;   // holds the watchdog gave up (the program's work did not drain)
@@ -199,23 +215,23 @@ class Mover {
   std::size_t standing_holds() const { return standing_.load(std::memory_order_relaxed); }
   // Whether requests are prepared when the program's work reaches their hold (holds ahead), in the
   // program's order after every earlier request, rather than when they are taken.
-  bool prepares_at_hold() const { return pipelined() && config_.prepare_at_hold; }
+  bool prepares_at_hold() const { return (pipelined() || ordered()) && config_.prepare_at_hold; }
   // The marks the launches shown to the policy record (Tiering), which tell a busy device from a
   // stuck hold.
   ProgressMarks& progress() { return progress_; }
   // Stops the thread (at exit, before the driver goes away); requests are then only queued.
   void stop();
 
-  // After a launch reached the driver, on the launching thread (overlap only; cheap otherwise): the
-  // moves whose memory it touched are dropped at their commit. `all`: the launch's pointers are not
-  // all known (its arguments were not read), so every move in flight is dropped.
-  void launched(const LaunchTouches& touches, bool all);
-  // With overlap, around each launch (before_launch to after_launch): an epoch reads which moves
-  // launches touched only once no launch is between the two, so none is reported too late.
-  void launch_begins() { launching_.fetch_add(1, std::memory_order_seq_cst); }
-  void launch_ends() { launching_.fetch_sub(1, std::memory_order_seq_cst); }
-  // Whether an overlapped copy is in flight (launches must then be read and reported).
+  // With overlap: whether moves are published (launches must then be read and ordered).
   bool copying() const { return flight_count_.load(std::memory_order_seq_cst) != 0; }
+  // With overlap, on the launching thread inside the submission gate, right before its driver call:
+  // the flag value work touching `touches` must wait for (0: none). `all`: its pointers are not all
+  // known, so it waits for every published move.
+  std::uint32_t order_value(const LaunchTouches& touches, bool all);
+  // The flag, as the device sees it (for the caller's cuStreamWaitValue32); 0 before the first epoch.
+  CUdeviceptr flag_device() const { return flag_device_seen_.load(std::memory_order_acquire); }
+  // On the host, until the flag reaches `value` (where the wait could not be queued on a stream).
+  void wait_released(std::uint32_t value);
 
   // Whether a request overlapping [p, p + bytes) is still to be carried out (queued, or in an epoch
   // not ended): the policy's way to tell a move still coming from one refused or dropped.
@@ -242,7 +258,6 @@ class Mover {
   // The epoch under way: from begin (prepared; with overlap, copies enqueued) to finish.
   struct Epoch {
     bool active = false;
-    bool copying = false;  // overlap: copies enqueued behind `fence`, not yet seen done
     // Holds ahead: requests to prepare when the program's work reaches the hold (take_for_hold).
     std::vector<Request> waiting;
     int device = -1;
@@ -255,13 +270,15 @@ class Mover {
     Held fence;
   };
 
-  // An epoch whose hold stands (holds ahead): from place_epoch to complete_placed.
+  // An epoch whose hold stands (holds ahead), or whose ordered copies run (overlap; `hold` then holds
+  // the events after its copies): from place_epoch to complete_placed.
   struct Placed {
     Epoch epoch;
     std::uint32_t value = 0;  // the flag's value that releases it
     Held hold;                // the events recorded before the wait, on every stream
     bool standing = false;    // false: a stream refused; released in its turn, nothing committed
     bool given_up = false;    // did not drain within the hold timeout once first: released, nothing committed
+    bool copying = true;      // overlap: its copies are enqueued (false: prepared at the hold, not yet)
     std::chrono::steady_clock::time_point first_since{};  // when it became the first standing
     std::uint64_t marks_passed = 0;  // ProgressMarks::passed() then, or at its last extension
   };
@@ -277,7 +294,7 @@ class Mover {
   // for room that demotions coming may make, memory of another device) goes to `later`. `held`: a
   // hold of the mover's stands, so nothing may wait for the device (no fence).
   void prepare_requests(std::vector<Request> batch, bool held, std::vector<Request>* later) UVMPOOL_REQUIRES(epoch_mu_);
-  CUresult start_epoch() UVMPOOL_REQUIRES(epoch_mu_);  // the prepared epoch made active (overlap: its copies begin)
+  CUresult start_epoch() UVMPOOL_REQUIRES(epoch_mu_);  // the prepared epoch made active
   static bool demotes(const Epoch& e);  // some request of it, prepared or waiting, goes to host memory
   using Range = std::pair<CUdeviceptr, std::size_t>;
   // The runs of the request's range whose pieces lie in the other tier now (the pool moves one tier at a time).
@@ -289,12 +306,32 @@ class Mover {
   bool copies_done(bool wait) UVMPOOL_REQUIRES(epoch_mu_);
   // Ends the epoch begun: holds (unless `placed`, whose hold stands already), copies, commits, releases.
   CUresult finish(Placed* placed = nullptr) UVMPOOL_REQUIRES(epoch_mu_);
+  // An ended epoch's moves counted as committed or failed by their results (in the epoch's order).
+  void count_results(const Epoch& done, std::span<const CUresult> results);
   CUresult place_locked() UVMPOOL_REQUIRES(epoch_mu_);
   CUresult complete_locked(bool wait) UVMPOOL_REQUIRES(epoch_mu_);
+  // The first standing epoch closes the host-wait gate (and one placed after a release opened it):
+  // false when calls stayed inside past the gate's patience (the gate is left open a while).
+  bool close_gate_for_epoch() UVMPOOL_REQUIRES(epoch_mu_);
   bool drained(Placed& p) UVMPOOL_REQUIRES(epoch_mu_);  // the program's work reached its hold
-  void give_up_placed() UVMPOOL_REQUIRES(epoch_mu_);   // at stop: every standing hold released, moves aborted
+  void give_up_placed() UVMPOOL_REQUIRES(epoch_mu_);
+  // The first standing epoch taken out; the next one's timeout starts now.
+  Placed pop_placed() UVMPOOL_REQUIRES(epoch_mu_);   // at stop: every standing hold released, moves aborted
   CUresult pipeline_step() UVMPOOL_REQUIRES(epoch_mu_);  // the thread's round with holds ahead
   bool pipelined() const { return config_.holds_ahead > 1 && !config_.overlap; }
+  bool ordered() const { return config_.overlap; }
+  // With overlap: place_locked's and complete_locked's work (see "With `overlap`" above).
+  CUresult place_ordered() UVMPOOL_REQUIRES(epoch_mu_);
+  CUresult complete_ordered(bool wait) UVMPOOL_REQUIRES(epoch_mu_);
+  // Its moves' owners (prepared at the hold: its requests'), for order_value.
+  void publish(const Epoch& e, std::uint32_t value);
+  // Prepared at the hold: the epoch's requests prepared once the work before its fence is done and
+  // the epochs before it committed, their copies enqueued (events in `p.hold`).
+  void start_ordered_copies(Placed& p) UVMPOOL_REQUIRES(epoch_mu_);
+  void unpublish(std::uint32_t value);
+  // Every standing ordered epoch given up (not drained in time, or at stop): the ordered work goes on,
+  // nothing of them commits; each is aborted once its copies are done.
+  void give_up_ordered() UVMPOOL_REQUIRES(epoch_mu_);
   // Whether the device passed a progress mark since `*passed` (updated), counting the extension.
   bool still_progressing(std::uint64_t* passed);
   void note_given_up();    // a hold given up: logged, then counted
@@ -366,15 +403,19 @@ class Mover {
   // The breaker's count of gate openings when this mover last closed the gate (HoldBreaker::may_hold).
   std::uint64_t gate_opens_ UVMPOOL_GUARDED_BY(epoch_mu_) = 0;
 
-  // The owners of the moves whose overlapped copy is in flight, read by launched() without a lock:
-  // written before flight_count_ is raised, cleared after it drops to 0.
-  std::array<std::atomic<std::uintptr_t>, kMaxFlight> flight_owner_{};
-  std::array<std::atomic<bool>, kMaxFlight> flight_touched_{};
-  std::atomic<std::size_t> flight_count_{0};
-  std::atomic<std::int64_t> launching_{0};  // launches between launch_begins and launch_ends
+  // With overlap: the owners of the standing epochs' moves, each with its epoch's value (order_value).
+  struct Flight {
+    std::uintptr_t owner;
+    std::uint32_t value;
+  };
+  Mutex flights_mu_;
+  std::vector<Flight> flights_ UVMPOOL_GUARDED_BY(flights_mu_);
+  std::atomic<std::size_t> flight_count_{0};       // flights_.size(), read without the lock (copying())
+  std::atomic<CUdeviceptr> flag_device_seen_{0};   // flag_device_, for the launching threads
+  std::atomic<const volatile std::uint32_t*> flag_host_seen_{nullptr};  // flag_, for wait_released
 
   std::atomic<std::uint64_t> requested_{0}, refused_{0}, epochs_{0}, postponed_{0}, moves_{0}, promoted_{0},
-      demoted_{0}, touched_{0}, failed_{0}, held_ns_{0}, given_up_{0}, extended_{0};
+      demoted_{0}, failed_{0}, held_ns_{0}, given_up_{0}, extended_{0};
   ProgressMarks progress_;
   std::atomic<bool> off_{false};
   std::atomic<MoverStep> step_{MoverStep::Idle};

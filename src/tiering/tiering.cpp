@@ -42,7 +42,8 @@ MoverConfig configured_mover() {
   c.max_batch_bytes = o.tiering_batch.bytes;
   c.holds_ahead = static_cast<std::size_t>(o.tiering_holds_ahead);
   c.prepare_at_hold = o.tiering_prepare == "hold";
-  if (o.tiering_epochs == "launch") {  // one hold at a time, on the launching thread (mover.h)
+  // Ordered epochs complete on the mover's thread: a program thread that synchronizes waits for them.
+  if (o.tiering_epochs == "launch" && !c.overlap) {  // one hold at a time, on the launching thread (mover.h)
     c.on_launch = true;
     c.thread = false;
     c.holds_ahead = 1;
@@ -225,7 +226,7 @@ void Tiering::before_launch(CUfunction f, CUstream stream, void** params, void**
   seen->function = f;
   seen->first_launch = nullptr;
   seen->kernel = true;
-  if (mover_.config().overlap) mover_.launch_begins();  // launch_ends in after_launch
+  seen->captured = false;
   const bool captures = graphs_.capturing();
   if (f == nullptr || (!captures && !pool_.any_host_mapped() && !mover_.copying())) return;
   // A launch into a graph capture touches nothing now: what it names is the graph's (graph_touches.h).
@@ -246,12 +247,7 @@ void Tiering::before_launch(CUfunction f, CUstream stream, void** params, void**
   const ParamLayout* kept = layouts_.kept(f);
   const bool first = mode_ == Mode::Auto && (kept == nullptr || !kept->loaded.load(std::memory_order_acquire));
   if (first) {
-    // Out of the overlap count while it waits: an epoch's wait for launches under way must not wait
-    // for one that waits for the epoch.
-    const bool overlap = mover_.config().overlap;
-    if (overlap) mover_.launch_ends();
     streams_.host_waits().enter();
-    if (overlap) mover_.launch_begins();
   }
   const ParamLayout& layout = kept != nullptr ? *kept : *layouts_.find(f);
   if (first) seen->first_launch = &layout;
@@ -262,6 +258,7 @@ void Tiering::before_launch(CUfunction f, CUstream stream, void** params, void**
     });
     graphs_.record(capture, readable ? &ranges : nullptr);
     captured_.fetch_add(1, std::memory_order_relaxed);
+    seen->captured = true;
     return;  // Skipped: nothing runs until the graph does
   }
   const bool read = for_each_word(layout, params, extra, [&](std::uint64_t word) {
@@ -298,9 +295,6 @@ void Tiering::wait_for_queue_room() {
   const std::uint64_t holds = 2 * mover_.standing_holds();
   const std::uint64_t limit = run_ahead > run_ahead / 2 + holds ? run_ahead - holds : run_ahead / 2;
   if (marks.outstanding() < limit) return;
-  // Out of the overlap count while it waits, as a first launch at the gate (before_launch).
-  const bool overlap = mover_.config().overlap;
-  if (overlap) mover_.launch_ends();
   bool counted = false;
   // Marks behind a standing hold do not pass: this waits until the hold is released (the gate opens)
   // or the device gets through enough of what came before it. Never unbounded: a hold that does not
@@ -314,7 +308,6 @@ void Tiering::wait_for_queue_room() {
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
-  if (overlap) mover_.launch_begins();
 }
 
 std::uint64_t Tiering::capture_of(CUstream stream) {
@@ -345,7 +338,7 @@ void Tiering::before_transfer(Transfer kind, CUstream stream, std::span<const Tr
   seen->function = reinterpret_cast<CUfunction>(static_cast<std::uintptr_t>(kind));
   seen->first_launch = nullptr;
   seen->kernel = false;
-  if (mover_.config().overlap) mover_.launch_begins();  // launch_ends in after_launch
+  seen->captured = false;
   if (graphs_.capturing())
     if (const std::uint64_t capture = capture_of(stream); capture != 0) {
       std::vector<GraphTouches::Range> recorded;
@@ -353,6 +346,7 @@ void Tiering::before_transfer(Transfer kind, CUstream stream, std::span<const Tr
         if (r.bytes != 0 && pool_.probe(r.address).owner != 0) recorded.emplace_back(r.address, r.bytes);
       graphs_.record(capture, &recorded);
       captured_.fetch_add(1, std::memory_order_relaxed);
+      seen->captured = true;
       return;  // Skipped: nothing runs until the graph does
     }
   if (!pool_.any_host_mapped() && !mover_.copying()) return;
@@ -370,12 +364,13 @@ void Tiering::before_graph_launch(CUgraphExec exec, CUstream stream, LaunchSeen*
   seen->function = reinterpret_cast<CUfunction>(exec);
   seen->first_launch = nullptr;
   seen->kernel = false;
-  if (mover_.config().overlap) mover_.launch_begins();  // launch_ends in after_launch
+  seen->captured = false;
   if (exec == nullptr) return;
   if (graphs_.capturing())
     if (const std::uint64_t capture = capture_of(stream); capture != 0) {  // a graph launched into a graph
       graphs_.capture_launched(capture, exec);
       captured_.fetch_add(1, std::memory_order_relaxed);
+      seen->captured = true;
       return;
     }
   if (!pool_.any_host_mapped() && !mover_.copying()) return;
@@ -439,6 +434,19 @@ void Tiering::end_loading_call(const ParamLayout* layout, CUresult result) {
   streams_.host_waits().leave();
 }
 
+void Tiering::order_behind_moves(const LaunchSeen& seen, CUstream stream) {
+  if (!mover_.copying() || seen.captured) return;  // captured work runs when its graph does
+  // Unread (or skipped before any move was published): its pointers are unknown, it waits for all.
+  const std::uint32_t value = mover_.order_value(seen.touches, seen.read != LaunchSeen::Read::Read);
+  if (value == 0) return;
+  launches_ordered_.fetch_add(1, std::memory_order_relaxed);
+  const CUdeviceptr flag = mover_.flag_device();
+  if (flag != 0 && driver_.cuStreamWaitValue32_v2(stream, flag, value, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS) return;
+  // The wait could not be queued (a stream of another context, say): this thread waits instead.
+  ordered_on_host_.fetch_add(1, std::memory_order_relaxed);
+  mover_.wait_released(value);
+}
+
 void Tiering::after_launch(const LaunchSeen& seen, CUstream stream) {
   if (seen.first_launch != nullptr) {
     seen.first_launch->loaded.store(true, std::memory_order_release);
@@ -449,10 +457,6 @@ void Tiering::after_launch(const LaunchSeen& seen, CUstream stream) {
     CUcontext context = nullptr;
     if (driver_.cuCtxGetCurrent(&context) == CUDA_SUCCESS) streams_.saw_context(context);
   }
-  // Read after the launch is queued: a move published before this load sees the launch marked; one
-  // published after it recorded its fence behind the launch (mover.cpp).
-  if (mover_.copying()) mover_.launched(seen.touches, seen.read != LaunchSeen::Read::Read);
-  if (mover_.config().overlap) mover_.launch_ends();
   if (seen.read == LaunchSeen::Read::Read && seen.touches.count != 0) {
     if (trace::recording()) trace_launch(seen);
     if (mode_ == Mode::Auto) show_policy(seen, stream);
@@ -586,7 +590,8 @@ Stats Tiering::stats() const {
   s.moves = m.moves;
   s.promoted_bytes = m.promoted_bytes;
   s.demoted_bytes = m.demoted_bytes;
-  s.moves_touched = m.moves_touched;
+  s.launches_ordered = launches_ordered_.load(std::memory_order_relaxed);
+  s.ordered_on_host = ordered_on_host_.load(std::memory_order_relaxed);
   s.moves_failed = m.moves_failed;
   s.epochs = m.epochs;
   s.holds_given_up = m.holds_given_up;

@@ -53,6 +53,8 @@ struct LaunchSeen {
   // launching thread run an epoch (UVMPOOL_TIERING_EPOCHS=launch), since the transfer hooks call
   // after_launch from inside the host-wait gate.
   bool kernel = false;
+  // Queued into a graph capture: it runs when the graph does, nothing to order now.
+  bool captured = false;
 };
 
 // A copy or memset the hooks saw (src/hooks/transfer_hooks.cpp): the pool memory it reads or writes
@@ -86,7 +88,8 @@ struct Stats {
   std::uint64_t moves = 0;              // committed
   std::uint64_t promoted_bytes = 0;     // moved to device memory
   std::uint64_t demoted_bytes = 0;      // moved to host memory
-  std::uint64_t moves_touched = 0;      // dropped: a launch touched the memory during its overlapped copy
+  std::uint64_t launches_ordered = 0;   // overlap: launches, copies, memsets queued behind a move's commit
+  std::uint64_t ordered_on_host = 0;    // ... of which the launching thread waited for, the stream wait refused
   std::uint64_t moves_failed = 0;       // refused by the pool or a failing driver step (nothing lost)
   std::uint64_t epochs = 0;             // times the program's streams were held for commits
   std::uint64_t holds_given_up = 0;     // holds the watchdog ended (moves are off after kMaxHoldsGivenUp)
@@ -132,8 +135,12 @@ class Tiering {
   // to a CUfunction; null arguments are left for the driver to refuse. Fills `seen` (only its `read`
   // when it answers Skipped: the common case costs no more than two loads).
   void before_launch(CUfunction f, CUstream stream, void** params, void** extra, LaunchSeen* seen);
-  // After the driver took the launch (whatever it answered): an overlapped move whose memory the
-  // launch touched is dropped (mover.h); a default stream's context is noted for the mover's holds.
+  // With overlap (mover.h), inside the submission gate right before the driver gets the launch, copy,
+  // memset or graph launch: work touching a move whose copy runs gets a wait for its commit in front
+  // of it, on its own stream.
+  void order_behind_moves(const LaunchSeen& seen, CUstream stream);
+  // After the driver took the launch (whatever it answered): a default stream's context is noted for
+  // the mover's holds, and the policy is shown what it touched.
   void after_launch(const LaunchSeen& seen, CUstream stream);
   // A call that may load `f` lazily besides its launch (cuFuncGetAttribute / cuFuncSetAttribute,
   // cuKernelGetAttribute / cuKernelSetAttribute, cuFuncSetCacheConfig, the occupancy calls, cuFuncLoad;
@@ -212,7 +219,8 @@ class Tiering {
   std::atomic<std::uint64_t> launches_since_epoch_{0};  // kernel launches shown while moves were queued (on_launch)
   std::atomic<std::uint64_t> launches_read_{0}, launches_unread_{0}, pointers_{0}, host_pointers_{0},
       launches_in_place_{0}, transfers_read_{0}, transfers_in_place_{0}, prefetches_{0}, advice_calls_{0},
-      captured_{0}, graph_launches_read_{0}, graph_launches_unread_{0}, queue_waits_{0};
+      captured_{0}, graph_launches_read_{0}, graph_launches_unread_{0}, queue_waits_{0}, launches_ordered_{0},
+      ordered_on_host_{0};
 };
 
 }  // namespace uvmpool::tiering

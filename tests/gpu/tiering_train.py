@@ -42,7 +42,7 @@ try:
     p = json.loads(buf.value.decode())["process"]
     out["tiering"] = {k: p.get(k) for k in ("launches_read", "launches_in_place", "tiering_moves", "tiering_promoted_bytes",
                                             "tiering_demoted_bytes", "tiering_epochs", "tiering_moves_failed",
-                                            "tiering_moves_touched", "tiering_period", "tiering_periods_learned",
+                                            "tiering_launches_ordered", "tiering_period", "tiering_periods_learned",
                                             "tiering_periods_dropped", "tiering_kept_in_place",
                                             "tiering_guard_trials", "tiering_guard_off",
                                             "tiering_holds_given_up", "tiering_host_waits")}

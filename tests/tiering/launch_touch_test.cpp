@@ -528,7 +528,7 @@ TEST_F(LaunchTouches_, CopiesAndMemsetsShowThePoolMemoryTheyTouch) {
   EXPECT_EQ(tiering->policy_stats().launches, 3u) << "the policy is shown each transfer that touched pool memory";
 }
 
-TEST_F(LaunchTouches_, AMemsetDuringAnOverlappedCopyDropsTheMoveAndItsBytesStay) {
+TEST_F(LaunchTouches_, AMemsetDuringAnOverlappedCopyIsOrderedBehindTheCommitAndItsBytesStay) {
   allocate_both_tiers();
   must_free(*pool, on_device);  // room to promote the spilled chunk
   allocated.erase(allocated.begin());
@@ -543,6 +543,7 @@ TEST_F(LaunchTouches_, AMemsetDuringAnOverlappedCopyDropsTheMoveAndItsBytesStay)
     const TransferRange r{in_host, kWords * 4};
     uvmpool::tiering::LaunchSeen seen;
     tiering->before_transfer(Transfer::Memset, stream, {&r, 1}, &seen);
+    tiering->order_behind_moves(seen, stream);  // as the hook does, inside the submission gate
     ASSERT_CU(drv().cuMemsetD32Async(in_host, 0x77, kWords, stream));
     tiering->after_launch(seen, stream);
   };
@@ -550,8 +551,8 @@ TEST_F(LaunchTouches_, AMemsetDuringAnOverlappedCopyDropsTheMoveAndItsBytesStay)
   ASSERT_TRUE(tiering->mover().request(in_host, kMiB, uvmpool::pool::Tier::Device));
   ASSERT_CU(tiering->mover().run_epoch());
   ASSERT_CU(drv().cuStreamSynchronize(stream));
-  EXPECT_EQ(tier_at(in_host), 'H') << "the touched move was committed";
-  EXPECT_EQ(tiering->mover().stats().moves_touched, 1u);
+  EXPECT_EQ(tier_at(in_host), 'D') << "the move was not committed";
+  EXPECT_EQ(tiering->stats().launches_ordered, 1u) << "the memset was not ordered behind the move";
   std::vector<std::uint32_t> got(kWords);
   ASSERT_CU(drv().cuMemcpyDtoH_v2(got.data(), in_host, kWords * 4));
   EXPECT_EQ(std::count(got.begin(), got.end(), 0x77u), static_cast<std::ptrdiff_t>(kWords)) << "the memset's write was lost";

@@ -1,6 +1,7 @@
 // The mover (src/tiering/mover.h) on the simulated driver with kernels: moves both ways with their
 // bytes intact while kernels run on a non-blocking stream; work queued during the hold runs after
-// the remap, on the new pieces; the overlapped copy drops a move a launch touched; a free during a
+// the remap, on the new pieces; with overlapped copies, a launch touching a move is ordered behind
+// its commit and other work runs beside the copy; a free during a
 // move; a gather through pointers kept in device memory; a failing driver step at each step of the
 // protocol; a graph capture putting an epoch off; the mover's own thread. Every test ends with the
 // race detector having seen no memory change under unfinished work (TearDown).
@@ -102,6 +103,22 @@ class Mover_ : public TieringTest {
     void* params[] = {&p, &count, &value};
     return drv().cuLaunchKernel(fill_kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
   }
+  // The same as the launch hook makes it with overlapped copies (Tiering::order_behind_moves): behind
+  // a wait for the commit of the moves it touches (`p`'s owner; with `unknown`, its pointers are not
+  // known: every move). Counts the launches so ordered in `ordered`.
+  CUresult ordered_fill(CUdeviceptr p, std::size_t bytes, std::uint32_t value, bool unknown = false) {
+    LaunchTouches t;
+    if (!unknown) t.add({p, pool->probe(p).owner, pool->probe(p).host});
+    if (const std::uint32_t v = mover->order_value(t, unknown); v != 0) {
+      ++ordered;
+      // Refused (fault injection): the hook's thread would wait on the host for the commit, which
+      // comes on this same thread here; the launch is left out instead.
+      if (drv().cuStreamWaitValue32_v2(stream, mover->flag_device(), v, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS)
+        return CUDA_SUCCESS;
+    }
+    return fill_on_stream(p, bytes, value);
+  }
+  int ordered = 0;
 
   // The room allocate_both_tiers freed, taken apart now while nothing waits: otherwise the mover
   // first fences for it (ItFencesForIdleRoomOnlyWithNoHoldStanding...), and that wait, which no
@@ -350,29 +367,30 @@ TEST_F(Mover_, AStreamMadeDuringAHoldWaitsForItToo) {
   ASSERT_CU(drv().cuStreamDestroy_v2(late));
 }
 
-TEST_F(Mover_, OverlapDropsAMoveThatALaunchTouchedDuringItsCopy) {
+TEST_F(Mover_, OverlapOrdersALaunchTouchingAMoveBehindItsCommit) {
   allocate_both_tiers();
   fill(in_host, 16 * kMiB, 4);
   MoverConfig config;
   config.overlap = true;
   config.after_copy = [&] {
-    // A launch the hooks saw, writing memory whose copy has already been taken.
+    // A launch the hooks saw, writing memory whose copy has already been taken: without its wait it
+    // would write the old pieces, lost at the commit, and run while they are unmapped.
     ASSERT_TRUE(mover->copying());
-    ASSERT_CU(fill_on_stream(in_host, 2 * kMiB, 0x77));
-    LaunchTouches t;
-    t.add({in_host, pool->probe(in_host).owner, true});
-    mover->launched(t, false);
+    ASSERT_CU(ordered_fill(in_host, 2 * kMiB, 0x77));
   };
   make_mover(config);
   ASSERT_TRUE(mover->request(in_host, 2 * kMiB, Tier::Device));
   ASSERT_CU(mover->run_epoch());
   EXPECT_FALSE(mover->copying());
   ASSERT_CU(drv().cuStreamSynchronize(stream));
-  EXPECT_EQ(tiers(in_host, 4 * kMiB, gran), "HH") << "the touched move was committed";
+  EXPECT_EQ(ordered, 1);
+  EXPECT_EQ(tiers(in_host, 4 * kMiB, gran), "DH") << "the move was not committed";
   EXPECT_TRUE(all_equal(in_host, 2 * kMiB, 0x77)) << "the launch's write was lost";
+  EXPECT_TRUE(window_holds(in_host, 2 * kMiB, 14 * kMiB, 4));
   const auto s = mover->stats();
-  EXPECT_EQ(s.moves, 0u);
-  EXPECT_EQ(s.moves_touched, 1u);
+  EXPECT_EQ(s.moves, 1u);
+  EXPECT_EQ(s.epochs, 1u);
+  EXPECT_EQ(s.held_ns, 0u) << "an ordered epoch holds no stream";
 }
 
 TEST_F(Mover_, TheTraceShowsEachMoveWithItsOutcomeAndTheHold) {
@@ -380,26 +398,19 @@ TEST_F(Mover_, TheTraceShowsEachMoveWithItsOutcomeAndTheHold) {
   const tt::TempDir tmp;
   const std::string path = tmp.file("moves.json");
   allocate_both_tiers();
-  MoverConfig config;
-  config.overlap = true;
-  bool touch = false;
-  config.after_copy = [&] {  // as in OverlapDropsAMoveThatALaunchTouchedDuringItsCopy, when asked
-    if (!touch) return;
-    LaunchTouches t;
-    t.add({in_host + 8 * kMiB, pool->probe(in_host + 8 * kMiB).owner, true});
-    mover->launched(t, false);
-  };
-  make_mover(config);
+  make_mover();
   ASSERT_TRUE(uvmpool::trace::start(path, 1 << 20, nullptr));
   ASSERT_TRUE(mover->request(on_device, 8 * kMiB, Tier::Host));
   ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
   ASSERT_CU(mover->run_epoch());
-  touch = true;
+  // The second epoch's move fails at its commit's unmap: dropped, the old mapping stands.
   ASSERT_TRUE(mover->request(in_host + 8 * kMiB, 2 * kMiB, Tier::Device));
+  ASSERT_EQ(sim().fail("cuMemUnmap", 1, CUDA_ERROR_UNKNOWN), 0);
   ASSERT_CU(mover->run_epoch());
+  sim().clear_failures();
   uvmpool::trace::stop();
   ASSERT_EQ(mover->stats().moves, 2u);
-  ASSERT_EQ(mover->stats().moves_touched, 1u);
+  ASSERT_EQ(mover->stats().moves_failed, 1u);
 
   const tt::json doc = tt::parse_trace(path);
   tt::check_well_formed(doc);
@@ -425,7 +436,7 @@ TEST_F(Mover_, TheTraceShowsEachMoveWithItsOutcomeAndTheHold) {
   EXPECT_EQ(promote_begin[0]["args"]["host_bytes"], 0u);
   EXPECT_EQ(promote_end[0]["args"]["moved"], true);
   EXPECT_EQ(promote_end[1]["id"], hex(in_host + 8 * kMiB));
-  EXPECT_EQ(promote_end[1]["args"]["moved"], false) << "touched during its copy: dropped";
+  EXPECT_EQ(promote_end[1]["args"]["moved"], false) << "its commit failed: dropped";
   // One hold per epoch, on the thread that ran it, with the bytes it moved.
   const auto holds_seen = tt::named(doc, "X", "hold");
   ASSERT_EQ(holds_seen.size(), 2u);
@@ -436,52 +447,45 @@ TEST_F(Mover_, TheTraceShowsEachMoveWithItsOutcomeAndTheHold) {
   EXPECT_GE(tt::ts_of(demote_end[0]), tt::ts_of(holds_seen[0]));
 }
 
-// The pool commits an epoch's moves in the order their copies should end, not the order they were
-// asked: what is dropped must still be the move that was touched. An 8 MiB demotion (touched) and a
-// 4 MiB promotion (not), whose copy ends first.
-TEST_F(Mover_, OverlapDropsTheTouchedMoveWhateverOrderTheCommitsTake) {
+// Two moves of one epoch, a demotion whose memory the program writes during the copies and a
+// promotion it does not touch: the write lands after the demotion's commit, in host memory, and the
+// promotion commits beside it.
+TEST_F(Mover_, OverlapOrdersTheWriteBehindTheMoveItTouchesAndCommitsTheOther) {
   allocate_both_tiers();
   fill(on_device, 8 * kMiB, 6);
   fill(in_host, 16 * kMiB, 5);
   MoverConfig config;
   config.overlap = true;
-  config.after_copy = [&] {
-    ASSERT_CU(fill_on_stream(on_device, 8 * kMiB, 0x66));
-    LaunchTouches t;
-    t.add({on_device, pool->probe(on_device).owner, true});
-    mover->launched(t, false);
-  };
+  config.after_copy = [&] { ASSERT_CU(ordered_fill(on_device, 8 * kMiB, 0x66)); };
   make_mover(config);
   ASSERT_TRUE(mover->request(on_device, 8 * kMiB, Tier::Host));
   ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
   ASSERT_CU(mover->run_epoch());
   ASSERT_CU(drv().cuStreamSynchronize(stream));
-  EXPECT_EQ(tiers(on_device, 8 * kMiB, gran), "DDDD") << "the touched demotion was committed";
+  EXPECT_EQ(ordered, 1);
+  EXPECT_EQ(tiers(on_device, 8 * kMiB, gran), "HHHH") << "the demotion was not committed";
   EXPECT_TRUE(all_equal(on_device, 8 * kMiB, 0x66)) << "the launch's write was lost";
-  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "DDHHHHHH") << "the untouched promotion was dropped";
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "DDHHHHHH") << "the promotion was not committed";
   EXPECT_TRUE(holds(in_host, 16 * kMiB, 5));
-  const auto s = mover->stats();
-  EXPECT_EQ(s.moves, 1u);
-  EXPECT_EQ(s.moves_touched, 1u);
+  EXPECT_EQ(mover->stats().moves, 2u);
 }
 
-TEST_F(Mover_, OverlapCommitsWhatNoLaunchTouched) {
+TEST_F(Mover_, OverlapLetsWorkOnOtherMemoryRunWithoutAWait) {
   allocate_both_tiers();
   fill(in_host, 16 * kMiB, 5);
   fill(on_device, 8 * kMiB, 6);
   MoverConfig config;
   config.overlap = true;
   config.after_copy = [&] {
-    // Other memory, and a launch whose pointers are known: neither spoils the move.
-    ASSERT_CU(fill_on_stream(on_device, 2 * kMiB, 0x55));
-    LaunchTouches t;
-    t.add({on_device, pool->probe(on_device).owner, false});
-    mover->launched(t, false);
+    // Other memory, by a launch whose pointers are known: nothing to wait for.
+    ASSERT_CU(ordered_fill(on_device, 2 * kMiB, 0x55));
   };
   make_mover(config);
   busy(in_host, 16 * kMiB);
   ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
   ASSERT_CU(mover->run_epoch());
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(ordered, 0);
   EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "DDHHHHHH");
   EXPECT_TRUE(holds(in_host, 16 * kMiB, 5));
   EXPECT_TRUE(all_equal(on_device, 2 * kMiB, 0x55));
@@ -522,16 +526,21 @@ TEST_F(Mover_, AMoverDestroyedMidEpochLeavesTheOldMapping) {
   EXPECT_TRUE(holds(in_host, 16 * kMiB, 11));
 }
 
-TEST_F(Mover_, OverlapDropsEveryMoveForALaunchItCouldNotRead) {
+TEST_F(Mover_, OverlapOrdersALaunchItCouldNotReadBehindEveryMove) {
   allocate_both_tiers();
+  fill(in_host, 16 * kMiB, 3);
   MoverConfig config;
   config.overlap = true;
-  config.after_copy = [&] { mover->launched(LaunchTouches{}, true); };
+  // On other memory, but its pointers are unknown: it may touch what moves.
+  config.after_copy = [&] { ASSERT_CU(ordered_fill(on_device, 2 * kMiB, 0x44, true)); };
   make_mover(config);
   ASSERT_TRUE(mover->request(in_host, 2 * kMiB, Tier::Device));
   ASSERT_CU(mover->run_epoch());
-  EXPECT_EQ(tiers(in_host, 2 * kMiB, gran), "H");
-  EXPECT_EQ(mover->stats().moves_touched, 1u);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(ordered, 1);
+  EXPECT_EQ(tiers(in_host, 2 * kMiB, gran), "D");
+  EXPECT_TRUE(all_equal(on_device, 2 * kMiB, 0x44));
+  EXPECT_TRUE(holds(in_host, 16 * kMiB, 3));
 }
 
 TEST_F(Mover_, AFreeDuringAMoveWaitsForItAndLosesNothing) {
@@ -613,6 +622,29 @@ class MoverFaults : public Mover_, public ::testing::WithParamInterface<const ch
     const auto s = mover->stats();
     EXPECT_EQ(s.moves + s.moves_failed, 1u) << "each request ends once";
   }
+  // With epochs placed and completed in two calls (holds ahead, or ordered epochs): the step fails in
+  // the placement or in the completion. With overlap, a launch touching the moving memory is ordered
+  // behind the commit while the copy runs.
+  void placed_step_fails(MoverConfig config) {
+    allocate_both_tiers();
+    ASSERT_CU(fill_on_stream(on_device, 4, 0));  // loaded before any hold stands (as above)
+    fill(in_host, 16 * kMiB, 8);
+    config.holds_ahead = 2;
+    if (config.overlap) config.after_copy = [&] { ASSERT_CU(ordered_fill(in_host + 12 * kMiB, 4 * kMiB, 0x99)); };
+    make_mover(config);
+    busy(in_host, 16 * kMiB);
+    ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+    ASSERT_EQ(sim().fail(GetParam(), 1, CUDA_ERROR_UNKNOWN), 0) << GetParam();
+    const CUresult placed = mover->place_epoch();
+    EXPECT_TRUE(placed == CUDA_SUCCESS || placed == CUDA_ERROR_NOT_READY) << cu_name(placed);
+    const CUresult completed = mover->complete_placed(true);
+    sim().clear_failures();
+    EXPECT_TRUE(completed == CUDA_SUCCESS || completed == CUDA_ERROR_NOT_READY) << cu_name(completed);
+    EXPECT_EQ(mover->standing_holds(), 0u);
+    EXPECT_FALSE(mover->copying()) << "an owner stayed published";
+    nothing_lost_after_the_fault();
+    EXPECT_EQ(race_violations(), 0u);
+  }
 };
 
 TEST_P(MoverFaults, AFailingStepLosesNothingAndReleasesTheStreams) {
@@ -632,24 +664,22 @@ TEST_P(MoverFaults, AFailingStepLosesNothingAndReleasesTheStreams) {
 TEST_P(MoverFaults, PreparedAtTheHoldAFailingStepLosesNothingAndReleasesTheStreams) {
   // The same with holds ahead, each epoch prepared when the work reaches its hold: the step fails in
   // the placement (the hold's event or wait) or at the hold (the preparation, copy or commit).
-  allocate_both_tiers();
-  ASSERT_CU(fill_on_stream(on_device, 4, 0));  // loaded before any hold stands (as above)
-  fill(in_host, 16 * kMiB, 8);
   MoverConfig config;
-  config.holds_ahead = 2;
   config.prepare_at_hold = true;
-  make_mover(config);
-  busy(in_host, 16 * kMiB);
-  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
-  ASSERT_EQ(sim().fail(GetParam(), 1, CUDA_ERROR_UNKNOWN), 0) << GetParam();
-  const CUresult placed = mover->place_epoch();
-  EXPECT_TRUE(placed == CUDA_SUCCESS || placed == CUDA_ERROR_NOT_READY) << cu_name(placed);
-  const CUresult completed = mover->complete_placed(true);
-  sim().clear_failures();
-  EXPECT_TRUE(completed == CUDA_SUCCESS || completed == CUDA_ERROR_NOT_READY) << cu_name(completed);
-  EXPECT_EQ(mover->standing_holds(), 0u);
-  nothing_lost_after_the_fault();
-  EXPECT_EQ(race_violations(), 0u);
+  placed_step_fails(config);
+}
+
+// The same with overlapped copies, prepared at placement or at the fence.
+TEST_P(MoverFaults, OrderedAFailingStepLosesNothingAndReleasesTheStreams) {
+  MoverConfig config;
+  config.overlap = true;
+  placed_step_fails(config);
+}
+TEST_P(MoverFaults, OrderedPreparedAtTheFenceAFailingStepLosesNothingAndReleasesTheStreams) {
+  MoverConfig config;
+  config.overlap = true;
+  config.prepare_at_hold = true;
+  placed_step_fails(config);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryStep, MoverFaults,
@@ -780,6 +810,43 @@ TEST_F(Mover_, PreparedAtTheHoldAPromotionTakesTheRoomTheDemotionBeforeItMakes) 
   EXPECT_EQ(s.moves, 2u);
   EXPECT_EQ(s.moves_failed, 0u);
   EXPECT_EQ(race_violations(), 0u);
+}
+
+TEST_F(Mover_, TheMoversThreadOrdersTheProgramsWritesBehindOverlappedMoves) {
+  // The same with overlapped copies: no stream is held; the writes queued after each request (through
+  // the submission gate, as the hooks queue them) that touch a move wait for its commit.
+  allocate_both_tiers();
+  ASSERT_CU(fill_on_stream(on_device, 4, 0));  // both kernels loaded before any epoch stands
+  busy(on_device, 4, 1);
+  fill(in_host, 16 * kMiB, 9);
+  MoverConfig config;
+  config.overlap = true;
+  config.holds_ahead = 4;
+  mover = std::make_unique<Mover>(drv(), *pool, streams, config);  // with its thread
+  for (int i = 0; i < 4; ++i) {
+    const CUdeviceptr p = in_host + static_cast<CUdeviceptr>(i) * 4 * kMiB;
+    busy(p, 4 * kMiB, 16);  // short, as above
+    ASSERT_TRUE(mover->request(p, 4 * kMiB, Tier::Device));
+    for (int k = 0; k < 20; ++k) {
+      const uvmpool::tiering::HostWaitGate::Pass pass(streams.submissions());
+      ASSERT_CU(ordered_fill(p, 2 * kMiB, 30 + i));
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (mover->stats().moves < 4 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(mover->stats().moves, 4u) << "moves failed: " << mover->stats().moves_failed;
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(mover->standing_holds(), 0u);
+  EXPECT_EQ(mover->stats().held_ns, 0u);
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "DDDDDDDD");
+  for (int i = 0; i < 4; ++i) {
+    const CUdeviceptr p = in_host + static_cast<CUdeviceptr>(i) * 4 * kMiB;
+    EXPECT_TRUE(all_equal(p, 2 * kMiB, 30 + i)) << "move " << i;
+    EXPECT_TRUE(window_holds(in_host, static_cast<std::size_t>(i) * 4 * kMiB + 2 * kMiB, 2 * kMiB, 9)) << "move " << i;
+  }
+  EXPECT_GT(ordered, 0) << "no write was queued while a move was published";
 }
 
 TEST_F(Mover_, TheMoversThreadPlacesHoldsAheadAndCompletesThemInOrder) {
