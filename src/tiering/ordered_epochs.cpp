@@ -194,7 +194,18 @@ CUresult Mover::complete_ordered(bool wait) {
       }
     }
   }
-  if (!first.copying || !drained(first)) {  // its copies are not done (nor, maybe, the work before its fence)
+  // Its copies' events: all done, some not yet, or one failed (then the copy streams are waited for
+  // below, and a failing wait drops the moves: copies_done).
+  bool failed = false;
+  bool done = first.copying;
+  for (const Held::Recorded& r : first.hold.events) {
+    if (!done) break;
+    ContextScope in(d_, r.context);
+    const CUresult q = d_.cuEventQuery(r.event);
+    done = q != CUDA_ERROR_NOT_READY;
+    failed |= done && q != CUDA_SUCCESS;
+  }
+  if (!done) {  // its copies are not done (nor, maybe, the work before its fence)
     if (!wait) {
       if (first.given_up) return CUDA_ERROR_NOT_READY;  // aborted once its copies are done
       const auto now = std::chrono::steady_clock::now();
@@ -211,7 +222,7 @@ CUresult Mover::complete_ordered(bool wait) {
     }
     for (const Held::Recorded& r : first.hold.events) {
       ContextScope in(d_, r.context);
-      d_.cuEventSynchronize(r.event);  // a failure shows in the copies' streams (copies_done)
+      failed |= d_.cuEventSynchronize(r.event) != CUDA_SUCCESS;
     }
   }
   Placed p = pop_placed();
@@ -220,7 +231,7 @@ CUresult Mover::complete_ordered(bool wait) {
   const bool evented = e.moves.empty() || p.hold.events.size() == devices_[static_cast<std::size_t>(e.device)].copy.size();
   forget(&p.hold);
   forget(&e.fence);  // done: the copies waited for it
-  if (!evented) copies_done(true);
+  if (!evented || failed) copies_done(true);
   if (config_.after_copy) config_.after_copy();
   std::vector<CUresult> results(e.moves.size(), CUDA_ERROR_NOT_READY);
   if (p.given_up) {

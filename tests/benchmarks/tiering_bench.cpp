@@ -29,9 +29,12 @@
 // allocator's steady state), and each tensor is its own allocation.
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_common.h"
@@ -50,6 +53,7 @@ constexpr std::uint64_t kMiB = 1 << 20;
 std::uint64_t g_queue_depth_ops = 0;  // --queue-depth
 std::size_t g_holds_ahead = 8;             // --holds-ahead
 bool g_prepare_at_hold = false;            // --prepare
+bool g_mover_thread = true;                // --ordered-mover
 
 // One operation: the tensors its kernel touches, each with passes and whether it writes.
 struct Touch {
@@ -187,6 +191,32 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
     check(pool->allocate(&p, bytes), "allocate");
     tensors.push_back(p);
   }
+  // Overlapped copies (ordered epochs): a thread of the mover's, as in the product, so that an epoch
+  // commits when its copies end rather than when the program next looks (the program's clock runs far
+  // behind the device's in virtual time while it queues a step). It places what is queued, then waits
+  // for the oldest epoch's copies (the simulator moves its clock to their end, where a polling thread's
+  // clock would crawl at 440 ns a query), and commits.
+  std::atomic<bool> stop_mover{false};
+  std::thread mover_thread;
+  if (mode == tiering::Mode::Auto && overlap && g_mover_thread) {
+    mover_thread = std::thread([&] {
+      drv().cuCtxSetCurrent(context);
+      tiering::Mover& m = t->mover();
+      while (!stop_mover.load(std::memory_order_relaxed)) {
+        // Placed while each placement adds an epoch (requests waiting for the room standing demotions
+        // make go back to the queue, and an epoch may be put off).
+        for (std::size_t before = m.standing_holds(); m.queued() && m.place_epoch() == CUDA_SUCCESS &&
+                                                      m.standing_holds() > before;
+             before = m.standing_holds()) {
+        }
+        if (m.standing_holds() > 0) {
+          m.complete_placed(true);
+        } else {
+          std::this_thread::sleep_for(std::chrono::microseconds(20));
+        }
+      }
+    });
+  }
   Run run;
   std::uint64_t queued = 0;
   double started = 0;
@@ -208,8 +238,13 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
         void* params[] = {&p, &bytes, &passes, &write};
         tiering::LaunchSeen seen;
         t->before_launch(touch, stream, params, nullptr, &seen);
-        t->order_behind_moves(seen, stream);  // as the launch hook does (overlapped copies)
-        check(drv().cuLaunchKernel(touch, 1, 1, 1, 128, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
+        {
+          // As the launch hook does (src/hooks/shown.h): ordered behind the moves it touches and queued
+          // inside the submission gate, which an ordered epoch closes while it publishes and fences.
+          const tiering::HostWaitGate::Pass queued(streams.submissions());
+          t->order_behind_moves(seen, stream);
+          check(drv().cuLaunchKernel(touch, 1, 1, 1, 128, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
+        }
         t->after_launch(seen, stream);
       }
       // What the policy asked for after this operation, as the mover's thread would take it up.
@@ -219,7 +254,7 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
         while (m.standing_holds() > 0 && m.complete_placed(false) == CUDA_SUCCESS) {
         }
         m.place_epoch();
-      } else if (mode == tiering::Mode::Auto && overlap) {
+      } else if (mode == tiering::Mode::Auto && overlap && !mover_thread.joinable()) {
         t->mover().poll();
       }
       if (g_queue_depth_ops != 0 && ++queued % g_queue_depth_ops == 0) {
@@ -233,6 +268,8 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
     check(drv().cuStreamSynchronize(stream), "cuStreamSynchronize");
   }
   run.step_seconds = (modeled_now() - started) / timed;
+  stop_mover = true;
+  if (mover_thread.joinable()) mover_thread.join();
   run.mover = t->mover().stats();
   run.policy = t->policy_stats();
   run.promoted = run.mover.promoted_bytes - moved_before.promoted_bytes;
@@ -278,6 +315,8 @@ int main(int argc, char** argv) {
   options.add("prepare", "placement", "mover with holds ahead: make target pieces at placement or at the hold");
   options.add("runs", "all", "which tiering runs besides first-come: all, or some of held,overlap,ahead,guard");
   options.add("queue-depth", "0", "operations the program runs ahead of the GPU before it waits (0: a whole step)");
+  options.add("ordered-mover", "thread",
+              "overlap run: the mover's epochs on a thread of their own that waits for each epoch's copies (thread), or polled by the program between operations (poll)");
   options.parse(&argc, argv);
   const Device dev = open_device();
   print_header("uvmpool-bench-tiering", dev);
@@ -299,6 +338,7 @@ int main(int argc, char** argv) {
   const std::uint64_t batch = options.size("batch");
   g_queue_depth_ops = static_cast<std::uint64_t>(options.integer("queue-depth"));
   g_prepare_at_hold = options.text("prepare") == "hold";
+  g_mover_thread = options.text("ordered-mover") != "poll";
   g_holds_ahead = static_cast<std::size_t>(std::max<std::int64_t>(options.integer("holds-ahead"), 2));
   const double copy_rate = o.sim_copy_gbps * 1e9;
 
@@ -360,20 +400,25 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(held.policy.demotions), static_cast<unsigned long long>(held.policy.kept_in_place),
                 static_cast<unsigned long long>(held.mover.epochs), static_cast<unsigned long long>(held.mover.moves),
                 static_cast<unsigned long long>(held.mover.moves_failed));
-    std::printf("  policy (%s): period %llu launches, %llu promotions, %llu demotions, %llu kept in place, "
+    const auto policy_line = [&](const char* name, const Run& r) {
+      if (r.step_seconds == 0) return;  // not run (--runs)
+      std::printf("  policy (%s): period %llu launches, %llu promotions, %llu demotions, %llu kept in place, "
                 "thrash guard %s after %llu trials (period on %s, off %s); "
                 "put off %llu times for the in-flight budget, %llu for room; "
-                "mover: %llu epochs, %llu moves, %llu failed, %llu requested, %llu refused\n", ahead_name.c_str(),
-                static_cast<unsigned long long>(ahead.policy.period), static_cast<unsigned long long>(ahead.policy.promotions),
-                static_cast<unsigned long long>(ahead.policy.demotions), static_cast<unsigned long long>(ahead.policy.kept_in_place),
-                ahead.policy.guard.off != 0 ? "off" : "on", static_cast<unsigned long long>(ahead.policy.guard.trials),
-                format_seconds(static_cast<double>(ahead.policy.guard.on_ns) * 1e-9).c_str(),
-                format_seconds(static_cast<double>(ahead.policy.guard.off_ns) * 1e-9).c_str(),
-                static_cast<unsigned long long>(ahead.policy.waited_in_flight),
-                static_cast<unsigned long long>(ahead.policy.waited_room),
-                static_cast<unsigned long long>(ahead.mover.epochs), static_cast<unsigned long long>(ahead.mover.moves),
-                static_cast<unsigned long long>(ahead.mover.moves_failed), static_cast<unsigned long long>(ahead.mover.requested),
-                static_cast<unsigned long long>(ahead.mover.refused));
+                "mover: %llu epochs, %llu moves, %llu failed, %llu requested, %llu refused\n", name,
+                static_cast<unsigned long long>(r.policy.period), static_cast<unsigned long long>(r.policy.promotions),
+                static_cast<unsigned long long>(r.policy.demotions), static_cast<unsigned long long>(r.policy.kept_in_place),
+                r.policy.guard.off != 0 ? "off" : "on", static_cast<unsigned long long>(r.policy.guard.trials),
+                format_seconds(static_cast<double>(r.policy.guard.on_ns) * 1e-9).c_str(),
+                format_seconds(static_cast<double>(r.policy.guard.off_ns) * 1e-9).c_str(),
+                static_cast<unsigned long long>(r.policy.waited_in_flight),
+                static_cast<unsigned long long>(r.policy.waited_room),
+                static_cast<unsigned long long>(r.mover.epochs), static_cast<unsigned long long>(r.mover.moves),
+                static_cast<unsigned long long>(r.mover.moves_failed), static_cast<unsigned long long>(r.mover.requested),
+                static_cast<unsigned long long>(r.mover.refused));
+    };
+    policy_line("overlap (ordered)", overlap);
+    policy_line(ahead_name.c_str(), ahead);
     const auto calls = [&](const char* name, const Run& r) {
       if (r.step_seconds == 0) return;  // not run (--runs)
       std::printf("  remaps a step (%s):", name);
@@ -382,6 +427,7 @@ int main(int argc, char** argv) {
       std::printf("\n");
     };
     calls("epochs on launch", held);
+    calls("overlap (ordered)", overlap);
     calls(ahead_name.c_str(), ahead);
     std::printf("  target: auto at most 1.25 of the floor\n");
   }
