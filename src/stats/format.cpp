@@ -222,6 +222,11 @@ void tiering_line(const Report& r, Lines& lines) {
   if (const Value broken = process(r, "tiering_holds_broken"); broken.value_or(0) != 0) s.add(broken, "holds released for pool waits");
   if (const Value waits = process(r, "tiering_queue_waits"); waits.value_or(0) != 0)
     s.add(waits, "launches held back during holds (512 ahead of the device)");
+  // Ordered epochs (UVMPOOL_TIERING_COPY=overlap): the work that waited for a commit in its stream.
+  if (const Value ordered = process(r, "tiering_launches_ordered"); ordered.value_or(0) != 0) {
+    s.add(ordered, "launches ordered behind a move");
+    if (const Value host = process(r, "tiering_ordered_on_host"); host.value_or(0) != 0) s.add(host, "of them waited for on the host");
+  }
   if (const std::string text = s.text(); !text.empty()) lines.add("  tiering: " + text);
   tiering_now_line(r, lines);
 }

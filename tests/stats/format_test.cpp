@@ -138,6 +138,13 @@ TEST(Table, TieringLineOnlyOnceSomethingWasReadOrMoved) {
   EXPECT_NE(table.find("; 2 holds given up, 83 launches held back during holds (512 ahead of the device)\n"),
             std::string::npos)
       << table;
+  set("tiering_launches_ordered", 1223);
+  set("tiering_ordered_on_host", 3);
+  table = format_table(r, false);
+  EXPECT_NE(table.find(", 83 launches held back during holds (512 ahead of the device), 1223 launches ordered behind a "
+                       "move, 3 of them waited for on the host\n"),
+            std::string::npos)
+      << table;
   set("launches_read", 0);
   set("tiering_moves", 0);
   table = format_table(r, false);
@@ -274,8 +281,12 @@ TEST(Prometheus, ValidWithTheRightLabelsAndSuffixes) {
       EXPECT_EQ(keys, (std::set<std::string>{"pid", "program", "device"}));
     } else if (s.name == "uvmpool_tiering_mover_time_seconds_total") {  // kept in microseconds, shown in seconds
       EXPECT_EQ(keys, (std::set<std::string>{"pid", "program", "step"}));
-      if (s.labels.at("step") == "draining") EXPECT_EQ(s.value, "2.340000");
-      if (s.labels.at("step") == "preparing") EXPECT_EQ(s.value, "0.000400");
+      if (s.labels.at("step") == "draining") {
+        EXPECT_EQ(s.value, "2.340000");
+      }
+      if (s.labels.at("step") == "preparing") {
+        EXPECT_EQ(s.value, "0.000400");
+      }
     } else if (s.name == "uvmpool_pool_allocations_total") {
       EXPECT_EQ(keys, (std::set<std::string>{"pid", "program"}));
       EXPECT_EQ(s.value, "1290");

@@ -59,6 +59,8 @@ inline Report sample_report() {
   add_process(r, "tiering_holds_given_up", 0);
   add_process(r, "tiering_holds_broken", 0);
   add_process(r, "tiering_queue_waits", 0);
+  add_process(r, "tiering_launches_ordered", 0);
+  add_process(r, "tiering_ordered_on_host", 0);
   for (const char* now : {"tiering_mover_step", "tiering_mover_step_seconds", "tiering_holds_standing", "tiering_gate_closed",
                           "tiering_gate_waiting"}) {
     add_process(r, now, 0, Kind::Gauge, Unit::Count);  // idle: no "tiering now" line
