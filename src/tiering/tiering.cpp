@@ -42,8 +42,13 @@ MoverConfig configured_mover() {
   c.max_batch_bytes = o.tiering_batch.bytes;
   c.holds_ahead = static_cast<std::size_t>(o.tiering_holds_ahead);
   c.prepare_at_hold = o.tiering_prepare == "hold";
-  // Ordered epochs complete on the mover's thread: a program thread that synchronizes waits for them.
-  if (o.tiering_epochs == "launch" && !c.overlap) {  // one hold at a time, on the launching thread (mover.h)
+  if (o.tiering_epochs == "launch" && c.overlap) {
+    // Ordered epochs placed by the launching thread as the policy asks, so that each move's fence lies
+    // where it was asked for in the program's order; the mover's thread completes them (a program
+    // thread that synchronizes waits for their commits).
+    c.on_launch = true;
+    c.launches_per_epoch = 1;
+  } else if (o.tiering_epochs == "launch") {  // one hold at a time, on the launching thread (mover.h)
     c.on_launch = true;
     c.thread = false;
     c.holds_ahead = 1;
@@ -471,8 +476,15 @@ void Tiering::after_launch(const LaunchSeen& seen, CUstream stream) {
   // synchronous copy's hook is still inside the gate here (transfer_hooks.cpp). Another thread's
   // epoch under way: this one goes on.
   if (mode_ == Mode::Auto && seen.kernel && mover_.config().on_launch && mover_.queued() &&
-      launches_since_epoch_.fetch_add(1, std::memory_order_relaxed) % std::max<std::size_t>(mover_.config().launches_per_epoch, 1) == 0)
-    mover_.poll();
+      launches_since_epoch_.fetch_add(1, std::memory_order_relaxed) % std::max<std::size_t>(mover_.config().launches_per_epoch, 1) == 0) {
+    // Ordered epochs (overlap): placed here, behind the mover thread's step under way if need be, so
+    // that the fence lies where the policy asked; the mover's thread completes them.
+    if (mover_.config().overlap) {
+      mover_.place_epoch();
+    } else {
+      mover_.poll();
+    }
+  }
 }
 
 void Tiering::trace_launch(const LaunchSeen& seen) {

@@ -54,6 +54,7 @@ std::uint64_t g_queue_depth_ops = 0;  // --queue-depth
 std::size_t g_holds_ahead = 8;             // --holds-ahead
 bool g_prepare_at_hold = false;            // --prepare
 bool g_mover_thread = true;                // --ordered-mover
+bool g_place_at_launch = true;             // --ordered-place
 
 // One operation: the tensors its kernel touches, each with passes and whether it writes.
 struct Touch {
@@ -183,6 +184,10 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
   // UVMPOOL_TIERING_EPOCHS=launch runs them (Tiering::after_launch); overlapped copies are polled below.
   mover.on_launch = !overlap && holds_ahead <= 1;
   mover.launches_per_epoch = std::max<std::size_t>(policy.lookahead / 8, 1);  // as Tiering configures it
+  if (overlap && g_place_at_launch) {  // as UVMPOOL_TIERING_EPOCHS=launch places ordered epochs
+    mover.on_launch = true;
+    mover.launches_per_epoch = 1;
+  }
   auto t = std::make_unique<tiering::Tiering>(drv(), *pool, mode, streams, mover, policy);
 
   std::vector<CUdeviceptr> tensors;
@@ -317,6 +322,8 @@ int main(int argc, char** argv) {
   options.add("queue-depth", "0", "operations the program runs ahead of the GPU before it waits (0: a whole step)");
   options.add("ordered-mover", "thread",
               "overlap run: the mover's epochs on a thread of their own that waits for each epoch's copies (thread), or polled by the program between operations (poll)");
+  options.add("ordered-place", "launch",
+              "overlap run: ordered epochs placed by the launching thread as the policy asks (launch, as UVMPOOL_TIERING_EPOCHS=launch), or only by the mover (thread)");
   options.parse(&argc, argv);
   const Device dev = open_device();
   print_header("uvmpool-bench-tiering", dev);
@@ -339,6 +346,7 @@ int main(int argc, char** argv) {
   g_queue_depth_ops = static_cast<std::uint64_t>(options.integer("queue-depth"));
   g_prepare_at_hold = options.text("prepare") == "hold";
   g_mover_thread = options.text("ordered-mover") != "poll";
+  g_place_at_launch = options.text("ordered-place") != "thread";
   g_holds_ahead = static_cast<std::size_t>(std::max<std::int64_t>(options.integer("holds-ahead"), 2));
   const double copy_rate = o.sim_copy_gbps * 1e9;
 

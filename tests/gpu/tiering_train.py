@@ -89,6 +89,9 @@ def main():
         "remote": ({**limited, "UVMPOOL_TIERING": "remote"}, lib),
         "auto_held": ({**limited, "UVMPOOL_TIERING": "auto", "UVMPOOL_TIERING_COPY": "held"}, lib),
         "auto_overlap": ({**limited, "UVMPOOL_TIERING": "auto", "UVMPOOL_TIERING_COPY": "overlap"}, lib),
+        # ordered epochs placed by the launching thread as the policy asks (docs/tiering.md)
+        "auto_overlap_launch": ({**limited, "UVMPOOL_TIERING": "auto", "UVMPOOL_TIERING_COPY": "overlap",
+                                 "UVMPOOL_TIERING_EPOCHS": "launch"}, lib),
         # ordered epochs, each prepared when the device reaches its fence, 64 standing (docs/tiering.md)
         "auto_overlap_hold": ({**limited, "UVMPOOL_TIERING": "auto", "UVMPOOL_TIERING_COPY": "overlap",
                                "UVMPOOL_TIERING_PREPARE": "hold", "UVMPOOL_TIERING_HOLDS_AHEAD": "64"}, lib),

@@ -62,6 +62,7 @@ class LaunchTouches_ : public TieringTest {
   CUresult launch(CUfunction f, void** params, void** extra = nullptr) {
     uvmpool::tiering::LaunchSeen seen;
     tiering->before_launch(f, stream, params, extra, &seen);
+    tiering->order_behind_moves(seen, stream);  // inside the submission gate, in the hooks
     const CUresult r = drv().cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, stream, params, extra);
     tiering->after_launch(seen, stream);
     return r;
@@ -556,6 +557,40 @@ TEST_F(LaunchTouches_, AMemsetDuringAnOverlappedCopyIsOrderedBehindTheCommitAndI
   std::vector<std::uint32_t> got(kWords);
   ASSERT_CU(drv().cuMemcpyDtoH_v2(got.data(), in_host, kWords * 4));
   EXPECT_EQ(std::count(got.begin(), got.end(), 0x77u), static_cast<std::ptrdiff_t>(kWords)) << "the memset's write was lost";
+}
+
+// UVMPOOL_TIERING_EPOCHS=launch with overlapped copies: the launching thread places the ordered epoch
+// right after the launch that asked (its fence lies there), and a later launch writing the moving
+// memory is ordered behind the commit.
+TEST_F(LaunchTouches_, WithOverlapAndEpochsOnLaunchTheLaunchingThreadPlacesTheOrderedEpoch) {
+  allocate_both_tiers();
+  must_free(*pool, on_device);  // room to promote the spilled chunk
+  allocated.erase(allocated.begin());
+  pool->release_idle();
+  uvmpool::tiering::MoverConfig config;
+  config.overlap = true;
+  config.thread = false;
+  config.on_launch = true;
+  config.launches_per_epoch = 1;
+  tiering = std::make_unique<Tiering>(drv(), *pool, Mode::Auto, streams, config);
+  ASSERT_TRUE(tiering->mover().request(in_host, kMiB, uvmpool::pool::Tier::Device));
+  std::uint64_t count = kMiB / 4;
+  std::uint32_t value = 5;
+  CUdeviceptr dst = spilled;  // device memory, not moving
+  void* params[] = {&dst, &count, &value};
+  ASSERT_CU(launch(fill, params));
+  EXPECT_EQ(tiering->mover().standing_holds(), 1u) << "the launching thread placed no epoch";
+  ASSERT_TRUE(tiering->mover().copying());
+  dst = in_host;
+  value = 0x66;
+  ASSERT_CU(launch(fill, params));
+  EXPECT_EQ(tiering->stats().launches_ordered, 1u);
+  ASSERT_CU(tiering->mover().complete_placed(true));
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(tier_at(in_host), 'D');
+  std::vector<std::uint32_t> got(kMiB / 4);
+  ASSERT_CU(drv().cuMemcpyDtoH_v2(got.data(), in_host, kMiB));
+  EXPECT_EQ(std::count(got.begin(), got.end(), 0x66u), static_cast<std::ptrdiff_t>(got.size())) << "the write was lost";
 }
 
 TEST_F(LaunchTouches_, ALaunchOfManyPointersKeepsSixtyFourAndCountsTheRest) {
