@@ -74,6 +74,12 @@ CUresult Mover::place_ordered() {
   if (placed_.size() >= std::max<std::size_t>(config_.holds_ahead, 1)) return CUDA_ERROR_NOT_READY;
   // The gate stays open a while after a close that found calls staying inside (below).
   if (placed_.empty() && std::chrono::steady_clock::now() < gate_retry_at_) return CUDA_ERROR_NOT_READY;
+  // As for holds (pipeline_step): no epoch is added while a program call waits at the closed gate, so
+  // it gets in once the standing ones commit rather than behind epoch after epoch (placed by the
+  // launching thread as the policy asks, they could come without end), nor while a pool path waits
+  // for the device (the breaker would refuse it).
+  if (!placed_.empty() && streams_.host_waits().has_waiters()) return CUDA_ERROR_NOT_READY;
+  if (breaker_.pool_waiting()) return CUDA_ERROR_NOT_READY;
   if (!epoch_state_.active) {
     if (const CUresult r = prepares_at_hold() ? take_for_hold() : begin(); r != CUDA_SUCCESS) return r;
     if (!epoch_state_.active) return CUDA_SUCCESS;  // nothing to move

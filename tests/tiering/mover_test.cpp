@@ -526,6 +526,32 @@ TEST_F(Mover_, AMoverDestroyedMidEpochLeavesTheOldMapping) {
   EXPECT_TRUE(holds(in_host, 16 * kMiB, 11));
 }
 
+TEST_F(Mover_, OrderedEpochsAreNotAddedWhileAProgramCallWaitsAtTheGate) {
+  // The first ordered epoch closes the host-wait gate; a program call then waits at it, and no further
+  // epoch is placed until the standing one commits and lets it in.
+  allocate_both_tiers();
+  fill(in_host, 16 * kMiB, 2);
+  MoverConfig config;
+  config.overlap = true;
+  config.holds_ahead = 4;
+  make_mover(config);
+  ASSERT_TRUE(mover->request(in_host, 2 * kMiB, Tier::Device));
+  ASSERT_CU(mover->place_epoch());
+  ASSERT_EQ(mover->standing_holds(), 1u);
+  std::atomic<bool> done{false};
+  std::thread program = call_at_closed_gate(streams.host_waits(), [] {}, done, "the gate was open");
+  ASSERT_TRUE(mover->request(in_host + 4 * kMiB, 2 * kMiB, Tier::Device));
+  EXPECT_EQ(mover->place_epoch(), CUDA_ERROR_NOT_READY);
+  EXPECT_EQ(mover->standing_holds(), 1u) << "an epoch was added while a call waited at the gate";
+  while (mover->standing_holds() > 0) ASSERT_CU(mover->complete_placed(true));  // the gate opens with the last
+  program.join();
+  EXPECT_TRUE(done);
+  ASSERT_CU(mover->place_epoch());
+  ASSERT_CU(mover->complete_placed(true));
+  EXPECT_EQ(tiers(in_host, 8 * kMiB, gran), "DHDH");
+  EXPECT_TRUE(holds(in_host, 16 * kMiB, 2));
+}
+
 TEST_F(Mover_, OverlapOrdersALaunchItCouldNotReadBehindEveryMove) {
   allocate_both_tiers();
   fill(in_host, 16 * kMiB, 3);
