@@ -314,9 +314,9 @@ class Mover {
   // false when calls stayed inside past the gate's patience (the gate is left open a while).
   bool close_gate_for_epoch() UVMPOOL_REQUIRES(epoch_mu_);
   bool drained(Placed& p) UVMPOOL_REQUIRES(epoch_mu_);  // the program's work reached its hold
-  void give_up_placed() UVMPOOL_REQUIRES(epoch_mu_);
+  void give_up_placed() UVMPOOL_REQUIRES(epoch_mu_);   // at stop: every standing hold released, moves aborted
   // The first standing epoch taken out; the next one's timeout starts now.
-  Placed pop_placed() UVMPOOL_REQUIRES(epoch_mu_);   // at stop: every standing hold released, moves aborted
+  Placed pop_placed() UVMPOOL_REQUIRES(epoch_mu_);
   CUresult pipeline_step() UVMPOOL_REQUIRES(epoch_mu_);  // the thread's round with holds ahead
   bool pipelined() const { return config_.holds_ahead > 1 && !config_.overlap; }
   bool ordered() const { return config_.overlap; }
