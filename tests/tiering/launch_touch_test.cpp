@@ -58,6 +58,14 @@ class LaunchTouches_ : public TieringTest {
     ASSERT_EQ(tier_at(in_host), 'H');
   }
 
+  // The same, then the device allocation freed and given back: room to promote the spilled chunk.
+  void allocate_with_room_to_promote() {
+    allocate_both_tiers();
+    must_free(*pool, on_device);
+    allocated.erase(allocated.begin());
+    pool->release_idle();
+  }
+
   // Reports the launch to tiering, as the hooks do, then launches it.
   CUresult launch(CUfunction f, void** params, void** extra = nullptr) {
     uvmpool::tiering::LaunchSeen seen;
@@ -530,10 +538,7 @@ TEST_F(LaunchTouches_, CopiesAndMemsetsShowThePoolMemoryTheyTouch) {
 }
 
 TEST_F(LaunchTouches_, AMemsetDuringAnOverlappedCopyIsOrderedBehindTheCommitAndItsBytesStay) {
-  allocate_both_tiers();
-  must_free(*pool, on_device);  // room to promote the spilled chunk
-  allocated.erase(allocated.begin());
-  pool->release_idle();
+  allocate_with_room_to_promote();
   uvmpool::tiering::MoverConfig config;
   config.overlap = true;
   config.thread = false;
@@ -563,10 +568,7 @@ TEST_F(LaunchTouches_, AMemsetDuringAnOverlappedCopyIsOrderedBehindTheCommitAndI
 // right after the launch that asked (its fence lies there), and a later launch writing the moving
 // memory is ordered behind the commit.
 TEST_F(LaunchTouches_, WithOverlapAndEpochsOnLaunchTheLaunchingThreadPlacesTheOrderedEpoch) {
-  allocate_both_tiers();
-  must_free(*pool, on_device);  // room to promote the spilled chunk
-  allocated.erase(allocated.begin());
-  pool->release_idle();
+  allocate_with_room_to_promote();
   uvmpool::tiering::MoverConfig config;
   config.overlap = true;
   config.thread = false;
