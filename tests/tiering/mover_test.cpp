@@ -552,6 +552,28 @@ TEST_F(Mover_, OrderedEpochsAreNotAddedWhileAProgramCallWaitsAtTheGate) {
   EXPECT_TRUE(holds(in_host, 16 * kMiB, 2));
 }
 
+TEST_F(Mover_, AnOrderedEpochWhoseCopyWaitFailsCommitsOnlyOnceItsCopiesAreDone) {
+  // The wait for the epoch's copies fails while they still run (behind long work before the fence):
+  // the commit must not remap under them.
+  allocate_both_tiers();
+  fill(in_host, 16 * kMiB, 6);
+  MoverConfig config;
+  config.overlap = true;
+  make_mover(config);
+  busy(in_host, 16 * kMiB);
+  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+  ASSERT_CU(mover->place_epoch());
+  ASSERT_EQ(mover->standing_holds(), 1u);
+  // Its two events, one per copy stream: the second, after the promotion's copy, fails.
+  ASSERT_EQ(sim().fail("cuEventSynchronize", 2, CUDA_ERROR_UNKNOWN), 0);
+  const CUresult completed = mover->complete_placed(true);
+  sim().clear_failures();
+  EXPECT_CU(completed);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(race_violations(), 0u) << "remapped under the copy";
+  EXPECT_TRUE(holds(in_host, 16 * kMiB, 6));
+}
+
 TEST_F(Mover_, OverlapOrdersALaunchItCouldNotReadBehindEveryMove) {
   allocate_both_tiers();
   fill(in_host, 16 * kMiB, 3);
