@@ -54,7 +54,13 @@ CUresult CarvedRange::free(CUdeviceptr p) {
   const std::size_t bytes = it->second;
   live_.erase(it);
   count_use(p, bytes, false);
-  free_.give_back(p, bytes);
+  // Free again, but what lies in a slot in host memory: withheld until the slot comes back.
+  for (CUdeviceptr at = p; at < p + bytes;) {
+    const std::size_t i = (at - base_) / extent_;
+    const CUdeviceptr end = std::min<CUdeviceptr>(p + bytes, slot_va(i) + extent_);
+    if (!slots_[i].on_host()) free_.give_back(at, end - at);
+    at = end;
+  }
   figures_.live_bytes -= bytes;
   --figures_.allocations;
   return CUDA_SUCCESS;
@@ -101,7 +107,7 @@ CUresult CarvedRange::grow(const Window& w, std::size_t bytes) {
   bool fenced = false;
   for (std::size_t i = slots_.size(); i-- > 0 && pieces.size() < w.count;) {
     Slot& s = slots_[i];
-    if (s.pieces.empty() || s.used != 0) continue;
+    if (idle_kind(s) != Idle::Device || s.moving) continue;
     if (slot_va(i) < w.start + bytes && slot_va(i) + extent_ > w.start) continue;
     if (!free_.take_at(slot_va(i), extent_)) continue;  // not wholly free after all: left alone
     if (!std::exchange(fenced, true)) source_.before_unmap();
@@ -146,10 +152,117 @@ void CarvedRange::unmap_slot(std::size_t i) {
     log::warn("carved range at {:#x}: slot {} stayed mapped", base_, i);
     return;
   }
-  s.pieces.clear();
+  const Idle was = idle_kind(s);
+  if (s.on_host()) --host_;
+  const std::vector<Chunk> pieces = std::exchange(s.pieces, {});
+  s.exported = false;
   --mapped_;
-  if (s.used == 0) --idle_;
-  source_.unmapped(slot_va(i), extent_);
+  recount(i, was);
+  source_.unmapped(slot_va(i), pieces);
+}
+
+void CarvedRange::recount(std::size_t i, Idle was) {
+  const Idle now = idle_kind(slots_[i]);
+  if (now == was) return;
+  if (was == Idle::Device) --idle_;
+  if (was == Idle::Host) --idle_host_;
+  if (now == Idle::Device) ++idle_;
+  if (now == Idle::Host) ++idle_host_;
+}
+
+std::vector<std::pair<CUdeviceptr, std::size_t>> CarvedRange::gaps(std::size_t i) const {
+  std::vector<std::pair<CUdeviceptr, std::size_t>> out;
+  const CUdeviceptr lo = slot_va(i), hi = lo + extent_;
+  CUdeviceptr at = lo;
+  auto it = live_.upper_bound(lo);
+  if (it != live_.begin()) --it;  // the allocation that may begin before the slot and reach into it
+  for (; it != live_.end() && it->first < hi; ++it) {
+    const CUdeviceptr end = it->first + it->second;
+    if (end <= at) continue;
+    if (it->first > at) out.emplace_back(at, it->first - at);
+    at = std::min(end, hi);
+  }
+  if (at < hi) out.emplace_back(at, hi - at);
+  return out;
+}
+
+std::uint64_t CarvedRange::withheld_bytes() const {
+  std::uint64_t n = 0;
+  for (const Slot& s : slots_) n += s.on_host() ? extent_ - s.used : 0;
+  return n;
+}
+
+std::optional<std::size_t> CarvedRange::slot_of(CUdeviceptr p) const {
+  if (!contains(p)) return std::nullopt;
+  const std::size_t i = (p - base_) / extent_;
+  if (slots_[i].pieces.empty()) return std::nullopt;
+  return i;
+}
+
+CUresult CarvedRange::claim(std::size_t i) {
+  Slot& s = slots_[i];
+  if (s.pieces.empty()) return CUDA_ERROR_INVALID_VALUE;
+  if (s.moving) return CUDA_ERROR_NOT_READY;
+  if (s.exported) return CUDA_ERROR_NOT_PERMITTED;
+  s.moving = true;
+  return CUDA_SUCCESS;
+}
+
+void CarvedRange::unclaim(std::size_t i) { slots_[i].moving = false; }
+
+bool CarvedRange::moving(CUdeviceptr start, std::size_t bytes) const {
+  if (bytes == 0 || !contains(start)) return false;
+  const std::size_t from = (start - base_) / extent_, to = (start + bytes - 1 - base_) / extent_;
+  for (std::size_t i = from; i <= to && i < slots_.size(); ++i) {
+    if (slots_[i].moving) return true;
+  }
+  return false;
+}
+
+void CarvedRange::mark_exported(CUdeviceptr start, std::size_t bytes) {
+  if (bytes == 0 || !contains(start)) return;
+  const std::size_t from = (start - base_) / extent_, to = (start + bytes - 1 - base_) / extent_;
+  for (std::size_t i = from; i <= to && i < slots_.size(); ++i) slots_[i].exported = !slots_[i].pieces.empty();
+}
+
+void CarvedRange::swapped(std::size_t i, std::vector<Chunk> pieces) {
+  Slot& s = slots_[i];
+  const Idle was = idle_kind(s);
+  const bool was_host = s.on_host();
+  s.pieces = std::move(pieces);
+  if (s.on_host() != was_host) {
+    if (was_host) {
+      --host_;
+    } else {
+      ++host_;
+    }
+    for (const auto& [at, bytes] : gaps(i)) {
+      if (!was_host) {
+        if (!free_.take_at(at, bytes))
+          log::error("carved range at {:#x}: free space at {:#x} of slot {} was not free", base_, at, i);
+      } else {
+        free_.give_back(at, bytes);
+      }
+    }
+  }
+  recount(i, was);
+}
+
+std::size_t CarvedRange::release_idle_host() {
+  std::size_t released = 0;
+  bool fenced = false;
+  for (std::size_t i = 0; i < slots_.size() && idle_host_ != 0; ++i) {
+    Slot& s = slots_[i];
+    if (idle_kind(s) != Idle::Host || s.moving) continue;
+    if (!std::exchange(fenced, true)) source_.before_unmap();
+    std::vector<Chunk> pieces = s.pieces;
+    unmap_slot(i);
+    if (!s.pieces.empty()) continue;  // the driver kept it mapped: tried again at the next free
+    source_.give_back(pieces);
+    ++released;
+    ++figures_.released;
+  }
+  return released;
 }
 
 std::size_t CarvedRange::release_idle(std::size_t wanted) {
@@ -158,7 +271,7 @@ std::size_t CarvedRange::release_idle(std::size_t wanted) {
   bool fenced = false;
   for (std::size_t i = slots_.size(); i-- > 0 && released < wanted;) {
     Slot& s = slots_[i];
-    if (s.pieces.empty() || s.used != 0 || !free_.take_at(slot_va(i), extent_)) continue;
+    if (idle_kind(s) != Idle::Device || s.moving || !free_.take_at(slot_va(i), extent_)) continue;
     if (!std::exchange(fenced, true)) source_.before_unmap();
     std::vector<Chunk> pieces = s.pieces;
     unmap_slot(i);
@@ -178,13 +291,13 @@ void CarvedRange::count_use(CUdeviceptr start, std::size_t bytes, bool add) {
     const std::size_t i = (at - base_) / extent_;
     const CUdeviceptr end = std::min<CUdeviceptr>(start + bytes, slot_va(i) + extent_);
     Slot& s = slots_[i];
+    const Idle was = idle_kind(s);
     if (add) {
-      if (s.used == 0) --idle_;
       s.used += end - at;
     } else {
       s.used -= end - at;
-      if (s.used == 0) ++idle_;
     }
+    recount(i, was);
     at = end;
   }
 }
@@ -207,6 +320,7 @@ CarvedRange::Figures CarvedRange::figures() const {
   Figures f = figures_;
   f.slots_mapped = mapped_;
   f.slots_idle = idle_;
+  f.slots_host = host_;
   return f;
 }
 
@@ -240,15 +354,23 @@ std::string CarvedRange::check_invariants() const {
   }
   if (live != figures_.live_bytes) out += fmt::format("live bytes {}, counted {}\n", live, figures_.live_bytes);
   if (live_.size() != figures_.allocations) out += fmt::format("{} allocations, counted {}\n", live_.size(), figures_.allocations);
-  std::size_t mapped_slots = 0, idle = 0;
+  std::size_t mapped_slots = 0, host_slots = 0, idle = 0, idle_host = 0;
   for (const Slot& s : slots_) {
     mapped_slots += s.pieces.empty() ? 0 : 1;
-    idle += !s.pieces.empty() && s.used == 0 ? 1 : 0;
+    host_slots += s.on_host() ? 1 : 0;
+    idle += idle_kind(s) == Idle::Device ? 1 : 0;
+    idle_host += idle_kind(s) == Idle::Host ? 1 : 0;
+    if (!s.pieces.empty() && std::any_of(s.pieces.begin(), s.pieces.end(), [&](const Chunk& c) { return c.tier != s.pieces.front().tier; }))
+      out += "a slot's pieces lie in both tiers\n";
   }
-  if (mapped_slots != mapped_ || idle != idle_)
-    out += fmt::format("{} slots mapped and {} idle, counted {} and {}\n", mapped_slots, idle, mapped_, idle_);
-  if (mapped != live + free_.free_bytes())
-    out += fmt::format("mapped {} bytes != live {} + free {}\n", mapped, live, free_.free_bytes());
+  if (host_slots != host_) out += fmt::format("{} slots in host memory, counted {}\n", host_slots, host_);
+  if (mapped_slots != mapped_ || idle != idle_ || idle_host != idle_host_)
+    out += fmt::format("{} slots mapped, {} idle on the device and {} in host memory, counted {}, {} and {}\n", mapped_slots,
+                       idle, idle_host, mapped_, idle_, idle_host_);
+  // A slot in host memory withholds its free space (see carved_range.h).
+  if (mapped != live + free_.free_bytes() + withheld_bytes())
+    out += fmt::format("mapped {} bytes != live {} + free {} + withheld {}\n", mapped, live, free_.free_bytes(),
+                       withheld_bytes());
   return out;
 }
 

@@ -58,7 +58,7 @@ class CarvedRange {
     // The pieces mapped from va, one after another / the bytes from va unmapped: the address map's
     // entries and tier marks follow.
     virtual void mapped(CUdeviceptr va, std::span<const Chunk> pieces) = 0;
-    virtual void unmapped(CUdeviceptr va, std::size_t bytes) = 0;
+    virtual void unmapped(CUdeviceptr va, std::span<const Chunk> pieces) = 0;
   };
 
   // [base, base + bytes): reserved address space, a whole number of extents, chunk-aligned.
@@ -92,16 +92,42 @@ class CarvedRange {
   std::vector<Chunk> pieces_of(CUdeviceptr start, std::size_t bytes, CUdeviceptr* first) const;
   // Every mapped slot: its address and pieces (the pool's invariants).
   void for_each_mapped(const std::function<void(CUdeviceptr, std::span<const Chunk>)>& visit) const;
-  std::size_t idle_slots() const { return idle_; }  // mapped, nothing allocated in them
+  std::size_t idle_slots() const { return idle_; }  // mapped on the device, nothing allocated in them
   std::size_t extent() const { return extent_; }
 
-  // Unmaps up to `slots` idle slots (wholly free), highest address first, and gives their pieces
-  // back; how many.
+  // Unmaps up to `slots` idle device slots (wholly free), highest address first, and gives their
+  // pieces back; how many.
   std::size_t release_idle(std::size_t slots);
+
+  // Moves (the pool's move.cpp sequences them; carved_moves.cpp): a slot changes tier at its address,
+  // with every allocation in it. One slot a move: a handle maps whole, so no piece may span two slots
+  // (each slot is unmapped on its own later). While a slot lies in host memory its free space takes
+  // no new allocation (the range would hand out host memory while the device has room): it is
+  // withheld, and comes back when the slot does. A slot that holds no allocation any more in host
+  // memory is given back (release_idle_host).
+  // The slot p lies in: its index, or none outside the range or in an unmapped slot.
+  std::optional<std::size_t> slot_of(CUdeviceptr p) const;
+  CUdeviceptr slot_start(std::size_t slot) const { return slot_va(slot); }
+  std::span<const Chunk> slot_pieces(std::size_t slot) const { return slots_[slot].pieces; }
+  // Claims a mapped slot for a move: NOT_READY when one is under way, NOT_PERMITTED once exported
+  // (another process maps its handles). While claimed no idle-slot reuse or release unmaps it.
+  CUresult claim(std::size_t slot);
+  void unclaim(std::size_t slot);
+  bool moving(CUdeviceptr start, std::size_t bytes) const;  // whether a slot under [start, +bytes) is claimed
+  // CUDA IPC hands out the slots under [start, +bytes): they never move again while mapped.
+  void mark_exported(CUdeviceptr start, std::size_t bytes);
+  // The caller remapped a claimed slot onto `pieces` (the other tier): its free space is withheld
+  // (now in host memory) or given back (on the device again).
+  void swapped(std::size_t slot, std::vector<Chunk> pieces);
+  std::size_t idle_host_slots() const { return idle_host_; }
+  // Unmaps every slot in host memory that holds no allocation and is not claimed, and gives its pieces
+  // back; how many.
+  std::size_t release_idle_host();
 
   struct Figures {
     std::size_t slots_mapped = 0;
-    std::size_t slots_idle = 0;     // mapped, nothing allocated in them
+    std::size_t slots_idle = 0;     // mapped on the device, nothing allocated in them
+    std::size_t slots_host = 0;     // mapped with host memory (moved there)
     std::size_t peak_slots_mapped = 0;
     std::uint64_t live_bytes = 0;   // allocated, rounded up to the unit
     std::uint64_t allocations = 0;  // live
@@ -117,7 +143,22 @@ class CarvedRange {
   struct Slot {
     std::vector<Chunk> pieces;  // empty: unmapped
     std::uint64_t used = 0;     // bytes of live allocations inside it
+    bool moving = false;        // claimed by a move
+    bool exported = false;      // its handles handed to CUDA IPC (until it is unmapped)
+    bool on_host() const { return !pieces.empty() && pieces.front().tier == Tier::Host; }
   };
+  // What the idle counts see of a slot: wholly free, on the device (idle memory) or in host memory
+  // (to give back).
+  enum class Idle : std::uint8_t { No, Device, Host };
+  static Idle idle_kind(const Slot& s) {
+    if (s.pieces.empty() || s.used != 0) return Idle::No;
+    return s.on_host() ? Idle::Host : Idle::Device;
+  }
+  // Keeps idle_ and idle_host_ right across a change to slot `i` (`was`: its idle_kind before).
+  void recount(std::size_t i, Idle was);
+  // The free space of slot i: the gaps between the allocations that lie in it.
+  std::vector<std::pair<CUdeviceptr, std::size_t>> gaps(std::size_t i) const;
+  std::uint64_t withheld_bytes() const;  // free space of slots in host memory
   // Where a grown allocation goes: [start, start + bytes) over the unmapped slots [first, first + count)
   // and free mapped space around them.
   struct Window {
@@ -138,7 +179,8 @@ class CarvedRange {
   RangeAllocator free_;                       // mapped free space
   std::map<CUdeviceptr, std::size_t> live_;  // allocation start -> bytes (rounded)
   Figures figures_;
-  std::size_t mapped_ = 0, idle_ = 0;  // slots
+  // Slots: mapped, of those in host memory, idle on the device, idle in host memory.
+  std::size_t mapped_ = 0, host_ = 0, idle_ = 0, idle_host_ = 0;
 };
 
 }  // namespace uvmpool::pool

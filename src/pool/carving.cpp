@@ -11,8 +11,7 @@
 // carved allocations, which lookups take alone; a free on a stream taken back by the same stream
 // (stream_reuse.cpp) changes only its index entry, under carve_index_mu_ alone.
 //
-// Not yet carried over from stitched mappings: tiering never moves carved memory (prepare_move
-// answers NOT_SUPPORTED). Memory freed on a stream is taken back at once by an allocation on the same
+// Moves: a slot changes tier whole, with the allocations in it (carved_moves.cpp). Memory freed on a stream is taken back at once by an allocation on the same
 // stream of the same rounded size, and by anyone once its work is done. CUDA IPC exports the slots an
 // allocation lies in, whose handles the neighbouring allocations share (as a slab's chunk does its
 // slots).
@@ -46,7 +45,10 @@ class DevicePool::CarveSource : public CarvedRange::Source {
     p_.fig_.stitched_maps.fetch_add(1, std::memory_order_relaxed);
     trace::record(trace::Kind::Map, p_.device_, va, bytes, 0);
   }
-  void unmapped(CUdeviceptr va, std::size_t bytes) override {
+  void unmapped(CUdeviceptr va, std::span<const Chunk> pieces) override {
+    const std::size_t bytes = granules_of(pieces) * p_.chunk_;
+    // A slot moved to host memory (carved_moves.cpp) held host chunks in a mapping.
+    p_.fig_.host_mapped.fetch_sub(host_granules_of(pieces), std::memory_order_relaxed);
     p_.map_.set(va, bytes, 0);
     p_.map_.set_host(va, bytes, false);
     trace::record(trace::Kind::Unmap, p_.device_, va, bytes, 0);
@@ -76,14 +78,20 @@ CUresult DevicePool::try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext co
     // Twice the budget in whole extents: room for the holes that moving idle slots leaves.
     const std::size_t extent = extent_granules_ * chunk_;
     const std::size_t size = 2 * div_ceil(budget_, extent) * extent;
-    CUdeviceptr va = 0;
-    if (const CUresult r = take_range(size, &va); r != CUDA_SUCCESS) {
+    // Aligned to the extent, so that slots lie at the addresses a slot's size divides (the driver's
+    // large pages, and slot boundaries anyone can compute): an extent more is taken, the rest given back.
+    CUdeviceptr taken = 0;
+    if (const CUresult r = take_range(size + extent, &taken); r != CUDA_SUCCESS) {
       log::warn("device {}: no address space for carving ({} MiB); carving is off", device_, size >> 20);
       carve_max_.store(0, std::memory_order_relaxed);
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    const CUdeviceptr va = div_ceil(taken, extent) * extent;
+    if (va > taken) ranges_.give_back(taken, va - taken);
+    if (taken + extent > va) ranges_.give_back(va + size, taken + extent - va);
     carve_source_ = std::make_unique<CarveSource>(*this);
     carve_range_.emplace(vmm_, *carve_source_, va, size, extent, chunk_, kGuardAlignment);
+    carve_base_.store(va, std::memory_order_release);
   }
   CUdeviceptr p = 0;
   CUresult r = CUDA_SUCCESS;
@@ -129,7 +137,7 @@ CUresult DevicePool::free_carved(CUdeviceptr p, const StreamKey* stream, bool ca
       it->second.state = capturing ? kQuarantined : kPending;
       if (!capturing && stream == nullptr) carved_info_.erase(it);
     }
-    note_freed(p, a.size, 0, false);
+    note_freed(p, a.size, carved_host_bytes(p, a.size), false);
     if (capturing) {
       log::debug("free of {:#x} during stream capture: kept out of reuse for good", p);
       return CUDA_SUCCESS;
@@ -139,6 +147,7 @@ CUresult DevicePool::free_carved(CUdeviceptr p, const StreamKey* stream, bool ca
       // cached mappings); unmapping it later waits for the device (fence_unmap).
       note_sync_free(a.context);
       (void)carve_range_->free(p);
+      release_idle_host_slots();
       note_carved_idle();
       return CUDA_SUCCESS;
     }
@@ -159,6 +168,7 @@ void DevicePool::release_carved(CUdeviceptr p) {
     carved_info_.erase(it);
   }
   (void)carve_range_->free(p);
+  release_idle_host_slots();
   note_carved_idle();
 }
 
@@ -185,14 +195,17 @@ std::optional<ChunkView> DevicePool::carved_chunks(CUdeviceptr p) {
   view.info = *info;
   view.chunk_size = chunk_;
   CUdeviceptr first = 0;
+  bool device = false, host = false;
   for (const Chunk& c : carve_range_->pieces_of(info->base, info->size, &first)) {
     view.chunks.push_back(c.handle);
     view.granules.push_back(c.granules);
+    (c.tier == Tier::Host ? host : device) = true;
   }
-  // Carved slots never move (tiering leaves them alone), so exporting needs no mark here.
+  // Another process maps these handles: the slots never move again (chunks_of waited for a move).
+  carve_range_->mark_exported(info->base, info->size);
   view.offset = info->base - first;
-  view.host_chunks = false;
-  view.exportable = vmm_.exportable(Tier::Device);
+  view.host_chunks = host;
+  view.exportable = (!device || vmm_.exportable(Tier::Device)) && (!host || vmm_.exportable(Tier::Host));
   return view;
 }
 
@@ -200,7 +213,7 @@ void DevicePool::note_carved_idle() {
   if (!carve_range_) return;
   const CarvedRange::Figures f = carve_range_->figures();
   fig_.carved_idle.store(f.slots_idle * extent_granules_, std::memory_order_relaxed);
-  fig_.carved_mapped.store(f.slots_mapped * carve_range_->extent(), std::memory_order_relaxed);
+  fig_.carved_mapped.store((f.slots_mapped - f.slots_host) * carve_range_->extent(), std::memory_order_relaxed);
   fig_.carved_live.store(f.live_bytes, std::memory_order_relaxed);
 }
 
@@ -211,13 +224,18 @@ std::size_t DevicePool::release_carved_idle(std::size_t granules) {
   return released * extent_granules_;
 }
 
-void DevicePool::check_carved(std::string& out, std::uint64_t* device_granules, std::uint64_t* extents, std::uint64_t* live) {
+void DevicePool::check_carved(std::string& out, std::uint64_t* device_granules, std::uint64_t* host_granules,
+                              std::uint64_t* extents, std::uint64_t* live, std::uint64_t* live_host) {
   if (!carve_range_) return;
   out += carve_range_->check_invariants();
   carve_range_->for_each_mapped([&](CUdeviceptr va, std::span<const Chunk> pieces) {
     for (const Chunk& c : pieces) {
       check_marks(out, va, c);
       va += c.granules * chunk_;
+      if (c.tier == Tier::Host) {
+        *host_granules += c.granules;
+        continue;
+      }
       *device_granules += c.granules;
       if (c.granules > 1) ++*extents;
       if (map_.lookup(va - chunk_) != carved_entry()) out += "the address map does not name the carved range at a mapped slot\n";
@@ -225,7 +243,10 @@ void DevicePool::check_carved(std::string& out, std::uint64_t* device_granules, 
   });
   MutexLock index(carve_index_mu_);
   for (const auto& [p, a] : carved_info_) {
-    if (a.state == kLive) *live += a.size;
+    if (a.state == kLive) {
+      *live += a.size;
+      *live_host += carved_host_bytes(p, a.size);
+    }
     const std::optional<CarvedRange::Found> in = carve_range_->find(p);
     if (!in || in->start != p || in->bytes < a.size) out += "a carved allocation the range does not hold\n";
   }

@@ -124,7 +124,17 @@ std::optional<AllocationInfo> DevicePool::describe(Entry entry, CUdeviceptr p) {
 // other process maps these handles. A move under way is waited for first.
 std::optional<ChunkView> DevicePool::chunks_of(Entry entry, CUdeviceptr p) {
   if (as_carved(entry) != nullptr) {
-    MutexLock lock(mu_);
+    UniqueMutexLock lock(mu_);
+    // A move of its slots is waited for first: they are about to change handles. The end of a move
+    // is announced on move_cv_; the range is read under mu_, so each look is bounded, not missed.
+    while (carved_moving(p)) {
+      lock.unlock();
+      {
+        UniqueMutexLock wait(move_mu_);
+        move_cv_.wait_for(wait.native(), std::chrono::milliseconds(1));
+      }
+      lock.lock();
+    }
     return carved_chunks(p);
   }
   const auto moving = [entry] {

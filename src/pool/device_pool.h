@@ -191,6 +191,10 @@ class DevicePool {
   std::uint64_t promotion_room();  // Pool::promotion_room
   std::optional<CUdeviceptr> promotable_end(CUdeviceptr from, std::uint64_t room);  // Pool::promotable_end
   std::optional<std::pair<CUdeviceptr, CUdeviceptr>> whole_pieces(CUdeviceptr from, CUdeviceptr end);  // Pool::whole_pieces
+  // Where the carved slot p lies in ends (lock-free: Pool::runs_in_tier cuts runs there, one slot a
+  // move); 0 before the carved range is made.
+  CUdeviceptr carved_slot_end(CUdeviceptr p) const;
+  std::size_t carved_slot_bytes() const { return extent_granules_ * chunk_; }
   std::atomic<std::uint64_t> last_room_{0};  // its last answer, for when mu_ is busy
   // The program's own cuMemCreate of `bytes` on this device: Device when the budget takes it (idle
   // pool memory is released to make room), Host when it must spill (counted against the host limit
@@ -271,7 +275,12 @@ class DevicePool {
   // NoWait, idle mappings are taken apart only while no fence is due (fence_due).
   CUresult take_target(std::size_t n, Tier tier, std::vector<Chunk>* out, MoveWaits waits, bool fine_host) UVMPOOL_REQUIRES(mu_);
   // Waits for work that may still use freed memory the move is about to unmap.
-  void fence_move(Entry owner) UVMPOOL_REQUIRES(mu_);
+  void fence_move(const Move& m) UVMPOOL_REQUIRES(mu_);
+  // The move's target pieces taken in m->to and staged (each mapped at a staging address too); on
+  // failure nothing is held and the failure counted.
+  CUresult take_staged_target(Move* m, MoveWaits waits, bool fine_host) UVMPOOL_REQUIRES(mu_);
+  // The pieces of the mapping, slab or carved slot a prepared move belongs to, and where they begin.
+  std::span<const Chunk> owner_pieces(const Move& m, CUdeviceptr* base) UVMPOOL_REQUIRES(mu_);
   // commit_move and abort_move under mu_; `quiesced`: the caller has stopped all work that could
   // touch the memory (commit_quiesced), so the pool waits for none.
   CUresult commit_locked(Move* m, bool quiesced) UVMPOOL_REQUIRES(mu_);
@@ -307,10 +316,23 @@ class DevicePool {
   void release_carved(CUdeviceptr p);  // a pending carved free whose work is done
   std::optional<AllocationInfo> describe_carved(CUdeviceptr p);  // carve_index_mu_ only: never waits for mu_
   std::optional<ChunkView> carved_chunks(CUdeviceptr p) UVMPOOL_REQUIRES(mu_);
+  bool carved_moving(CUdeviceptr p) UVMPOOL_REQUIRES(mu_);  // a slot of the carved allocation at p is moving
   void note_carved_idle() UVMPOOL_REQUIRES(mu_);  // fig_.carved_idle and the carved figures from the range
   // Idle carved slots given back to the free lists (reclaim, release_idle); how many granules.
   std::size_t release_carved_idle(std::size_t granules) UVMPOOL_REQUIRES(mu_);
-  void check_carved(std::string& out, std::uint64_t* device_granules, std::uint64_t* extents, std::uint64_t* live) UVMPOOL_REQUIRES(mu_);
+  void check_carved(std::string& out, std::uint64_t* device_granules, std::uint64_t* host_granules, std::uint64_t* extents,
+                    std::uint64_t* live, std::uint64_t* live_host) UVMPOOL_REQUIRES(mu_);
+
+  // carved_moves.cpp: a carved slot moves whole, with every allocation in it (carved_range.h).
+  CUresult prepare_carved_move(CUdeviceptr p, std::size_t bytes, Tier to, Move* m, MoveWaits waits) UVMPOOL_REQUIRES(mu_);
+  // Bytes of live carved allocations (each its size asked for) inside [from, to).
+  std::uint64_t carved_live_within(CUdeviceptr from, CUdeviceptr to) UVMPOOL_REQUIRES(mu_);
+  // Bytes of [p, p + bytes) that lie in carved slots in host memory.
+  std::uint64_t carved_host_bytes(CUdeviceptr p, std::size_t bytes) UVMPOOL_REQUIRES(mu_);
+  // A context with carved memory freed on it, its work not known done, in [from, to) (nullptr: none).
+  CUcontext carved_pending_within(CUdeviceptr from, CUdeviceptr to) UVMPOOL_REQUIRES(mu_);
+  // Slots in host memory that hold no allocation any more given back (after a free).
+  void release_idle_host_slots() UVMPOOL_REQUIRES(mu_);
 
   // slabs.cpp
   CUresult allocate_small(CUdeviceptr* out, std::size_t bytes, CUcontext context);
@@ -468,6 +490,7 @@ class DevicePool {
   // what mu_ is held across (a fence, a move's commit).
   std::unique_ptr<CarvedRange::Source> carve_source_;  // a CarveSource
   std::optional<CarvedRange> carve_range_ UVMPOOL_GUARDED_BY(mu_);
+  std::atomic<CUdeviceptr> carve_base_{0};  // the range's base once made (carved_slot_end reads it without mu_)
   Mutex carve_index_mu_;
   std::map<CUdeviceptr, CarvedAllocation> carved_info_ UVMPOOL_GUARDED_BY(carve_index_mu_);
   bool carving_ UVMPOOL_GUARDED_BY(mu_) = false;  // inside the range's own growth: reclaim leaves its slots alone

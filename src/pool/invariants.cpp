@@ -78,7 +78,7 @@ std::string DevicePool::check_invariants() UVMPOOL_NO_THREAD_SAFETY_ANALYSIS {
     if (used != s->used) out += "a slab's used slots: " + std::to_string(s->used) + ", its bitmap has " + std::to_string(used) + "\n";
     if (used == 0 && s->chunk.tier == Tier::Device) ++cached_device;
   }
-  check_carved(out, &device_granules, &extents, &live);
+  check_carved(out, &device_granules, &host_granules, &extents, &live, &live_host);
   expect_equal(out, "chunks_held (device granules held)", fig_.chunks_held.load(), free_granules() + device_granules);
   expect_equal(out, "extents_held", fig_.extents_held.load(), extents);
   expect_equal(out, "host chunks in mappings", fig_.host_mapped.load(), host_granules);

@@ -56,7 +56,7 @@ CUresult DevicePool::prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Mov
   if (config_.guard || (to == Tier::Host && !host_)) return CUDA_ERROR_NOT_SUPPORTED;
   MutexLock lock(mu_);
   const Entry e = map_.lookup(p);  // again, under mu_: mappings are cut and joined only under it
-  if (as_carved(e) != nullptr) return CUDA_ERROR_NOT_SUPPORTED;  // carved slots do not move (carving.cpp)
+  if (as_carved(e) == this) return prepare_carved_move(p, bytes, to, m, waits);  // a slot, whole (carved_moves.cpp)
   Block* b = as_block(e);
   Slab* s = as_slab(e);
   if (e == 0 || (b != nullptr && b->owner != this) || (s != nullptr && s->owner != this)) return CUDA_ERROR_INVALID_VALUE;
@@ -108,7 +108,14 @@ CUresult DevicePool::prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Mov
   for (std::size_t i = 0; b != nullptr && i < pieces.size(); ++i) {
     if ((i < first || i >= first + count) && pieces[i].tier == tier) b->moved_in_part = true;
   }
-  CUresult r = take_target(m->bytes / chunk_, to, &m->target, waits, b == nullptr || b->moved_in_part);
+  if (const CUresult r = take_staged_target(m, waits, b == nullptr || b->moved_in_part); r != CUDA_SUCCESS) return refuse(r);
+  if (b != nullptr) b->moving.emplace_back(m->address, m->bytes);
+  fig_.moves_in_flight.fetch_add(1, std::memory_order_relaxed);
+  return CUDA_SUCCESS;
+}
+
+CUresult DevicePool::take_staged_target(Move* m, MoveWaits waits, bool fine_host) {
+  CUresult r = take_target(m->bytes / chunk_, m->to, &m->target, waits, fine_host);
   m->staged.clear();
   m->chunk_size = chunk_;
   for (std::size_t i = 0; r == CUDA_SUCCESS && i < m->target.size(); ++i) {
@@ -119,15 +126,29 @@ CUresult DevicePool::prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Mov
   if (r != CUDA_SUCCESS) {
     m->staged.clear();
     return_chunks(m->target);  // with the staging mappings made: the next move of those pieces uses them
+    m->target.clear();
     fig_.moves_failed.fetch_add(1, std::memory_order_relaxed);
     log::debug("device {}: a move of {} bytes at {:#x} to the {} tier refused ({})", device_, m->bytes, m->address,
-               to == Tier::Host ? "host" : "device", static_cast<int>(r));
-    return refuse(r);
+               m->to == Tier::Host ? "host" : "device", static_cast<int>(r));
+    return r;
   }
   m->staging = m->staged.front();
-  if (b != nullptr) b->moving.emplace_back(m->address, m->bytes);
-  fig_.moves_in_flight.fetch_add(1, std::memory_order_relaxed);
   return CUDA_SUCCESS;
+}
+
+std::span<const Chunk> DevicePool::owner_pieces(const Move& m, CUdeviceptr* base) {
+  if (as_carved(m.owner) != nullptr) {
+    const std::size_t slot = *carve_range_->slot_of(m.address);  // claimed: mapped until the move ends
+    *base = carve_range_->slot_start(slot);
+    return carve_range_->slot_pieces(slot);
+  }
+  if (Block* b = as_block(m.owner)) {
+    *base = b->base;
+    return b->chunks;
+  }
+  Slab* s = as_slab(m.owner);
+  *base = s->base;
+  return {&s->chunk, 1};
 }
 
 CUresult DevicePool::copy_move(const Move& m, CUstream stream) {
@@ -224,8 +245,10 @@ std::optional<CUdeviceptr> DevicePool::promotable_end(CUdeviceptr from, std::uin
 
 std::optional<std::pair<CUdeviceptr, CUdeviceptr>> DevicePool::whole_pieces(CUdeviceptr from, CUdeviceptr end) {
   if (!mu_.try_lock()) return std::nullopt;  // a launching thread asks: it never waits for a commit
-  const Block* b = as_block(map_.lookup(from));
+  const Entry e = map_.lookup(from);
+  const Block* b = as_block(e);
   std::pair<CUdeviceptr, CUdeviceptr> span{from, end};
+  if (as_carved(e) == this && end > from) span = {carved_slot_end(from) - carved_slot_bytes(), carved_slot_end(end - 1)};  // whole slots
   if (b != nullptr && b->owner == this) {
     CUdeviceptr at = b->base;
     for (const Chunk& c : b->chunks) {
@@ -243,15 +266,14 @@ std::optional<std::pair<CUdeviceptr, CUdeviceptr>> DevicePool::whole_pieces(CUde
 CUresult DevicePool::commit_locked(Move* m, bool quiesced) {
   // The pieces at the move's range, found again: other moves of the same mapping (of other ranges)
   // may have changed the pieces before them since.
-  Block* b = as_block(m->owner);
-  const std::span<const Chunk> pieces = b != nullptr ? std::span<const Chunk>(b->chunks) : std::span<const Chunk>(&as_slab(m->owner)->chunk, 1);
-  CUdeviceptr at = b != nullptr ? b->base : as_slab(m->owner)->base;
+  CUdeviceptr at = 0;
+  const std::span<const Chunk> pieces = owner_pieces(*m, &at);
   std::size_t first = 0, count = 0;
   while (at < m->address) at += pieces[first++].granules * chunk_;
   while (at < m->address + m->bytes) at += pieces[first + count++].granules * chunk_;
   const std::vector<Chunk> old(pieces.begin() + static_cast<std::ptrdiff_t>(first),
                                pieces.begin() + static_cast<std::ptrdiff_t>(first + count));
-  if (!quiesced) fence_move(m->owner);
+  if (!quiesced) fence_move(*m);
   if (const CUresult r = vmm_.remap(m->address, old, m->target, chunk_); r != CUDA_SUCCESS) {
     fig_.moves_failed.fetch_add(1, std::memory_order_relaxed);
     log::warn("device {}: a move of {} bytes at {:#x} failed at its remap ({}); the old mapping stands", device_,
@@ -328,7 +350,9 @@ CUresult DevicePool::claim_slab(Slab* s) {
 }
 
 void DevicePool::end_move(Entry owner) {
-  if (Slab* s = as_slab(owner)) {
+  if (as_carved(owner) != nullptr) {
+    // The slot's claim ended with its range (forget_range).
+  } else if (Slab* s = as_slab(owner)) {
     SlabClass& c = classes_[s->cls];
     MutexLock lock(c.mu);
     s->moving.store(false, std::memory_order_relaxed);
@@ -435,11 +459,15 @@ CUresult DevicePool::take_target(std::size_t n, Tier tier, std::vector<Chunk>* o
   return CUDA_SUCCESS;
 }
 
-void DevicePool::fence_move(Entry owner) {
+void DevicePool::fence_move(const Move& m) {
   // Memory the program freed may still be used by work queued before the free (the pool's frees do
   // not wait): as before any unmap, wait for it. Live memory is the caller's to order.
+  const Entry owner = m.owner;
   CUcontext pending = nullptr;
-  if (Block* b = as_block(owner)) {
+  if (as_carved(owner) != nullptr) {
+    // A slot holds memory freed at once (cuMemFree) and on streams besides its live allocations.
+    pending = carved_pending_within(m.address, m.address + m.bytes);
+  } else if (Block* b = as_block(owner)) {
     const int state = base_state(b->state.load(std::memory_order_acquire));
     if (state == kLive) return;
     if (state == kPending) pending = b->context.load(std::memory_order_relaxed);
@@ -455,7 +483,9 @@ void DevicePool::fence_move(Entry owner) {
 }
 
 void DevicePool::forget_range(const Move& m) {
-  if (Block* b = as_block(m.owner)) {
+  if (as_carved(m.owner) != nullptr) {
+    carve_range_->unclaim(*carve_range_->slot_of(m.address));
+  } else if (Block* b = as_block(m.owner)) {
     std::erase_if(b->moving, [&m](const auto& range) { return range.first == m.address; });
   }
 }
@@ -472,6 +502,12 @@ void DevicePool::swap_pieces(const Move& m, std::size_t first, std::span<const C
     b->chunks.insert(b->chunks.begin() + static_cast<std::ptrdiff_t>(first), m.target.begin(), m.target.end());
     b->host_chunks = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(b->host_chunks) + host_delta);
     if (live) live_host_delta = static_cast<std::int64_t>(host_bytes_of(b, size, chunk_)) - static_cast<std::int64_t>(before);
+  } else if (as_carved(m.owner) != nullptr) {
+    // The live allocations inside the slot change tier with it (carved_moves.cpp).
+    const std::uint64_t live = carved_live_within(m.address, m.address + m.bytes);
+    carve_range_->swapped(*carve_range_->slot_of(m.address), m.target);
+    note_carved_idle();
+    live_host_delta = m.to == Tier::Host ? static_cast<std::int64_t>(live) : -static_cast<std::int64_t>(live);
   } else {
     Slab* s = as_slab(m.owner);
     MutexLock lock(classes_[s->cls].mu);  // free_small reads the chunk's tier under it

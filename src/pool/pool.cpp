@@ -335,6 +335,14 @@ std::optional<std::pair<CUdeviceptr, CUdeviceptr>> Pool::whole_pieces(int device
   return p != nullptr ? p->whole_pieces(from, end) : std::nullopt;
 }
 
+std::optional<std::pair<CUdeviceptr, CUdeviceptr>> Pool::carved_slots(CUdeviceptr from, CUdeviceptr end) const {
+  const DevicePool* carved = as_carved(probe(from).owner);
+  if (carved == nullptr || end <= from) return std::nullopt;
+  const CUdeviceptr first_end = carved->carved_slot_end(from);
+  if (first_end == 0) return std::nullopt;
+  return std::pair<CUdeviceptr, CUdeviceptr>{first_end - carved->carved_slot_bytes(), carved->carved_slot_end(end - 1)};
+}
+
 std::vector<std::pair<CUdeviceptr, std::size_t>> Pool::runs_in_tier(CUdeviceptr from, CUdeviceptr end, Tier tier) const {
   std::vector<std::pair<CUdeviceptr, std::size_t>> runs;
   const bool want_host = tier == Tier::Host;
@@ -344,11 +352,15 @@ std::vector<std::pair<CUdeviceptr, std::size_t>> Pool::runs_in_tier(CUdeviceptr 
     const Probe hit = probe(at);
     if (hit.owner == 0) break;
     const CUdeviceptr next = std::min<CUdeviceptr>(std::max<CUdeviceptr>(hit.granule_end, at + 1), end);
-    // Carved memory does not move (carving.cpp): it is in no run, so no move is asked for it.
-    const bool movable = as_carved(hit.owner) == nullptr;
-    if (movable && hit.host == want_host && run == 0) run = at;
-    if ((!movable || hit.host != want_host) && run != 0) {
+    if (hit.host == want_host && run == 0) run = at;
+    if (hit.host != want_host && run != 0) {
       runs.emplace_back(run, at - run);
+      run = 0;
+    }
+    // Carved memory moves a slot at a time (carved_moves.cpp): a run ends where its slot does.
+    if (const DevicePool* carved = as_carved(hit.owner); carved != nullptr && run != 0 && next < end &&
+                                                          next == carved->carved_slot_end(at)) {
+      runs.emplace_back(run, next - run);
       run = 0;
     }
     at = next;

@@ -125,7 +125,7 @@ struct DeviceStats {
   std::uint64_t extents_held = 0;      // of chunks_held, pieces larger than a chunk: extents (extent_size) and runs (2 chunks to half an extent, made for moves)
   std::uint64_t chunks_held = 0;       // physical chunks the pool owns (mapped or not), extents counted in chunks
   std::uint64_t chunks_free = 0;       // held, not mapped anywhere
-  std::uint64_t carved_mapped_bytes = 0;  // carving (UVMPOOL_CARVE_MAX): slots mapped, of chunks_held
+  std::uint64_t carved_mapped_bytes = 0;  // carving (UVMPOOL_CARVE_MAX): slots mapped on the device, of chunks_held
   std::uint64_t carved_live_bytes = 0;    // ... in carved allocations (each rounded up to 256 B)
   std::uint64_t carved_idle_bytes = 0;    // ... in slots with no allocation (idle memory, given back first)
   std::uint64_t chunks_cached = 0;     // mapped in freed (cached) large allocations or empty slabs
@@ -231,8 +231,11 @@ class Pool {
   Probe probe(CUdeviceptr p) const;
   // The runs of [from, end) whose granules lie in `tier` now, in address order, as (start, bytes),
   // clipped to [from, end); the walk ends at the first granule no allocation owns (freed since).
-  // What a move of the range to the other tier would carry (tiering: one move per run); carved
-  // granules, which do not move, are in none.
+  // The carved slots [from, end) lies in (carved_moves.cpp: a slot moves whole): their start and end;
+  // nullopt where `from` lies in no carved slot. Lock-free (a launch hook asks).
+  std::optional<std::pair<CUdeviceptr, CUdeviceptr>> carved_slots(CUdeviceptr from, CUdeviceptr end) const;
+  // What a move of the range to the other tier would carry (tiering: one move per run); a run in
+  // carved memory ends where its slot does (a slot moves whole, and one a move).
   std::vector<std::pair<CUdeviceptr, std::size_t>> runs_in_tier(CUdeviceptr from, CUdeviceptr end, Tier tier) const;
   // Whether host memory is mapped anywhere in pool address space (spilled memory, live or cached):
   // while not, no launch can touch host memory through the pool, and the hooks look no further.

@@ -527,6 +527,15 @@ void Tiering::show_policy(const LaunchSeen& seen, CUstream stream) {
     if (device < 0) device = info->device;
     ids[n] = info->buffer_id;
     buffers[n++] = {t.address, info->base, info->size, t.host, advice_.preference(*info)};
+    // Carved memory moves a slot at a time (pool/carved_moves.cpp): the buffer is the slots from the
+    // pointer's to the allocation's last, what a move of it carries, so that allocations sharing a
+    // slot are one buffer to the policy rather than moves that refuse each other.
+    if (const auto slots = cut_pieces_ ? std::nullopt : pool_.carved_slots(t.address, info->base + info->size)) {
+      Policy::Buffer& b = buffers[n - 1];
+      b.allocation_bytes = b.bytes;
+      b.base = slots->first;
+      b.bytes = slots->second - slots->first;
+    }
   }
   if (n == 0) return;
   MutexLock lock(policy_mu_);

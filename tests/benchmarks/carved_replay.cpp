@@ -26,7 +26,7 @@ class CarvedReplay::Extents : public pool::CarvedRange::Source {
   void give_back(std::span<const pool::Chunk> pieces) override { spare_.insert(spare_.end(), pieces.begin(), pieces.end()); }
   void before_unmap() override {}  // the replay launches no work
   void mapped(CUdeviceptr, std::span<const pool::Chunk>) override {}
-  void unmapped(CUdeviceptr, std::size_t) override {}
+  void unmapped(CUdeviceptr, std::span<const pool::Chunk>) override {}
   std::uint64_t made = 0;
 
  private:

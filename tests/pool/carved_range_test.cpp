@@ -42,18 +42,28 @@ class TestSource : public CarvedRange::Source {
     pieces->push_back(Chunk{h, uvmpool::pool::Tier::Device, static_cast<std::uint32_t>(granules)});
     return CUDA_SUCCESS;
   }
-  void give_back(std::span<const Chunk> pieces) override { spare_.insert(spare_.end(), pieces.begin(), pieces.end()); }
+  void give_back(std::span<const Chunk> pieces) override {
+    for (const Chunk& c : pieces) {
+      if (c.tier == uvmpool::pool::Tier::Host) {
+        vmm_.release_chunks({&c.handle, 1});  // a slot moved to host memory (the tests' own moves): not handed out again
+        ++host_given_back;
+      } else {
+        spare_.push_back(c);
+      }
+    }
+  }
   void before_unmap() override { ++fences; }
   void mapped(CUdeviceptr va, std::span<const Chunk> pieces) override {
     mapped_bytes += uvmpool::pool::granules_of(pieces) * chunk_;
     (void)va;
   }
-  void unmapped(CUdeviceptr, std::size_t bytes) override { mapped_bytes -= bytes; }
+  void unmapped(CUdeviceptr, std::span<const Chunk> pieces) override { mapped_bytes -= uvmpool::pool::granules_of(pieces) * chunk_; }
 
   std::size_t spare() const { return spare_.size(); }
   std::size_t limit = SIZE_MAX;  // extents it may make
   std::size_t made = 0;
   std::size_t fences = 0;
+  std::size_t host_given_back = 0;
   std::uint64_t mapped_bytes = 0;  // as told by mapped / unmapped
 
  private:
@@ -109,6 +119,49 @@ class CarvedRangeTest : public PoolTest {
   std::optional<CarvedRange> range_;
   std::map<CUdeviceptr, Block> blocks_;
 };
+
+// A slot moved to host memory (the pool's carved_moves.cpp does these steps): claimed, copied, remapped
+// onto a host extent, swapped. Its free space is then withheld (no new allocation lands in host
+// memory), it is not reused as an idle slot, and once it holds nothing release_idle_host gives it back.
+TEST_F(CarvedRangeTest, ASlotInHostMemoryWithholdsItsFreeSpaceAndIsGivenBackEmpty) {
+  using uvmpool::pool::Tier;
+  const CUdeviceptr a = carve(8 * kMiB, 1), b = carve(8 * kMiB, 2);  // slot 0, half free
+  const std::optional<std::size_t> slot = range_->slot_of(a);
+  ASSERT_TRUE(slot.has_value());
+  ASSERT_EQ(range_->slot_of(b), slot);
+  ASSERT_CU(range_->claim(*slot));
+  EXPECT_CU_EQ(CUDA_ERROR_NOT_READY, range_->claim(*slot)) << "claimed twice";
+  EXPECT_TRUE(range_->moving(b + 100, 1));
+  Handle h = 0;
+  ASSERT_CU(vmm_->create_chunks({&h, 1}, kExtent, Tier::Host));
+  const Chunk host{h, Tier::Host, static_cast<std::uint32_t>(kExtent / gran)};
+  CUdeviceptr staging = 0;
+  ASSERT_CU(vmm_->staging(host, gran, &staging));
+  ASSERT_CU(drv().cuMemcpyDtoD_v2(staging, range_->slot_start(*slot), kExtent));
+  const std::vector<Chunk> old(range_->slot_pieces(*slot).begin(), range_->slot_pieces(*slot).end());
+  ASSERT_CU(vmm_->remap(range_->slot_start(*slot), old, {&host, 1}, gran));
+  source_->give_back(old);
+  range_->swapped(*slot, {host});
+  range_->unclaim(*slot);
+  EXPECT_EQ(range_->figures().slots_host, 1u);
+  check();
+
+  const CUdeviceptr c = carve(4 * kMiB, 4);
+  EXPECT_NE(range_->slot_of(c), slot) << "carved into the free space of a slot in host memory";
+  uncarve(a);
+  uncarve(b);
+  EXPECT_EQ(range_->idle_host_slots(), 1u);
+  EXPECT_EQ(range_->figures().slots_idle, 0u) << "a host slot is no idle device memory";
+  EXPECT_EQ(range_->release_idle(8), 0u) << "release_idle gives back device slots only";
+  check();
+  const std::size_t fences = source_->fences;
+  EXPECT_EQ(range_->release_idle_host(), 1u);
+  EXPECT_GT(source_->fences, fences) << "unmapped without the fence";
+  EXPECT_EQ(source_->host_given_back, 1u);
+  EXPECT_FALSE(range_->slot_of(a).has_value()) << "still mapped";
+  EXPECT_EQ(range_->figures().slots_host, 0u);
+  check();
+}
 
 TEST_F(CarvedRangeTest, AllocationsShareAnExtentMappedOnce) {
   sim().reset_counts();

@@ -237,24 +237,18 @@ TEST_F(Carving, ARequestNoExtentCanHoldTakesTheStitchedPath) {
   must_free(*pool, b);
 }
 
-TEST_F(Carving, MovesLeaveCarvedMemoryAloneAndIpcSeesItsExtent) {
+TEST_F(Carving, IpcSeesTheExtentAnAllocationShares) {
   PoolConfig c = carving();
   auto pool = make_pool(c);
   must_allocate(*pool, 3 * kMiB);
   const CUdeviceptr p = must_allocate(*pool, 5 * kMiB);
-  uvmpool::pool::Move m;
-  EXPECT_CU_EQ(CUDA_ERROR_NOT_SUPPORTED, pool->prepare_move(p, 5 * kMiB, uvmpool::pool::Tier::Device, &m));
-  EXPECT_TRUE(pool->runs_in_tier(p, p + 5 * kMiB, uvmpool::pool::Tier::Device).empty())
-      << "tiering would ask moves of carved memory, which are refused";
-  const CUdeviceptr stitched = must_allocate(*pool, 300 * kMiB);  // above carve_max: its own mapping
-  EXPECT_EQ(pool->runs_in_tier(stitched, stitched + 300 * kMiB, uvmpool::pool::Tier::Device).size(), 1u);
-  must_free(*pool, stitched);
   const auto view = pool->chunks_of(p + 100);
   ASSERT_TRUE(view.has_value());
   EXPECT_EQ(view->info.base, p);
   EXPECT_EQ(view->offset, 3 * kMiB) << "where the allocation lies in the extent it shares";
   ASSERT_EQ(view->chunks.size(), 1u);
   EXPECT_EQ(view->granules[0] * gran, 32 * kMiB);
+  EXPECT_FALSE(view->host_chunks);
   pool->release_idle();
 }
 

@@ -7,72 +7,10 @@
 #include <random>
 #include <thread>
 
-#include "spill_test.h"
+#include "move_test.h"
 
 namespace pooltest {
 namespace {
-
-using uvmpool::pool::Chunk;
-using uvmpool::pool::Move;
-using uvmpool::pool::Tier;
-
-class Moves : public SpillTest {
- protected:
-  void SetUp() override {
-    SpillTest::SetUp();
-    if (HasFatalFailure()) return;
-    ASSERT_CU(drv().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-  }
-  void TearDown() override {
-    if (stream != nullptr) drv().cuStreamDestroy_v2(stream);
-    // No move remapped memory under unfinished work (the simulator's race detector).
-    using Violations = unsigned long long (*)();
-    auto violations = reinterpret_cast<Violations>(uvmpool::driver::real_symbol("uvmpool_sim_violations"));
-    EXPECT_NE(violations, nullptr) << "the simulated driver has no uvmpool_sim_violations";
-    if (violations != nullptr) {
-      EXPECT_EQ(violations(), 0u) << "the race detector saw memory change under work";
-    }
-    SpillTest::TearDown();
-  }
-
-  // The steps in order, the copy waited for; a failing copy or commit aborts.
-  CUresult move(Pool& pool, CUdeviceptr p, std::size_t bytes, Tier to) {
-    Move m;
-    CUresult r = pool.prepare_move(p, bytes, to, &m);
-    if (r != CUDA_SUCCESS) return r;
-    r = pool.copy_move(m, stream);
-    if (r == CUDA_SUCCESS) r = drv().cuStreamSynchronize(stream);
-    if (r == CUDA_SUCCESS) r = pool.commit_move(&m);
-    if (r != CUDA_SUCCESS) pool.abort_move(&m);
-    return r;
-  }
-
-  // 32 MiB extents, no host reserve (the host tier pins what a move needs), no background thread.
-  std::unique_ptr<Pool> extents_pool() {
-    PoolConfig config = spill_config(128 * kMiB, 128 * kMiB, 0);
-    config.extent_size = 32 * kMiB;
-    auto pool = make_pool(config);
-    pool->stop_background();
-    return pool;
-  }
-
-  CUstream stream = nullptr;
-};
-
-// The copy of [p, p + bytes) in a prepared move's staging mappings (one per new piece) holds `seed`'s
-// pattern, as the allocation at p does.
-::testing::AssertionResult staged_holds(const Move& m, CUdeviceptr p, std::size_t bytes, std::uint64_t seed) {
-  CUdeviceptr at = m.address;
-  for (const Chunk& piece : m.target) {
-    const CUdeviceptr next = at + piece.granules * m.chunk_size;
-    const CUdeviceptr lo = std::max(at, p), hi = std::min<CUdeviceptr>(next, p + bytes);
-    if (lo < hi) {
-      if (auto r = window_holds(m.staging_of(lo) - (lo - p), lo - p, hi - lo, seed); !r) return r;
-    }
-    at = next;
-  }
-  return ::testing::AssertionSuccess();
-}
 
 TEST_F(Moves, ALiveAllocationGoesToHostAndBackWithItsBytes) {
   auto pool = make_pool(spill_config(128 * kMiB));
@@ -806,9 +744,12 @@ INSTANTIATE_TEST_SUITE_P(Kinds, MoveWait, ::testing::Values("large", "async", "s
 struct Fault {
   const char* function;
   Tier to;
+  bool carved = false;  // the allocation carved (a slot moves: carved_moves.cpp), else a mapping of its own
 };
 
-void PrintTo(const Fault& f, std::ostream* os) { *os << f.function << (f.to == Tier::Host ? " to host" : " to device"); }
+void PrintTo(const Fault& f, std::ostream* os) {
+  *os << f.function << (f.to == Tier::Host ? " to host" : " to device") << (f.carved ? ", carved" : "");
+}
 
 class MoveFault : public Moves, public ::testing::WithParamInterface<Fault> {};
 
@@ -823,7 +764,12 @@ TEST_P(MoveFault, EveryStepRollsBack) {
     SCOPED_TRACE(when);
     bool survived_a_failure = false;
     {
-      auto pool = make_pool(spill_config(128 * kMiB, 64 * kMiB, 0));  // no reserve: the host tier pins
+      PoolConfig config = spill_config(128 * kMiB, 64 * kMiB, 0);  // no reserve: the host tier pins
+      if (f.carved) {
+        config.extent_size = 32 * kMiB;
+        config.carve_max = 64 * kMiB;
+      }
+      auto pool = make_pool(config);
       pool->stop_background();
       const CUdeviceptr p = must_allocate(*pool, bytes);
       if (f.to == Tier::Device) {
@@ -867,71 +813,34 @@ TEST_P(MoveFault, EveryStepRollsBack) {
   EXPECT_GT(hits, 0) << f.function << " is never called by this move";
 }
 
-INSTANTIATE_TEST_SUITE_P(Steps, MoveFault,
-                         ::testing::Values(Fault{"cuMemCreate", Tier::Host}, Fault{"cuMemMap", Tier::Host},
-                                           Fault{"cuMemSetAccess", Tier::Host}, Fault{"cuMemcpyDtoDAsync_v2", Tier::Host},
-                                           Fault{"cuMemUnmap", Tier::Host}, Fault{"cuMemMap", Tier::Device},
-                                           Fault{"cuMemSetAccess", Tier::Device}, Fault{"cuMemcpyDtoDAsync_v2", Tier::Device},
-                                           Fault{"cuMemUnmap", Tier::Device}),
-                         [](const auto& info) {
-                           return std::string(info.param.function) + (info.param.to == Tier::Host ? "_ToHost" : "_ToDevice");
-                         });
+// Every driver call a move makes, in each direction.
+std::vector<Fault> every_step(bool carved) {
+  std::vector<Fault> out;
+  for (const char* f : {"cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemcpyDtoDAsync_v2", "cuMemUnmap"}) out.push_back({f, Tier::Host, carved});
+  for (const char* f : {"cuMemMap", "cuMemSetAccess", "cuMemcpyDtoDAsync_v2", "cuMemUnmap"}) out.push_back({f, Tier::Device, carved});
+  return out;
+}
+std::string fault_name(const ::testing::TestParamInfo<Fault>& info) {
+  return std::string(info.param.function) + (info.param.to == Tier::Host ? "_ToHost" : "_ToDevice");
+}
+INSTANTIATE_TEST_SUITE_P(Steps, MoveFault, ::testing::ValuesIn(every_step(false)), fault_name);
+INSTANTIATE_TEST_SUITE_P(CarvedSteps, MoveFault, ::testing::ValuesIn(every_step(true)), fault_name);
 
 // Random allocations, frees (plain and on a stream) and moves of random ranges to random tiers: the
-// figures add up after every step, and every live allocation keeps its bytes.
+// figures add up after every step, and every live allocation keeps its bytes (Moves::random_moves).
 TEST_F(Moves, RandomMovesAndFreesKeepEveryFigureExact) {
   auto pool = make_pool(spill_config(48 * kMiB, 256 * kMiB, 8 * kMiB));
   pool->stop_background();
-  std::mt19937_64 rng(20261124);
-  std::vector<Block> live;
-  std::uint64_t seed = 1000;
-  int moved = 0;
-  for (int step = 0; step < 400 && !HasFailure(); ++step) {
-    const std::string when = "step " + std::to_string(step);
-    const int op = static_cast<int>(rng() % 10);
-    if (op < 3 || live.empty()) {
-      const std::size_t bytes = rng() % 4 == 0 ? 256 + rng() % (64 * kKiB) : kMiB + rng() % (20 * kMiB);
-      CUdeviceptr p = 0;
-      if (pool->allocate(&p, bytes) != CUDA_SUCCESS) continue;  // both tiers full: fine
-      fill(p, bytes, ++seed);
-      live.push_back({p, bytes, seed});
-    } else if (op < 5) {
-      const std::size_t i = rng() % live.size();
-      ASSERT_TRUE(holds_sampled(live[i].p, live[i].bytes, live[i].seed, gran)) << when;
-      CUresult r = CUDA_ERROR_UNKNOWN;
-      if (rng() % 2 == 0) {
-        pool->deallocate(live[i].p, &r);
-      } else {
-        pool->deallocate_async(live[i].p, stream, &r);
-      }
-      ASSERT_CU(r) << when;
-      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
-    } else {
-      const Block& b = live[rng() % live.size()];
-      const std::size_t offset = rng() % b.bytes;
-      const std::size_t length = 1 + rng() % (b.bytes - offset);
-      const Tier to = rng() % 2 == 0 ? Tier::Host : Tier::Device;
-      const CUresult r = move(*pool, b.p + offset, length, to);
-      // Both tiers in the range, or no room in the target: refused, nothing changed.
-      if (r != CUDA_SUCCESS) {
-        ASSERT_TRUE(r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_OUT_OF_MEMORY) << when << ": " << cu_name(r);
-      } else {
-        ++moved;
-      }
-      ASSERT_TRUE(holds_sampled(b.p, b.bytes, b.seed, gran)) << when;
-    }
-    ASSERT_CU(drv().cuStreamSynchronize(stream));
-    ASSERT_EQ(pool->check_invariants(), "") << when;
-  }
-  EXPECT_GT(moved, 50) << "too few moves to mean anything";
-  const DeviceStats s = pool->stats(0);
-  EXPECT_GT(s.moved_to_host_bytes, 0u);
-  EXPECT_GT(s.moved_to_device_bytes, 0u);
-  for (const Block& b : live) {
-    EXPECT_TRUE(holds(b.p, b.bytes, b.seed));
-    must_free(*pool, b.p);
-  }
-  EXPECT_EQ(pool->check_invariants(), "");
+  RandomMoves plan;
+  plan.seed = 20261124;
+  plan.steps = 400;
+  plan.allocate_tenths = 3;
+  plan.size = [](std::mt19937_64& rng) { return rng() % 4 == 0 ? 256 + rng() % (64 * kKiB) : kMiB + rng() % (20 * kMiB); };
+  plan.range = [](const Block& b, std::mt19937_64& rng) {
+    const std::size_t offset = rng() % b.bytes;
+    return std::pair<CUdeviceptr, std::size_t>{b.p + offset, 1 + rng() % (b.bytes - offset)};
+  };
+  EXPECT_GT(random_moves(*pool, plan), 50) << "too few moves to mean anything";
 }
 
 // A mover thread moves allocations that worker threads allocate and free meanwhile. The mover only
