@@ -119,6 +119,55 @@ Workload decoding(std::uint64_t unit, std::uint32_t passes = 1) {
   return w;
 }
 
+// Bytes a step brings into the device under Belady on demand: every touch served from device memory
+// (all of an operation's tensors on the device together), a missing tensor brought in when its
+// operation comes, and room made by sending out the tensor used farthest ahead; moves free and
+// instant. A bound for placements that read nothing in place, not for the policy, which may (its
+// thrash guard): what any such schedule must carry, against the floor's bytes that cannot fit.
+// In steady state: the last of three steps. Each byte sent out comes back, so it is the same each way.
+std::uint64_t belady_on_demand(const Workload& w, std::uint64_t budget) {
+  constexpr int kSteps = 3;
+  std::vector<const std::vector<Touch>*> ops;
+  for (int s = 0; s < kSteps; ++s)
+    for (const std::vector<Touch>& op : w.step) ops.push_back(&op);
+  constexpr std::size_t kNever = ~std::size_t{0};
+  const auto next_use = [&](std::size_t tensor, std::size_t after) {
+    for (std::size_t j = after + 1; j < ops.size(); ++j)
+      for (const Touch& x : *ops[j])
+        if (x.tensor == tensor) return j;
+    return kNever;
+  };
+  std::vector<bool> resident(w.tensors.size(), false);
+  std::uint64_t used = 0, brought = 0;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const auto in_op = [&](std::size_t t) {
+      return std::any_of(ops[i]->begin(), ops[i]->end(), [t](const Touch& x) { return x.tensor == t; });
+    };
+    for (const Touch& x : *ops[i]) {
+      if (resident[x.tensor]) continue;
+      const std::uint64_t bytes = w.tensors[x.tensor];
+      while (used + bytes > budget) {
+        std::size_t victim = w.tensors.size(), farthest = 0;
+        for (std::size_t t = 0; t < w.tensors.size(); ++t) {
+          if (!resident[t] || in_op(t)) continue;
+          const std::size_t n = next_use(t, i);
+          if (victim == w.tensors.size() || n > farthest) {
+            victim = t;
+            farthest = n;
+          }
+        }
+        if (victim == w.tensors.size()) return 0;  // one operation does not fit: no such schedule
+        resident[victim] = false;
+        used -= w.tensors[victim];
+      }
+      resident[x.tensor] = true;
+      used += bytes;
+      if (i >= ops.size() - w.step.size()) brought += bytes;
+    }
+  }
+  return brought;
+}
+
 struct Run {
   double step_seconds = 0;
   tiering::MoverStats mover;
@@ -437,6 +486,12 @@ int main(int argc, char** argv) {
     calls("epochs on launch", held);
     calls("overlap (ordered)", overlap);
     calls(ahead_name.c_str(), ahead);
+    if (const std::uint64_t belady = belady_on_demand(w, budget); belady != 0) {
+      const double seconds = static_cast<double>(belady) / copy_rate;
+      std::printf("  Belady on demand (every touch from device memory, moves free): %s each way a step, %s at copy "
+                  "speed = %s of the floor\n",
+                  format_size(belady).c_str(), format_seconds(seconds).c_str(), fixed(seconds / floor, 2).c_str());
+    }
     std::printf("  target: auto at most 1.25 of the floor\n");
   }
   const unsigned long long v = violations();
