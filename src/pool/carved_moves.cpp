@@ -57,7 +57,6 @@ bool DevicePool::carved_moving(CUdeviceptr p) {
 }
 
 std::uint64_t DevicePool::carved_live_within(CUdeviceptr from, CUdeviceptr to) {
-  MutexLock index(carve_index_mu_);
   std::uint64_t bytes = 0;
   auto it = carved_info_.upper_bound(from);
   if (it != carved_info_.begin()) --it;  // one that begins before `from` may reach into it
@@ -69,13 +68,16 @@ std::uint64_t DevicePool::carved_live_within(CUdeviceptr from, CUdeviceptr to) {
   return bytes;
 }
 
-std::uint64_t DevicePool::carved_host_bytes(CUdeviceptr p, std::size_t bytes) {
-  if (!carve_range_ || map_.host_granules() == 0) return 0;  // no host memory mapped anywhere
+std::uint64_t DevicePool::carved_host_bytes(CUdeviceptr p, std::size_t bytes) const {
+  // The address map's tier marks, which a commit sets under carve_index_mu_ (swap_pieces): read
+  // without mu_, so that a pending allocation taken back on its stream (stream_reuse.cpp) counts
+  // its host bytes as the commit does.
+  if (map_.host_granules() == 0) return 0;  // no host memory mapped anywhere
   std::uint64_t host = 0;
   for (CUdeviceptr at = p; at < p + bytes;) {
-    const CUdeviceptr end = std::min<CUdeviceptr>(p + bytes, carved_slot_end(at));
-    const std::optional<std::size_t> slot = carve_range_->slot_of(at);
-    if (slot && carve_range_->slot_pieces(*slot).front().tier == Tier::Host) host += end - at;
+    const AddressMap::Probe hit = map_.probe(at);
+    const CUdeviceptr end = std::min<CUdeviceptr>(p + bytes, std::max<CUdeviceptr>(hit.granule_end, at + 1));
+    if (hit.host) host += end - at;
     at = end;
   }
   return host;

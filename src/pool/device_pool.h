@@ -326,9 +326,10 @@ class DevicePool {
   // carved_moves.cpp: a carved slot moves whole, with every allocation in it (carved_range.h).
   CUresult prepare_carved_move(CUdeviceptr p, std::size_t bytes, Tier to, Move* m, MoveWaits waits) UVMPOOL_REQUIRES(mu_);
   // Bytes of live carved allocations (each its size asked for) inside [from, to).
-  std::uint64_t carved_live_within(CUdeviceptr from, CUdeviceptr to) UVMPOOL_REQUIRES(mu_);
-  // Bytes of [p, p + bytes) that lie in carved slots in host memory.
-  std::uint64_t carved_host_bytes(CUdeviceptr p, std::size_t bytes) UVMPOOL_REQUIRES(mu_);
+  std::uint64_t carved_live_within(CUdeviceptr from, CUdeviceptr to) UVMPOOL_REQUIRES(carve_index_mu_);
+  // Bytes of [p, p + bytes) that lie in host memory, by the address map's marks (no lock needed; a
+  // slot's commit changes them under carve_index_mu_, which orders it against a taker of the index).
+  std::uint64_t carved_host_bytes(CUdeviceptr p, std::size_t bytes) const;
   // A context with carved memory freed on it, its work not known done, in [from, to) (nullptr: none).
   CUcontext carved_pending_within(CUdeviceptr from, CUdeviceptr to) UVMPOOL_REQUIRES(mu_);
   // Slots in host memory that hold no allocation any more given back (after a free).

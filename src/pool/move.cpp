@@ -503,8 +503,15 @@ void DevicePool::swap_pieces(const Move& m, std::size_t first, std::span<const C
     b->host_chunks = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(b->host_chunks) + host_delta);
     if (live) live_host_delta = static_cast<std::int64_t>(host_bytes_of(b, size, chunk_)) - static_cast<std::int64_t>(before);
   } else if (as_carved(m.owner) != nullptr) {
-    // The live allocations inside the slot change tier with it (carved_moves.cpp).
-    const std::uint64_t live = carved_live_within(m.address, m.address + m.bytes);
+    // The live allocations inside the slot change tier with it (carved_moves.cpp). Counted and marked
+    // under the index's lock: a pending allocation taken back on its stream becomes live under it
+    // alone and counts its host bytes by the marks (stream_reuse.cpp), before or after both.
+    std::uint64_t live = 0;
+    {
+      MutexLock index(carve_index_mu_);
+      live = carved_live_within(m.address, m.address + m.bytes);
+      mark_tiers(m.address, m.target);
+    }
     carve_range_->swapped(*carve_range_->slot_of(m.address), m.target);
     note_carved_idle();
     live_host_delta = m.to == Tier::Host ? static_cast<std::int64_t>(live) : -static_cast<std::int64_t>(live);
@@ -518,7 +525,7 @@ void DevicePool::swap_pieces(const Move& m, std::size_t first, std::span<const C
     s->chunk = m.target.front();
     live_host_delta = m.to == Tier::Host ? static_cast<std::int64_t>(live) : -static_cast<std::int64_t>(live);
   }
-  mark_tiers(m.address, m.target);
+  if (as_carved(m.owner) == nullptr) mark_tiers(m.address, m.target);  // carved: above
   fig_.host_mapped.fetch_add(static_cast<std::uint64_t>(host_delta), std::memory_order_relaxed);
   const std::uint64_t live_host =
       fig_.live_host_bytes.fetch_add(static_cast<std::uint64_t>(live_host_delta), std::memory_order_relaxed) +

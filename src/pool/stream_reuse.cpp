@@ -77,12 +77,14 @@ bool DevicePool::reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUc
   if (item->carved != 0) {
     // Pending since its free on this stream, and no one else's now: it changes under the index's lock
     // alone (no piece of the range changes, which is what mu_ guards).
+    std::uint64_t host = 0;
     {
       MutexLock index(carve_index_mu_);
       carved_info_[item->carved] = CarvedAllocation{bytes, context, next_buffer_id(), kLive};
+      host = carved_host_bytes(item->carved, bytes);  // its slot may have moved to host memory (carved_moves.cpp)
     }
     count_cache_hit();
-    note_allocated(item->carved, bytes, 0, false);
+    note_allocated(item->carved, bytes, host, false);
     *out = item->carved;
     return true;
   }

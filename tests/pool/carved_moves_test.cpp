@@ -99,6 +99,32 @@ TEST_F(CarvedMoves, AHostSlotThatHoldsNothingIsGivenBack) {
   EXPECT_TRUE(host_memory_whole());
 }
 
+// A carved allocation freed on a stream is taken back by the same stream without the pool's lock
+// (stream_reuse.cpp): in a slot in host memory it counts as host memory again.
+TEST_F(CarvedMoves, AnAllocationTakenBackOnItsStreamInAHostSlotCountsAsHost) {
+  auto pool = carving_pool();
+  const CUdeviceptr a = must_allocate(*pool, 4 * kMiB);
+  CUdeviceptr b = 0;
+  ASSERT_CU(pool->allocate_async(&b, 6 * kMiB, stream));
+  ASSERT_EQ(slot_of(a), slot_of(b));
+  ASSERT_CU(move(*pool, a, 1, Tier::Host));
+  EXPECT_EQ(pool->stats(0).live_host_bytes, 10 * kMiB);
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  pool->deallocate_async(b, stream, &r);
+  ASSERT_CU(r);
+  EXPECT_EQ(pool->stats(0).live_host_bytes, 4 * kMiB);
+  CUdeviceptr again = 0;
+  ASSERT_CU(pool->allocate_async(&again, 6 * kMiB, stream));
+  EXPECT_EQ(again, b) << "not taken back on its stream";
+  EXPECT_EQ(pool->stats(0).live_host_bytes, 10 * kMiB);
+  EXPECT_EQ(pool->check_invariants(), "");
+  pool->deallocate_async(again, stream, &r);
+  ASSERT_CU(r);
+  must_free(*pool, a);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(pool->check_invariants(), "");
+}
+
 TEST_F(CarvedMoves, RunsEndAtSlotEndsAndEachSlotMovesOnItsOwn) {
   auto pool = carving_pool();
   const CUdeviceptr head = must_allocate(*pool, 20 * kMiB);
