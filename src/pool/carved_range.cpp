@@ -360,8 +360,8 @@ std::string CarvedRange::check_invariants() const {
     host_slots += s.on_host() ? 1 : 0;
     idle += idle_kind(s) == Idle::Device ? 1 : 0;
     idle_host += idle_kind(s) == Idle::Host ? 1 : 0;
-    if (!s.pieces.empty() && std::any_of(s.pieces.begin(), s.pieces.end(), [&](const Chunk& c) { return c.tier != s.pieces.front().tier; }))
-      out += "a slot's pieces lie in both tiers\n";
+    const auto other_tier = [&s](const Chunk& c) { return c.tier != s.pieces.front().tier; };
+    if (!s.pieces.empty() && std::any_of(s.pieces.begin(), s.pieces.end(), other_tier)) out += "a slot's pieces lie in both tiers\n";
   }
   if (host_slots != host_) out += fmt::format("{} slots in host memory, counted {}\n", host_slots, host_);
   if (mapped_slots != mapped_ || idle != idle_ || idle_host != idle_host_)

@@ -11,8 +11,9 @@
 // carved allocations, which lookups take alone; a free on a stream taken back by the same stream
 // (stream_reuse.cpp) changes only its index entry, under carve_index_mu_ alone.
 //
-// Moves: a slot changes tier whole, with the allocations in it (carved_moves.cpp). Memory freed on a stream is taken back at once by an allocation on the same
-// stream of the same rounded size, and by anyone once its work is done. CUDA IPC exports the slots an
+// Moves: a slot changes tier whole, with the allocations in it (carved_moves.cpp). Memory freed on a
+// stream is taken back at once by an allocation on the same stream of the same rounded size, and by
+// anyone once its work is done. CUDA IPC exports the slots an
 // allocation lies in, whose handles the neighbouring allocations share (as a slab's chunk does its
 // slots).
 #include "config/log.h"

@@ -248,7 +248,9 @@ std::optional<std::pair<CUdeviceptr, CUdeviceptr>> DevicePool::whole_pieces(CUde
   const Entry e = map_.lookup(from);
   const Block* b = as_block(e);
   std::pair<CUdeviceptr, CUdeviceptr> span{from, end};
-  if (as_carved(e) == this && end > from) span = {carved_slot_end(from) - carved_slot_bytes(), carved_slot_end(end - 1)};  // whole slots
+  if (as_carved(e) == this && end > from) {  // carved memory moves whole slots
+    span = {carved_slot_end(from) - carved_slot_bytes(), carved_slot_end(end - 1)};
+  }
   if (b != nullptr && b->owner == this) {
     CUdeviceptr at = b->base;
     for (const Chunk& c : b->chunks) {
