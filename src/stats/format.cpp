@@ -215,6 +215,7 @@ void tiering_line(const Report& r, Lines& lines) {
   if (period) s.add(*period != 0 ? "period " + count(*period) + " launches" : std::string("no period learned"));
   s.add(process(r, "tiering_kept_in_place"), "kept in place");
   if (const Value off = process(r, "tiering_guard_off"); off.value_or(0) != 0) s.add("thrash guard off (measured faster)");
+  if (const Value launch = process(r, "tiering_epochs_on_launch"); launch.value_or(0) != 0) s.add("epochs on the launching thread");
   s.end_clause();
   if (const Value given_up = process(r, "tiering_holds_given_up"); given_up.value_or(0) != 0) s.add(given_up, "holds given up");
   if (const Value extended = process(r, "tiering_holds_extended"); extended.value_or(0) != 0)

@@ -38,6 +38,7 @@ bool capturing(const driver::Table& d, CUstream stream) {
 Mover::Mover(const driver::Table& driver, pool::Pool& pool, StreamRegistry& streams, MoverConfig config)
     : d_(driver), pool_(pool), streams_(streams), config_(config), progress_(driver, config.progress_every) {
   pool_.set_device_waits(&breaker_, nullptr);
+  on_launch_.store(config_.on_launch, std::memory_order_relaxed);
 }
 
 Mover::~Mover() {
@@ -62,6 +63,14 @@ Mover::~Mover() {
     CUdevice device = 0;
     if (d_.cuDeviceGet(&device, static_cast<int>(&r - devices_.data())) == CUDA_SUCCESS) d_.cuDevicePrimaryCtxRelease_v2(device);
   }
+}
+
+void Mover::set_on_launch(bool on) {
+  if (on_launch_.exchange(on, std::memory_order_relaxed) == on) return;
+  {
+    MutexLock lock(queue_mu_);  // so the thread's wait sees it (it reads on_launch_ under this lock)
+  }
+  queue_cv_.notify_all();  // back to the thread: it takes the requests queued meanwhile
 }
 
 bool Mover::request(CUdeviceptr p, std::size_t bytes, pool::Tier to) {
@@ -147,8 +156,10 @@ void Mover::thread_main() {
     {
       UniqueMutexLock lock(queue_mu_);
       if (queue_.empty() && standing_.load(std::memory_order_relaxed) == 0) set_step(MoverStep::Idle);
+      // Requests are the launching thread's while it runs the epochs (on_launch): then only holds
+      // placed before it took them over wake this one.
       queue_cv_.wait(lock.native(), [this]() UVMPOOL_NO_THREAD_SAFETY_ANALYSIS {
-        return stopping_ || !queue_.empty() || standing_.load(std::memory_order_relaxed) != 0;
+        return stopping_ || (!queue_.empty() && !on_launch()) || standing_.load(std::memory_order_relaxed) != 0;
       });
       if (stopping_) break;
     }
@@ -163,7 +174,7 @@ void Mover::thread_main() {
       continue;
     }
     // Put off by a graph capture: try again shortly (captures are short).
-    if (run_epoch() == CUDA_ERROR_NOT_READY) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!on_launch() && run_epoch() == CUDA_ERROR_NOT_READY) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   MutexLock epoch(epoch_mu_);
   give_up_placed();
@@ -1218,7 +1229,7 @@ CUresult Mover::pipeline_step() {
     // Nor while a pool path waits for the device: the hold would be refused (may_hold), after the
     // gate's close had made the program's calls wait for nothing. Tried again a little later.
     placed = CUDA_ERROR_NOT_READY;
-  } else if (queued && placed_.size() < config_.holds_ahead &&
+  } else if (queued && !on_launch() && placed_.size() < config_.holds_ahead &&
              (placed_.empty() || !streams_.host_waits().has_waiters())) {
     placed = place_locked();
     if (placed != CUDA_SUCCESS && placed != CUDA_ERROR_NOT_READY) return placed;

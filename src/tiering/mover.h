@@ -203,6 +203,12 @@ class Mover {
   // Whether requests are queued (a hint, read without the lock: UVMPOOL_TIERING_EPOCHS=launch polls on
   // the launching thread only then).
   bool queued() const { return queued_.load(std::memory_order_relaxed); }
+  // Whether the launching thread runs the epochs now (Tiering::after_launch polls): config's
+  // on_launch, or, with a thread of the mover's own, what the policy's trial chose
+  // (UVMPOOL_TIERING_EPOCHS=measure, period_trial.h). While it does, the mover's thread only completes
+  // the holds it placed before and places none; the launching thread runs one hold at a time.
+  bool on_launch() const { return on_launch_.load(std::memory_order_relaxed); }
+  void set_on_launch(bool on);
   // Epochs on the calling thread until nothing is queued (or an epoch is put off).
   CUresult run_until_idle();
   // Holds ahead, on the calling thread (the mover's thread does the same when holds_ahead > 1):
@@ -367,6 +373,7 @@ class Mover {
   Mutex queue_mu_;
   std::deque<Request> queue_ UVMPOOL_GUARDED_BY(queue_mu_);
   std::atomic<bool> queued_{false};  // !queue_.empty(), written under queue_mu_, read without it (queued())
+  std::atomic<bool> on_launch_{false};  // on_launch(): written by set_on_launch, read by the threads' rounds
   // Requests not settled yet, by address (a count: the same address may be asked twice).
   std::map<CUdeviceptr, std::uint32_t> outstanding_ UVMPOOL_GUARDED_BY(queue_mu_);
   std::condition_variable queue_cv_;

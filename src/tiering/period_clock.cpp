@@ -19,7 +19,7 @@ void PeriodClock::fail(const char* what, CUresult r) {
             what, static_cast<int>(r));
 }
 
-std::optional<GuardTrial::Time> PeriodClock::answer() {
+std::optional<PeriodTrial::Time> PeriodClock::answer() {
   // The oldest pair of consecutive periods both marked, if the device has passed its second mark.
   const Slot* from = nullptr;
   for (const Slot& s : slots_) {
@@ -40,10 +40,10 @@ std::optional<GuardTrial::Time> PeriodClock::answer() {
     return std::nullopt;
   }
   answered_ = from->period;
-  return GuardTrial::Time{from->period, static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6)};
+  return PeriodTrial::Time{from->period, static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6)};
 }
 
-std::optional<GuardTrial::Time> PeriodClock::mark(std::uint64_t n, CUstream stream, bool capturing) {
+std::optional<PeriodTrial::Time> PeriodClock::mark(std::uint64_t n, CUstream stream, bool capturing) {
   if (failed_ || n == 0) return std::nullopt;
   Slot& slot = slots_[n % kSlots];
   slot.period = 0;  // whatever it marked is lost (the host ran kSlots periods ahead)
@@ -62,7 +62,7 @@ std::optional<GuardTrial::Time> PeriodClock::mark(std::uint64_t n, CUstream stre
     context_ = current;
   }
   if (current != context_) return std::nullopt;  // another context's period: not timed
-  std::optional<GuardTrial::Time> time = answer();
+  std::optional<PeriodTrial::Time> time = answer();
   if (failed_) return std::nullopt;
   if (const CUresult r = d_.cuEventRecord(slot.event, stream); r != CUDA_SUCCESS) {
     fail("cuEventRecord", r);

@@ -1,4 +1,4 @@
-// The learned period's GPU time, for the thrash guard's trial (guard_trial.h): an event recorded on
+// The learned period's GPU time, for the policy's trials (period_trial.h): an event recorded on
 // the program's stream as each period's first launch is queued, and the time between two periods'
 // events once the device has passed the second.
 //
@@ -18,7 +18,7 @@
 #include <optional>
 
 #include "driver/driver_api.h"
-#include "tiering/guard_trial.h"
+#include "tiering/period_trial.h"
 
 namespace uvmpool::tiering {
 
@@ -31,7 +31,7 @@ class PeriodClock {
 
   // Period `n` begins on `stream` (the calling thread just queued its first launch there). Answers the
   // oldest period not answered yet whose time is known, if any.
-  std::optional<GuardTrial::Time> mark(std::uint64_t n, CUstream stream, bool capturing);
+  std::optional<PeriodTrial::Time> mark(std::uint64_t n, CUstream stream, bool capturing);
 
   bool stopped() const { return failed_; }
 
@@ -43,7 +43,7 @@ class PeriodClock {
     CUevent event = nullptr;
     std::uint64_t period = 0;  // the period whose start it marks (0: none)
   };
-  std::optional<GuardTrial::Time> answer();
+  std::optional<PeriodTrial::Time> answer();
   void fail(const char* what, CUresult r);
 
   const driver::Table& d_;

@@ -16,7 +16,7 @@ constexpr std::uint64_t kNever = ~std::uint64_t{0};
 
 }  // namespace
 
-Policy::Policy(World& world, PolicyConfig config) : world_(world), config_(config), guard_(config.guard) {}
+Policy::Policy(World& world, PolicyConfig config) : world_(world), config_(config), guard_(config.guard), epochs_(config.epochs) {}
 
 void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) {
   ++count_;
@@ -105,8 +105,20 @@ void Policy::period_begins() {
   const std::uint64_t n = ++periods_begun_;
   const bool kept = stats_.kept_in_place != kept_at_period_;
   kept_at_period_ = stats_.kept_in_place;
-  guard_.period_started(n, world_.period_started(n), kept);  // what it kept stays kept for this period
+  const std::uint64_t moves = stats_.promotions + stats_.demotions;
+  const bool moved = moves != moves_at_period_;
+  moves_at_period_ = moves;
+  const std::optional<PeriodTrial::Time> time = world_.period_started(n);
+  // One trial timed at a time, the guard's first: each changes the period's time the other measures.
+  // What the guard kept stays kept for this period.
+  const bool guard_was = guard_.first(), epochs_were = epochs_.first();
+  if (!epochs_.timing()) guard_.period_started(n, time, kept);
+  if (!guard_.timing()) epochs_.period_started(n, time, moved);
+  // A way changed changes the period's time: the other trial's watch of its decision starts anew.
+  if (guard_.first() != guard_was) epochs_.rebase(n);
+  if (epochs_.first() != epochs_were) guard_.rebase(n);
   stats_.guard = guard_.stats();
+  stats_.epochs = epochs_.stats();
 }
 
 void Policy::prune() {
@@ -264,7 +276,8 @@ void Policy::adopt_period(const Candidate& proven, bool again) {
     ++stats_.periods_retaken;
     return;
   }
-  guard_.reset();  // another sequence: whether the guard pays is measured again
+  guard_.reset();  // another sequence: whether the guard pays, and where epochs run best, measured again
+  epochs_.reset();
   ++stats_.periods_learned;
   stats_.period = period;
   trace::record(trace::Kind::Period, -1, 0, period);
@@ -357,7 +370,7 @@ void Policy::find_victims(std::uint64_t needed_at) {
       rank = kNever - 1;  // advised to lie in host memory: the first to go
     } else if (by_period && !k.uses.empty()) {
       rank = next_use(k);
-      if (rank < config_.lookahead && guard_.on()) continue;
+      if (rank < config_.lookahead && guard_.first()) continue;
     } else {
       if (!cold(k)) continue;
       rank = by_period ? learned_.size() + (count_ - k.last_touch) : count_ - k.last_touch;
@@ -421,9 +434,9 @@ void Policy::plan_ahead() {
         continue;
       }
       // Thrash guard: used once a period, and staying would push out others: read it in place
-      // (while it pays: guard_trial.h). What is already on the device needs no room.
+      // (while it pays: period_trial.h). What is already on the device needs no room.
       const std::uint64_t needed = stream_order_ && k.demotion_asked != 0 ? k.buffer.bytes : world_.host_bytes(k.buffer);
-      if (guard_.on() && k.uses.size() < 2 && room() < needed) {
+      if (guard_.first() && k.uses.size() < 2 && room() < needed) {
         ++stats_.kept_in_place;
         k.kept_at = count_;
         // The room there is still takes part of it: that part is then read from the device, and

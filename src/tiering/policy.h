@@ -75,7 +75,9 @@
 //     without demoting others) is read in place instead: moving it costs its bytes twice over PCIe
 //     (in and out), reading it in place once (GMEM's remote-access rule). Not for a kernel that reads
 //     its operand many times (a GEMM at a large batch): whether the guard pays is measured, by timing
-//     the period with it on and off (guard_trial.h).
+//     the period with it on and off (period_trial.h).
+//   - Which thread runs the mover's epochs (UVMPOOL_TIERING_EPOCHS=measure) is timed the same way,
+//     once moves come (epochs_on_launch; Tiering tells the mover). One trial is timed at a time.
 //   - In the streams' order (World::in_stream_order: the mover prepares each move when the device
 //     reaches the launch it was asked at, UVMPOOL_TIERING_PREPARE=hold): the policy plans from where
 //     memory lies once every ask lands, which under run-ahead differs from where it lies now by up to
@@ -114,7 +116,7 @@
 #include <vector>
 
 #include "pool/pool.h"
-#include "tiering/guard_trial.h"
+#include "tiering/period_trial.h"
 
 namespace uvmpool::tiering {
 
@@ -132,7 +134,10 @@ struct PolicyConfig {
   std::uint64_t incidental_bytes = std::uint64_t{2} << 20;
   std::uint64_t cold_after = 4096;                  // launches a buffer outside any learned period must go
                                                     // unused (and twice its longest reuse) to be demoted
-  GuardTrialConfig guard;                           // the thrash guard: measured or fixed (guard_trial.h)
+  PeriodTrialConfig guard;                           // the thrash guard: measured or fixed (period_trial.h)
+  // Which thread runs the mover's epochs (period_trial.h): fixed on the mover's own unless Tiering
+  // says measure (UVMPOOL_TIERING_EPOCHS=measure, with held copies).
+  PeriodTrialConfig epochs{TrialSetting::First, 2, 0.9, 1.5, 8, "mover's epochs", "on its thread", "on the launching thread"};
   // What a buffer is: whole allocations, or pieces of them (pieces.h). The caller cuts (Tiering::
   // show_policy); the policy plans for the buffers it is given either way.
   bool pieces = false;
@@ -154,7 +159,8 @@ struct PolicyStats {
   std::uint64_t kept_by_advice = 0;  // promotions not asked for: the buffer prefers the host (advice)
   std::uint64_t waited_in_flight = 0;  // promotions put off, the in-flight budget spent (a launch each)
   std::uint64_t waited_room = 0;       // ... no room could be made for them
-  GuardTrialStats guard;             // the thrash guard's trials
+  PeriodTrialStats guard;             // the thrash guard's trials
+  PeriodTrialStats epochs;            // the trials of which thread runs the mover's epochs (second: the launching thread's)
 };
 
 class Policy {
@@ -192,14 +198,17 @@ class Policy {
     virtual bool in_stream_order() { return false; }
     // The thrash guard's clock: period `n` of the learned sequence begins (its first launch was just
     // queued; numbers only grow). Answers the GPU time of an earlier period once the device has run
-    // it, at most one a call. None by default: without a clock the guard stays on (guard_trial.h).
-    virtual std::optional<GuardTrial::Time> period_started(std::uint64_t /*n*/) { return std::nullopt; }
+    // it, at most one a call. None by default: without a clock the guard stays on (period_trial.h).
+    virtual std::optional<PeriodTrial::Time> period_started(std::uint64_t /*n*/) { return std::nullopt; }
   };
 
   Policy(World& world, PolicyConfig config = {});
 
   // A launch of `function` touching `buffers` (in argument order), before or as it is queued.
   void on_launch(std::uint64_t function, std::span<const Buffer> buffers);
+  // Whether the mover's epochs should run on the launching thread in the period under way (the
+  // epochs' trial: period_trial.h; Tiering tells the mover).
+  bool epochs_on_launch() const { return !epochs_.first(); }
 
   PolicyStats stats() const { return stats_; }
   bool has_period() const { return !learned_.empty(); }
@@ -310,10 +319,13 @@ class Policy {
   std::size_t period_misses_ = 0;  // launches of this period of the learned sequence that it did not foresee
   std::size_t learned_run_ = 0;  // launches it explained (a candidate must explain more to replace it)
 
-  // The thrash guard (guard_trial.h): periods begun, and its decisions when the last one began.
-  GuardTrial guard_;
+  // The thrash guard's and the epochs' trials (period_trial.h), one timed at a time: periods begun,
+  // and the decisions and moves asked for when the last one began (what could matter to each).
+  PeriodTrial guard_;
+  PeriodTrial epochs_;
   std::uint64_t periods_begun_ = 0;
   std::uint64_t kept_at_period_ = 0;
+  std::uint64_t moves_at_period_ = 0;
 
   std::unordered_map<CUdeviceptr, Known> known_;
   std::vector<CUdeviceptr> asked_up_, asked_down_;  // buffers with a promotion / demotion asked

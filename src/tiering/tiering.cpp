@@ -52,8 +52,9 @@ MoverConfig configured_mover() {
     c.on_launch = true;
     c.thread = false;
     c.holds_ahead = 1;
-    c.launches_per_epoch = std::max<std::size_t>(static_cast<std::size_t>(o.tiering_lookahead) / 8, 1);
   }
+  // With measure, the launching thread's cadence once the trial gives it the epochs (Mover::set_on_launch).
+  if (!c.overlap) c.launches_per_epoch = std::max<std::size_t>(static_cast<std::size_t>(o.tiering_lookahead) / 8, 1);
   return c;
 }
 
@@ -63,9 +64,12 @@ PolicyConfig configured_policy() {
   c.lookahead = static_cast<std::size_t>(o.tiering_lookahead);
   c.in_flight_bytes = o.tiering_in_flight.bytes;
   c.pieces = o.tiering_unit == "piece";
-  c.guard.setting = o.tiering_thrash_guard == "on"    ? GuardSetting::On
-                    : o.tiering_thrash_guard == "off" ? GuardSetting::Off
-                                                      : GuardSetting::Measure;  // the option table refuses others
+  c.guard.setting = o.tiering_thrash_guard == "on"    ? TrialSetting::First
+                    : o.tiering_thrash_guard == "off" ? TrialSetting::Second
+                                                      : TrialSetting::Measure;  // the option table refuses others
+  // Which thread runs the epochs is tried only with held copies: ordered epochs place on the launching
+  // thread for another reason (their fences' place in the program's order) and complete on the mover's.
+  c.epochs.setting = o.tiering_epochs == "measure" && o.tiering_copy != "overlap" ? TrialSetting::Measure : TrialSetting::First;
   return c;
 }
 
@@ -137,7 +141,7 @@ class Tiering::PoolWorld : public Policy::World {
 
   bool in_stream_order() override { return mover_.prepares_at_hold(); }
 
-  std::optional<GuardTrial::Time> period_started(std::uint64_t n) override { return clock_.mark(n, stream_, capturing_); }
+  std::optional<PeriodTrial::Time> period_started(std::uint64_t n) override { return clock_.mark(n, stream_, capturing_); }
 
   // The launch shown to the policy now: its device, its stream, and whether a capture is under way.
   void set_launch(int device, CUstream stream, bool capturing) {
@@ -194,7 +198,8 @@ Tiering::Tiering(const driver::Table& driver, pool::Pool& pool, Mode mode, Strea
       world_(std::make_unique<PoolWorld>(driver, pool, mover_, [this](CUdeviceptr from, CUdeviceptr end, pool::Tier to,
                                                               int device) { return ask_moves(from, end, to, device); },
                                         policy.pieces)),
-      cut_pieces_(policy.pieces) {
+      cut_pieces_(policy.pieces),
+      epochs_measured_(policy.epochs.setting == TrialSetting::Measure && !mover.overlap) {
   if (mode == Mode::Auto) {
     policy_ = std::make_unique<Policy>(*world_, policy);
     streams.keep_retiring();  // moves will come: destroyed streams' queued work must be waited for
@@ -475,7 +480,7 @@ void Tiering::after_launch(const LaunchSeen& seen, CUstream stream) {
   // epoch's closing of the gate does not wait for this thread; only after kernel launches, since a
   // synchronous copy's hook is still inside the gate here (transfer_hooks.cpp). Another thread's
   // epoch under way: this one goes on.
-  if (mode_ == Mode::Auto && seen.kernel && mover_.config().on_launch && mover_.queued() &&
+  if (mode_ == Mode::Auto && seen.kernel && mover_.on_launch() && mover_.queued() &&
       launches_since_epoch_.fetch_add(1, std::memory_order_relaxed) % std::max<std::size_t>(mover_.config().launches_per_epoch, 1) == 0) {
     // Ordered epochs (overlap): placed here, behind the mover thread's step under way if need be, so
     // that the fence lies where the policy asked; the mover's thread completes them.
@@ -557,6 +562,7 @@ void Tiering::show_policy(const LaunchSeen& seen, CUstream stream) {
   world_->set_launch(device, stream, graphs_.capturing());
   mover_.progress().launched(stream, graphs_.capturing());
   policy_->on_launch(reinterpret_cast<std::uintptr_t>(seen.function), std::span<const Policy::Buffer>(buffers, n));
+  if (epochs_measured_) mover_.set_on_launch(policy_->epochs_on_launch());
 }
 
 PolicyStats Tiering::policy_stats() {
@@ -637,7 +643,9 @@ Stats Tiering::stats() const {
     s.kept_by_advice = p.kept_by_advice;
     s.parts_promoted = p.parts_promoted;
     s.guard_trials = p.guard.trials;
-    s.guard_off = p.guard.off;
+    s.guard_off = p.guard.second;
+    s.epochs_trials = p.epochs.trials;
+    s.epochs_on_launch = mover_.on_launch() ? 1 : 0;
   }
   return s;
 }

@@ -112,8 +112,10 @@ struct Stats {
   std::uint64_t kept_in_place = 0;      // thrash-guard decisions: memory left in host memory, read in place
   std::uint64_t kept_by_advice = 0;     // promotions not asked for: the memory prefers the host (advice)
   std::uint64_t parts_promoted = 0;     // ... of which the part that fit the room there was was promoted
-  std::uint64_t guard_trials = 0;       // thrash-guard trials begun (guard_trial.h)
+  std::uint64_t guard_trials = 0;       // thrash-guard trials begun (period_trial.h)
   std::uint64_t guard_off = 0;          // 1 while the thrash guard is off: single-use memory moves
+  std::uint64_t epochs_trials = 0;      // trials of which thread runs the mover's epochs (period_trial.h)
+  std::uint64_t epochs_on_launch = 0;   // 1 while the launching thread runs them (measured faster, or set)
   std::uint64_t prefetches = 0;         // prefetches of pool memory (cuMemPrefetchAsync, uvmpool_prefetch)
   std::uint64_t advice = 0;             // advice on pool memory (cuMemAdvise, uvmpool_advise)
 };
@@ -197,6 +199,10 @@ class Tiering {
   void show_policy(const LaunchSeen& seen, CUstream stream);
   // With UVMPOOL_TIERING_UNIT=piece: the policy's buffers are pieces of allocations (pieces.h).
   const bool cut_pieces_;
+  // UVMPOOL_TIERING_EPOCHS=measure: the policy's epochs trial says which thread runs the mover's
+  // epochs (Mover::set_on_launch, after each launch shown); with held copies. (Without the mover's
+  // thread, its rounds are the caller's while the launching thread does not have them: tests.)
+  const bool epochs_measured_;
   static constexpr std::uint64_t kPrunePiecesEvery = 4096;  // launches shown between prunes of the cuts
   Pieces pieces_ UVMPOOL_GUARDED_BY(policy_mu_){Pieces::kGranule};
   std::uint64_t pieces_shown_ UVMPOOL_GUARDED_BY(policy_mu_) = 0;

@@ -417,7 +417,7 @@ int main(int argc, char** argv) {
     const Run ahead =
         wanted("ahead") ? replay(w, budget, tiering::Mode::Auto, false, steps, timed, policy, batch, g_holds_ahead) : Run{};
     tiering::PolicyConfig guard_on = policy;  // the thrash guard as it was before its trial
-    guard_on.guard.setting = tiering::GuardSetting::On;
+    guard_on.guard.setting = tiering::TrialSetting::First;
     const Run kept =
         wanted("guard") ? replay(w, budget, tiering::Mode::Auto, false, steps, timed, guard_on, batch, g_holds_ahead) : Run{};
     const double pcie = static_cast<double>(w.need() - budget) / copy_rate;  // each way, in parallel
@@ -465,9 +465,9 @@ int main(int argc, char** argv) {
                 "mover: %llu epochs, %llu moves, %llu failed, %llu requested, %llu refused\n", name,
                 static_cast<unsigned long long>(r.policy.period), static_cast<unsigned long long>(r.policy.promotions),
                 static_cast<unsigned long long>(r.policy.demotions), static_cast<unsigned long long>(r.policy.kept_in_place),
-                r.policy.guard.off != 0 ? "off" : "on", static_cast<unsigned long long>(r.policy.guard.trials),
-                format_seconds(static_cast<double>(r.policy.guard.on_ns) * 1e-9).c_str(),
-                format_seconds(static_cast<double>(r.policy.guard.off_ns) * 1e-9).c_str(),
+                r.policy.guard.second != 0 ? "off" : "on", static_cast<unsigned long long>(r.policy.guard.trials),
+                format_seconds(static_cast<double>(r.policy.guard.first_ns) * 1e-9).c_str(),
+                format_seconds(static_cast<double>(r.policy.guard.second_ns) * 1e-9).c_str(),
                 static_cast<unsigned long long>(r.policy.waited_in_flight),
                 static_cast<unsigned long long>(r.policy.waited_room),
                 static_cast<unsigned long long>(r.mover.epochs), static_cast<unsigned long long>(r.mover.moves),

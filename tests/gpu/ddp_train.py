@@ -38,7 +38,7 @@ RESULT = "UVMPOOL_DDP_RESULT "
 # host memory in place, the period learned and the thrash guard's decisions.
 TIERING_FIGURES = ("launches_read", "launches_in_place", "tiering_moves", "tiering_promoted_bytes", "tiering_demoted_bytes",
                    "tiering_epochs", "tiering_host_waits", "tiering_holds_given_up", "tiering_holds_extended", "tiering_queue_waits", "tiering_holds_broken", "tiering_moves_failed",
-                   "tiering_period", "tiering_kept_in_place", "tiering_guard_trials", "tiering_guard_off",
+                   "tiering_period", "tiering_kept_in_place", "tiering_guard_trials", "tiering_guard_off", "tiering_epochs_trials", "tiering_epochs_on_launch",
                    # what the mover does at the moment the figures are read (a hung rank: what it waits for)
                    "tiering_mover_step", "tiering_mover_step_seconds", "tiering_holds_standing", "tiering_gate_closed",
                    "tiering_gate_waiting")

@@ -44,7 +44,7 @@ try:
                                             "tiering_demoted_bytes", "tiering_epochs", "tiering_moves_failed",
                                             "tiering_launches_ordered", "tiering_period", "tiering_periods_learned",
                                             "tiering_periods_dropped", "tiering_kept_in_place",
-                                            "tiering_guard_trials", "tiering_guard_off",
+                                            "tiering_guard_trials", "tiering_guard_off", "tiering_epochs_trials", "tiering_epochs_on_launch",
                                             "tiering_holds_given_up", "tiering_host_waits")}
 except (AttributeError, OSError, KeyError, ValueError):
     pass

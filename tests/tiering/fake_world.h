@@ -179,11 +179,11 @@ class FakeWorld : public Policy::World {
   }
   // With `timed`, a period's time is answered as the next begins: launches and moves take modeled
   // time on `clock` (ns): a byte over PCIe 1, from device memory 1/64 (HBM against PCIe, about).
-  std::optional<GuardTrial::Time> period_started(std::uint64_t n) override {
+  std::optional<PeriodTrial::Time> period_started(std::uint64_t n) override {
     const std::uint64_t ns = clock - marked_;
     marked_ = clock;
     if (!timed || n == 1) return std::nullopt;
-    return GuardTrial::Time{n - 1, ns};
+    return PeriodTrial::Time{n - 1, ns};
   }
   bool timed = false;
   std::uint32_t passes = 1;  // times a launch reads each buffer it touches

@@ -63,6 +63,20 @@ class Mover_ : public TieringTest {
     ASSERT_EQ(tiers(in_host, 16 * kMiB, gran), "HHHHHHHH");
     must_free(*pool, room);
   }
+  // allocate_both_tiers, in_host filled with 9, and a mover with its own thread and 4 holds ahead.
+  void start_mover_thread_over_both_tiers() {
+    allocate_both_tiers();
+    ASSERT_CU(fill_on_stream(on_device, 4, 0));  // both kernels loaded before any hold stands
+    busy(on_device, 4, 1);
+    fill(in_host, 16 * kMiB, 9);
+    MoverConfig config;
+    config.holds_ahead = 4;
+    mover = std::make_unique<Mover>(drv(), *pool, streams, config);  // with its thread
+  }
+  // Until the mover committed `n` moves, for 20 s at most (a loaded CI machine); what it committed.
+  std::uint64_t wait_for_moves(std::uint64_t n) {
+    return stats_once([n](const uvmpool::tiering::MoverStats& s) { return s.moves >= n; }, std::chrono::seconds(20)).moves;
+  }
   // A long kernel on `stream` reading [p, p + bytes) `passes` times: unfinished work on that memory,
   // for longer (in virtual time) than any copy of the mover's takes.
   void busy(CUdeviceptr p, std::size_t bytes, std::uint32_t passes = 4096) {
@@ -146,10 +160,10 @@ class Mover_ : public TieringTest {
     config.hold_timeout = std::chrono::seconds(30);
     mover = std::make_unique<Mover>(drv(), *pool, streams, config);
   }
-  // The mover's statistics once `done` holds of them, or after 10 s.
+  // The mover's statistics once `done` holds of them, or after `patience`.
   template <typename Done>
-  uvmpool::tiering::MoverStats stats_once(Done done) {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  uvmpool::tiering::MoverStats stats_once(Done done, std::chrono::seconds patience = std::chrono::seconds(10)) {
+    const auto end = std::chrono::steady_clock::now() + patience;
     while (!done(mover->stats()) && std::chrono::steady_clock::now() < end)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return mover->stats();
@@ -881,10 +895,7 @@ TEST_F(Mover_, TheMoversThreadOrdersTheProgramsWritesBehindOverlappedMoves) {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (mover->stats().moves < 4 && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  ASSERT_EQ(mover->stats().moves, 4u) << "moves failed: " << mover->stats().moves_failed;
+  ASSERT_EQ(wait_for_moves(4), 4u) << "moves failed: " << mover->stats().moves_failed;
   ASSERT_CU(drv().cuStreamSynchronize(stream));
   EXPECT_EQ(mover->standing_holds(), 0u);
   EXPECT_EQ(mover->stats().held_ns, 0u);
@@ -900,13 +911,7 @@ TEST_F(Mover_, TheMoversThreadOrdersTheProgramsWritesBehindOverlappedMoves) {
 TEST_F(Mover_, TheMoversThreadPlacesHoldsAheadAndCompletesThemInOrder) {
   // As in a program: the mover's own thread, requests coming while the program's work is queued
   // around them; every move lands, with the writes queued after each request on the new pieces.
-  allocate_both_tiers();
-  ASSERT_CU(fill_on_stream(on_device, 4, 0));  // both kernels loaded before any hold stands
-  busy(on_device, 4, 1);
-  fill(in_host, 16 * kMiB, 9);
-  MoverConfig config;
-  config.holds_ahead = 4;
-  mover = std::make_unique<Mover>(drv(), *pool, streams, config);  // with its thread
+  start_mover_thread_over_both_tiers();
   // Short kernels (16 passes, about 15 us each in virtual time): the mover's thread sees the program's
   // work progress only through its own driver calls, 200 ns of virtual time per event query, one round
   // of queries per 200 us of wall time between its steps. With 256 passes (about 1 ms of queued work)
@@ -917,16 +922,50 @@ TEST_F(Mover_, TheMoversThreadPlacesHoldsAheadAndCompletesThemInOrder) {
     ASSERT_TRUE(mover->request(p, 4 * kMiB, Tier::Device));
     ASSERT_CU(fill_on_stream(p, 2 * kMiB, 30 + i));
   }
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (mover->stats().moves < 4 && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  ASSERT_EQ(mover->stats().moves, 4u) << "moves failed: " << mover->stats().moves_failed;
+  ASSERT_EQ(wait_for_moves(4), 4u) << "moves failed: " << mover->stats().moves_failed;
   ASSERT_CU(drv().cuStreamSynchronize(stream));
   EXPECT_EQ(mover->standing_holds(), 0u);
   EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "DDDDDDDD");
   for (int i = 0; i < 4; ++i) {
     const CUdeviceptr p = in_host + static_cast<CUdeviceptr>(i) * 4 * kMiB;
     EXPECT_TRUE(all_equal(p, 2 * kMiB, 30 + i)) << "move " << i;
+    EXPECT_TRUE(window_holds(in_host, static_cast<std::size_t>(i) * 4 * kMiB + 2 * kMiB, 2 * kMiB, 9)) << "move " << i;
+  }
+}
+
+TEST_F(Mover_, TheEpochsGoToTheLaunchingThreadAndBackWithoutLosingAMove) {
+  // UVMPOOL_TIERING_EPOCHS=measure hands the epochs over at run time (Mover::set_on_launch): while the
+  // launching thread has them, the mover's thread leaves the requests alone and the caller's poll
+  // carries them out; given back, the thread takes the ones queued meanwhile. Holds it placed before
+  // the hand-over still complete (on either thread).
+  start_mover_thread_over_both_tiers();
+  ASSERT_FALSE(mover->on_launch());
+  const auto part = [&](int i) { return in_host + static_cast<CUdeviceptr>(i) * 4 * kMiB; };
+  // The thread's: one move.
+  ASSERT_TRUE(mover->request(part(0), 4 * kMiB, Tier::Device));
+  ASSERT_CU(fill_on_stream(part(0), 2 * kMiB, 30));
+  ASSERT_EQ(wait_for_moves(1), 1u) << "moves failed: " << mover->stats().moves_failed;
+  // The launching thread's: the request waits for its poll.
+  mover->set_on_launch(true);
+  ASSERT_TRUE(mover->on_launch());
+  ASSERT_TRUE(mover->request(part(1), 4 * kMiB, Tier::Device));
+  ASSERT_CU(fill_on_stream(part(1), 2 * kMiB, 31));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(mover->stats().moves, 1u) << "the mover's thread took a request the launching thread had";
+  EXPECT_TRUE(mover->queued());
+  ASSERT_CU(mover->run_until_idle());  // as Tiering::after_launch's polls would, one hold at a time
+  EXPECT_EQ(mover->stats().moves, 2u);
+  // Back to the thread, with a request queued while the launching thread had the epochs.
+  ASSERT_TRUE(mover->request(part(2), 4 * kMiB, Tier::Device));
+  ASSERT_CU(fill_on_stream(part(2), 2 * kMiB, 32));
+  mover->set_on_launch(false);
+  ASSERT_EQ(wait_for_moves(3), 3u) << "moves failed: " << mover->stats().moves_failed;
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(mover->standing_holds(), 0u);
+  EXPECT_EQ(tiers(in_host, 12 * kMiB, gran), "DDDDDD");
+  EXPECT_EQ(tiers(part(3), 4 * kMiB, gran), "HH");
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(all_equal(part(i), 2 * kMiB, 30 + i)) << "move " << i;
     EXPECT_TRUE(window_holds(in_host, static_cast<std::size_t>(i) * 4 * kMiB + 2 * kMiB, 2 * kMiB, 9)) << "move " << i;
   }
 }

@@ -12,7 +12,7 @@ namespace {
 
 using namespace pooltest;
 using uvmpool::pool::AllocationInfo;
-using uvmpool::tiering::GuardSetting;
+using uvmpool::tiering::TrialSetting;
 using uvmpool::tiering::Mode;
 using uvmpool::tiering::MoverConfig;
 using uvmpool::tiering::Pieces;
@@ -102,7 +102,7 @@ class Pieces_ : public LaunchedTest {
   Last train(bool pieces, int periods) {
     PolicyConfig policy;
     policy.pieces = pieces;
-    policy.guard.setting = GuardSetting::Off;  // each tensor is read once a period: moved, not read in place
+    policy.guard.setting = TrialSetting::Second;  // each tensor is read once a period: moved, not read in place
     policy.cold_after = 16;  // the tensors read only at first may go soon (a job's step is thousands of launches)
     MoverConfig mover;
     mover.thread = false;

@@ -20,8 +20,8 @@
 namespace {
 
 using uvmpool::pool::Tier;
-using uvmpool::tiering::GuardSetting;
-using uvmpool::tiering::GuardTrial;
+using uvmpool::tiering::TrialSetting;
+using uvmpool::tiering::PeriodTrial;
 using uvmpool::tiering::Policy;
 using uvmpool::tiering::PolicyConfig;
 using uvmpool::tiering::PolicyStats;
@@ -196,7 +196,7 @@ struct Sweep {
   std::uint64_t token_ns = 0, in_place = 0, promoted = 0;
   PolicyStats stats;
 };
-Sweep sweep(std::uint32_t passes, GuardSetting setting) {
+Sweep sweep(std::uint32_t passes, TrialSetting setting) {
   FakeWorld w(8 * kUnit);
   w.timed = true;
   w.passes = passes;
@@ -214,12 +214,12 @@ Sweep sweep(std::uint32_t passes, GuardSetting setting) {
 
 TEST(Policy_, TheThrashGuardGoesOffWhenReadingInPlaceIsMeasuredSlower) {
   // A GEMM at a large batch reads its weights 32 times: in place, each read crosses PCIe.
-  const Sweep kept = sweep(32, GuardSetting::On), measured = sweep(32, GuardSetting::Measure);
+  const Sweep kept = sweep(32, TrialSetting::First), measured = sweep(32, TrialSetting::Measure);
   EXPECT_EQ(kept.promoted, 0u);
   EXPECT_EQ(kept.stats.guard.trials, 0u);
   EXPECT_EQ(measured.stats.guard.trials, 1u);
-  EXPECT_EQ(measured.stats.guard.off, 1u);
-  EXPECT_GT(measured.stats.guard.on_ns, 2 * measured.stats.guard.off_ns);
+  EXPECT_EQ(measured.stats.guard.second, 1u);
+  EXPECT_GT(measured.stats.guard.first_ns, 2 * measured.stats.guard.second_ns);
   EXPECT_GT(measured.promoted, 0u) << "the excess moves in ahead of its launch";
   EXPECT_LT(measured.in_place, kept.in_place);
   EXPECT_LT(2 * measured.token_ns, kept.token_ns) << "measured " << measured.token_ns << " ns a token, kept " << kept.token_ns;
@@ -227,13 +227,85 @@ TEST(Policy_, TheThrashGuardGoesOffWhenReadingInPlaceIsMeasuredSlower) {
 
 TEST(Policy_, TheThrashGuardStaysOnWhenEachByteIsReadOnce) {
   // A batch-1 decode's GEMV reads each weight once: moving it in and out costs twice reading it.
-  const Sweep kept = sweep(1, GuardSetting::On), measured = sweep(1, GuardSetting::Measure);
+  const Sweep kept = sweep(1, TrialSetting::First), measured = sweep(1, TrialSetting::Measure);
   EXPECT_EQ(measured.stats.guard.trials, 1u);
-  EXPECT_EQ(measured.stats.guard.off, 0u);
-  EXPECT_LT(measured.stats.guard.on_ns, measured.stats.guard.off_ns);
+  EXPECT_EQ(measured.stats.guard.second, 0u);
+  EXPECT_LT(measured.stats.guard.first_ns, measured.stats.guard.second_ns);
   EXPECT_EQ(measured.promoted, 0u);
   EXPECT_EQ(measured.in_place, kept.in_place);
   EXPECT_EQ(measured.token_ns, kept.token_ns);
+}
+
+// A sweep 1.5x what fits that moves every period (weights read 32 times: the guard fixed off), on a
+// timed world where each period also costs the host `thread_ns` with the mover's epochs on its own
+// thread and `launch_ns` with them on the launching thread (what the GPU's period time shows: on a
+// decode the launching thread's epochs add to the token; on a training step they land in time).
+struct EpochsSweep {
+  PolicyStats stats;
+  bool on_launch = false;   // at the end
+  int switches = 0;         // times the answer changed
+  int both_timed = 0;       // launches after which both trials were timing an arm
+};
+EpochsSweep epochs_sweep(std::uint64_t thread_ns, std::uint64_t launch_ns, TrialSetting guard, int periods) {
+  FakeWorld w(8 * kUnit);
+  w.timed = true;
+  w.passes = 32;
+  std::vector<std::vector<CUdeviceptr>> token;
+  for (int i = 0; i < 12; ++i) token.push_back({w.add(kUnit, i >= 8)});
+  PolicyConfig c;
+  c.guard.setting = guard;
+  c.epochs.setting = TrialSetting::Measure;
+  Policy p(w, c);
+  EpochsSweep out;
+  for (int s = 0; s < periods; ++s) {
+    for (std::size_t i = 0; i < token.size(); ++i) {
+      w.launch(p, 100 + i, token[i]);
+      if (p.epochs_on_launch() != out.on_launch) ++out.switches;
+      out.on_launch = p.epochs_on_launch();
+      if (p.stats().guard.timing != 0 && p.stats().epochs.timing != 0) ++out.both_timed;
+    }
+    w.clock += out.on_launch ? launch_ns : thread_ns;
+  }
+  out.stats = p.stats();
+  return out;
+}
+
+TEST(Policy_, TheEpochsMoveToTheLaunchingThreadWhenThatIsMeasuredFaster) {
+  const EpochsSweep e = epochs_sweep(/*thread_ns=*/40 * kUnit, /*launch_ns=*/0, TrialSetting::Second, 30);
+  EXPECT_EQ(e.stats.epochs.trials, 1u);
+  EXPECT_TRUE(e.on_launch);
+  EXPECT_EQ(e.stats.epochs.second, 1u);
+  EXPECT_GT(e.stats.epochs.first_ns, e.stats.epochs.second_ns + 30 * kUnit);
+  EXPECT_EQ(e.switches, 1) << "timed on the mover's thread first, then the launching thread's kept";
+}
+
+TEST(Policy_, TheEpochsStayOnTheMoversThreadUnlessTheLaunchingThreadWinsByTheMargin) {
+  for (const std::uint64_t launch_ns : {40 * kUnit, 0 * kUnit}) {
+    // 0: no worse on the launching thread, but not faster either (the moves cost the same).
+    SCOPED_TRACE(launch_ns);
+    const EpochsSweep e = epochs_sweep(/*thread_ns=*/0, launch_ns, TrialSetting::Second, 30);
+    EXPECT_EQ(e.stats.epochs.trials, 1u);
+    EXPECT_FALSE(e.on_launch);
+    EXPECT_NE(e.stats.epochs.second_ns, 0u) << "timed on the launching thread too";
+    EXPECT_EQ(e.switches, 2) << "there and back";
+  }
+}
+
+TEST(Policy_, TheGuardsTrialAndTheEpochsTrialAreTimedOneAtATime) {
+  // Weights read 32 times: the guard's trial turns it off (moving them is faster), then moves come
+  // every period and the epochs' trial runs, finding the launching thread faster. Timed together,
+  // each trial's arms would mix the other's ways.
+  const EpochsSweep e = epochs_sweep(/*thread_ns=*/40 * kUnit, /*launch_ns=*/0, TrialSetting::Measure, 40);
+  EXPECT_EQ(e.stats.guard.trials, 1u);
+  EXPECT_EQ(e.stats.guard.second, 1u) << "the guard off";
+  EXPECT_EQ(e.stats.epochs.trials, 1u);
+  EXPECT_TRUE(e.on_launch);
+  EXPECT_EQ(e.both_timed, 0);
+  // The guard's arms were timed with the epochs on the mover's thread alone (it was timed first), so
+  // each arm's time carries the thread's 40 units; the epochs' arms both ran with the guard off.
+  EXPECT_GE(e.stats.guard.first_ns, 40 * kUnit);
+  EXPECT_GE(e.stats.guard.second_ns, 40 * kUnit);
+  EXPECT_LT(e.stats.epochs.second_ns, e.stats.guard.second_ns) << "the launching thread's arm ran with the guard off, without the 40";
 }
 
 TEST(Policy_, TrainingShapedStepHitsMostlyOnTheDevice) {

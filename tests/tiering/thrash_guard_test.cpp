@@ -1,4 +1,4 @@
-// The thrash guard's trial on the simulated driver (src/tiering/guard_trial.h, period_clock.h): the
+// The thrash guard's trial on the simulated driver (src/tiering/period_trial.h, period_clock.h): the
 // period clock answers the virtual time between two periods' events once the device has run them,
 // records nothing while a capture is under way, and stops on a driver error; a decoding-shaped
 // sweep whose kernels read their weights many times (a GEMM at a large batch) turns the guard off and
@@ -15,8 +15,8 @@
 namespace {
 
 using namespace pooltest;
-using uvmpool::tiering::GuardSetting;
-using uvmpool::tiering::GuardTrial;
+using uvmpool::tiering::TrialSetting;
+using uvmpool::tiering::PeriodTrial;
 using uvmpool::tiering::Mode;
 using uvmpool::tiering::MoverConfig;
 using uvmpool::tiering::PeriodClock;
@@ -36,7 +36,7 @@ class ThrashGuard_ : public LaunchedTest {
   // through tiering as the launch hooks show them, the mover polled after each launch and the stream
   // synchronized after each token (the sampled token read back). Returns the virtual time of the
   // last 5 tokens, per token.
-  std::uint64_t decode(std::uint32_t passes, GuardSetting setting, int tokens) {
+  std::uint64_t decode(std::uint32_t passes, TrialSetting setting, int tokens) {
     PolicyConfig policy;
     policy.guard.setting = setting;
     MoverConfig mover;
@@ -74,7 +74,7 @@ TEST_F(ThrashGuard_, ThePeriodClockAnswersTheDevicesTimeBetweenTwoPeriods) {
     EXPECT_FALSE(clock.mark(n, stream, false).has_value()) << "period " << n << " answered before the device ran it";
   }
   ASSERT_CU(drv().cuStreamSynchronize(stream));
-  std::vector<GuardTrial::Time> answered;
+  std::vector<PeriodTrial::Time> answered;
   for (std::uint64_t n = 7; n <= 12; ++n)
     if (const auto t = clock.mark(n, stream, false)) answered.push_back(*t);
   ASSERT_FALSE(clock.stopped());
@@ -100,29 +100,29 @@ TEST_F(ThrashGuard_, ThePeriodClockRecordsNothingDuringACaptureAndStopsOnADriver
 }
 
 TEST_F(ThrashGuard_, WeightsReadManyTimesAPeriodMoveInAndTheSweepRunsFaster) {
-  const std::uint64_t kept = decode(64, GuardSetting::On, 12);
+  const std::uint64_t kept = decode(64, TrialSetting::First, 12);
   const Stats on = tiering->stats();
   free_all(weights);
-  const std::uint64_t measured = decode(64, GuardSetting::Measure, 20);
+  const std::uint64_t measured = decode(64, TrialSetting::Measure, 20);
   const Stats trial = tiering->stats();
   ASSERT_GT(kept, 0u);
   EXPECT_EQ(on.promoted_bytes, 0u);
   EXPECT_GT(on.kept_in_place, 0u);
   EXPECT_EQ(trial.guard_trials, 1u);
   EXPECT_EQ(trial.guard_off, 1u);
-  EXPECT_GT(tiering->policy_stats().guard.on_ns, tiering->policy_stats().guard.off_ns);
+  EXPECT_GT(tiering->policy_stats().guard.first_ns, tiering->policy_stats().guard.second_ns);
   EXPECT_GT(trial.promoted_bytes, 0u);
   EXPECT_LT(measured, kept) << "modeled per token: measured " << measured << " ns, guard on " << kept << " ns";
 }
 
 TEST_F(ThrashGuard_, WeightsReadOnceAPeriodStayInPlace) {
-  const std::uint64_t kept = decode(1, GuardSetting::On, 12);
+  const std::uint64_t kept = decode(1, TrialSetting::First, 12);
   free_all(weights);
-  const std::uint64_t measured = decode(1, GuardSetting::Measure, 30);
+  const std::uint64_t measured = decode(1, TrialSetting::Measure, 30);
   const Stats trial = tiering->stats();
   EXPECT_EQ(trial.guard_trials, 1u);
   EXPECT_EQ(trial.guard_off, 0u);
-  EXPECT_LT(tiering->policy_stats().guard.on_ns, tiering->policy_stats().guard.off_ns);
+  EXPECT_LT(tiering->policy_stats().guard.first_ns, tiering->policy_stats().guard.second_ns);
   EXPECT_LE(measured, kept + kept / 20) << "modeled per token: measured " << measured << " ns, guard on " << kept << " ns";
 }
 
