@@ -151,6 +151,23 @@ TEST(Table, TieringLineOnlyOnceSomethingWasReadOrMoved) {
   EXPECT_FALSE(has_line_starting(table, "  tiering:")) << table;
 }
 
+TEST(Table, TieringLineSaysWhatTheTrialsChose) {
+  // The thrash guard off and the epochs on the launching thread are said only while so.
+  Report r = sample_report();
+  using uvmpool::stats::test::add_process;
+  add_process(r, "tiering_guard_off", 0, Kind::Gauge);
+  add_process(r, "tiering_epochs_on_launch", 0, Kind::Gauge);
+  std::string table = format_table(r, false);
+  EXPECT_EQ(table.find("thrash guard off"), std::string::npos) << table;
+  EXPECT_EQ(table.find("epochs on the launching thread"), std::string::npos) << table;
+  r.process_values[r.process_values.size() - 2] = 1;
+  r.process_values.back() = 1;
+  table = format_table(r, false);
+  EXPECT_NE(table.find("period 2285 launches, 44 kept in place, thrash guard off (measured faster), epochs on the launching thread"),
+            std::string::npos)
+      << table;
+}
+
 // What the mover does at this moment, for a program that seems stuck: only while it does something.
 TEST(Table, TieringNowLineSaysWhatTheMoverWaitsForAndSince) {
   Report r = sample_report();
