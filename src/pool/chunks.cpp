@@ -94,7 +94,7 @@ CUresult DevicePool::init() {
     host_tier_->add([this] { return upkeep_host(); });
   }
   cache_.init(chunk_, counters_);
-  classes_ = std::make_unique<SlabClass[]>(kSmallClasses);
+  slabs_ = std::make_unique<SlabClasses>(fig_);
   log::debug("device {}: chunk {} KiB, extent {} MiB, budget {} MiB of {} MiB, headroom {} MiB", device_,
              chunk_ >> 10, (extent_granules_ * chunk_) >> 20, budget_ >> 20, total_ >> 20, config_.headroom >> 20);
   return CUDA_SUCCESS;
@@ -462,12 +462,7 @@ DeviceStats DevicePool::stats() const {
   s.frees = load(fig_.frees);
   for (int i = 0; i < kSizeBuckets; ++i) s.allocations_by_size[i] = load(fig_.allocations[i]);
   cache_.add_counts(s);
-  if (classes_) {
-    for (int c = 0; c < kSmallClasses; ++c) {
-      s.allocations_by_size[size_bucket(class_size(c))] += load(classes_[c].allocations);
-      s.frees += load(classes_[c].frees);
-    }
-  }
+  if (slabs_) slabs_->add_counts(s);
   for (const std::uint64_t n : s.allocations_by_size) s.allocations += n;
   // Read apart, a free may be counted before its allocation's bucket: never show fewer than none.
   s.live_allocations = s.allocations > s.frees ? s.allocations - s.frees : 0;

@@ -98,7 +98,7 @@ std::optional<AllocationInfo> DevicePool::describe(Entry entry, CUdeviceptr p) {
   AllocationInfo info;
   info.device = device_;
   if (Slab* s = as_slab(entry)) {
-    MutexLock lock(classes_[s->cls].mu);
+    MutexLock lock(slabs_->of(s).mu);
     if (s->state.load(std::memory_order_relaxed) != kLive || p < s->base) return std::nullopt;
     const std::uint64_t slot = (p - s->base) / s->slot_size;
     if (slot >= s->slots || ((s->live[slot / 64] >> (slot % 64)) & 1) == 0 || s->info[slot].pending) return std::nullopt;

@@ -42,6 +42,7 @@
 #include "pool/pending_frees.h"
 #include "pool/pool.h"
 #include "pool/size_classes.h"
+#include "pool/slab_classes.h"
 #include "pool/vmm.h"
 
 namespace uvmpool::pool {
@@ -343,10 +344,6 @@ class DevicePool {
   void destroy_slab(Slab* s) UVMPOOL_REQUIRES(mu_);
   std::size_t evict_empty_slabs() UVMPOOL_REQUIRES(mu_);
   void release_slot(Slab* s, std::uint32_t slot);
-  // Empty slabs count as idle device memory only when their chunk is on the device.
-  void count_cached(const Slab* s, int delta) {
-    if (s->chunk.tier == Tier::Device) fig_.chunks_cached.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed);
-  }
 
   // placement.h's rule carried out on this pool: where each piece comes from (stock.h, stock.cpp).
   class PoolStock;
@@ -466,15 +463,7 @@ class DevicePool {
   // unmapping costs less than pinning more.
   void unmap_host_runs(std::size_t chunks) UVMPOOL_REQUIRES(mu_);
 
-  struct SlabClass {
-    Mutex mu;
-    Slab* head UVMPOOL_GUARDED_BY(mu) = nullptr;  // slabs with a free slot
-    std::size_t empty UVMPOOL_GUARDED_BY(mu) = 0;  // of those, slabs with no slot in use
-    std::atomic<std::uint64_t> allocations{0};  // statistics, counted under mu
-    std::atomic<std::uint64_t> frees{0};
-  };
-  std::unique_ptr<SlabClass[]> classes_;
-  bool slot_freed(SlabClass& c, Slab* s) UVMPOOL_REQUIRES(c.mu);  // true: destroy the slab
+  std::unique_ptr<SlabClasses> slabs_;  // the size classes' lists of slabs: a lock per class (slab_classes.h)
 
   PendingFrees pending_;  // memory freed on streams: its own lock (pending_frees.h)
 

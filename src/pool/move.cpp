@@ -331,23 +331,12 @@ CUresult DevicePool::claim_block(Block* b) {
 }
 
 CUresult DevicePool::claim_slab(Slab* s) {
-  SlabClass& c = classes_[s->cls];  // fixed while mu_ is held: only new_slab changes it
+  SlabClasses::Class& c = slabs_->of(s);  // fixed while mu_ is held: only new_slab changes it
   MutexLock lock(c.mu);
   if (s->state.load(std::memory_order_relaxed) != kLive) return CUDA_ERROR_NOT_READY;
   if (s->moving.load(std::memory_order_relaxed)) return CUDA_ERROR_NOT_READY;
   if (s->exported) return CUDA_ERROR_NOT_PERMITTED;
-  s->moving.store(true, std::memory_order_relaxed);
-  if (s->listed) {
-    if (s->prev != nullptr) s->prev->next = s->next;
-    if (s->next != nullptr) s->next->prev = s->prev;
-    if (c.head == s) c.head = s->next;
-    s->prev = s->next = nullptr;
-    s->listed = false;
-  }
-  if (s->used == 0) {
-    --c.empty;
-    count_cached(s, -1);
-  }
+  slabs_->claim(c, s);
   return CUDA_SUCCESS;
 }
 
@@ -355,20 +344,9 @@ void DevicePool::end_move(Entry owner) {
   if (as_carved(owner) != nullptr) {
     // The slot's claim ended with its range (forget_range).
   } else if (Slab* s = as_slab(owner)) {
-    SlabClass& c = classes_[s->cls];
+    SlabClasses::Class& c = slabs_->of(s);
     MutexLock lock(c.mu);
-    s->moving.store(false, std::memory_order_relaxed);
-    if (s->used < s->slots) {
-      s->prev = nullptr;
-      s->next = c.head;
-      if (c.head != nullptr) c.head->prev = s;
-      c.head = s;
-      s->listed = true;
-    }
-    if (s->used == 0) {
-      ++c.empty;
-      count_cached(s, +1);
-    }
+    slabs_->unclaim(c, s);
   } else {
     Block* b = as_block(owner);
     if (!b->moving.empty()) return;  // other moves of it go on: the claim stays
@@ -475,7 +453,7 @@ void DevicePool::fence_move(const Move& m) {
     if (state == kPending) pending = b->context.load(std::memory_order_relaxed);
   } else {
     Slab* s = as_slab(owner);
-    MutexLock lock(classes_[s->cls].mu);
+    MutexLock lock(slabs_->of(s).mu);
     for (std::uint32_t i = 0; i < s->slots && pending == nullptr; ++i) {
       if (s->info[i].pending) pending = s->info[i].context;
     }
@@ -519,7 +497,7 @@ void DevicePool::swap_pieces(const Move& m, std::size_t first, std::span<const C
     live_host_delta = m.to == Tier::Host ? static_cast<std::int64_t>(live) : -static_cast<std::int64_t>(live);
   } else {
     Slab* s = as_slab(m.owner);
-    MutexLock lock(classes_[s->cls].mu);  // free_small reads the chunk's tier under it
+    MutexLock lock(slabs_->of(s).mu);  // free_small reads the chunk's tier under it
     std::uint64_t live = 0;
     for (std::uint32_t i = 0; i < s->slots; ++i) {
       if (((s->live[i / 64] >> (i % 64)) & 1) != 0 && !s->info[i].pending) live += s->info[i].size;

@@ -1,64 +1,25 @@
 // Small allocations: slots of one size class cut from a slab (one chunk mapped on its own), so a
-// program with a million small tensors does not pay a chunk each. One empty slab per class is kept
-// for the next allocation; more are taken apart.
+// program with a million small tensors does not pay a chunk each. The classes' lists and slot bits
+// are a part of their own (slab_classes.h); making, mapping and taking apart a slab are here. One
+// empty slab per class is kept for the next allocation; more are taken apart.
 #include <atomic>
-#include <bit>
 
 #include "config/log.h"
 #include "pool/device_pool.h"
 #include "trace/trace.h"
 
 namespace uvmpool::pool {
-namespace {
-
-void unlink(Slab*& head, Slab* s) {
-  if (s->prev != nullptr) s->prev->next = s->next;
-  if (s->next != nullptr) s->next->prev = s->prev;
-  if (head == s) head = s->next;
-  s->prev = s->next = nullptr;
-  s->listed = false;
-}
-
-void link(Slab*& head, Slab* s) {
-  s->prev = nullptr;
-  s->next = head;
-  if (head != nullptr) head->prev = s;
-  head = s;
-  s->listed = true;
-}
-
-// A free slot of a slab with one (the caller holds the class lock); marks it taken.
-std::uint32_t take_slot(Slab* s) {
-  const std::size_t words = s->live.size();
-  for (std::size_t n = 0; n < words; ++n) {
-    const std::size_t w = (s->hint + n) % words;
-    if (s->live[w] != ~std::uint64_t{0}) {
-      const int bit = std::countr_one(s->live[w]);
-      s->live[w] |= std::uint64_t{1} << bit;
-      s->hint = static_cast<std::uint32_t>(w);
-      ++s->used;
-      return static_cast<std::uint32_t>(w * 64 + static_cast<std::size_t>(bit));
-    }
-  }
-  return UINT32_MAX;  // unreachable while the slab is listed
-}
-
-}  // namespace
 
 CUresult DevicePool::allocate_small(CUdeviceptr* out, std::size_t bytes, CUcontext context) {
   const int cls = small_class(bytes);
-  SlabClass& c = classes_[cls];
+  SlabClasses::Class& c = slabs_->of(cls);
   std::uint64_t host_bytes = 0;
   for (;;) {
     {
       MutexLock lock(c.mu);
-      if (Slab* s = c.head; s != nullptr) {
-        if (s->used == 0) {
-          --c.empty;
-          count_cached(s, -1);
-        }
-        const std::uint32_t slot = take_slot(s);
-        if (s->used == s->slots) unlink(c.head, s);
+      Slab* s = nullptr;
+      std::uint32_t slot = 0;
+      if (slabs_->take_slot(c, &s, &slot)) {
         s->info[slot] = SlotInfo{next_buffer_id(), context, static_cast<std::uint32_t>(bytes), false};
         *out = s->base + static_cast<CUdeviceptr>(slot) * s->slot_size;
         host_bytes = s->chunk.tier == Tier::Host ? bytes : 0;
@@ -70,9 +31,7 @@ CUresult DevicePool::allocate_small(CUdeviceptr* out, std::size_t bytes, CUconte
     if (!pending_.empty() && collect_pending(false)) continue;
     if (const CUresult r = with_pressure_relief([&] { return new_slab(cls, &s); }); r != CUDA_SUCCESS) return r;
     MutexLock lock(c.mu);
-    link(c.head, s);
-    ++c.empty;
-    count_cached(s, +1);
+    slabs_->add(c, s);
   }
   note_allocated(*out, bytes, host_bytes, true);
   return CUDA_SUCCESS;
@@ -83,17 +42,17 @@ CUresult DevicePool::free_small(Slab* s, CUdeviceptr p, bool pending) {
   // recycles a dead slab: a free racing that (a stale pointer) reads it atomically and again under
   // the lock, and follows the slab to its new class.
   int cls = std::atomic_ref(s->cls).load(std::memory_order_relaxed);
-  std::unique_lock class_lock(classes_[cls].mu.native());
+  std::unique_lock class_lock(slabs_->of(cls).mu.native());
   for (int now; (now = std::atomic_ref(s->cls).load(std::memory_order_relaxed)) != cls; cls = now) {
     class_lock.unlock();
-    class_lock = std::unique_lock(classes_[now].mu.native());
+    class_lock = std::unique_lock(slabs_->of(now).mu.native());
   }
   if (s->moving.load(std::memory_order_relaxed)) {  // its chunk is changing tier (move.cpp)
     class_lock.unlock();
     wait_while_moving(s);
     return free_small(s, p, pending);
   }
-  SlabClass& c = classes_[cls];
+  SlabClasses::Class& c = slabs_->of(cls);
   std::size_t size = 0;
   bool destroy = false;
   bool host = false;
@@ -123,10 +82,7 @@ CUresult DevicePool::free_small(Slab* s, CUdeviceptr p, bool pending) {
       s->info[slot].pending = true;  // stays taken until the stream's work is done
     } else {
       note_sync_free(s->info[slot].context);
-      s->info[slot] = SlotInfo{};
-      s->live[slot / 64] &= ~(std::uint64_t{1} << (slot % 64));
-      --s->used;
-      destroy = slot_freed(c, s);
+      destroy = slabs_->free_slot(c, s, slot);
     }
     class_lock.unlock();
   }
@@ -138,22 +94,8 @@ CUresult DevicePool::free_small(Slab* s, CUdeviceptr p, bool pending) {
   return CUDA_SUCCESS;
 }
 
-bool DevicePool::slot_freed(SlabClass& c, Slab* s) {
-  if (!s->listed) link(c.head, s);
-  if (s->used != 0) return false;
-  ++c.empty;
-  count_cached(s, +1);
-  if (c.empty <= 1 || process_exiting()) return false;
-  // More than one empty slab in this class: this one gives its chunk back to the pool.
-  unlink(c.head, s);
-  --c.empty;
-  count_cached(s, -1);
-  s->state.store(kDead, std::memory_order_relaxed);
-  return true;
-}
-
 void DevicePool::release_slot(Slab* s, std::uint32_t slot) {
-  SlabClass& c = classes_[s->cls];
+  SlabClasses::Class& c = slabs_->of(s);
   bool destroy = false;
   {
     UniqueMutexLock lock(c.mu);
@@ -162,10 +104,7 @@ void DevicePool::release_slot(Slab* s, std::uint32_t slot) {
       wait_while_moving(s);
       lock.lock();
     }
-    s->info[slot] = SlotInfo{};
-    s->live[slot / 64] &= ~(std::uint64_t{1} << (slot % 64));
-    --s->used;
-    destroy = slot_freed(c, s);
+    destroy = slabs_->free_slot(c, s, slot);
   }
   if (destroy) {
     MutexLock lock(mu_);
@@ -233,22 +172,7 @@ void DevicePool::destroy_slab(Slab* s) {
 }
 
 std::size_t DevicePool::evict_empty_slabs() {
-  std::vector<Slab*> empty;
-  for (int cls = 0; cls < kSmallClasses; ++cls) {
-    SlabClass& c = classes_[cls];
-    MutexLock lock(c.mu);
-    for (Slab* s = c.head; s != nullptr;) {
-      Slab* next = s->next;
-      if (s->used == 0) {
-        unlink(c.head, s);
-        --c.empty;
-        count_cached(s, -1);
-        s->state.store(kDead, std::memory_order_relaxed);
-        empty.push_back(s);
-      }
-      s = next;
-    }
-  }
+  const std::vector<Slab*> empty = slabs_->take_empty();
   for (Slab* s : empty) destroy_slab(s);
   return empty.size();
 }

@@ -91,10 +91,11 @@ bool DevicePool::reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUc
   Slab* s = item->slab;
   bool host = false;
   {
-    MutexLock lock(classes_[s->cls].mu);
+    SlabClasses::Class& c = slabs_->of(s);
+    MutexLock lock(c.mu);
     s->info[item->slot] = SlotInfo{next_buffer_id(), context, static_cast<std::uint32_t>(bytes), false};
     host = s->chunk.tier == Tier::Host;  // under the lock a move changes it under (move.cpp)
-    bump(classes_[s->cls].allocations);
+    bump(c.allocations);
   }
   *out = s->base + static_cast<CUdeviceptr>(item->slot) * s->slot_size;
   note_allocated(*out, bytes, host ? bytes : 0, true);
