@@ -26,6 +26,14 @@ void PeriodTrial::rebase(std::uint64_t n) {
   first_counted_ = n + 1;  // period n may carry the other trial's transition
 }
 
+bool PeriodTrial::retry(std::uint64_t n) {
+  if (state_ != State::Decided) return false;
+  ++stats_.trials;
+  stats_.first_ns = stats_.second_ns = 0;
+  time_arm(true, n, n + 1);
+  return true;
+}
+
 void PeriodTrial::time_arm(bool first, std::uint64_t n, std::uint64_t first_counted) {
   state_ = first ? State::TimeFirst : State::TimeSecond;
   stats_.timing = 1;

@@ -30,7 +30,9 @@
 //     nothing shortens one.
 //   - Decided, the way's period time is still watched: `drift` times slower or faster for `samples`
 //     periods in a row (the batch changed, the program moved on) starts a new trial. rebase() makes
-//     the next sample the new reference instead (the other trial changed the period's time).
+//     the next sample the new reference instead (the other trial changed the period's time), and
+//     retry() starts a new trial at once (the other trial changed what this one compares: the
+//     policy retries the guard once the epochs go to the launching thread).
 //   - No time measured within `patience` periods (no clock, events refused, a capture under way):
 //     the first way, as before the trial.
 //   - A new period learned starts over (reset, Policy::adopt_period).
@@ -89,6 +91,9 @@ class PeriodTrial {
   void reset();
   // Decided: the next period's time is the reference for the drift watch (another trial changed it).
   void rebase(std::uint64_t n);
+  // Decided: a new trial from the next period (period n carries the other trial's transition), as
+  // when the decided way's time drifts. False (nothing done) when not decided.
+  bool retry(std::uint64_t n);
 
   PeriodTrialStats stats() const { return stats_; }
 

@@ -109,14 +109,22 @@ void Policy::period_begins() {
   const bool moved = moves != moves_at_period_;
   moves_at_period_ = moves;
   const std::optional<PeriodTrial::Time> time = world_.period_started(n);
-  // One trial timed at a time, the guard's first: each changes the period's time the other measures.
-  // What the guard kept stays kept for this period.
-  const bool guard_was = guard_.first(), epochs_were = epochs_.first();
+  // One trial timed at a time, the guard's first (until it keeps something in place there are only
+  // moves to time): each changes the period's time the other measures. What the guard kept stays
+  // kept for this period.
+  const bool guard_was = guard_.first(), epochs_were = epochs_.first(), epochs_timed = epochs_.timing();
   if (!epochs_.timing()) guard_.period_started(n, time, kept);
   if (!guard_.timing()) epochs_.period_started(n, time, moved);
   // A way changed changes the period's time: the other trial's watch of its decision starts anew.
+  // Where the epochs run sets how late moves land, which the guard's arms compare: the first time the
+  // epochs' trial moves them to the launching thread, the guard is tried again there (once a learned
+  // period: trials that each redo the other's could go back and forth).
   if (guard_.first() != guard_was) epochs_.rebase(n);
-  if (epochs_.first() != epochs_were) guard_.rebase(n);
+  if (epochs_timed && !epochs_.timing() && !epochs_.first() && !guard_retried_ && guard_.retry(n)) {
+    guard_retried_ = true;
+  } else if (epochs_.first() != epochs_were) {
+    guard_.rebase(n);
+  }
   stats_.guard = guard_.stats();
   stats_.epochs = epochs_.stats();
 }
@@ -278,6 +286,7 @@ void Policy::adopt_period(const Candidate& proven, bool again) {
   }
   guard_.reset();  // another sequence: whether the guard pays, and where epochs run best, measured again
   epochs_.reset();
+  guard_retried_ = false;
   ++stats_.periods_learned;
   stats_.period = period;
   trace::record(trace::Kind::Period, -1, 0, period);

@@ -326,6 +326,7 @@ class Policy {
   std::uint64_t periods_begun_ = 0;
   std::uint64_t kept_at_period_ = 0;
   std::uint64_t moves_at_period_ = 0;
+  bool guard_retried_ = false;  // the guard tried again since the period was learned, after the epochs moved
 
   std::unordered_map<CUdeviceptr, Known> known_;
   std::vector<CUdeviceptr> asked_up_, asked_down_;  // buffers with a promotion / demotion asked

@@ -50,6 +50,7 @@ using namespace uvmpool::bench;
 namespace {
 
 constexpr std::uint64_t kMiB = 1 << 20;
+constexpr int kTrialSteps = 12;  // steps the epochs-measured run replays beyond --steps, for its trials
 std::uint64_t g_queue_depth_ops = 0;  // --queue-depth
 std::size_t g_holds_ahead = 8;             // --holds-ahead
 bool g_prepare_at_hold = false;            // --prepare
@@ -302,8 +303,10 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
         t->after_launch(seen, stream);
       }
       // What the policy asked for after this operation, as the mover's thread would take it up.
-      if (mode == tiering::Mode::Auto && holds_ahead > 1 && !overlap) {
+      if (mode == tiering::Mode::Auto && holds_ahead > 1 && !overlap && !t->mover().on_launch()) {
         // As the mover's thread does (Mover::pipeline_step): end the holds the work reached, place one more.
+        // Not while the launching thread has the epochs (UVMPOOL_TIERING_EPOCHS=measure chose it):
+        // after_launch runs them then.
         tiering::Mover& m = t->mover();
         while (m.standing_holds() > 0 && m.complete_placed(false) == CUDA_SUCCESS) {
         }
@@ -367,7 +370,7 @@ int main(int argc, char** argv) {
   options.add("workloads", "training,decoding,batched", "which replays");
   options.add("holds-ahead", "8", "mover: holds standing at once in the holds-ahead row");
   options.add("prepare", "placement", "mover with holds ahead: make target pieces at placement or at the hold");
-  options.add("runs", "all", "which tiering runs besides first-come: all, or some of held,overlap,ahead,guard");
+  options.add("runs", "all", "which tiering runs besides first-come: all, or some of held,overlap,ahead,guard,measure");
   options.add("queue-depth", "0", "operations the program runs ahead of the GPU before it waits (0: a whole step)");
   options.add("ordered-mover", "thread",
               "overlap run: the mover's epochs on a thread of their own that waits for each epoch's copies (thread), or polled by the program between operations (poll)");
@@ -420,6 +423,14 @@ int main(int argc, char** argv) {
     guard_on.guard.setting = tiering::TrialSetting::First;
     const Run kept =
         wanted("guard") ? replay(w, budget, tiering::Mode::Auto, false, steps, timed, guard_on, batch, g_holds_ahead) : Run{};
+    // UVMPOOL_TIERING_EPOCHS=measure, the default: holds ahead until the policy's trial has timed the
+    // period both ways (after the thrash guard's), then the faster. Steps enough for both trials
+    // before the timed ones (each takes about five periods once moves come).
+    tiering::PolicyConfig measured_policy = policy;
+    measured_policy.epochs.setting = tiering::TrialSetting::Measure;
+    const Run measured = wanted("measure") ? replay(w, budget, tiering::Mode::Auto, false, steps + kTrialSteps, timed,
+                                                    measured_policy, batch, g_holds_ahead)
+                                           : Run{};
     const double pcie = static_cast<double>(w.need() - budget) / copy_rate;  // each way, in parallel
     const double floor = std::max(fits.step_seconds, pcie);
     std::printf("\n%s: %s needed, device budget %s (%.2fx); floor %s a step (fits: %s, PCIe each way: %s)\n",
@@ -444,6 +455,7 @@ int main(int argc, char** argv) {
     const std::string ahead_name = "tiering auto, " + std::to_string(g_holds_ahead) + " holds ahead";
     row(ahead_name.c_str(), ahead);
     row((ahead_name + ", guard on").c_str(), kept);
+    row("tiering auto, epochs measured", measured);
     if (w.activation_bytes != 0) {
       const double save_on_cpu = fits.step_seconds + 2.0 * static_cast<double>(w.activation_bytes) / copy_rate;
       std::printf("  %-30s %12s %10s %12s   (modeled: the fitting step + activations out and back on its stream)\n",
@@ -476,6 +488,15 @@ int main(int argc, char** argv) {
     };
     policy_line("overlap (ordered)", overlap);
     policy_line(ahead_name.c_str(), ahead);
+    if (measured.step_seconds != 0) {
+      const tiering::PeriodTrialStats& e = measured.policy.epochs;
+      std::printf("  epochs measured: %son %s after %llu trials (period on the mover's thread %s, on the launching thread %s; "
+                  "thrash guard %s after %llu)\n", e.timing != 0 ? "still timing, now " : "",
+                  e.second != 0 ? "the launching thread" : "the mover's thread", static_cast<unsigned long long>(e.trials),
+                  format_seconds(static_cast<double>(e.first_ns) * 1e-9).c_str(),
+                  format_seconds(static_cast<double>(e.second_ns) * 1e-9).c_str(),
+                  measured.policy.guard.second != 0 ? "off" : "on", static_cast<unsigned long long>(measured.policy.guard.trials));
+    }
     const auto calls = [&](const char* name, const Run& r) {
       if (r.step_seconds == 0) return;  // not run (--runs)
       std::printf("  remaps a step (%s):", name);

@@ -153,6 +153,30 @@ TEST(PeriodTrial_, ARebasedDecisionWatchesItsTimeFromTheNextPeriod) {
   }
 }
 
+TEST(PeriodTrial_, ARetryTimesBothWaysAgainFromTheNextPeriod) {
+  // Off won; the other trial then changed what the period costs either way (the epochs went to the
+  // launching thread, where moves land in time): tried again, on wins now.
+  bool epochs_moved = false;
+  PeriodTrial trial;
+  EXPECT_FALSE(trial.retry(1)) << "nothing decided to try again";
+  Driver d(trial, [&](bool on) -> std::uint64_t {
+    if (epochs_moved) return on ? 100000 : 300000;
+    return on ? 1000000 : 100000;
+  });
+  d.run(20);
+  ASSERT_FALSE(trial.first());
+  epochs_moved = true;
+  ASSERT_TRUE(trial.retry(d.periods()));
+  EXPECT_TRUE(trial.timing());
+  EXPECT_TRUE(trial.first()) << "the first way first";
+  d.run(12);
+  EXPECT_FALSE(trial.timing());
+  EXPECT_EQ(trial.stats().trials, 2u);
+  EXPECT_TRUE(trial.first());
+  EXPECT_EQ(trial.stats().first_ns, 100000u);
+  EXPECT_EQ(trial.stats().second_ns, 300000u);
+}
+
 TEST(PeriodTrial_, AFixedSettingIsNeverTried) {
   for (const TrialSetting setting : {TrialSetting::First, TrialSetting::Second}) {
     PeriodTrialConfig config;
