@@ -66,7 +66,8 @@ Mover::~Mover() {
 }
 
 void Mover::set_on_launch(bool on) {
-  if (on_launch_.exchange(on, std::memory_order_relaxed) == on) return;
+  // Called after every launch shown: a plain read while nothing changes (no write to share the line).
+  if (on_launch_.load(std::memory_order_relaxed) == on || on_launch_.exchange(on, std::memory_order_relaxed) == on) return;
   {
     MutexLock lock(queue_mu_);  // so the thread's wait sees it (it reads on_launch_ under this lock)
   }
