@@ -118,7 +118,7 @@ std::int64_t steady_ns(std::chrono::steady_clock::time_point t) {
 void Mover::set_step(MoverStep step) {
   const MoverStep was = step_.load(std::memory_order_relaxed);
   if (was == step) return;
-  const std::int64_t now = steady_ns(std::chrono::steady_clock::now());
+  const std::int64_t now = config_.step_clock ? config_.step_clock() : steady_ns(std::chrono::steady_clock::now());
   // The step that ends gets its time. Two threads running steps at once (a launching thread's poll
   // beside the mover's own) share the one clock: their sum is then approximate, never lost wholesale.
   const std::int64_t since = step_since_ns_.exchange(now, std::memory_order_relaxed);

@@ -148,6 +148,9 @@ struct MoverConfig {
   std::function<void()> inside_hold;
   // And between a hold's event and its wait on a stream, with the submission gate closed.
   std::function<void()> between_event_and_wait;
+  // The clock the time at each step is summed on (MoverStats::step_us), in nanoseconds; steady_clock
+  // when empty. The modeled benchmarks pass the simulator's virtual clock, so the sums are modeled time.
+  std::function<std::int64_t()> step_clock;
 };
 
 struct MoverStats {
@@ -426,7 +429,7 @@ class Mover {
   ProgressMarks progress_;
   std::atomic<bool> off_{false};
   std::atomic<MoverStep> step_{MoverStep::Idle};
-  std::atomic<std::int64_t> step_since_ns_{0};  // steady_clock, when step_ began
+  std::atomic<std::int64_t> step_since_ns_{0};  // step_clock's time when step_ began
   std::array<std::atomic<std::uint64_t>, kMoverSteps> step_ns_{};  // summed per step as it ends (MoverStats::step_us)
 };
 

@@ -183,6 +183,9 @@ struct Run {
   // The remaps' driver calls over the timed steps (kRemapCalls; the simulator's counts): what much of a
   // hold is made of, each mapping a move changes costing about 42 us (H200: unmap, map, access).
   std::array<unsigned long long, 3> remap_calls{};
+  // The mover's time at each step of its epochs over the timed steps, on the simulator's clock of the
+  // thread that ran them (MoverConfig::step_clock): modeled microseconds, indexed by MoverStep.
+  std::array<std::uint64_t, tiering::kMoverSteps> mover_us{};
 };
 
 constexpr const char* kRemapCalls[] = {"cuMemUnmap", "cuMemMap", "cuMemSetAccess"};
@@ -230,6 +233,11 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
   mover.max_batch_bytes = batch;
   mover.holds_ahead = holds_ahead;
   mover.prepare_at_hold = g_prepare_at_hold;
+  mover.step_clock = [] {
+    using Now = std::uint64_t (*)();
+    static const auto now = reinterpret_cast<Now>(driver::real_symbol("uvmpool_sim_now_ns"));
+    return static_cast<std::int64_t>(now());
+  };
   // One hold at a time with held copies: the epochs run on the launching thread, as
   // UVMPOOL_TIERING_EPOCHS=launch runs them (Tiering::after_launch); overlapped copies are polled below.
   mover.on_launch = !overlap && holds_ahead <= 1;
@@ -329,6 +337,7 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
   if (mover_thread.joinable()) mover_thread.join();
   run.mover = t->mover().stats();
   run.policy = t->policy_stats();
+  for (std::size_t i = 0; i < run.mover_us.size(); ++i) run.mover_us[i] = run.mover.step_us[i] - moved_before.step_us[i];
   run.promoted = run.mover.promoted_bytes - moved_before.promoted_bytes;
   run.demoted = run.mover.demoted_bytes - moved_before.demoted_bytes;
   const std::array<std::uint64_t, 2> link = link_bytes_now();
@@ -504,6 +513,17 @@ int main(int argc, char** argv) {
         std::printf(" %s %.1f", kRemapCalls[i], static_cast<double>(r.remap_calls[i]) / timed);
       std::printf("\n");
     };
+    const auto mover_time = [&](const char* name, const Run& r) {
+      if (r.step_seconds == 0) return;  // not run (--runs)
+      std::printf("  mover a step, modeled (%s):", name);
+      for (const tiering::MoverStep step : {tiering::MoverStep::Preparing, tiering::MoverStep::Draining,
+                                            tiering::MoverStep::Copying, tiering::MoverStep::Committing})
+        std::printf(" %s %s", tiering::step_key(step),
+                    format_seconds(static_cast<double>(r.mover_us[static_cast<std::size_t>(step)]) * 1e-6 / timed).c_str());
+      std::printf("\n");
+    };
+    mover_time("epochs on launch", held);
+    mover_time("epochs measured", measured);
     calls("epochs on launch", held);
     calls("overlap (ordered)", overlap);
     calls(ahead_name.c_str(), ahead);

@@ -252,6 +252,28 @@ TEST_F(Mover_, MovesGoBothWaysWithTheirBytesWhileKernelsRunOnThem) {
   EXPECT_LE(working_us, static_cast<std::uint64_t>(elapsed_us.count()));
 }
 
+TEST_F(Mover_, ItsStepTimesAreSummedOnTheClockItIsGiven) {
+  // The modeled benchmarks give the simulator's virtual clock (MoverConfig::step_clock): here a clock
+  // that moves 1 ms a reading, so each step that ended holds whole milliseconds, and no more than the
+  // clock moved in all.
+  std::atomic<std::int64_t> readings{0};
+  MoverConfig config;
+  config.step_clock = [&readings] { return 1000000 * readings.fetch_add(1); };
+  make_mover(config);
+  allocate_both_tiers();
+  ASSERT_TRUE(mover->request(in_host, 8 * kMiB, Tier::Device));
+  ASSERT_CU(mover->run_until_idle());
+  ASSERT_EQ(mover->stats().moves, 1u);
+  const auto s = mover->stats();
+  std::uint64_t working_us = 0;
+  for (std::size_t i = 1; i < uvmpool::tiering::kMoverSteps; ++i) {
+    EXPECT_EQ(s.step_us[i] % 1000, 0u) << "step " << i;
+    working_us += s.step_us[i];
+  }
+  EXPECT_GE(working_us, 3000u) << "preparing, copying and remapping each ended";
+  EXPECT_LE(working_us, 1000u * static_cast<std::uint64_t>(readings.load()));
+}
+
 TEST_F(Mover_, ARequestIsOutstandingUntilItIsCarriedOutOrRefused) {
   make_mover();
   allocate_both_tiers();  // 16 MiB of device room
