@@ -8,7 +8,9 @@ namespace uvmpool::pool {
 
 SlabClasses::SlabClasses(DeviceFigures& fig) : fig_(fig), classes_(std::make_unique<Class[]>(kSmallClasses)) {}
 
-SlabClasses::Class& SlabClasses::of(const Slab* s) { return classes_[std::atomic_ref(const_cast<Slab*>(s)->cls).load(std::memory_order_relaxed)]; }
+SlabClasses::Class& SlabClasses::of(const Slab* s) {
+  return classes_[std::atomic_ref(const_cast<Slab*>(s)->cls).load(std::memory_order_relaxed)];
+}
 
 void SlabClasses::link(Slab*& head, Slab* s) {
   s->prev = nullptr;
@@ -27,7 +29,8 @@ void SlabClasses::unlink(Slab*& head, Slab* s) {
 }
 
 void SlabClasses::count_cached(const Slab* s, int delta) {
-  if (s->chunk.tier == Tier::Device) fig_.chunks_cached.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed);
+  if (s->chunk.tier != Tier::Device) return;
+  fig_.chunks_cached.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed);
 }
 
 bool SlabClasses::take_slot(Class& c, Slab** slab, std::uint32_t* slot) {

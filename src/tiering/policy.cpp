@@ -16,7 +16,8 @@ constexpr std::uint64_t kNever = ~std::uint64_t{0};
 
 }  // namespace
 
-Policy::Policy(World& world, PolicyConfig config) : world_(world), config_(config), guard_(config.guard), epochs_(config.epochs) {}
+Policy::Policy(World& world, PolicyConfig config)
+    : world_(world), config_(config), guard_(config.guard), epochs_(config.epochs) {}
 
 void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) {
   ++count_;
