@@ -21,7 +21,6 @@ namespace {
 
 using uvmpool::pool::Tier;
 using uvmpool::tiering::TrialSetting;
-using uvmpool::tiering::PeriodTrial;
 using uvmpool::tiering::Policy;
 using uvmpool::tiering::PolicyConfig;
 using uvmpool::tiering::PolicyStats;
