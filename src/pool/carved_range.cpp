@@ -11,8 +11,15 @@
 namespace uvmpool::pool {
 
 CarvedRange::CarvedRange(const Vmm& vmm, Source& source, CUdeviceptr base, std::size_t bytes, std::size_t extent,
-                         std::size_t chunk, std::size_t unit)
-    : vmm_(vmm), source_(source), base_(base), extent_(extent), chunk_(chunk), unit_(unit), slots_(bytes / extent) {}
+                         std::size_t chunk, std::size_t unit, std::size_t small_max)
+    : vmm_(vmm),
+      source_(source),
+      base_(base),
+      extent_(extent),
+      chunk_(chunk),
+      unit_(unit),
+      small_max_(small_max != 0 ? small_max : extent / 16),
+      slots_(bytes / extent) {}
 
 CarvedRange::~CarvedRange() {
   bool fenced = false;
@@ -28,13 +35,16 @@ CarvedRange::~CarvedRange() {
 CUresult CarvedRange::allocate(std::size_t bytes, CUdeviceptr* out, bool grow_ok) {
   if (bytes == 0 || bytes > slots_.size() * extent_) return CUDA_ERROR_OUT_OF_MEMORY;
   const std::size_t rounded = div_ceil(bytes, unit_) * unit_;
-  std::optional<CUdeviceptr> at = free_.take(rounded);
+  const Lane lane = lane_for(rounded);
+  std::optional<CUdeviceptr> at = free_in(lane).take(rounded);
+  // Idle slots of the other lane next, one at a time: free memory, no driver call.
+  while (!at && relane_idle(lane)) at = free_in(lane).take(rounded);
   if (!at) {
     if (!grow_ok) return CUDA_ERROR_OUT_OF_MEMORY;
-    const std::optional<Window> w = place(rounded);
+    const std::optional<Window> w = place(rounded, lane);
     if (!w) return CUDA_ERROR_OUT_OF_MEMORY;
-    if (const CUresult r = grow(*w, rounded); r != CUDA_SUCCESS) return r;
-    if (!free_.take_at(w->start, rounded)) {
+    if (const CUresult r = grow(*w, rounded, lane); r != CUDA_SUCCESS) return r;
+    if (!free_in(lane).take_at(w->start, rounded)) {
       log::error("carved range at {:#x}: grown for {} bytes at {:#x}, which is not free", base_, rounded, w->start);
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -58,7 +68,7 @@ CUresult CarvedRange::free(CUdeviceptr p) {
   for (CUdeviceptr at = p; at < p + bytes;) {
     const std::size_t i = (at - base_) / extent_;
     const CUdeviceptr end = std::min<CUdeviceptr>(p + bytes, slot_va(i) + extent_);
-    if (!slots_[i].on_host()) free_.give_back(at, end - at);
+    if (!slots_[i].on_host()) free_of_slot(i).give_back(at, end - at);
     at = end;
   }
   figures_.live_bytes -= bytes;
@@ -74,10 +84,24 @@ std::optional<CarvedRange::Found> CarvedRange::find(CUdeviceptr p) const {
   return Found{it->first, it->second};
 }
 
-std::optional<CarvedRange::Window> CarvedRange::place(std::size_t bytes) const {
+bool CarvedRange::relane_idle(Lane lane) {
+  for (std::size_t i = slots_.size(); i-- > 0;) {
+    Slot& s = slots_[i];
+    if (idle_kind(s) != Idle::Device || s.moving || s.lane == lane) continue;
+    if (!free_of_slot(i).take_at(slot_va(i), extent_)) continue;  // not wholly free after all
+    s.lane = lane;
+    free_in(lane).give_back(slot_va(i), extent_);
+    ++figures_.relaned;
+    return true;
+  }
+  return false;
+}
+
+std::optional<CarvedRange::Window> CarvedRange::place(std::size_t bytes, Lane lane) const {
   // Every run of unmapped slots, with the free space that ends where it begins and, if the run alone
   // is too short, the free space that begins where it ends: the one that maps fewest slots, then the
-  // lowest.
+  // lowest. Free space of the lane only: a request never spans slots of both.
+  const RangeAllocator& free = free_in(lane);
   std::optional<Window> best;
   for (std::size_t h0 = 0; h0 < slots_.size();) {
     if (!slots_[h0].pieces.empty()) {
@@ -86,11 +110,11 @@ std::optional<CarvedRange::Window> CarvedRange::place(std::size_t bytes) const {
     }
     std::size_t h1 = h0;
     while (h1 < slots_.size() && slots_[h1].pieces.empty()) ++h1;
-    const CUdeviceptr start = free_.free_ending_at(slot_va(h0)).value_or(slot_va(h0));
+    const CUdeviceptr start = free.free_ending_at(slot_va(h0)).value_or(slot_va(h0));
     const std::size_t before = slot_va(h0) - start;
     std::size_t count = div_ceil(bytes - std::min(bytes, before), extent_);
     if (count > h1 - h0) {
-      const std::size_t after = h1 < slots_.size() ? free_.free_starting_at(slot_va(h1)) : 0;
+      const std::size_t after = h1 < slots_.size() ? free.free_starting_at(slot_va(h1)) : 0;
       count = before + (h1 - h0) * extent_ + after >= bytes ? h1 - h0 : 0;
     }
     if (count != 0 && (!best || count < best->count)) best = Window{start, h0, count};
@@ -99,7 +123,7 @@ std::optional<CarvedRange::Window> CarvedRange::place(std::size_t bytes) const {
   return best;
 }
 
-CUresult CarvedRange::grow(const Window& w, std::size_t bytes) {
+CUresult CarvedRange::grow(const Window& w, std::size_t bytes, Lane lane) {
   const std::size_t granules = extent_ / chunk_;
   std::vector<std::vector<Chunk>> pieces;
   pieces.reserve(w.count);
@@ -109,12 +133,12 @@ CUresult CarvedRange::grow(const Window& w, std::size_t bytes) {
     Slot& s = slots_[i];
     if (idle_kind(s) != Idle::Device || s.moving) continue;
     if (slot_va(i) < w.start + bytes && slot_va(i) + extent_ > w.start) continue;
-    if (!free_.take_at(slot_va(i), extent_)) continue;  // not wholly free after all: left alone
+    if (!free_of_slot(i).take_at(slot_va(i), extent_)) continue;  // not wholly free after all: left alone
     if (!std::exchange(fenced, true)) source_.before_unmap();
     std::vector<Chunk> moved = s.pieces;
     unmap_slot(i);
     if (!s.pieces.empty()) {  // the driver kept it mapped: it stays, free, where it was
-      free_.give_back(slot_va(i), extent_);
+      free_of_slot(i).give_back(slot_va(i), extent_);
       continue;
     }
     pieces.push_back(std::move(moved));
@@ -137,11 +161,14 @@ CUresult CarvedRange::grow(const Window& w, std::size_t bytes) {
     source_.give_back(all);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  for (std::size_t k = 0; k < w.count; ++k) slots_[w.first + k].pieces = std::move(pieces[k]);
+  for (std::size_t k = 0; k < w.count; ++k) {
+    slots_[w.first + k].pieces = std::move(pieces[k]);
+    slots_[w.first + k].lane = lane;
+  }
   mapped_ += w.count;
   idle_ += w.count;  // until the allocation it was grown for counts its use
   source_.mapped(slot_va(w.first), all);
-  free_.give_back(slot_va(w.first), w.count * extent_);
+  free_in(lane).give_back(slot_va(w.first), w.count * extent_);
   figures_.peak_slots_mapped = std::max(figures_.peak_slots_mapped, mapped_);
   return CUDA_SUCCESS;
 }
@@ -238,10 +265,10 @@ void CarvedRange::swapped(std::size_t i, std::vector<Chunk> pieces) {
     }
     for (const auto& [at, bytes] : gaps(i)) {
       if (!was_host) {
-        if (!free_.take_at(at, bytes))
+        if (!free_of_slot(i).take_at(at, bytes))
           log::error("carved range at {:#x}: free space at {:#x} of slot {} was not free", base_, at, i);
       } else {
-        free_.give_back(at, bytes);
+        free_of_slot(i).give_back(at, bytes);
       }
     }
   }
@@ -271,12 +298,12 @@ std::size_t CarvedRange::release_idle(std::size_t wanted) {
   bool fenced = false;
   for (std::size_t i = slots_.size(); i-- > 0 && released < wanted;) {
     Slot& s = slots_[i];
-    if (idle_kind(s) != Idle::Device || s.moving || !free_.take_at(slot_va(i), extent_)) continue;
+    if (idle_kind(s) != Idle::Device || s.moving || !free_of_slot(i).take_at(slot_va(i), extent_)) continue;
     if (!std::exchange(fenced, true)) source_.before_unmap();
     std::vector<Chunk> pieces = s.pieces;
     unmap_slot(i);
     if (!s.pieces.empty()) {
-      free_.give_back(slot_va(i), extent_);
+      free_of_slot(i).give_back(slot_va(i), extent_);
       continue;
     }
     source_.give_back(pieces);
@@ -367,10 +394,20 @@ std::string CarvedRange::check_invariants() const {
   if (mapped_slots != mapped_ || idle != idle_ || idle_host != idle_host_)
     out += fmt::format("{} slots mapped, {} idle on the device and {} in host memory, counted {}, {} and {}\n", mapped_slots,
                        idle, idle_host, mapped_, idle_, idle_host_);
-  // A slot in host memory withholds its free space (see carved_range.h).
-  if (mapped != live + free_.free_bytes() + withheld_bytes())
-    out += fmt::format("mapped {} bytes != live {} + free {} + withheld {}\n", mapped, live, free_.free_bytes(),
-                       withheld_bytes());
+  // A slot in host memory withholds its free space (see carved_range.h); a device slot's free space
+  // is in its lane's list.
+  std::array<std::uint64_t, 2> lane_free{};
+  for (const Slot& s : slots_) {
+    if (!s.pieces.empty() && !s.on_host()) lane_free[static_cast<std::size_t>(s.lane)] += extent_ - s.used;
+  }
+  for (const Lane lane : {Lane::Small, Lane::Large}) {
+    if (lane_free[static_cast<std::size_t>(lane)] != free_in(lane).free_bytes())
+      out += fmt::format("the {} lane's slots have {} bytes free, its list {}\n", lane == Lane::Small ? "small" : "large",
+                         lane_free[static_cast<std::size_t>(lane)], free_in(lane).free_bytes());
+  }
+  const std::uint64_t free = free_in(Lane::Small).free_bytes() + free_in(Lane::Large).free_bytes();
+  if (mapped != live + free + withheld_bytes())
+    out += fmt::format("mapped {} bytes != live {} + free {} + withheld {}\n", mapped, live, free, withheld_bytes());
   return out;
 }
 

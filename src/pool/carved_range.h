@@ -21,6 +21,17 @@
 // the source (the pool's free extents, or new ones). Under pressure the pool takes idle slots back
 // (release_idle).
 //
+// Two lanes. Small requests (at most `small_max`, a sixteenth of an extent unless told) are carved
+// only from slots of the small lane, larger ones only from slots of the large lane; a slot takes its
+// lane when it is mapped for a request, and an idle slot changes lane without a driver call. Why:
+// tiering moves a slot whole, so what shares a slot shares its tier. Carved first fit, a model's small
+// per-layer tensors (a KV cache, norms, biases) filled the gaps beside its large weights, one or two
+// in every slot, and a slot with a hot small tensor in it kept a cold weight on the device or
+// dragged it along (modeled, `UVMPOOL_CARVE_MAX=64M uvmpool-bench-tiering --workloads=batched`:
+// 55.1 ms a step against 27.4 stitched; with the KV cache allocated after the weights, 36.5). Size is
+// what an allocator knows of a request; it is also the usual proxy for how alike uses are (mimalloc's
+// and the caching allocator's small and large pools).
+//
 // Modeled before it was built (scripts/carving-model.py on the churn trace, 64 KiB units, 32 MiB
 // extents, idle extents remapped): peak mapped / peak live 1.026, 124 extents made and 24 remapped,
 // about 6.2 ms of driver time against the pool's 122 ms.
@@ -29,6 +40,7 @@
 // RangeAllocator. The source's calls are made from inside allocate and release_idle.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -63,8 +75,9 @@ class CarvedRange {
 
   // [base, base + bytes): reserved address space, a whole number of extents, chunk-aligned.
   // `extent` and `unit` are powers of two, unit <= chunk <= extent.
+  // `small_max` 0: a sixteenth of the extent (see "Two lanes" above).
   CarvedRange(const Vmm& vmm, Source& source, CUdeviceptr base, std::size_t bytes, std::size_t extent,
-              std::size_t chunk, std::size_t unit);
+              std::size_t chunk, std::size_t unit, std::size_t small_max = 0);
   ~CarvedRange();  // unmaps every slot and gives its pieces back (whatever is still allocated)
   // After fork, in the child: forget every slot without a driver call (the destructor then makes none).
   void abandon() { slots_.clear(); }
@@ -124,6 +137,11 @@ class CarvedRange {
   // back; how many.
   std::size_t release_idle_host();
 
+  enum class Lane : std::uint8_t { Small, Large };
+  Lane lane_for(std::size_t bytes) const { return bytes <= small_max_ ? Lane::Small : Lane::Large; }
+  // The lane of a mapped slot.
+  Lane slot_lane(std::size_t slot) const { return slots_[slot].lane; }
+
   struct Figures {
     std::size_t slots_mapped = 0;
     std::size_t slots_idle = 0;     // mapped on the device, nothing allocated in them
@@ -134,6 +152,7 @@ class CarvedRange {
     std::uint64_t taken = 0;        // slots mapped with pieces from the source
     std::uint64_t remapped = 0;     // idle slots moved to where growth needed them
     std::uint64_t released = 0;     // idle slots given back (release_idle)
+    std::uint64_t relaned = 0;      // idle slots that changed lane
   };
   Figures figures() const;
   // Every figure recomputed from the structures; the differences, one per line ("" when none).
@@ -145,6 +164,7 @@ class CarvedRange {
     std::uint64_t used = 0;     // bytes of live allocations inside it
     bool moving = false;        // claimed by a move
     bool exported = false;      // its handles handed to CUDA IPC (until it is unmapped)
+    Lane lane = Lane::Large;    // which requests its free space serves (while mapped)
     bool on_host() const { return !pieces.empty() && pieces.front().tier == Tier::Host; }
   };
   // What the idle counts see of a slot: wholly free, on the device (idle memory) or in host memory
@@ -165,8 +185,11 @@ class CarvedRange {
     CUdeviceptr start = 0;
     std::size_t first = 0, count = 0;
   };
-  std::optional<Window> place(std::size_t bytes) const;
-  CUresult grow(const Window& w, std::size_t bytes);
+  std::optional<Window> place(std::size_t bytes, Lane lane) const;
+  CUresult grow(const Window& w, std::size_t bytes, Lane lane);
+  // An idle device slot of the other lane, the highest, moved to `lane` (its free space with it): false
+  // when there is none.
+  bool relane_idle(Lane lane);
   void unmap_slot(std::size_t i);
   void count_use(CUdeviceptr start, std::size_t bytes, bool add);
   CUdeviceptr slot_va(std::size_t i) const { return base_ + i * extent_; }
@@ -174,9 +197,12 @@ class CarvedRange {
   const Vmm& vmm_;
   Source& source_;
   const CUdeviceptr base_;
-  const std::size_t extent_, chunk_, unit_;
+  const std::size_t extent_, chunk_, unit_, small_max_;
   std::vector<Slot> slots_;
-  RangeAllocator free_;                       // mapped free space
+  std::array<RangeAllocator, 2> free_;        // mapped free space, by lane (index: Lane)
+  RangeAllocator& free_in(Lane lane) { return free_[static_cast<std::size_t>(lane)]; }
+  const RangeAllocator& free_in(Lane lane) const { return free_[static_cast<std::size_t>(lane)]; }
+  RangeAllocator& free_of_slot(std::size_t i) { return free_in(slots_[i].lane); }
   std::map<CUdeviceptr, std::size_t> live_;  // allocation start -> bytes (rounded)
   Figures figures_;
   // Slots: mapped, of those in host memory, idle on the device, idle in host memory.

@@ -35,7 +35,7 @@ class CarvedMoves : public Moves {
 TEST_F(CarvedMoves, ASlotGoesToHostAndBackWithEveryAllocationInIt) {
   auto pool = carving_pool();
   std::vector<Block> in;
-  for (std::size_t bytes : {3 * kMiB, 5 * kMiB + 100, 7 * kMiB, 1 * kMiB}) {
+  for (std::size_t bytes : {3 * kMiB, 5 * kMiB + 100, 7 * kMiB, 4 * kMiB}) {  // all in the large lane
     in.push_back({must_allocate(*pool, bytes), bytes, 40 + in.size()});
     fill(in.back().p, bytes, in.back().seed);
   }
@@ -54,9 +54,10 @@ TEST_F(CarvedMoves, ASlotGoesToHostAndBackWithEveryAllocationInIt) {
   EXPECT_EQ(pool->find(in[1].p + 10)->base, in[1].p) << "found as before";
 
   // The slot's free space is withheld: a new allocation goes to a slot on the device.
-  const CUdeviceptr fresh = must_allocate(*pool, 2 * kMiB);
+  // (Large, as the slot's: a small one would go to a slot of the small lane anyway.)
+  const CUdeviceptr fresh = must_allocate(*pool, 4 * kMiB);
   EXPECT_NE(slot_of(fresh), slot_of(in[0].p));
-  EXPECT_EQ(tiers(fresh, 2 * kMiB, gran), "D");
+  EXPECT_EQ(tiers(fresh, 4 * kMiB, gran), "DD");
   EXPECT_EQ(pool->check_invariants(), "");
 
   // A free in the host slot takes its bytes off the host figure.

@@ -181,7 +181,7 @@ TEST_F(CarvedRangeTest, AllocationsShareAnExtentMappedOnce) {
 }
 
 TEST_F(CarvedRangeTest, FreedSpaceIsReusedBestFitWithNoDriverCall) {
-  const CUdeviceptr a = carve(8 * kMiB, 1), b = carve(2 * kMiB, 2), c = carve(4 * kMiB, 3), d = carve(2 * kMiB, 4);
+  const CUdeviceptr a = carve(8 * kMiB, 1), b = carve(3 * kMiB, 2), c = carve(4 * kMiB, 3), d = carve(3 * kMiB, 4);
   carve(4 * kMiB, 5);
   uncarve(a);  // an 8 MiB hole
   uncarve(c);  // a 4 MiB hole
@@ -191,6 +191,44 @@ TEST_F(CarvedRangeTest, FreedSpaceIsReusedBestFitWithNoDriverCall) {
   EXPECT_EQ(maps() + sim().call_count("cuMemUnmap"), 0u) << "reuse called the driver";
   uncarve(b);
   uncarve(d);
+  check();
+}
+
+// Tiering moves a slot whole: small requests (at most a sixteenth of a slot, 2 MiB here) are carved
+// from slots of their own, not into the gaps beside large ones (carved_range.h, "Two lanes").
+TEST_F(CarvedRangeTest, SmallAndLargeRequestsAreCarvedFromSlotsOfTheirOwnLane) {
+  const CUdeviceptr big0 = carve(8 * kMiB, 1), small0 = carve(kMiB, 2), big1 = carve(8 * kMiB, 3);
+  const CUdeviceptr small1 = carve(2 * kMiB, 4), big2 = carve(2 * kMiB + kUnit, 5);
+  const auto slot = [&](CUdeviceptr p) { return *range_->slot_of(p); };
+  EXPECT_EQ(big1, big0 + 8 * kMiB) << "large ones one after another, nothing small between them";
+  EXPECT_EQ(big2, big1 + 8 * kMiB) << "just over a sixteenth of a slot is large";
+  EXPECT_EQ(small1, small0 + kMiB);
+  EXPECT_NE(slot(small0), slot(big0));
+  EXPECT_EQ(range_->slot_lane(slot(big0)), CarvedRange::Lane::Large);
+  EXPECT_EQ(range_->slot_lane(slot(small0)), CarvedRange::Lane::Small);
+  EXPECT_EQ(range_->figures().slots_mapped, 2u);
+  // Neither lane's free space serves the other: 20 MiB of the large slot are free, yet a small
+  // request stays in its slot, and a large one too big for the large slot's gap grows, past it.
+  EXPECT_EQ(slot(carve(kMiB, 6)), slot(small0));
+  EXPECT_EQ(range_->figures().slots_mapped, 2u);
+  check();
+}
+
+// A slot with nothing in it serves either lane: it changes lane with no driver call.
+TEST_F(CarvedRangeTest, AnIdleSlotChangesLaneWithNoDriverCall) {
+  std::vector<CUdeviceptr> small;
+  for (int i = 0; i < 16; ++i) small.push_back(carve(2 * kMiB, 1 + i));  // one small slot, full
+  const CUdeviceptr big = carve(4 * kMiB, 20);                              // a large slot
+  ASSERT_EQ(range_->figures().slots_mapped, 2u);
+  for (CUdeviceptr p : small) uncarve(p);
+  sim().reset_counts();
+  const CUdeviceptr p = carve(30 * kMiB, 21);  // more than the large slot has free
+  EXPECT_EQ(p, small.front()) << "the idle small slot, taken by the large lane";
+  EXPECT_EQ(maps() + sim().call_count("cuMemUnmap"), 0u);
+  EXPECT_EQ(range_->slot_lane(*range_->slot_of(p)), CarvedRange::Lane::Large);
+  EXPECT_EQ(range_->figures().relaned, 1u);
+  EXPECT_EQ(range_->figures().slots_mapped, 2u);
+  uncarve(big);
   check();
 }
 
