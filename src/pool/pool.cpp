@@ -335,12 +335,13 @@ std::optional<std::pair<CUdeviceptr, CUdeviceptr>> Pool::whole_pieces(int device
   return p != nullptr ? p->whole_pieces(from, end) : std::nullopt;
 }
 
-std::optional<std::pair<CUdeviceptr, CUdeviceptr>> Pool::carved_slots(CUdeviceptr from, CUdeviceptr end) const {
+std::optional<Pool::CarvedSlots> Pool::carved_slots(CUdeviceptr from, CUdeviceptr end) const {
   const DevicePool* carved = as_carved(probe(from).owner);
   if (carved == nullptr || end <= from) return std::nullopt;
   const CUdeviceptr first_end = carved->carved_slot_end(from);
   if (first_end == 0) return std::nullopt;
-  return std::pair<CUdeviceptr, CUdeviceptr>{first_end - carved->carved_slot_bytes(), carved->carved_slot_end(end - 1)};
+  const std::size_t slot = carved->carved_slot_bytes();
+  return CarvedSlots{first_end - slot, carved->carved_slot_end(end - 1), slot};
 }
 
 std::vector<std::pair<CUdeviceptr, std::size_t>> Pool::runs_in_tier(CUdeviceptr from, CUdeviceptr end, Tier tier) const {

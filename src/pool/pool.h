@@ -231,9 +231,13 @@ class Pool {
   Probe probe(CUdeviceptr p) const;
   // The runs of [from, end) whose granules lie in `tier` now, in address order, as (start, bytes),
   // clipped to [from, end); the walk ends at the first granule no allocation owns (freed since).
-  // The carved slots [from, end) lies in (carved_moves.cpp: a slot moves whole): their start and end;
-  // nullopt where `from` lies in no carved slot. Lock-free (a launch hook asks).
-  std::optional<std::pair<CUdeviceptr, CUdeviceptr>> carved_slots(CUdeviceptr from, CUdeviceptr end) const;
+  // The carved slots [from, end) lies in (carved_moves.cpp: a slot moves whole): their start, end and
+  // the bytes of one; nullopt where `from` lies in no carved slot. Lock-free (a launch hook asks).
+  struct CarvedSlots {
+    CUdeviceptr start = 0, end = 0;
+    std::size_t slot_bytes = 0;
+  };
+  std::optional<CarvedSlots> carved_slots(CUdeviceptr from, CUdeviceptr end) const;
   // What a move of the range to the other tier would carry (tiering: one move per run); a run in
   // carved memory ends where its slot does (a slot moves whole, and one a move).
   std::vector<std::pair<CUdeviceptr, std::size_t>> runs_in_tier(CUdeviceptr from, CUdeviceptr end, Tier tier) const;

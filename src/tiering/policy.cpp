@@ -35,9 +35,12 @@ void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) 
     auto same = std::find_if(touched.begin(), touched.end(), [&](const Buffer& t) { return t.address == key; });
     if (same != touched.end()) {
       same->host = same->host || b.host;
+      // Parts of it read by one launch add up (to all of it at most: 0).
+      const bool whole = same->touch_bytes == 0 || b.touch_bytes == 0 || same->touch_bytes + b.touch_bytes >= same->bytes;
+      same->touch_bytes = whole ? 0 : same->touch_bytes + b.touch_bytes;
       continue;
     }
-    touched.push_back({key, key, b.bytes, b.host, b.preference, b.allocation_bytes});
+    touched.push_back({key, key, b.bytes, b.host, b.preference, b.allocation_bytes, b.touch_bytes});
   }
   for (const Buffer& b : touched) {
     Known& k = known_[b.address];
@@ -227,9 +230,10 @@ Policy::Candidate Policy::learn(std::uint64_t signature, std::uint64_t function,
     if (c.run < std::max(c.period, config_.min_repeat) || c.lag != c.period) continue;
     if (proven.period == 0 || c.run > proven.run || (c.run == proven.run && c.period < proven.period)) proven = c;
   }
-  Launch launch{signature, function, {}, {}};
+  Launch launch{signature, function, {}, {}, {}};
   for (const Buffer& b : buffers) {
     launch.buffers.push_back(b.address);
+    launch.reads.push_back(b.touch_bytes != 0 ? b.touch_bytes : b.bytes);
     if (!incidental(b)) launch.keys.push_back(b.address);
   }
   history_.push_back(std::move(launch));
@@ -246,7 +250,10 @@ Policy::Candidate Policy::learn(std::uint64_t signature, std::uint64_t function,
 
 void Policy::drop_period() {
   learned_.clear();
-  for (auto& [address, k] : known_) k.uses.clear();
+  for (auto& [address, k] : known_) {
+    k.uses.clear();
+    k.period_reads = 0;
+  }
   ++stats_.periods_dropped;
   stats_.period = 0;
   trace::record(trace::Kind::Period, -1, 0, 0);
@@ -264,18 +271,27 @@ void Policy::adopt_period(const Candidate& proven, bool again) {
   learned_.assign(history_.begin() + static_cast<std::ptrdiff_t>(first), history_.end());
   for (std::size_t pos = 0; pos < period && first >= period; ++pos) {
     const Launch& before = history_[first - period + pos];
-    std::vector<CUdeviceptr>& now = learned_[pos].buffers;
-    if (before.function != learned_[pos].function) continue;
-    std::vector<CUdeviceptr> kept;
-    for (CUdeviceptr b : now)
-      if (std::find(before.buffers.begin(), before.buffers.end(), b) != before.buffers.end()) kept.push_back(b);
-    if (!kept.empty()) now = std::move(kept);
+    Launch& now = learned_[pos];
+    if (before.function != now.function) continue;
+    Launch kept = now;
+    kept.buffers.clear();
+    kept.reads.clear();
+    for (std::size_t i = 0; i < now.buffers.size(); ++i) {
+      if (std::find(before.buffers.begin(), before.buffers.end(), now.buffers[i]) == before.buffers.end()) continue;
+      kept.buffers.push_back(now.buffers[i]);
+      kept.reads.push_back(now.reads[i]);
+    }
+    if (!kept.buffers.empty()) now = std::move(kept);
   }
-  for (auto& [address, k] : known_) k.uses.clear();
+  for (auto& [address, k] : known_) {
+    k.uses.clear();
+    k.period_reads = 0;
+  }
   for (std::size_t pos = 0; pos < learned_.size(); ++pos) {
-    for (CUdeviceptr address : learned_[pos].buffers) {
-      std::vector<std::uint32_t>& uses = known_[address].uses;
-      if (uses.empty() || uses.back() != pos) uses.push_back(static_cast<std::uint32_t>(pos));
+    for (std::size_t i = 0; i < learned_[pos].buffers.size(); ++i) {
+      Known& k = known_[learned_[pos].buffers[i]];
+      if (k.uses.empty() || k.uses.back() != pos) k.uses.push_back(static_cast<std::uint32_t>(pos));
+      k.period_reads += learned_[pos].reads[i];
     }
   }
   phase_ = 0;  // the launch just seen closed a period: the next one opens the next
@@ -446,7 +462,7 @@ void Policy::plan_ahead() {
       // Thrash guard: used once a period, and staying would push out others: read it in place
       // (while it pays: period_trial.h). What is already on the device needs no room.
       const std::uint64_t needed = stream_order_ && k.demotion_asked != 0 ? k.buffer.bytes : world_.host_bytes(k.buffer);
-      if (guard_.first() && k.uses.size() < 2 && room() < needed) {
+      if (guard_.first() && k.read_once() && room() < needed) {
         ++stats_.kept_in_place;
         k.kept_at = count_;
         // The room there is still takes part of it: that part is then read from the device, and

@@ -73,7 +73,9 @@
 //     buffer promoted.
 //   - Thrash guard: a buffer touched by only one launch a period and not able to stay (no room
 //     without demoting others) is read in place instead: moving it costs its bytes twice over PCIe
-//     (in and out), reading it in place once (GMEM's remote-access rule). Not for a kernel that reads
+//     (in and out), reading it in place once (GMEM's remote-access rule). A buffer touched a part at a
+//     time (a carved slot, whose allocations each launch reads: Buffer::touch_bytes) counts as touched
+//     once when its uses together read no more than its bytes. Not for a kernel that reads
 //     its operand many times (a GEMM at a large batch): whether the guard pays is measured, by timing
 //     the period with it on and off (period_trial.h).
 //   - Which thread runs the mover's epochs (UVMPOOL_TIERING_EPOCHS=measure) is timed the same way,
@@ -176,6 +178,9 @@ class Policy {
     // allocation and this its bytes: whether a pointer is incidental (matched on or not) is the
     // allocation's size's to say, not the piece's. 0: `bytes` are the allocation's.
     std::uint64_t allocation_bytes = 0;
+    // The bytes of it this touch reads, when less than all of it: a carved slot (several allocations
+    // share one, and it moves whole) is touched a part at a time. 0: all of it.
+    std::uint64_t touch_bytes = 0;
   };
   // What the policy asks of the world (Tiering's answers are the pool's and the mover's; tests fake it).
   class World {
@@ -220,6 +225,7 @@ class Policy {
     std::uint64_t function;
     std::vector<CUdeviceptr> buffers;  // every one it touched (planned for)
     std::vector<CUdeviceptr> keys;     // those above incidental_bytes (matched on)
+    std::vector<std::uint64_t> reads;  // the bytes it read of each of `buffers` (Buffer::touch_bytes, made whole)
   };
   // Whether `now` repeats `before` (see the top of this file).
   bool matches(const Launch& before, std::uint64_t signature, std::uint64_t function,
@@ -239,6 +245,10 @@ class Policy {
     std::uint64_t longest_gap = 0;      // the most launches between two of its uses seen
     std::uint32_t demotions = 0;        // under recency
     std::vector<std::uint32_t> uses;    // positions in the learned period (sorted)
+    std::uint64_t period_reads = 0;     // bytes its uses in the learned period read, together
+    // Read no more than once a period, all its uses together (the thrash guard's test): one use of
+    // all of it, or uses of disjoint parts (the allocations sharing a carved slot).
+    bool read_once() const { return period_reads <= buffer.bytes; }
   };
 
   static constexpr std::uint64_t kPruneEvery = 4096;  // launches between two prunes of known_

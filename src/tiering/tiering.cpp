@@ -19,6 +19,10 @@ namespace {
 std::atomic<Tiering*> g_process{nullptr};
 std::mutex g_process_mu;
 
+// Buffers one launch shows the policy at most: a pointer into carved memory shows one per slot
+// (show_policy), so more than the pointers a launch keeps.
+constexpr std::size_t kShownBuffers = 2 * LaunchTouches::kMax;
+
 }  // namespace
 
 std::optional<Mode> parse_mode(std::string_view text) {
@@ -521,25 +525,32 @@ void Tiering::trace_launch(const LaunchSeen& seen) {
 void Tiering::show_policy(const LaunchSeen& seen, CUstream stream) {
   // Each pointer as the buffer it lies in: the live allocation's base and size (the pool's answer),
   // or with pieces the piece of it the pointer starts (pieces.h).
-  Policy::Buffer buffers[LaunchTouches::kMax];
-  std::uint64_t ids[LaunchTouches::kMax];
+  Policy::Buffer buffers[kShownBuffers];
+  std::uint64_t ids[kShownBuffers];
   std::size_t n = 0;
   int device = -1;
-  for (std::size_t i = 0; i < seen.touches.count; ++i) {
+  for (std::size_t i = 0; i < seen.touches.count && n < kShownBuffers; ++i) {
     const Touch& t = seen.touches.touches[i];
     const std::optional<pool::AllocationInfo> info = pool_.find(t.address);
     if (!info) continue;  // a cached mapping or a slab's free slot: nothing live to plan for
     if (device < 0) device = info->device;
-    ids[n] = info->buffer_id;
-    buffers[n++] = {t.address, info->base, info->size, t.host, advice_.preference(*info)};
-    // Carved memory moves a slot at a time (pool/carved_moves.cpp): the buffer is the slots from the
-    // pointer's to the allocation's last, what a move of it carries, so that allocations sharing a
-    // slot are one buffer to the policy rather than moves that refuse each other.
-    if (const auto slots = cut_pieces_ ? std::nullopt : pool_.carved_slots(t.address, info->base + info->size)) {
-      Policy::Buffer& b = buffers[n - 1];
-      b.allocation_bytes = b.bytes;
-      b.base = slots->first;
-      b.bytes = slots->second - slots->first;
+    const CUdeviceptr end = info->base + info->size;
+    const auto slots = cut_pieces_ ? std::nullopt : pool_.carved_slots(t.address, end);
+    if (!slots) {
+      ids[n] = info->buffer_id;
+      buffers[n++] = {t.address, info->base, info->size, t.host, advice_.preference(*info)};
+      continue;
+    }
+    // Carved memory moves a slot at a time (pool/carved_moves.cpp): a buffer per slot from the
+    // pointer's to the allocation's last, each read only where the allocation lies in it, so that
+    // allocations sharing a slot are one buffer to the policy rather than moves that refuse each
+    // other, and a slot whose allocations are each read once a period counts as read once. Past
+    // kShownBuffers the rest of a launch's slots go unplanned (only speed suffers).
+    for (CUdeviceptr slot = slots->start; slot < slots->end && n < kShownBuffers; slot += slots->slot_bytes) {
+      const CUdeviceptr lo = std::max(slot, info->base), hi = std::min<CUdeviceptr>(slot + slots->slot_bytes, end);
+      const bool host = slot == slots->start ? t.host : pool_.probe(slot).host;
+      ids[n] = info->buffer_id;
+      buffers[n++] = {t.address, slot, slots->slot_bytes, host, advice_.preference(*info), info->size, hi - lo};
     }
   }
   if (n == 0) return;

@@ -13,7 +13,10 @@
 //   token, and a small KV cache per layer;
 // - batched: the same steps at a large batch, each layer's weights read 32 times (a GEMM reads a
 //   weight tile once per tile of the batch): where reading in place loses to moving, so the thrash
-//   guard's trial turns the guard off (docs/tiering.md "The thrash guard is measured").
+//   guard's trial turns the guard off (docs/tiering.md "The thrash guard is measured");
+// - layered (not in the default list): decoding with GPT-2-XL's four weights a layer (attention's
+//   3:1, the MLP's 4:4), each read by a launch of its own: sizes that carved slots (UVMPOOL_CARVE_MAX)
+//   do not divide, so weights share slots and straddle their ends.
 //
 // Each is run: with everything fitting (the compute time at HBM speed), with today's first-come
 // placement (UVMPOOL_TIERING=remote: what spilled is read in place on every touch), and with the
@@ -117,6 +120,24 @@ Workload decoding(std::uint64_t unit, std::uint32_t passes = 1) {
     kv.push_back(w.tensors.size() - 1);
   }
   for (int l = 0; l < kLayers; ++l) w.step.push_back({{weight[l], passes, false}, {kv[l], 1, true}});
+  return w;
+}
+
+Workload layered(std::uint64_t unit) {
+  constexpr int kLayers = 24;
+  constexpr std::uint64_t kParts[] = {3, 1, 4, 4};  // twelfths of a layer's 16 units, as GPT-2-XL's
+  Workload w{"layered", {}, {}, 0};
+  const auto add = [&](std::uint64_t bytes) {
+    w.tensors.push_back(bytes);
+    return w.tensors.size() - 1;
+  };
+  for (int l = 0; l < kLayers; ++l) {
+    std::vector<std::size_t> weights;
+    for (std::uint64_t part : kParts) weights.push_back(add(16 * unit * part / 12 / 65536 * 65536));
+    const std::size_t kv = add(unit / 2);
+    w.step.push_back({{weights[0], 1, false}, {kv, 1, true}});
+    for (std::size_t k = 1; k < weights.size(); ++k) w.step.push_back({{weights[k], 1, false}});
+  }
   return w;
 }
 
@@ -376,7 +397,7 @@ int main(int argc, char** argv) {
   options.add("lookahead", "32", "tiering policy: launches looked ahead");
   options.add("in-flight", "256M", "tiering policy: promotion bytes in flight");
   options.add("batch", "128M", "mover: bytes per epoch");
-  options.add("workloads", "training,decoding,batched", "which replays");
+  options.add("workloads", "training,decoding,batched", "which replays (also: layered)");
   options.add("holds-ahead", "8", "mover: holds standing at once in the holds-ahead row");
   options.add("prepare", "placement", "mover with holds ahead: make target pieces at placement or at the hold");
   options.add("runs", "all", "which tiering runs besides first-come: all, or some of held,overlap,ahead,guard,measure");
@@ -417,6 +438,7 @@ int main(int argc, char** argv) {
   if (which.find("training") != std::string::npos) workloads.push_back(training(unit));
   if (which.find("decoding") != std::string::npos) workloads.push_back(decoding(unit));
   if (which.find("batched") != std::string::npos) workloads.push_back(decoding(unit, 32));
+  if (which.find("layered") != std::string::npos) workloads.push_back(layered(unit));
   bool ok = true;
   for (const Workload& w : workloads) {
     const std::uint64_t budget = 256 * unit;

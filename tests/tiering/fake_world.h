@@ -190,17 +190,26 @@ class FakeWorld : public Policy::World {
   std::uint64_t clock = 0;
   // One launch of `function` over `addresses`: counts hits (on device) and bytes read in place.
   void launch(Policy& policy, std::uint64_t function, const std::vector<CUdeviceptr>& addresses) {
+    std::vector<std::pair<CUdeviceptr, std::uint64_t>> whole;
+    for (CUdeviceptr a : addresses) whole.emplace_back(a, 0);
+    launch_parts(policy, function, whole);
+  }
+  // The same, each buffer read only `bytes` of it (Policy::Buffer::touch_bytes; 0: all of it), as
+  // the allocations sharing a carved slot are.
+  void launch_parts(Policy& policy, std::uint64_t function, const std::vector<std::pair<CUdeviceptr, std::uint64_t>>& parts) {
     std::vector<Policy::Buffer> seen;
-    for (CUdeviceptr a : addresses) {
-      const Policy::Buffer& b = buffers_.at(a);
+    for (const auto& [a, part] : parts) {
+      Policy::Buffer b = buffers_.at(a);
+      b.touch_bytes = part;
       seen.push_back(b);
+      const std::uint64_t read = part != 0 ? part : b.bytes;
       if (b.host) {
         ++misses;
-        in_place += b.bytes;
-        clock += b.bytes * passes;
+        in_place += read;
+        clock += read * passes;
       } else {
         ++hits;
-        clock += b.bytes * passes / 64;
+        clock += read * passes / 64;
       }
     }
     policy.on_launch(function, seen);
