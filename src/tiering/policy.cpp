@@ -1,6 +1,7 @@
 #include "tiering/policy.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "trace/trace.h"
 
@@ -28,11 +29,15 @@ void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) 
   // caching-allocator segment) are one buffer, named by its base, so its bytes are counted and moved once.
   std::uint64_t signature = mix(0, function);
   std::vector<Buffer> touched;
+  std::vector<std::pair<std::uint32_t, CUdeviceptr>> pointers;  // into touched, as Launch::pointers
   touched.reserve(buffers.size());
   for (const Buffer& b : buffers) {
     if (!incidental(b)) signature = mix(signature, b.address);
     const CUdeviceptr key = b.base != 0 ? b.base : b.address;
     auto same = std::find_if(touched.begin(), touched.end(), [&](const Buffer& t) { return t.address == key; });
+    const std::size_t index = static_cast<std::size_t>(same - touched.begin());
+    if (std::none_of(pointers.begin(), pointers.end(), [&](const auto& q) { return q.first == index && q.second == b.address; }))
+      pointers.emplace_back(static_cast<std::uint32_t>(index), b.address);
     if (same != touched.end()) {
       same->host = same->host || b.host;
       // Parts of it read by one launch add up (to all of it at most: 0).
@@ -51,7 +56,7 @@ void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) 
   }
   buffers = touched;
   const std::uint64_t first_seen = functions_.try_emplace(function, count_).first->second;
-  const Candidate proven = learn(signature, function, buffers, first_seen);
+  const Candidate proven = learn(signature, function, buffers, std::move(pointers), first_seen);
   const std::size_t phase_before = phase_;
   const std::uint64_t learned_before = stats_.periods_learned;
   if (!learned_.empty()) {
@@ -175,7 +180,7 @@ std::size_t Policy::skipped_to(std::uint64_t signature, std::uint64_t function, 
 }
 
 Policy::Candidate Policy::learn(std::uint64_t signature, std::uint64_t function, std::span<const Buffer> buffers,
-                                std::uint64_t first_seen) {
+                                std::vector<std::pair<std::uint32_t, CUdeviceptr>> pointers, std::uint64_t first_seen) {
   const std::uint64_t i = history_start_ + history_.size();  // this launch's position
   const bool keyed = this->keyed(buffers);
   for (auto c = candidates_.begin(); c != candidates_.end();) {
@@ -230,7 +235,7 @@ Policy::Candidate Policy::learn(std::uint64_t signature, std::uint64_t function,
     if (c.run < std::max(c.period, config_.min_repeat) || c.lag != c.period) continue;
     if (proven.period == 0 || c.run > proven.run || (c.run == proven.run && c.period < proven.period)) proven = c;
   }
-  Launch launch{signature, function, {}, {}, {}};
+  Launch launch{signature, function, {}, {}, {}, std::move(pointers)};
   for (const Buffer& b : buffers) {
     launch.buffers.push_back(b.address);
     launch.reads.push_back(b.touch_bytes != 0 ? b.touch_bytes : b.bytes);
@@ -276,24 +281,24 @@ void Policy::adopt_period(const Candidate& proven, bool again) {
     Launch kept = now;
     kept.buffers.clear();
     kept.reads.clear();
+    kept.pointers.clear();
     for (std::size_t i = 0; i < now.buffers.size(); ++i) {
       if (std::find(before.buffers.begin(), before.buffers.end(), now.buffers[i]) == before.buffers.end()) continue;
+      for (const auto& [index, pointer] : now.pointers)
+        if (index == i) kept.pointers.emplace_back(static_cast<std::uint32_t>(kept.buffers.size()), pointer);
       kept.buffers.push_back(now.buffers[i]);
       kept.reads.push_back(now.reads[i]);
     }
     if (!kept.buffers.empty()) now = std::move(kept);
   }
-  for (auto& [address, k] : known_) {
-    k.uses.clear();
-    k.period_reads = 0;
-  }
+  for (auto& [address, k] : known_) k.uses.clear();
   for (std::size_t pos = 0; pos < learned_.size(); ++pos) {
-    for (std::size_t i = 0; i < learned_[pos].buffers.size(); ++i) {
-      Known& k = known_[learned_[pos].buffers[i]];
-      if (k.uses.empty() || k.uses.back() != pos) k.uses.push_back(static_cast<std::uint32_t>(pos));
-      k.period_reads += learned_[pos].reads[i];
+    for (CUdeviceptr address : learned_[pos].buffers) {
+      std::vector<std::uint32_t>& uses = known_[address].uses;
+      if (uses.empty() || uses.back() != pos) uses.push_back(static_cast<std::uint32_t>(pos));
     }
   }
+  count_period_reads();
   phase_ = 0;  // the launch just seen closed a period: the next one opens the next
   misses_ = 0;
   period_misses_ = 0;
@@ -307,6 +312,40 @@ void Policy::adopt_period(const Candidate& proven, bool again) {
   ++stats_.periods_learned;
   stats_.period = period;
   trace::record(trace::Kind::Period, -1, 0, period);
+}
+
+void Policy::count_period_reads() {
+  // Where tensors begin in each buffer: every pointer a use passed into it, clipped to it.
+  std::unordered_map<CUdeviceptr, std::vector<CUdeviceptr>> starts;
+  const auto clip = [](const Known& k, CUdeviceptr p) {
+    return std::clamp<CUdeviceptr>(p, k.buffer.base, k.buffer.base + k.buffer.bytes);
+  };
+  for (const Launch& l : learned_) {
+    for (const auto& [index, pointer] : l.pointers) {
+      const Known& k = known_[l.buffers[index]];
+      starts[l.buffers[index]].push_back(clip(k, pointer));
+    }
+  }
+  for (auto& [address, cuts] : starts) {
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  }
+  for (auto& [address, k] : known_) k.period_reads = 0;
+  for (const Launch& l : learned_) {
+    for (std::size_t i = 0; i < l.buffers.size(); ++i) {
+      Known& k = known_[l.buffers[i]];
+      const std::vector<CUdeviceptr>& cuts = starts[l.buffers[i]];
+      const CUdeviceptr end = k.buffer.base + k.buffer.bytes;
+      std::uint64_t read = 0;
+      for (const auto& [index, pointer] : l.pointers) {
+        if (index != i) continue;
+        const CUdeviceptr from = clip(k, pointer);
+        const auto next = std::upper_bound(cuts.begin(), cuts.end(), from);
+        read += (next != cuts.end() ? *next : end) - from;
+      }
+      k.period_reads += std::min(read != 0 ? read : k.buffer.bytes, l.reads[i]);
+    }
+  }
 }
 
 std::uint64_t Policy::next_use(const Known& k) const {

@@ -73,9 +73,11 @@
 //     buffer promoted.
 //   - Thrash guard: a buffer touched by only one launch a period and not able to stay (no room
 //     without demoting others) is read in place instead: moving it costs its bytes twice over PCIe
-//     (in and out), reading it in place once (GMEM's remote-access rule). A buffer touched a part at a
-//     time (a carved slot, whose allocations each launch reads: Buffer::touch_bytes) counts as touched
-//     once when its uses together read no more than its bytes. Not for a kernel that reads
+//     (in and out), reading it in place once (GMEM's remote-access rule). "Touched by one launch" is
+//     counted in bytes: each use reads from each pointer it passed to the next pointer the period
+//     passes into the buffer (a caching allocator's segment holds tensors passed by their starts), at
+//     most what the touch says (Buffer::touch_bytes: a carved slot's allocation); the guard holds
+//     while the period's uses together read no more than the buffer's bytes (Known::read_once). Not for a kernel that reads
 //     its operand many times (a GEMM at a large batch): whether the guard pays is measured, by timing
 //     the period with it on and off (period_trial.h).
 //   - Which thread runs the mover's epochs (UVMPOOL_TIERING_EPOCHS=measure) is timed the same way,
@@ -226,6 +228,9 @@ class Policy {
     std::vector<CUdeviceptr> buffers;  // every one it touched (planned for)
     std::vector<CUdeviceptr> keys;     // those above incidental_bytes (matched on)
     std::vector<std::uint64_t> reads;  // the bytes it read of each of `buffers` (Buffer::touch_bytes, made whole)
+    // The pointers it passed into each of `buffers` (index into them, pointer): where tensors begin
+    // inside an allocation (adopt_period's estimate of what each use reads).
+    std::vector<std::pair<std::uint32_t, CUdeviceptr>> pointers;
   };
   // Whether `now` repeats `before` (see the top of this file).
   bool matches(const Launch& before, std::uint64_t signature, std::uint64_t function,
@@ -245,7 +250,11 @@ class Policy {
     std::uint64_t longest_gap = 0;      // the most launches between two of its uses seen
     std::uint32_t demotions = 0;        // under recency
     std::vector<std::uint32_t> uses;    // positions in the learned period (sorted)
-    std::uint64_t period_reads = 0;     // bytes its uses in the learned period read, together
+    // Bytes its uses in the learned period read, together: each use the part of it from each pointer
+    // the use passed to the next pointer any use passed (a tensor of a caching-allocator segment,
+    // which launches pass by its start), or to its end; at most what the use says it read
+    // (touch_bytes). A buffer of one tensor: its bytes once a use.
+    std::uint64_t period_reads = 0;
     // Read no more than once a period, all its uses together (the thrash guard's test): one use of
     // all of it, or uses of disjoint parts (the allocations sharing a carved slot).
     bool read_once() const { return period_reads <= buffer.bytes; }
@@ -269,7 +278,9 @@ class Policy {
   // `first_seen`: the launch count at its function's first launch. A function first launched within
   // the period repeats nothing there (see the top of this file).
   Candidate learn(std::uint64_t signature, std::uint64_t function, std::span<const Buffer> buffers,
-                  std::uint64_t first_seen);
+                  std::vector<std::pair<std::uint32_t, CUdeviceptr>> pointers, std::uint64_t first_seen);
+  // Each buffer's bytes read over the learned period (Known::period_reads), see adopt_period.
+  void count_period_reads();
   // `again`: the same period, its copy taken anew from the last one (the guard's measure stands).
   void adopt_period(const Candidate& proven, bool again = false);
   // How many places past the one expected the launch matches the learned sequence (0: none within

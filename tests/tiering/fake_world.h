@@ -197,11 +197,27 @@ class FakeWorld : public Policy::World {
   // The same, each buffer read only `bytes` of it (Policy::Buffer::touch_bytes; 0: all of it), as
   // the allocations sharing a carved slot are.
   void launch_parts(Policy& policy, std::uint64_t function, const std::vector<std::pair<CUdeviceptr, std::uint64_t>>& parts) {
+    std::vector<Touched> touches;
+    for (const auto& [a, part] : parts) touches.push_back({a, part, a});
+    launch_touches(policy, function, touches);
+  }
+  // The most general: each buffer passed by `pointer` (inside it: a tensor of a segment), reading
+  // `part` bytes of it (0: all).
+  struct Touched {
+    CUdeviceptr buffer;
+    std::uint64_t part;
+    CUdeviceptr pointer;
+  };
+  void launch_touches(Policy& policy, std::uint64_t function, const std::vector<Touched>& touches) {
     std::vector<Policy::Buffer> seen;
-    for (const auto& [a, part] : parts) {
+    std::vector<CUdeviceptr> counted;  // a buffer two pointers lie in is read once
+    for (const auto& [a, part, pointer] : touches) {
       Policy::Buffer b = buffers_.at(a);
       b.touch_bytes = part;
+      b.address = pointer;
       seen.push_back(b);
+      if (std::find(counted.begin(), counted.end(), a) != counted.end()) continue;
+      counted.push_back(a);
       const std::uint64_t read = part != 0 ? part : b.bytes;
       if (b.host) {
         ++misses;
@@ -308,9 +324,9 @@ struct RecordedWorld {
     return device;
   }
   void launch(Policy& p, const Recorded::Launch& l) {
-    std::vector<CUdeviceptr> args;
-    for (std::size_t id : l.buffers) args.push_back(address[id]);
-    world.launch(p, l.function, args);
+    std::vector<FakeWorld::Touched> touches;  // each pointer as recorded, inside its buffer
+    for (const auto& [id, offset] : l.pointers) touches.push_back({address[id], 0, address[id] + offset});
+    world.launch_touches(p, l.function, touches);
   }
   FakeWorld world;
   std::vector<CUdeviceptr> address;

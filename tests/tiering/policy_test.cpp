@@ -219,6 +219,37 @@ TEST(Policy_, ASlotWhosePartsAreEachReadOnceAPeriodIsReadInPlace) {
   EXPECT_GT(whole_promoted, 0u) << "a slot read whole four times a token stayed in place";
 }
 
+// A caching allocator's segments: four weights in each allocation, each passed by its own pointer
+// and read by a launch of its own once a token. The launches say nothing of a tensor's size, but the
+// pointers the period passes into an allocation cut it where its tensors begin: each use reads from
+// its pointer to the next, so the allocation is read once a token and read in place, as a weight of
+// its own would be; one weight read by four launches a token (the same pointer) moves.
+TEST(Policy_, ASegmentWhoseTensorsAreEachReadOnceAPeriodIsReadInPlace) {
+  const auto sweep = [](bool distinct_tensors) {
+    FakeWorld w(8 * kUnit);
+    std::vector<CUdeviceptr> segments;
+    for (int i = 0; i < 12; ++i) segments.push_back(w.add(kUnit, i >= 8));
+    std::vector<FakeWorld::Touched> token;
+    for (CUdeviceptr x : segments)
+      for (std::uint64_t k = 0; k < 4; ++k) token.push_back({x, 0, x + (distinct_tensors ? k * kUnit / 4 : 0)});
+    Policy p(w);
+    const auto run_token = [&](int tokens) {
+      for (int t = 0; t < tokens; ++t)
+        for (std::size_t i = 0; i < token.size(); ++i) w.launch_touches(p, 100 + i % 4, {token[i]});
+    };
+    run_token(5);
+    EXPECT_TRUE(p.has_period());
+    w.reset_counts();
+    run_token(10);
+    return std::pair{w.promoted, p.stats().kept_in_place};
+  };
+  const auto [tensors_promoted, tensors_kept] = sweep(true);
+  EXPECT_EQ(tensors_promoted, 0u) << "segments whose four tensors are each read once a token moved";
+  EXPECT_GT(tensors_kept, 0u);
+  const auto [same_promoted, same_kept] = sweep(false);
+  EXPECT_GT(same_promoted, 0u) << "a segment read from its start by four launches a token stayed in place";
+}
+
 // A decoding-shaped sweep (each weight read by one launch a token, 1.5x what fits) whose kernels read
 // their weights `passes` times, on a timed world; the per-token time of the last 10 tokens.
 struct Sweep {
