@@ -402,8 +402,9 @@ std::string CarvedRange::check_invariants() const {
   }
   for (const Lane lane : {Lane::Small, Lane::Large}) {
     if (lane_free[static_cast<std::size_t>(lane)] != free_in(lane).free_bytes())
-      out += fmt::format("the {} lane's slots have {} bytes free, its list {}\n", lane == Lane::Small ? "small" : "large",
-                         lane_free[static_cast<std::size_t>(lane)], free_in(lane).free_bytes());
+      out += fmt::format("the {} lane's slots have {} bytes free, its list {}\n",
+                         lane == Lane::Small ? "small" : "large", lane_free[static_cast<std::size_t>(lane)],
+                         free_in(lane).free_bytes());
   }
   const std::uint64_t free = free_in(Lane::Small).free_bytes() + free_in(Lane::Large).free_bytes();
   if (mapped != live + free + withheld_bytes())

@@ -24,7 +24,7 @@
 // Two lanes. Small requests (at most `small_max`, a sixteenth of an extent unless told) are carved
 // only from slots of the small lane, larger ones only from slots of the large lane; a slot takes its
 // lane when it is mapped for a request, and an idle slot changes lane without a driver call. Why:
-// tiering moves a slot whole, so what shares a slot shares its tier. Carved first fit, a model's small
+// tiering moves a slot whole, so what shares a slot shares its tier. Carved best fit, a model's small
 // per-layer tensors (a KV cache, norms, biases) filled the gaps beside its large weights, one or two
 // in every slot, and a slot with a hot small tensor in it kept a cold weight on the device or
 // dragged it along (modeled, `UVMPOOL_CARVE_MAX=64M uvmpool-bench-tiering --workloads=batched`:

@@ -36,12 +36,14 @@ void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) 
     const CUdeviceptr key = b.base != 0 ? b.base : b.address;
     auto same = std::find_if(touched.begin(), touched.end(), [&](const Buffer& t) { return t.address == key; });
     const std::size_t index = static_cast<std::size_t>(same - touched.begin());
-    if (std::none_of(pointers.begin(), pointers.end(), [&](const auto& q) { return q.first == index && q.second == b.address; }))
+    const auto passed = [&](const auto& q) { return q.first == index && q.second == b.address; };
+    if (std::none_of(pointers.begin(), pointers.end(), passed))
       pointers.emplace_back(static_cast<std::uint32_t>(index), b.address);
     if (same != touched.end()) {
       same->host = same->host || b.host;
       // Parts of it read by one launch add up (to all of it at most: 0).
-      const bool whole = same->touch_bytes == 0 || b.touch_bytes == 0 || same->touch_bytes + b.touch_bytes >= same->bytes;
+      const bool whole =
+          same->touch_bytes == 0 || b.touch_bytes == 0 || same->touch_bytes + b.touch_bytes >= same->bytes;
       same->touch_bytes = whole ? 0 : same->touch_bytes + b.touch_bytes;
       continue;
     }

@@ -77,9 +77,9 @@
 //     counted in bytes: each use reads from each pointer it passed to the next pointer the period
 //     passes into the buffer (a caching allocator's segment holds tensors passed by their starts), at
 //     most what the touch says (Buffer::touch_bytes: a carved slot's allocation); the guard holds
-//     while the period's uses together read no more than the buffer's bytes (Known::read_once). Not for a kernel that reads
-//     its operand many times (a GEMM at a large batch): whether the guard pays is measured, by timing
-//     the period with it on and off (period_trial.h).
+//     while the period's uses together read no more than the buffer's bytes (Known::read_once).
+//     Not for a kernel that reads its operand many times (a GEMM at a large batch): whether the
+//     guard pays is measured, by timing the period with it on and off (period_trial.h).
 //   - Which thread runs the mover's epochs (UVMPOOL_TIERING_EPOCHS=measure) is timed the same way,
 //     once moves come (epochs_on_launch; Tiering tells the mover). One trial is timed at a time.
 //   - In the streams' order (World::in_stream_order: the mover prepares each move when the device

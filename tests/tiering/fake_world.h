@@ -196,7 +196,8 @@ class FakeWorld : public Policy::World {
   }
   // The same, each buffer read only `bytes` of it (Policy::Buffer::touch_bytes; 0: all of it), as
   // the allocations sharing a carved slot are.
-  void launch_parts(Policy& policy, std::uint64_t function, const std::vector<std::pair<CUdeviceptr, std::uint64_t>>& parts) {
+  void launch_parts(Policy& policy, std::uint64_t function,
+                    const std::vector<std::pair<CUdeviceptr, std::uint64_t>>& parts) {
     std::vector<Touched> touches;
     for (const auto& [a, part] : parts) touches.push_back({a, part, a});
     launch_touches(policy, function, touches);
