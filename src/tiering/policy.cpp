@@ -41,13 +41,9 @@ void Policy::on_launch(std::uint64_t function, std::span<const Buffer> buffers) 
       pointers.emplace_back(static_cast<std::uint32_t>(index), b.address);
     if (same != touched.end()) {
       same->host = same->host || b.host;
-      // Parts of it read by one launch add up (to all of it at most: 0).
-      const bool whole =
-          same->touch_bytes == 0 || b.touch_bytes == 0 || same->touch_bytes + b.touch_bytes >= same->bytes;
-      same->touch_bytes = whole ? 0 : same->touch_bytes + b.touch_bytes;
       continue;
     }
-    touched.push_back({key, key, b.bytes, b.host, b.preference, b.allocation_bytes, b.touch_bytes});
+    touched.push_back({key, key, b.bytes, b.host, b.preference, b.allocation_bytes});
   }
   for (const Buffer& b : touched) {
     Known& k = known_[b.address];
@@ -237,10 +233,9 @@ Policy::Candidate Policy::learn(std::uint64_t signature, std::uint64_t function,
     if (c.run < std::max(c.period, config_.min_repeat) || c.lag != c.period) continue;
     if (proven.period == 0 || c.run > proven.run || (c.run == proven.run && c.period < proven.period)) proven = c;
   }
-  Launch launch{signature, function, {}, {}, {}, std::move(pointers)};
+  Launch launch{signature, function, {}, {}, std::move(pointers)};
   for (const Buffer& b : buffers) {
     launch.buffers.push_back(b.address);
-    launch.reads.push_back(b.touch_bytes != 0 ? b.touch_bytes : b.bytes);
     if (!incidental(b)) launch.keys.push_back(b.address);
   }
   history_.push_back(std::move(launch));
@@ -282,14 +277,12 @@ void Policy::adopt_period(const Candidate& proven, bool again) {
     if (before.function != now.function) continue;
     Launch kept = now;
     kept.buffers.clear();
-    kept.reads.clear();
     kept.pointers.clear();
     for (std::size_t i = 0; i < now.buffers.size(); ++i) {
       if (std::find(before.buffers.begin(), before.buffers.end(), now.buffers[i]) == before.buffers.end()) continue;
       for (const auto& [index, pointer] : now.pointers)
         if (index == i) kept.pointers.emplace_back(static_cast<std::uint32_t>(kept.buffers.size()), pointer);
       kept.buffers.push_back(now.buffers[i]);
-      kept.reads.push_back(now.reads[i]);
     }
     if (!kept.buffers.empty()) now = std::move(kept);
   }
@@ -345,7 +338,7 @@ void Policy::count_period_reads() {
         const auto next = std::upper_bound(cuts.begin(), cuts.end(), from);
         read += (next != cuts.end() ? *next : end) - from;
       }
-      k.period_reads += std::min(read != 0 ? read : k.buffer.bytes, l.reads[i]);
+      k.period_reads += read != 0 ? read : k.buffer.bytes;
     }
   }
 }

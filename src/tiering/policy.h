@@ -75,9 +75,9 @@
 //     without demoting others) is read in place instead: moving it costs its bytes twice over PCIe
 //     (in and out), reading it in place once (GMEM's remote-access rule). "Touched by one launch" is
 //     counted in bytes: each use reads from each pointer it passed to the next pointer the period
-//     passes into the buffer (a caching allocator's segment holds tensors passed by their starts), at
-//     most what the touch says (Buffer::touch_bytes: a carved slot's allocation); the guard holds
-//     while the period's uses together read no more than the buffer's bytes (Known::read_once).
+//     passes into the buffer (a caching allocator's segment holds tensors passed by their starts; a
+//     carved slot, allocations); the guard holds while the period's uses together read no more than
+//     the buffer's bytes (Known::read_once).
 //     Not for a kernel that reads its operand many times (a GEMM at a large batch): whether the
 //     guard pays is measured, by timing the period with it on and off (period_trial.h).
 //   - Which thread runs the mover's epochs (UVMPOOL_TIERING_EPOCHS=measure) is timed the same way,
@@ -180,9 +180,6 @@ class Policy {
     // allocation and this its bytes: whether a pointer is incidental (matched on or not) is the
     // allocation's size's to say, not the piece's. 0: `bytes` are the allocation's.
     std::uint64_t allocation_bytes = 0;
-    // The bytes of it this touch reads, when less than all of it: a carved slot (several allocations
-    // share one, and it moves whole) is touched a part at a time. 0: all of it.
-    std::uint64_t touch_bytes = 0;
   };
   // What the policy asks of the world (Tiering's answers are the pool's and the mover's; tests fake it).
   class World {
@@ -227,7 +224,6 @@ class Policy {
     std::uint64_t function;
     std::vector<CUdeviceptr> buffers;  // every one it touched (planned for)
     std::vector<CUdeviceptr> keys;     // those above incidental_bytes (matched on)
-    std::vector<std::uint64_t> reads;  // the bytes it read of each of `buffers` (Buffer::touch_bytes, made whole)
     // The pointers it passed into each of `buffers` (index into them, pointer): where tensors begin
     // inside an allocation (adopt_period's estimate of what each use reads).
     std::vector<std::pair<std::uint32_t, CUdeviceptr>> pointers;
@@ -252,8 +248,8 @@ class Policy {
     std::vector<std::uint32_t> uses;    // positions in the learned period (sorted)
     // Bytes its uses in the learned period read, together: each use the part of it from each pointer
     // the use passed to the next pointer any use passed (a tensor of a caching-allocator segment,
-    // which launches pass by its start), or to its end; at most what the use says it read
-    // (touch_bytes). A buffer of one tensor: its bytes once a use.
+    // or an allocation in a carved slot, passed by its start), or to its end. A buffer of one
+    // tensor: its bytes once a use.
     std::uint64_t period_reads = 0;
     // Read no more than once a period, all its uses together (the thrash guard's test): one use of
     // all of it, or uses of disjoint parts (the allocations sharing a carved slot).

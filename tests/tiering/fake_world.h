@@ -190,36 +190,26 @@ class FakeWorld : public Policy::World {
   std::uint64_t clock = 0;
   // One launch of `function` over `addresses`: counts hits (on device) and bytes read in place.
   void launch(Policy& policy, std::uint64_t function, const std::vector<CUdeviceptr>& addresses) {
-    std::vector<std::pair<CUdeviceptr, std::uint64_t>> whole;
-    for (CUdeviceptr a : addresses) whole.emplace_back(a, 0);
-    launch_parts(policy, function, whole);
-  }
-  // The same, each buffer read only `bytes` of it (Policy::Buffer::touch_bytes; 0: all of it), as
-  // the allocations sharing a carved slot are.
-  void launch_parts(Policy& policy, std::uint64_t function,
-                    const std::vector<std::pair<CUdeviceptr, std::uint64_t>>& parts) {
     std::vector<Touched> touches;
-    for (const auto& [a, part] : parts) touches.push_back({a, part, a});
+    for (CUdeviceptr a : addresses) touches.push_back({a, a});
     launch_touches(policy, function, touches);
   }
-  // The most general: each buffer passed by `pointer` (inside it: a tensor of a segment), reading
-  // `part` bytes of it (0: all).
+  // The same, each buffer passed by `pointer` (inside it: a tensor of a segment); a launch reads all
+  // of each buffer it touches.
   struct Touched {
     CUdeviceptr buffer;
-    std::uint64_t part;
     CUdeviceptr pointer;
   };
   void launch_touches(Policy& policy, std::uint64_t function, const std::vector<Touched>& touches) {
     std::vector<Policy::Buffer> seen;
     std::vector<CUdeviceptr> counted;  // a buffer two pointers lie in is read once
-    for (const auto& [a, part, pointer] : touches) {
+    for (const auto& [a, pointer] : touches) {
       Policy::Buffer b = buffers_.at(a);
-      b.touch_bytes = part;
       b.address = pointer;
       seen.push_back(b);
       if (std::find(counted.begin(), counted.end(), a) != counted.end()) continue;
       counted.push_back(a);
-      const std::uint64_t read = part != 0 ? part : b.bytes;
+      const std::uint64_t read = b.bytes;
       if (b.host) {
         ++misses;
         in_place += read;
@@ -326,7 +316,7 @@ struct RecordedWorld {
   }
   void launch(Policy& p, const Recorded::Launch& l) {
     std::vector<FakeWorld::Touched> touches;  // each pointer as recorded, inside its buffer
-    for (const auto& [id, offset] : l.pointers) touches.push_back({address[id], 0, address[id] + offset});
+    for (const auto& [id, offset] : l.pointers) touches.push_back({address[id], address[id] + offset});
     world.launch_touches(p, l.function, touches);
   }
   FakeWorld world;

@@ -189,41 +189,12 @@ TEST(Policy_, ABufferUsedOnceAPeriodThatCannotStayIsReadInPlace) {
   EXPECT_GT(p.stats().kept_in_place, 0u);
 }
 
-// The same sweep over carved slots: four weights share each slot (it moves whole), each read by a
-// launch of its own, a quarter of the slot at a time. The slot's uses together read it once a token,
-// so it is read in place as a weight of its own would be; a slot whose one weight is read by four
-// launches (all of it each time) is not, and moves.
-TEST(Policy_, ASlotWhosePartsAreEachReadOnceAPeriodIsReadInPlace) {
-  const auto sweep = [](std::uint64_t part) {
-    FakeWorld w(8 * kUnit);
-    std::vector<CUdeviceptr> slots;
-    for (int i = 0; i < 12; ++i) slots.push_back(w.add(kUnit, i >= 8, part != 0 ? part : kUnit));
-    std::vector<std::vector<std::pair<CUdeviceptr, std::uint64_t>>> token;
-    for (CUdeviceptr x : slots)
-      for (int k = 0; k < 4; ++k) token.push_back({{x, part}});
-    Policy p(w);
-    const auto run_parts = [&](int steps) {
-      for (int s = 0; s < steps; ++s)
-        for (std::size_t i = 0; i < token.size(); ++i) w.launch_parts(p, 100 + i % 4, token[i]);
-    };
-    run_parts(5);
-    EXPECT_TRUE(p.has_period());
-    w.reset_counts();
-    run_parts(10);
-    return std::pair{w.promoted, p.stats().kept_in_place};
-  };
-  const auto [parts_promoted, parts_kept] = sweep(kUnit / 4);
-  EXPECT_EQ(parts_promoted, 0u) << "slots whose quarters are each read once a token moved";
-  EXPECT_GT(parts_kept, 0u);
-  const auto [whole_promoted, whole_kept] = sweep(0);
-  EXPECT_GT(whole_promoted, 0u) << "a slot read whole four times a token stayed in place";
-}
-
-// A caching allocator's segments: four weights in each allocation, each passed by its own pointer
-// and read by a launch of its own once a token. The launches say nothing of a tensor's size, but the
-// pointers the period passes into an allocation cut it where its tensors begin: each use reads from
-// its pointer to the next, so the allocation is read once a token and read in place, as a weight of
-// its own would be; one weight read by four launches a token (the same pointer) moves.
+// A caching allocator's segments (or carved slots, Tiering::show_policy): four weights in each
+// buffer, each passed by its own pointer and read by a launch of its own once a token. The launches
+// say nothing of a tensor's size, but the pointers the period passes into a buffer cut it where its
+// tensors begin: each use reads from its pointer to the next, so the buffer is read once a token and
+// read in place, as a weight of its own would be; one weight read by four launches a token (the same
+// pointer) moves.
 TEST(Policy_, ASegmentWhoseTensorsAreEachReadOnceAPeriodIsReadInPlace) {
   const auto sweep = [](bool distinct_tensors) {
     FakeWorld w(8 * kUnit);
@@ -231,7 +202,7 @@ TEST(Policy_, ASegmentWhoseTensorsAreEachReadOnceAPeriodIsReadInPlace) {
     for (int i = 0; i < 12; ++i) segments.push_back(w.add(kUnit, i >= 8));
     std::vector<FakeWorld::Touched> token;
     for (CUdeviceptr x : segments)
-      for (std::uint64_t k = 0; k < 4; ++k) token.push_back({x, 0, x + (distinct_tensors ? k * kUnit / 4 : 0)});
+      for (std::uint64_t k = 0; k < 4; ++k) token.push_back({x, x + (distinct_tensors ? k * kUnit / 4 : 0)});
     Policy p(w);
     const auto run_token = [&](int tokens) {
       for (int t = 0; t < tokens; ++t)
