@@ -112,6 +112,23 @@ class CarvedRangeTest : public PoolTest {
     EXPECT_EQ(range_->check_invariants(), "");
   }
   unsigned long long maps() const { return sim().call_count("cuMemMap"); }
+  // Moves a mapped slot to host memory as the pool's carved_moves.cpp does: claimed, copied through a
+  // staging mapping of a host extent, remapped onto it, swapped, unclaimed.
+  void move_to_host(std::size_t slot) {
+    using uvmpool::pool::Tier;
+    ASSERT_CU(range_->claim(slot));
+    Handle h = 0;
+    ASSERT_CU(vmm_->create_chunks({&h, 1}, kExtent, Tier::Host));
+    const Chunk host{h, Tier::Host, static_cast<std::uint32_t>(kExtent / gran)};
+    CUdeviceptr staging = 0;
+    ASSERT_CU(vmm_->staging(host, gran, &staging));
+    ASSERT_CU(drv().cuMemcpyDtoD_v2(staging, range_->slot_start(slot), kExtent));
+    const std::vector<Chunk> old(range_->slot_pieces(slot).begin(), range_->slot_pieces(slot).end());
+    ASSERT_CU(vmm_->remap(range_->slot_start(slot), old, {&host, 1}, gran));
+    source_->give_back(old);
+    range_->swapped(slot, {host});
+    range_->unclaim(slot);
+  }
 
   std::optional<Vmm> vmm_;
   CUdeviceptr base_ = 0;
@@ -124,7 +141,6 @@ class CarvedRangeTest : public PoolTest {
 // onto a host extent, swapped. Its free space is then withheld (no new allocation lands in host
 // memory), it is not reused as an idle slot, and once it holds nothing release_idle_host gives it back.
 TEST_F(CarvedRangeTest, ASlotInHostMemoryWithholdsItsFreeSpaceAndIsGivenBackEmpty) {
-  using uvmpool::pool::Tier;
   const CUdeviceptr a = carve(8 * kMiB, 1), b = carve(8 * kMiB, 2);  // slot 0, half free
   const std::optional<std::size_t> slot = range_->slot_of(a);
   ASSERT_TRUE(slot.has_value());
@@ -132,17 +148,9 @@ TEST_F(CarvedRangeTest, ASlotInHostMemoryWithholdsItsFreeSpaceAndIsGivenBackEmpt
   ASSERT_CU(range_->claim(*slot));
   EXPECT_CU_EQ(CUDA_ERROR_NOT_READY, range_->claim(*slot)) << "claimed twice";
   EXPECT_TRUE(range_->moving(b + 100, 1));
-  Handle h = 0;
-  ASSERT_CU(vmm_->create_chunks({&h, 1}, kExtent, Tier::Host));
-  const Chunk host{h, Tier::Host, static_cast<std::uint32_t>(kExtent / gran)};
-  CUdeviceptr staging = 0;
-  ASSERT_CU(vmm_->staging(host, gran, &staging));
-  ASSERT_CU(drv().cuMemcpyDtoD_v2(staging, range_->slot_start(*slot), kExtent));
-  const std::vector<Chunk> old(range_->slot_pieces(*slot).begin(), range_->slot_pieces(*slot).end());
-  ASSERT_CU(vmm_->remap(range_->slot_start(*slot), old, {&host, 1}, gran));
-  source_->give_back(old);
-  range_->swapped(*slot, {host});
   range_->unclaim(*slot);
+  move_to_host(*slot);
+  if (HasFatalFailure()) return;
   EXPECT_EQ(range_->figures().slots_host, 1u);
   check();
 
@@ -160,6 +168,30 @@ TEST_F(CarvedRangeTest, ASlotInHostMemoryWithholdsItsFreeSpaceAndIsGivenBackEmpt
   EXPECT_EQ(source_->host_given_back, 1u);
   EXPECT_FALSE(range_->slot_of(a).has_value()) << "still mapped";
   EXPECT_EQ(range_->figures().slots_host, 0u);
+  check();
+}
+
+// A free spanning slots gives each run of device slots of one lane back in one piece (one index update
+// for a 1 GiB free, not 32) and withholds what lies in a slot in host memory: the runs end where the
+// slots' tiers change.
+TEST_F(CarvedRangeTest, AFreeAcrossAHostSlotGivesBackTheDeviceSlotsAroundItAndWithholdsIt) {
+  const CUdeviceptr a = carve(4 * kExtent, 1);  // slots 0 to 3
+  const std::optional<std::size_t> first = range_->slot_of(a);
+  ASSERT_TRUE(first.has_value());
+  move_to_host(*first + 1);
+  if (HasFatalFailure()) return;
+  check();
+  uncarve(a);
+  check();
+  EXPECT_EQ(range_->idle_host_slots(), 1u);
+  EXPECT_EQ(range_->figures().slots_idle, 3u) << "the device slots on either side of the host slot";
+  // The free space given back is the three device slots, in two runs: the one before the host slot
+  // (one slot) and the two after it together.
+  const CUdeviceptr two = carve(2 * kExtent, 2);
+  EXPECT_EQ(range_->slot_of(two), *first + 2) << "the two device slots after the host slot, as one run";
+  const CUdeviceptr one = carve(kExtent, 3);
+  EXPECT_EQ(range_->slot_of(one), *first) << "the device slot before the host slot";
+  EXPECT_EQ(range_->figures().slots_host, 1u);
   check();
 }
 
