@@ -6,12 +6,13 @@
 // repeats). A bound on what the policy can do, not a figure
 // of a GPU: no mover, no clock.
 //
-//   uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB] [--unit=allocation|piece]
+//   uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB] [--unit=allocation|piece] [--slot=MiB]
 //                         [--epoch-every=N] [--batch=MiB] [--land-after=N] [--holds-ahead=N] [--second-epoch]
 //                         [--lookahead=N] [--in-flight=MiB]
 //
 // --unit=piece gives the policy pieces of allocations as its buffers (UVMPOOL_TIERING_UNIT=piece,
-// src/tiering/pieces.h) instead of whole allocations; --epoch-every=N makes the moves late as the
+// src/tiering/pieces.h) instead of whole allocations; --slot=MiB carved slots of that size, as
+// carving lays the allocations out and tiering shows them (slot_units); --epoch-every=N makes the moves late as the
 // mover's epochs on the launching thread make them (one every N launches, at most --batch MiB each
 // way; FakeWorld::epoch_every) instead of at once, and with --land-after=D --holds-ahead=H as the
 // mover's thread makes them (landing D launches after they were taken, H epochs standing at most);
@@ -47,6 +48,10 @@ struct Units {
   std::vector<bool> host;
   std::vector<std::uint64_t> allocation_bytes;  // of the allocation each lies in
   std::vector<std::vector<std::size_t>> of_launch;
+  // With slots (slot_units): each launch's pointers, as the unit and the pointer's offset from the
+  // unit's start (negative for a slot after the one the pointer lies in: Tiering::show_policy passes
+  // the allocation's pointer with each of its slots).
+  std::vector<std::vector<std::pair<std::size_t, std::int64_t>>> pointers_of_launch;
 };
 
 // Units of whole allocations: what the policy moves.
@@ -95,6 +100,55 @@ Units piece_units(const Recorded& r, std::uint64_t granule) {
   return u;
 }
 
+// Units of carved slots (UVMPOOL_CARVE_MAX, pool/carved_range.h): allocations laid out one after
+// another in first-touch order, in two lanes as carving has them (up to a sixteenth of a slot: the
+// small lane), each lane in slots of its own; each slot a unit, shown for a pointer from the slot the
+// pointer lies in to the allocation's last, as Tiering::show_policy shows carved memory. Slots start
+// on the device, in order, while the bytes the recording had on the device at first touch last. A
+// model of carving's layout (it places best fit, and frees reuse gaps), not the pool's own.
+Units slot_units(const Recorded& r, std::uint64_t slot, std::uint64_t device) {
+  struct Lane {
+    std::uint64_t next = 0;              // bytes laid out in the lane so far
+    std::vector<std::size_t> first_unit;  // the lane's slots' units
+  };
+  Lane lanes[2];
+  std::vector<std::pair<int, std::uint64_t>> where(r.buffers.size());  // lane and offset in it
+  for (std::size_t id = 0; id < r.buffers.size(); ++id) {
+    const std::uint64_t bytes = (std::max<std::uint64_t>(r.buffers[id].first, 256) + 255) & ~std::uint64_t{255};
+    const int lane = bytes <= slot / 16 ? 0 : 1;
+    where[id] = {lane, lanes[lane].next};
+    lanes[lane].next += bytes;
+  }
+  Units u;
+  std::uint64_t placed = 0;
+  for (Lane& lane : lanes) {
+    for (std::uint64_t at = 0; at < lane.next; at += slot) {
+      lane.first_unit.push_back(u.bytes.size());
+      u.bytes.push_back(slot);
+      u.host.push_back(placed + slot > device);
+      if (placed + slot <= device) placed += slot;
+      u.allocation_bytes.push_back(slot);
+    }
+  }
+  for (const auto& l : r.launches) {
+    std::vector<std::size_t> units;
+    std::vector<std::pair<std::size_t, std::int64_t>> pointers;
+    for (const auto& [id, offset] : l.pointers) {
+      const auto [lane, start] = where[id];
+      const std::uint64_t p = start + std::min<std::uint64_t>(offset, r.buffers[id].first);
+      const std::uint64_t last = start + std::max<std::uint64_t>(r.buffers[id].first, 1) - 1;
+      for (std::uint64_t k = p / slot; k <= last / slot; ++k) {
+        const std::size_t unit = lanes[lane].first_unit[k];
+        if (std::find(units.begin(), units.end(), unit) == units.end()) units.push_back(unit);
+        pointers.push_back({unit, static_cast<std::int64_t>(p) - static_cast<std::int64_t>(k * slot)});
+      }
+    }
+    u.of_launch.push_back(std::move(units));
+    u.pointers_of_launch.push_back(std::move(pointers));
+  }
+  return u;
+}
+
 // The policy's fake world over units: each a buffer of its own, a launch passing those it needs.
 struct UnitWorld {
   UnitWorld(const Units& units, std::uint64_t device) : u(units), world(device) {
@@ -102,6 +156,13 @@ struct UnitWorld {
       address.push_back(world.add(u.bytes[id], u.host[id], u.allocation_bytes[id] != u.bytes[id] ? u.allocation_bytes[id] : 0));
   }
   void launch(Policy& p, std::uint64_t function, std::size_t t) {
+    if (!u.pointers_of_launch.empty()) {  // slots: each pointer as the launch passed it
+      std::vector<FakeWorld::Touched> touches;
+      for (const auto& [id, offset] : u.pointers_of_launch[t])
+        touches.push_back({address[id], static_cast<CUdeviceptr>(static_cast<std::int64_t>(address[id]) + offset)});
+      world.launch_touches(p, function, touches);
+      return;
+    }
     std::vector<CUdeviceptr> args;
     for (std::size_t id : u.of_launch[t]) args.push_back(address[id]);
     world.launch(p, function, args);
@@ -172,6 +233,7 @@ int main(int argc, char** argv) {
   std::size_t top = 0;  // buffers listed for the last window
   std::uint64_t granule = std::uint64_t{2} << 20;  // the pool's unit of a move, for pieces
   bool pieces = false;  // the policy's buffers: pieces (UVMPOOL_TIERING_UNIT=piece) or allocations
+  std::uint64_t slot = 0;  // --slot: carved slots of this size as the policy's buffers
   std::size_t epoch_every = 0;  // moves made at once; else by epochs (FakeWorld::epoch_every)
   std::uint64_t epoch_bytes = std::uint64_t{256} << 20;
   std::size_t land_after = 0, holds_ahead = 1;  // FakeWorld's
@@ -208,6 +270,13 @@ int main(int argc, char** argv) {
       if (arg[2] == 'i') config.in_flight_bytes = v << 20;
       if (arg.rfind("--land-after=", 0) == 0) land_after = v;
       if (arg[2] == 'h') holds_ahead = v;
+    } else if (arg.rfind("--slot=", 0) == 0) {
+      char* end = nullptr;
+      slot = std::strtoull(arg.c_str() + 7, &end, 10) << 20;
+      if (slot == 0 || *end != '\0' || (slot & (slot - 1)) != 0) {
+        std::fprintf(stderr, "uvmpool-policy-replay: --slot wants a power of two of MiB, not '%s'\n", arg.c_str() + 7);
+        return 2;
+      }
     } else if (arg == "--second-epoch") {
       second_epoch = true;
     } else if (arg == "--unit=piece" || arg == "--unit=allocation") {
@@ -222,14 +291,14 @@ int main(int argc, char** argv) {
     } else if (path.empty() && arg.rfind("--", 0) != 0) {
       path = arg;
     } else {
-      std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB] [--unit=allocation|piece]\n"
+      std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB] [--unit=allocation|piece] [--slot=MiB]\n"
                          "       [--epoch-every=N] [--batch=MiB] [--land-after=N] [--holds-ahead=N] [--second-epoch]\n"
                          "       [--lookahead=N] [--in-flight=MiB]\n");
       return 2;
     }
   }
   if (path.empty()) {
-    std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB] [--unit=allocation|piece]\n"
+    std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB] [--unit=allocation|piece] [--slot=MiB]\n"
                          "       [--epoch-every=N] [--batch=MiB] [--land-after=N] [--holds-ahead=N] [--second-epoch]\n"
                          "       [--lookahead=N] [--in-flight=MiB]\n");
     return 2;
@@ -252,7 +321,8 @@ int main(int argc, char** argv) {
   const Units by_piece = offsets ? piece_units(r, granule) : Units{};
   // With pieces, the policy is given the cuts of the whole sequence from the start; Tiering finds
   // them as launches pass their pointers (src/tiering/pieces.h), all of them within the first step.
-  UnitWorld rw(pieces ? by_piece : by_allocation, RecordedWorld::device_bytes(r));
+  const Units by_slot = slot != 0 ? slot_units(r, slot, RecordedWorld::device_bytes(r)) : Units{};
+  UnitWorld rw(slot != 0 ? by_slot : pieces ? by_piece : by_allocation, RecordedWorld::device_bytes(r));
   rw.world.epoch_every = epoch_every;
   rw.world.epoch_bytes = epoch_bytes;
   rw.world.land_after = land_after;
