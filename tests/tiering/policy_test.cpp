@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <map>
 #include <string>
 #include <set>
@@ -189,6 +190,26 @@ TEST(Policy_, ABufferUsedOnceAPeriodThatCannotStayIsReadInPlace) {
   EXPECT_GT(p.stats().kept_in_place, 0u);
 }
 
+// Twelve buffers of kUnit, eight of which fit, touched each token as `touches` lists for each (the
+// launches cycling through `functions` functions): five tokens to learn the period, then what ten
+// more promote and how many times the thrash guard keeps a buffer in place.
+std::pair<std::uint64_t, std::uint64_t> guarded_sweep(
+    std::uint64_t functions, const std::function<void(CUdeviceptr, std::vector<FakeWorld::Touched>&)>& touches) {
+  FakeWorld w(8 * kUnit);
+  std::vector<FakeWorld::Touched> token;
+  for (int i = 0; i < 12; ++i) touches(w.add(kUnit, i >= 8), token);
+  Policy p(w);
+  const auto run_token = [&](int tokens) {
+    for (int t = 0; t < tokens; ++t)
+      for (std::size_t i = 0; i < token.size(); ++i) w.launch_touches(p, 100 + i % functions, {token[i]});
+  };
+  run_token(5);
+  EXPECT_TRUE(p.has_period());
+  w.reset_counts();
+  run_token(10);
+  return {w.promoted, p.stats().kept_in_place};
+}
+
 // A caching allocator's segments (or carved slots, Tiering::show_policy): four weights in each
 // buffer, each passed by its own pointer and read by a launch of its own once a token. The launches
 // say nothing of a tensor's size, but the pointers the period passes into a buffer cut it where its
@@ -197,28 +218,30 @@ TEST(Policy_, ABufferUsedOnceAPeriodThatCannotStayIsReadInPlace) {
 // pointer) moves.
 TEST(Policy_, ASegmentWhoseTensorsAreEachReadOnceAPeriodIsReadInPlace) {
   const auto sweep = [](bool distinct_tensors) {
-    FakeWorld w(8 * kUnit);
-    std::vector<CUdeviceptr> segments;
-    for (int i = 0; i < 12; ++i) segments.push_back(w.add(kUnit, i >= 8));
-    std::vector<FakeWorld::Touched> token;
-    for (CUdeviceptr x : segments)
+    return guarded_sweep(4, [&](CUdeviceptr x, std::vector<FakeWorld::Touched>& token) {
       for (std::uint64_t k = 0; k < 4; ++k) token.push_back({x, x + (distinct_tensors ? k * kUnit / 4 : 0)});
-    Policy p(w);
-    const auto run_token = [&](int tokens) {
-      for (int t = 0; t < tokens; ++t)
-        for (std::size_t i = 0; i < token.size(); ++i) w.launch_touches(p, 100 + i % 4, {token[i]});
-    };
-    run_token(5);
-    EXPECT_TRUE(p.has_period());
-    w.reset_counts();
-    run_token(10);
-    return std::pair{w.promoted, p.stats().kept_in_place};
+    });
   };
   const auto [tensors_promoted, tensors_kept] = sweep(true);
   EXPECT_EQ(tensors_promoted, 0u) << "segments whose four tensors are each read once a token moved";
   EXPECT_GT(tensors_kept, 0u);
   const auto [same_promoted, same_kept] = sweep(false);
   EXPECT_GT(same_promoted, 0u) << "a segment read from its start by four launches a token stayed in place";
+}
+
+// A carved slot holds parts of several allocations, and one of them may be read twice a period (a
+// weight two kernels read): a slot a quarter of which is read twice a token is still read in place
+// (Known::read_once's half), where a slot read whole twice a token moves. Fails with the guard's
+// test at once a period: each slot then moves every token.
+TEST(Policy_, ASlotAQuarterOfWhichIsReadTwiceATokenIsStillReadInPlace) {
+  const auto sweep = [](std::uint64_t twice_read_quarters) {
+    return guarded_sweep(8, [&](CUdeviceptr x, std::vector<FakeWorld::Touched>& token) {
+      for (std::uint64_t k = 0; k < 4; ++k) token.push_back({x, x + k * kUnit / 4});
+      for (std::uint64_t k = 0; k < twice_read_quarters; ++k) token.push_back({x, x + k * kUnit / 4});
+    }).first;
+  };
+  EXPECT_EQ(sweep(1), 0u) << "slots a quarter of which is read twice a token moved";
+  EXPECT_GT(sweep(4), 0u) << "slots read whole twice a token stayed in place";
 }
 
 // A decoding-shaped sweep (each weight read by one launch a token, 1.5x what fits) whose kernels read
