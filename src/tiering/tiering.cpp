@@ -545,7 +545,7 @@ void Tiering::show_policy(const LaunchSeen& seen, CUstream stream) {
     // pointer's to the allocation's last, so that allocations sharing a slot are one buffer to the
     // policy rather than moves that refuse each other, and the pointers of the allocations in a slot
     // tell the policy how much of it each use reads (Policy::count_period_reads); modeled, training
-    // with carving ran 85.5 ms a step so against 92.8 with one buffer spanning the slots. Past
+    // with carving ran 85.5 ms a step this way against 92.8 with one buffer spanning the slots. Past
     // kShownBuffers the rest of a launch's slots go unplanned (only speed suffers).
     for (CUdeviceptr slot = slots->start; slot < slots->end && n < kShownBuffers; slot += slots->slot_bytes) {
       const bool host = slot == slots->start ? t.host : pool_.probe(slot).host;

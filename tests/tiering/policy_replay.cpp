@@ -109,7 +109,7 @@ Units piece_units(const Recorded& r, std::uint64_t granule) {
 Units slot_units(const Recorded& r, std::uint64_t slot, std::uint64_t device) {
   struct Lane {
     std::uint64_t next = 0;              // bytes laid out in the lane so far
-    std::vector<std::size_t> first_unit;  // the lane's slots' units
+    std::vector<std::size_t> unit_of_slot;  // the unit of each of the lane's slots
   };
   Lane lanes[2];
   std::vector<std::pair<int, std::uint64_t>> where(r.buffers.size());  // lane and offset in it
@@ -123,7 +123,7 @@ Units slot_units(const Recorded& r, std::uint64_t slot, std::uint64_t device) {
   std::uint64_t placed = 0;
   for (Lane& lane : lanes) {
     for (std::uint64_t at = 0; at < lane.next; at += slot) {
-      lane.first_unit.push_back(u.bytes.size());
+      lane.unit_of_slot.push_back(u.bytes.size());
       u.bytes.push_back(slot);
       u.host.push_back(placed + slot > device);
       if (placed + slot <= device) placed += slot;
@@ -138,7 +138,7 @@ Units slot_units(const Recorded& r, std::uint64_t slot, std::uint64_t device) {
       const std::uint64_t p = start + std::min<std::uint64_t>(offset, r.buffers[id].first);
       const std::uint64_t last = start + std::max<std::uint64_t>(r.buffers[id].first, 1) - 1;
       for (std::uint64_t k = p / slot; k <= last / slot; ++k) {
-        const std::size_t unit = lanes[lane].first_unit[k];
+        const std::size_t unit = lanes[lane].unit_of_slot[k];
         if (std::find(units.begin(), units.end(), unit) == units.end()) units.push_back(unit);
         pointers.push_back({unit, static_cast<std::int64_t>(p) - static_cast<std::int64_t>(k * slot)});
       }
@@ -227,6 +227,11 @@ class BeladyOnDemand {
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB] [--unit=allocation|piece] [--slot=MiB]\n"
+    "       [--epoch-every=N] [--batch=MiB] [--land-after=N] [--holds-ahead=N] [--second-epoch]\n"
+    "       [--lookahead=N] [--in-flight=MiB]\n";
+
 int main(int argc, char** argv) {
   std::string path;
   std::size_t every = 4096;
@@ -291,16 +296,12 @@ int main(int argc, char** argv) {
     } else if (path.empty() && arg.rfind("--", 0) != 0) {
       path = arg;
     } else {
-      std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB] [--unit=allocation|piece] [--slot=MiB]\n"
-                         "       [--epoch-every=N] [--batch=MiB] [--land-after=N] [--holds-ahead=N] [--second-epoch]\n"
-                         "       [--lookahead=N] [--in-flight=MiB]\n");
+      std::fputs(kUsage, stderr);
       return 2;
     }
   }
   if (path.empty()) {
-    std::fprintf(stderr, "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB] [--unit=allocation|piece] [--slot=MiB]\n"
-                         "       [--epoch-every=N] [--batch=MiB] [--land-after=N] [--holds-ahead=N] [--second-epoch]\n"
-                         "       [--lookahead=N] [--in-flight=MiB]\n");
+    std::fputs(kUsage, stderr);
     return 2;
   }
   const Recorded r = read_launches(path);
