@@ -25,14 +25,22 @@
 //     between the starts of two periods, Policy::World::period_started) is taken the first way for
 //     `samples` periods, then the second way for `samples` periods after one period of transition
 //     (the first period of the new way moves what the old one left).
-//   - The second way is kept when it made the period faster by more than `margin`; otherwise the
-//     first. Each arm's time is the least of its samples: a stall of the host lengthens a period,
-//     nothing shortens one.
+//   - The second way is kept when even its slowest sample beat the first way's fastest by more than
+//     `margin`; otherwise the first. A stall of the host lengthens a period and nothing shortens one,
+//     so an arm's time is the least of its samples; but one sample of the second way lucky enough to
+//     beat the first by a tenth is no win where periods vary that much by themselves: on an H200
+//     (docs/gpu-results.md, thirty-third session) one GPT-2-XL decode's guard trial timed 84.6 ms on
+//     against 125.8 off, the next run's 110.1 against 101.9, a hair from turning the guard off
+//     (which moves every slot the guard keeps in place, in and out, each token).
 //   - Decided, the way's period time is still watched: `drift` times slower or faster for `samples`
-//     periods in a row (the batch changed, the program moved on) starts a new trial. rebase() makes
-//     the next sample the new reference instead (the other trial changed the period's time), and
-//     retry() starts a new trial at once (the other trial changed what this one compares: the
-//     policy retries the guard once the epochs go to the launching thread).
+//     periods in a row (the batch changed, the program moved on) starts a new trial. A trial the
+//     drift began that kept the way it began from found noise, not a change: the watch then waits
+//     `backoff` periods after the decision before it counts again, twice as long after each such
+//     trial, so noise costs a share of the periods that halves with each trial (an arm of a guard's
+//     trial moves whatever the guard kept in place). rebase() makes the next sample the new
+//     reference instead (the other trial changed the period's time), and retry() starts a new trial
+//     at once (the other trial changed what this one compares: the policy retries the guard once the
+//     epochs go to the launching thread).
 //   - No time measured within `patience` periods (no clock, events refused, a capture under way):
 //     the first way, as before the trial.
 //   - A new period learned starts over (reset, Policy::adopt_period).
@@ -55,6 +63,7 @@ struct PeriodTrialConfig {
   double margin = 0.9;          // the second way must take at most this fraction of the first's time to win
   double drift = 1.5;           // the decided way's time off by this factor: try again
   std::uint32_t patience = 8;   // periods an arm waits for its samples before the trial gives up
+  std::uint32_t backoff = 16;   // periods the drift watch first waits after a drift's trial kept the way
   // For the log line of each decision: what is tried, and its two ways.
   const char* what = "thrash guard";
   const char* first_name = "on";
@@ -99,6 +108,9 @@ class PeriodTrial {
 
  private:
   enum class State : std::uint8_t { Idle, TimeFirst, TimeSecond, Decided };
+  static constexpr std::uint64_t kMaxQuiet = 1 << 12;  // the backoff's cap, in periods
+  // A trial begins at period `n`, its first arm's samples from `first_counted` on.
+  void begin_trial(std::uint64_t n, std::uint64_t first_counted, bool by_drift);
   // Starts timing the arm `first` with period `n`: its samples are periods from `first_counted` on.
   void time_arm(bool first, std::uint64_t n, std::uint64_t first_counted);
   void decide(bool first, std::uint64_t n);
@@ -111,6 +123,10 @@ class PeriodTrial {
   std::uint64_t arm_began_ = 0;      // the period the state began (patience)
   std::uint32_t samples_ = 0;        // samples taken in this state
   std::uint64_t best_ns_ = 0;        // the least of them
+  std::uint64_t worst_ns_ = 0;       // the greatest
+  bool by_drift_ = false;            // the trial under way began from a drift
+  bool drifted_from_first_ = false;  // ... of the first way
+  std::uint64_t quiet_ = 0;          // decided: periods after first_counted_ that the drift watch waits
   std::uint32_t drifted_ = 0;        // decided: samples in a row off by `drift`
   std::uint64_t decided_ns_ = 0;     // decided: the way's time (0: none measured, nothing to watch)
   bool rebased_ = false;             // decided: the next counted sample becomes decided_ns_

@@ -141,7 +141,7 @@ struct PolicyConfig {
   PeriodTrialConfig guard;                           // the thrash guard: measured or fixed (period_trial.h)
   // Which thread runs the mover's epochs (period_trial.h): fixed on the mover's own unless Tiering
   // says measure (UVMPOOL_TIERING_EPOCHS=measure, with held copies).
-  PeriodTrialConfig epochs{TrialSetting::First, 2, 0.9, 1.5, 8, "mover's epochs", "on its thread", "on the launching thread"};
+  PeriodTrialConfig epochs{TrialSetting::First, 2, 0.9, 1.5, 8, 16, "mover's epochs", "on its thread", "on the launching thread"};
   // What a buffer is: whole allocations, or pieces of them (pieces.h). The caller cuts (Tiering::
   // show_policy); the policy plans for the buffers it is given either way.
   bool pieces = false;

@@ -48,9 +48,11 @@ def uvmpool_env(lib, limit_bytes=None, spill=True, **extra):
     env = dict(base_env(), LD_PRELOAD=os.path.abspath(lib), UVMPOOL_LOG_LEVEL="error")
     # The tiering, carving and trace settings come from the caller (UVMPOOL_TIERING=auto bash
     # scripts/scoreboard.sh; UVMPOOL_CARVE_MAX=4G with UVMPOOL_EXTENT_SIZE=64M; UVMPOOL_TRACE=f-%p.json to record the launch
-    # sequences; UVMPOOL_STATS_FILE=st-%p.json to read what tiering did): every uvmpool run of the scoreboard uses them.
+    # sequences; UVMPOOL_STATS_FILE=st-%p.json to read what tiering did; UVMPOOL_LOG_LEVEL=info with UVMPOOL_LOG_FILE=f
+    # for its decisions): every uvmpool run of the scoreboard uses them.
     env.update({k: v for k, v in os.environ.items()
-                if k.startswith(("UVMPOOL_TIERING", "UVMPOOL_TRACE", "UVMPOOL_CARVE", "UVMPOOL_EXTENT", "UVMPOOL_STATS_FILE"))})
+                if k.startswith(("UVMPOOL_TIERING", "UVMPOOL_TRACE", "UVMPOOL_CARVE", "UVMPOOL_EXTENT", "UVMPOOL_STATS_FILE",
+                                 "UVMPOOL_LOG"))})
     if limit_bytes is not None:
         env["UVMPOOL_DEVICE_LIMIT"] = f"{int(limit_bytes) // MIB}M"
     if not spill:

@@ -79,6 +79,54 @@ TEST(PeriodTrial_, KeepsTheGuardOnUnlessOffWinsByTheMargin) {
   }
 }
 
+TEST(PeriodTrial_, OffWinsOnlyWhenItsSlowestPeriodBeatsOnsFastest) {
+  // Periods that vary by a fifth on their own (a shared GPU, a busy host): one lucky off period 15%
+  // faster than on is no win. Off's other sample is slower than on.
+  PeriodTrial trial;
+  std::uint64_t off_periods = 0;
+  Driver d(trial, [&](bool on) -> std::uint64_t {
+    if (on) return 1000000;
+    return ++off_periods % 2 == 0 ? 850000 : 1200000;
+  });
+  d.run(20);
+  EXPECT_TRUE(trial.first());
+  EXPECT_EQ(trial.stats().trials, 1u);
+  EXPECT_EQ(trial.stats().second_ns, 850000u) << "the least of off's samples, as the log says";
+}
+
+TEST(PeriodTrial_, DriftsThatTrialsDoNotBearOutAreWatchedLessAndLess) {
+  // The guard's time alternates between 1 ms and 2 ms every two periods (noise, not a change): each
+  // run of two slow periods is a drift, and each trial finds the guard still faster than off. Were
+  // every drift tried, a trial would begin every few periods, each with periods off.
+  struct Run {
+    std::uint64_t trials, off_periods;
+  };
+  const auto run = [](std::uint32_t backoff) {
+    PeriodTrialConfig config;
+    config.backoff = backoff;
+    PeriodTrial trial(config);
+    std::uint64_t answered = 0;
+    std::uint64_t off_periods = 0;
+    Driver d(trial, [&](bool on) -> std::uint64_t {
+      const bool slow = ++answered / 2 % 2 == 1;
+      if (!on) ++off_periods;
+      return on ? (slow ? 2000000 : 1000000) : 5000000;
+    });
+    d.run(400);
+    EXPECT_TRUE(trial.first());
+    return Run{trial.stats().trials, off_periods};
+  };
+  const Run backing_off = run(PeriodTrialConfig{}.backoff);
+  // 1 + drifts at about 0, 16, 48, 112, 240 periods after the first decision (the watch waits
+  // 16, 32, 64, 128 more after each).
+  EXPECT_GE(backing_off.trials, 3u) << "a drift is still tried";
+  EXPECT_LE(backing_off.trials, 7u);
+  const Run every_drift = run(0);
+  EXPECT_GE(every_drift.trials, 30u);
+  EXPECT_LE(backing_off.off_periods * 5, every_drift.off_periods)
+      << backing_off.off_periods << " periods off against " << every_drift.off_periods;
+}
+
 TEST(PeriodTrial_, NoTrialUntilTheGuardKeepsSomethingInPlace) {
   PeriodTrial trial;
   Driver d(trial, [](bool on) { return on ? 1000000u : 1u; });
