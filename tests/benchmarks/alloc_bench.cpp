@@ -225,7 +225,7 @@ int main(int argc, char** argv) {
   options.add("guard", "on", "UVMPOOL_GUARD's cost, after the rest: on, off, or only (nothing else)");
   options.add("guard-sizes", "256,64K,2M,64M", "sizes at which guard mode's cost is measured");
   options.add("guard-count", "50", "pairs (and steps) timed per size and mode for guard mode's cost");
-  options.add("carve-max-mib", "0", "UVMPOOL_CARVE_MAX of the pools measured, in MiB (0: carving off, the default)");
+  options.add("carve-max-mib", "4096", "UVMPOOL_CARVE_MAX of the pools measured, in MiB (4096: its default; 0: carving off)");
   options.parse(&argc, argv);
   const auto sizes = options.sizes("sizes");
   const double min_time = options.real("min-time");

@@ -78,7 +78,8 @@ int main(int argc, char** argv) {
   options.add("seed", "1", "seed of the sequence lengths");
   options.add("device", "0", "device ordinal");
   options.add("extent-mib", "32", "the pool's extent size in MiB (UVMPOOL_EXTENT_SIZE; 0: chunks only)");
-  options.add("carve-max-mib", "4096", "UVMPOOL_CARVE_MAX of a second pool replay, with carving on (0: no such replay)");
+  options.add("carve-max-mib", "4096", "the pool's UVMPOOL_CARVE_MAX in MiB (its default: 4096; 0: carving off)");
+  options.add("stitched", "1", "1: also replay the pool with carving off (UVMPOOL_CARVE_MAX=0), stitched only");
   options.add("carve-extent-mib", "64", "extent size in MiB of the carved-range replay (the pool's carving component alone)");
   options.add("dump-trace", "", "write the trace to this file, one event a line ('a ID BYTES' or 'f ID'), and exit "
                                 "(input of scripts/carving-model.py)");
@@ -188,10 +189,12 @@ int main(int argc, char** argv) {
   static constexpr const char* kVmmCalls[] = {"cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemUnmap", "cuMemRelease",
                                               "cuMemAddressReserve", "cuMemAddressFree"};
   std::string pool_calls;
+  const std::size_t carve_max = static_cast<std::size_t>(options.integer("carve-max-mib")) << 20;
   benchmark::RegisterBenchmark("replay/pool", [&](benchmark::State& state) {
     for (auto _ : state) {
       pool::PoolConfig config;
       config.extent_size = static_cast<std::size_t>(options.integer("extent-mib")) << 20;
+      config.carve_max = carve_max;
       pool::Pool pool(drv(), config);
       CUresult ignored = CUDA_SUCCESS;
       if (reset_counts != nullptr) reset_counts();
@@ -207,31 +210,30 @@ int main(int argc, char** argv) {
       if (!pooled.ok) state.SkipWithError(pooled.failure.c_str());
     }
   })->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
-  // The pool again with carving on (UVMPOOL_CARVE_MAX): not its default yet (docs/architecture.md,
-  // "Carving", says what it gives up), so not the scoreboard's row.
-  const std::size_t carve_max = static_cast<std::size_t>(options.integer("carve-max-mib")) << 20;
-  Replay pool_carving;
-  pool::DeviceStats carving_stats;
-  std::string carving_calls;
-  if (carve_max != 0) {
-    benchmark::RegisterBenchmark("replay/pool_carving", [&](benchmark::State& state) {
+  // The pool again with carving off (UVMPOOL_CARVE_MAX=0): every allocation stitched from pieces of its
+  // own, what carving saves (docs/architecture.md, "Carving").
+  Replay pool_stitched;
+  pool::DeviceStats stitched_stats;
+  std::string stitched_calls;
+  if (options.integer("stitched") != 0) {
+    benchmark::RegisterBenchmark("replay/pool_stitched", [&](benchmark::State& state) {
       for (auto _ : state) {
         pool::PoolConfig config;
         config.extent_size = static_cast<std::size_t>(options.integer("extent-mib")) << 20;
-        config.carve_max = carve_max;
+        config.carve_max = 0;
         pool::Pool pool(drv(), config);
         CUresult ignored = CUDA_SUCCESS;
         if (reset_counts != nullptr) reset_counts();
-        pool_carving = replay(
+        pool_stitched = replay(
             trace, [&](CUdeviceptr* p, std::size_t n) { return pool.allocate(p, n); },
             [&](CUdeviceptr p) { pool.deallocate(p, &ignored); });
-        carving_stats = pool.stats(device.device);
+        stitched_stats = pool.stats(device.device);
         for (const char* fn : kVmmCalls) {
           if (call_count == nullptr) break;
-          carving_calls += std::string(carving_calls.empty() ? "" : ", ") + fn + " " + std::to_string(call_count(fn));
+          stitched_calls += std::string(stitched_calls.empty() ? "" : ", ") + fn + " " + std::to_string(call_count(fn));
         }
-        state.SetIterationTime(pool_carving.seconds);
-        if (!pool_carving.ok) state.SkipWithError(pool_carving.failure.c_str());
+        state.SetIterationTime(pool_stitched.seconds);
+        if (!pool_stitched.ok) state.SkipWithError(pool_stitched.failure.c_str());
       }
     })->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
   }
@@ -260,12 +262,12 @@ int main(int argc, char** argv) {
                     " pages)", fixed(static_cast<double>(segments_peak) / live, 3));
   else if (segmented.ran)
     figures.row("expandable segments: " + segmented.failure, "failed");
-  if (pool_carving.ok && pool_carving.ran)
-    figures.row("pool with UVMPOOL_CARVE_MAX=" + format_size(carve_max) + " (" +
-                    format_size(carving_stats.peak_held_bytes) + " held at peak)",
-                fixed(static_cast<double>(carving_stats.peak_held_bytes) / live, 3));
-  else if (pool_carving.ran)
-    figures.row("pool with carving: " + pool_carving.failure, "failed");
+  if (pool_stitched.ok && pool_stitched.ran)
+    figures.row("pool stitched only, UVMPOOL_CARVE_MAX=0 (" + format_size(stitched_stats.peak_held_bytes) +
+                    " held at peak)",
+                fixed(static_cast<double>(stitched_stats.peak_held_bytes) / live, 3));
+  else if (pool_stitched.ran)
+    figures.row("pool stitched only: " + pool_stitched.failure, "failed");
   if (carved.ok && carved.ran)
     figures.row("carved range alone, 512 B units (" + format_size(carved_peak) + " in " + format_size(carve_extent) + " extents, " +
                     std::to_string(carved_made) + " made, " + std::to_string(carved_figures.remapped) + " moved)",
@@ -291,10 +293,10 @@ int main(int argc, char** argv) {
       figures.row("modeled replay time, expandable segments (simulated clock)", format_seconds(segmented.modeled));
       figures.row("modeled replay time, pool / expandable segments", fixed(pooled.modeled / segmented.modeled, 2));
     }
-    if (pool_carving.ok && pool_carving.ran && pool_carving.modeled > 0) {
-      figures.row("modeled replay time, pool with carving (simulated clock)", format_seconds(pool_carving.modeled));
-      figures.row("modeled replay time, pool with carving / caching allocator",
-                  fixed(pool_carving.modeled / cached.modeled, 2), "<= 1.2");
+    if (pool_stitched.ok && pool_stitched.ran && pool_stitched.modeled > 0) {
+      figures.row("modeled replay time, pool stitched only (simulated clock)", format_seconds(pool_stitched.modeled));
+      figures.row("modeled replay time, pool stitched only / caching allocator",
+                  fixed(pool_stitched.modeled / cached.modeled, 2));
     }
     if (carved.ok && carved.ran && carved.modeled > 0) {
       figures.row("modeled replay time, carved range alone (simulated clock)", format_seconds(carved.modeled));
@@ -307,9 +309,9 @@ int main(int argc, char** argv) {
                std::to_string(stats.mappings_broken) + " mappings broken, peak live by its count " +
                format_size(stats.peak_live_bytes));
   if (!pool_calls.empty()) figures.note("pool's driver calls in its replay (simulated driver): " + pool_calls);
-  if (!carving_calls.empty())
-    figures.note("with carving: " + std::to_string(carving_stats.stitched_maps) + " mappings built, " +
-                 std::to_string(carving_stats.chunks_created) + " chunks created; driver calls " + carving_calls);
+  if (!stitched_calls.empty())
+    figures.note("stitched only: " + std::to_string(stitched_stats.stitched_maps) + " mappings built, " +
+                 std::to_string(stitched_stats.chunks_created) + " chunks created; driver calls " + stitched_calls);
   if (cache_oom > 0)
     figures.note("caching allocator hit out-of-memory " + std::to_string(cache_oom) +
                  " times and emptied its cache: its peak is capped by the device");

@@ -33,8 +33,9 @@ TEST(PoolConfigFromOptions, GuardReachesThePool) {
 }
 
 TEST(PoolConfigFromOptions, CarveMaxReachesThePool) {
-  EXPECT_EQ(config_of({{"UVMPOOL_CARVE_MAX", "4G"}}).carve_max, std::size_t{4} << 30);
-  EXPECT_EQ(config_of({}).carve_max, 0u) << "carving is off by default";
+  EXPECT_EQ(config_of({{"UVMPOOL_CARVE_MAX", "64M"}}).carve_max, std::size_t{64} << 20);
+  EXPECT_EQ(config_of({{"UVMPOOL_CARVE_MAX", "0"}}).carve_max, 0u) << "0 turns carving off";
+  EXPECT_EQ(config_of({}).carve_max, std::size_t{4} << 30) << "carving is on by default, up to 4 GiB";
 }
 
 TEST(PoolConfigFromOptions, DefaultsLetThePoolUseTheWholeDevice) {
