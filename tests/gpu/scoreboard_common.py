@@ -47,9 +47,10 @@ def base_env():
 def uvmpool_env(lib, limit_bytes=None, spill=True, **extra):
     env = dict(base_env(), LD_PRELOAD=os.path.abspath(lib), UVMPOOL_LOG_LEVEL="error")
     # The tiering, carving and trace settings come from the caller (UVMPOOL_TIERING=auto bash
-    # scripts/scoreboard.sh; UVMPOOL_CARVE_MAX=4G with UVMPOOL_EXTENT_SIZE=64M; UVMPOOL_TRACE=f-%p.json to record the launch
-    # sequences; UVMPOOL_STATS_FILE=st-%p.json to read what tiering did; UVMPOOL_LOG_LEVEL=info with UVMPOOL_LOG_FILE=f
-    # for its decisions): every uvmpool run of the scoreboard uses them.
+    # scripts/scoreboard.sh; UVMPOOL_CARVE_MAX=0 for the stitched pool; UVMPOOL_EXTENT_SIZE=64M;
+    # UVMPOOL_TRACE=f-%p.json to record the launch sequences; UVMPOOL_STATS_FILE=st-%p.json to read what
+    # tiering did; UVMPOOL_LOG_LEVEL=info with UVMPOOL_LOG_FILE=f for its decisions): every uvmpool run of
+    # the scoreboard uses them.
     env.update({k: v for k, v in os.environ.items()
                 if k.startswith(("UVMPOOL_TIERING", "UVMPOOL_TRACE", "UVMPOOL_CARVE", "UVMPOOL_EXTENT", "UVMPOOL_STATS_FILE",
                                  "UVMPOOL_LOG"))})
