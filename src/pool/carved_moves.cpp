@@ -42,7 +42,7 @@ CUresult DevicePool::prepare_carved_move(CUdeviceptr p, std::size_t bytes, Tier 
   m->to = to;
   m->device = device_;
   m->owner = carved_entry();
-  if (const CUresult r = take_staged_target(m, waits, /*fine_host=*/false); r != CUDA_SUCCESS) {
+  if (const CUresult r = take_staged_target(m, waits, HostShape::Whole); r != CUDA_SUCCESS) {
     carve_range_->unclaim(*slot);
     *m = Move{};
     return r;

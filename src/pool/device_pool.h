@@ -272,14 +272,17 @@ class DevicePool {
   void end_move(Entry owner) UVMPOOL_REQUIRES(mu_);
   // A cached mapping taken out of its bin, its cached figures with it (false: an allocation took it).
   bool withdraw_cached(Block* b) UVMPOOL_REQUIRES(mu_);
+  // How a demotion's host pieces are cut (take_target says why): a carved slot moves whole (Whole), a
+  // mapping may later be promoted in part (Partable), and one moved in part before in chunks (Fine).
+  enum class HostShape : std::uint8_t { Whole, Partable, Fine };
   // n granules of new pieces in `tier`: OUT_OF_MEMORY, nothing taken, when the tier has no room. With
   // NoWait, idle mappings are taken apart only while no fence is due (fence_due).
-  CUresult take_target(std::size_t n, Tier tier, std::vector<Chunk>* out, MoveWaits waits, bool fine_host) UVMPOOL_REQUIRES(mu_);
+  CUresult take_target(std::size_t n, Tier tier, std::vector<Chunk>* out, MoveWaits waits, HostShape shape) UVMPOOL_REQUIRES(mu_);
   // Waits for work that may still use freed memory the move is about to unmap.
   void fence_move(const Move& m) UVMPOOL_REQUIRES(mu_);
   // The move's target pieces taken in m->to and staged (each mapped at a staging address too); on
   // failure nothing is held and the failure counted.
-  CUresult take_staged_target(Move* m, MoveWaits waits, bool fine_host) UVMPOOL_REQUIRES(mu_);
+  CUresult take_staged_target(Move* m, MoveWaits waits, HostShape shape) UVMPOOL_REQUIRES(mu_);
   // The pieces of the mapping, slab or carved slot a prepared move belongs to, and where they begin.
   std::span<const Chunk> owner_pieces(const Move& m, CUdeviceptr* base) UVMPOOL_REQUIRES(mu_);
   // commit_move and abort_move under mu_; `quiesced`: the caller has stopped all work that could

@@ -108,14 +108,15 @@ CUresult DevicePool::prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Mov
   for (std::size_t i = 0; b != nullptr && i < pieces.size(); ++i) {
     if ((i < first || i >= first + count) && pieces[i].tier == tier) b->moved_in_part = true;
   }
-  if (const CUresult r = take_staged_target(m, waits, b == nullptr || b->moved_in_part); r != CUDA_SUCCESS) return refuse(r);
+  const HostShape shape = b == nullptr || b->moved_in_part ? HostShape::Fine : HostShape::Partable;
+  if (const CUresult r = take_staged_target(m, waits, shape); r != CUDA_SUCCESS) return refuse(r);
   if (b != nullptr) b->moving.emplace_back(m->address, m->bytes);
   fig_.moves_in_flight.fetch_add(1, std::memory_order_relaxed);
   return CUDA_SUCCESS;
 }
 
-CUresult DevicePool::take_staged_target(Move* m, MoveWaits waits, bool fine_host) {
-  CUresult r = take_target(m->bytes / chunk_, m->to, &m->target, waits, fine_host);
+CUresult DevicePool::take_staged_target(Move* m, MoveWaits waits, HostShape shape) {
+  CUresult r = take_target(m->bytes / chunk_, m->to, &m->target, waits, shape);
   m->staged.clear();
   m->chunk_size = chunk_;
   for (std::size_t i = 0; r == CUDA_SUCCESS && i < m->target.size(); ++i) {
@@ -375,7 +376,7 @@ bool DevicePool::withdraw_cached(Block* b) {
   return true;
 }
 
-CUresult DevicePool::take_target(std::size_t n, Tier tier, std::vector<Chunk>* out, MoveWaits waits, bool fine_host) {
+CUresult DevicePool::take_target(std::size_t n, Tier tier, std::vector<Chunk>* out, MoveWaits waits, HostShape host_shape) {
   out->clear();
   // Taking idle mappings apart (device or host) fences first when a synchronous free came since the
   // last fence: with NoWait those are left for a program thread's next allocation to take.
@@ -394,7 +395,11 @@ CUresult DevicePool::take_target(std::size_t n, Tier tier, std::vector<Chunk>* o
   // of it takes (Pool::promotable_end), finds small pieces there:
   //   - a range of an extent or more: whole extents while n holds one, then halves, quarters and so
   //     on down to two chunks (n's binary digits), the chunk for what is left, laid out the chunk,
-  //     then 4, 8, 32 MiB (a demoted 44 MiB is three host pieces, not one and six chunks);
+  //     then 4, 8, 32 MiB (a demoted 44 MiB is three host pieces, not one and six chunks). A mapping
+  //     that may be promoted in part (`Partable`: not a carved slot, which moves whole) whose smallest
+  //     piece would be a whole extent has that extent in two halves, one mapping more: else a room of
+  //     half an extent fits no piece of it (modeled decoding of 32 MiB weights, 496 MiB of device
+  //     memory: 15 weights and 16 MiB left idle, 1.27 of the floor; first-come splits one weight);
   //   - a smaller one: two chunks, then pieces doubling (1, 1, 2, 4 chunks for 16 MiB), then the
   //     rest's binary digits. On the H200 GPT-2-medium's step moved mostly 12 to 20 MiB segments; in
   //     chunks that was 12 mappings a move and remapping took a third of the step. Not one piece:
@@ -402,8 +407,8 @@ CUresult DevicePool::take_target(std::size_t n, Tier tier, std::vector<Chunk>* o
   //     go unused for want of a piece that fits it (`ThrashGuard_.WeightsReadOnce...`: 8 MiB weights
   //     as single host extents left it 15% slower than the guard fixed on, modeled); with doubling
   //     pieces the part ends within a factor of two of the room;
-  //   - a smaller one of a mapping moved in part before (`fine_host`, Block::moved_in_part): chunks,
-  //     so the next part may end at any granule.
+  //   - a smaller one of a mapping moved in part before (`Fine`, Block::moved_in_part): chunks, so
+  //     the next part may end at any granule.
   std::vector<std::uint32_t> shape;  // host extents' granules, in address order after the chunks
   std::size_t rest = n;
   if (n >= extent_granules_) {
@@ -411,7 +416,11 @@ CUresult DevicePool::take_target(std::size_t n, Tier tier, std::vector<Chunk>* o
       for (; rest >= g; rest -= g) shape.push_back(static_cast<std::uint32_t>(g));
     }
     std::reverse(shape.begin(), shape.end());
-  } else if (!fine_host && n > 2) {
+    if (host_shape == HostShape::Partable && rest == 0 && shape.front() == extent_granules_) {
+      shape.front() /= 2;
+      shape.insert(shape.begin(), shape.front());
+    }
+  } else if (host_shape != HostShape::Fine && n > 2) {
     rest = 2;
     std::size_t left = n - 2, g = 2;
     for (; left >= g; left -= g, g *= 2) shape.push_back(static_cast<std::uint32_t>(g));

@@ -335,6 +335,30 @@ TEST_F(Moves, APromotionIntoFreeChunksFusesThemIntoAnExtentAndRuns) {
   EXPECT_EQ(pool->check_invariants(), "");
 }
 
+// A demoted mapping of exactly an extent is two host pieces of half an extent, not one: a room of
+// half an extent (what the device had left beside 32 MiB weights, modeled decoding) then takes part
+// of it, which one piece could never give. A carved slot, which moves whole, stays one piece
+// (CarvedMoves).
+TEST_F(Moves, ADemotedExtentIsTwoHalvesSoThatHalfAnExtentsRoomTakesPartOfIt) {
+  auto pool = extents_pool();
+  const std::size_t bytes = 32 * kMiB;
+  const CUdeviceptr p = must_allocate(*pool, bytes);
+  fill(p, bytes, 14);
+  const auto maps = [] { return sim().call_count("cuMemMap"); };
+  const unsigned long long before = maps();
+  ASSERT_CU(move(*pool, p, bytes, Tier::Host));
+  EXPECT_EQ(maps() - before, 4u) << "two host pieces, each staged once and mapped at the commit";
+  EXPECT_TRUE(holds(p, bytes, 14));
+  EXPECT_EQ(pool->promotable_end(0, p, 16 * kMiB - gran), p) << "less than half: no piece fits";
+  EXPECT_EQ(pool->promotable_end(0, p, 16 * kMiB), p + 16 * kMiB);
+  ASSERT_CU(move(*pool, p, 16 * kMiB, Tier::Device));
+  EXPECT_EQ(tiers(p, bytes, gran), std::string(8, 'D') + std::string(8, 'H'));
+  EXPECT_TRUE(holds(p, bytes, 14));
+  EXPECT_EQ(pool->check_invariants(), "");
+  must_free(*pool, p);
+  EXPECT_EQ(pool->check_invariants(), "");
+}
+
 // Part of a demoted range comes back as whole pieces from its start (Pool::promotable_end): host
 // extents cannot be cut, so the room has to take each piece whole. The demotion lays them out
 // smallest first (4, 8, 32 MiB for 44), so little room already brings back the start.
