@@ -36,7 +36,7 @@ void PeriodTrial::begin_trial(std::uint64_t n, std::uint64_t first_counted, bool
   ++stats_.trials;
   stats_.first_ns = stats_.second_ns = 0;
   by_drift_ = by_drift;
-  drifted_from_first_ = first_;
+  began_on_first_ = first_;
   time_arm(true, n, first_counted);  // the first way first, as in every trial
 }
 
@@ -62,7 +62,7 @@ void PeriodTrial::decide(bool first, std::uint64_t n) {
   rebased_ = false;
   decided_ns_ = first ? stats_.first_ns : stats_.second_ns;
   // A drift that the trial did not bear out: wait longer before believing the next.
-  if (by_drift_ && first == drifted_from_first_) {
+  if (by_drift_ && first == began_on_first_) {
     quiet_ = std::min<std::uint64_t>(std::max<std::uint64_t>(config_.backoff, 2 * quiet_), kMaxQuiet);
   } else if (by_drift_) {
     quiet_ = 0;

@@ -125,7 +125,7 @@ class PeriodTrial {
   std::uint64_t best_ns_ = 0;        // the least of them
   std::uint64_t worst_ns_ = 0;       // the greatest
   bool by_drift_ = false;            // the trial under way began from a drift
-  bool drifted_from_first_ = false;  // ... of the first way
+  bool began_on_first_ = false;     // ... with the first way in use
   std::uint64_t quiet_ = 0;          // decided: periods after first_counted_ that the drift watch waits
   std::uint32_t drifted_ = 0;        // decided: samples in a row off by `drift`
   std::uint64_t decided_ns_ = 0;     // decided: the way's time (0: none measured, nothing to watch)
