@@ -256,9 +256,10 @@ class Policy {
     // again. Why the half: a carved slot holds parts of two or three allocations, and one of them read
     // twice a period (GPT-2-XL's decode reads a third of its weights twice a token) made the whole
     // slot move each period (uvmpool-policy-replay tests/tiering/data/decode-h200.launches --slot=32:
-    // 3.75 GiB moved in eight tokens, against 0.03 with the half and 0.98 by allocations; on an H200 row 6a
-    // with 32 MiB slots moved 15.3 GB over the run against 2.5 stitched, at 0.64 of the all-GPU rate
-    // against 0.80). Below twice: a tensor read whole twice a period still moves, which pays in every
+    // 3.75 GiB moved in eight tokens, against 0.03 with the half and 0.98 by allocations). On an H200, row
+    // 6a with 32 MiB slots moved 15.3 GB over the run before the half (2.5 stitched); with it, about 2.1
+    // GB in five runs of six and 15.2 in one that ran four guard trials (docs/gpu-results.md, thirty-
+    // second and thirty-third sessions), so the half is not all of that story. Below twice: a tensor read whole twice a period still moves, which pays in every
     // modeled replay (docs/tiering.md, "Thrash guard").
     bool read_once() const { return 2 * period_reads <= 3 * buffer.bytes; }
   };
