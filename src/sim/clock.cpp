@@ -62,14 +62,25 @@ std::uint64_t now() {
   return horizon;
 }
 
+namespace {
+thread_local std::uint64_t t_spent = 0;  // see spent()
+}  // namespace
+
 void charge(std::uint64_t ns) {
-  if (ns != 0) set(now() + ns);
+  if (ns == 0) return;
+  t_spent += ns;
+  set(now() + ns);
 }
 
 void wait_until(std::uint64_t t) {
-  if (t > now()) set(t);
+  if (const std::uint64_t own = now(); t > own) {
+    t_spent += t - own;
+    set(t);
+  }
   raise(registry().horizon, t);
 }
+
+std::uint64_t spent() { return t_spent; }
 
 void observed(std::uint64_t t) { raise(registry().horizon, t); }
 

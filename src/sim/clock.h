@@ -22,6 +22,9 @@ void charge(std::uint64_t ns);
 void wait_until(std::uint64_t t);
 // The calling thread saw work ending at `t` complete (a query): `t` joins the horizon.
 void observed(std::uint64_t t);
+// What the calling thread's own charges and waits have advanced its clock by, in all: not the jumps
+// to the horizon that another thread's wait causes (a call's share of the time, UVMPOOL_SIM_PROFILE).
+std::uint64_t spent();
 // The lowest clock of the threads alive now: no thread can observe a time before it any more.
 std::uint64_t lowest();
 // Sets every thread's clock back to 0 (uvmpool_sim_reset_clock).

@@ -10,6 +10,7 @@
 
 #include "sim/address_space.h"
 #include "sim/entry_points.h"
+#include "sim/profile.h"
 #include "sim/settings.h"
 
 namespace uvmpool::sim {
@@ -185,6 +186,7 @@ CUresult impl::cuInit(unsigned int Flags) {
   if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (device_count() == 0) return CUDA_ERROR_NO_DEVICE;
   if (!AddressSpace::create()) return CUDA_ERROR_OPERATING_SYSTEM;
+  profile::arm();  // the report at exit, if UVMPOOL_SIM_PROFILE asks for one
   g_initialized.store(true, std::memory_order_release);
   return CUDA_SUCCESS;
 }

@@ -116,6 +116,10 @@ template <typename Call>
 CUresult dispatch(Fn fn, Call&& call) noexcept {
   if (CUresult injected = on_call(fn); injected != CUDA_SUCCESS) return injected;
   if (!works_before_init(fn) && !initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  // The call's own modeled time: its base cost, what it charges for its work, its waits (not the
+  // jumps to the horizon that other threads' waits cause meanwhile).
+  const bool timed = initialized();
+  const std::uint64_t began = timed ? clock::spent() : 0;
   if (initialized()) {
     if (!passes_the_door(fn))
       if (CUresult kept_out = timeline::wait_at_the_door(); kept_out != CUDA_SUCCESS) return kept_out;
@@ -123,14 +127,16 @@ CUresult dispatch(Fn fn, Call&& call) noexcept {
     timeline::pump();
     if (CUresult sticky = sticky_error(fn); sticky != CUDA_SUCCESS) return sticky;
   }
+  CUresult result = CUDA_ERROR_UNKNOWN;
   // No C++ exception may cross the C ABI.
   try {
-    return call();
+    result = call();
   } catch (const std::bad_alloc&) {
-    return CUDA_ERROR_OUT_OF_MEMORY;
+    result = CUDA_ERROR_OUT_OF_MEMORY;
   } catch (...) {
-    return CUDA_ERROR_UNKNOWN;
   }
+  if (timed) on_return(fn, clock::spent() - began);
+  return result;
 }
 
 }  // namespace

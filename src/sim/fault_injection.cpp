@@ -1,4 +1,5 @@
-// Call counts and injected failures, per entry of the list. Failures come from uvmpool_sim_fail() and
+// Call counts, the modeled host time spent in each entry point, and injected failures, per entry of
+// the list. Failures come from uvmpool_sim_fail() and
 // from UVMPOOL_SIM_FAIL ("FUNC:N[:CODE],...", armed before the first call is counted, so N counts
 // from load).
 #include "sim/fault_injection.h"
@@ -31,6 +32,7 @@ struct Failure {
 
 struct State {
   std::atomic<unsigned long long> counts[kFunctionCount] = {};
+  std::atomic<unsigned long long> modeled_ns[kFunctionCount] = {};  // each thread's clock across its calls
   std::mutex mutex;
   std::vector<Failure> failures;  // guarded by mutex
   std::atomic<bool> any_armed{false};
@@ -124,6 +126,16 @@ CUresult on_call(driver::Fn fn) noexcept {
   return result;
 }
 
+void on_return(driver::Fn fn, std::uint64_t modeled_ns) noexcept {
+  state().modeled_ns[static_cast<std::size_t>(fn)].fetch_add(modeled_ns, std::memory_order_relaxed);
+}
+
+CallTally tally(driver::Fn fn) noexcept {
+  const auto index = static_cast<std::size_t>(fn);
+  return {state().counts[index].load(std::memory_order_relaxed),
+          state().modeled_ns[index].load(std::memory_order_relaxed)};
+}
+
 }  // namespace uvmpool::sim
 
 using namespace uvmpool::sim;
@@ -139,20 +151,32 @@ extern "C" __attribute__((visibility("default"))) int uvmpool_sim_fail(const cha
   return 0;
 }
 
-extern "C" __attribute__((visibility("default"))) unsigned long long uvmpool_sim_call_count(
-    const char* function) {
+namespace {
+// One tally (calls or modeled ns) summed over the functions a name means.
+unsigned long long sum_for(const char* function, const std::atomic<unsigned long long> (&tally)[kFunctionCount]) {
   ensure_environment_armed();
   if (function == nullptr) return 0;
   const FunctionSet functions = functions_named(function);
   unsigned long long total = 0;
   for (std::size_t i = 0; i < kFunctionCount; ++i)
-    if (functions.test(i)) total += state().counts[i].load(std::memory_order_relaxed);
+    if (functions.test(i)) total += tally[i].load(std::memory_order_relaxed);
   return total;
+}
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) unsigned long long uvmpool_sim_call_count(
+    const char* function) {
+  return sum_for(function, state().counts);
+}
+
+extern "C" __attribute__((visibility("default"))) unsigned long long uvmpool_sim_call_ns(const char* function) {
+  return sum_for(function, state().modeled_ns);
 }
 
 extern "C" __attribute__((visibility("default"))) void uvmpool_sim_reset_counts(void) {
   ensure_environment_armed();
   for (auto& count : state().counts) count.store(0, std::memory_order_relaxed);
+  for (auto& ns : state().modeled_ns) ns.store(0, std::memory_order_relaxed);
 }
 
 extern "C" __attribute__((visibility("default"))) void uvmpool_sim_clear_failures(void) {

@@ -93,7 +93,13 @@ int uvmpool_sim_fail(const char* function_symbol_or_base, unsigned nth_call_from
 // symbol counts only itself. Unknown names count 0.
 unsigned long long uvmpool_sim_call_count(const char* function);
 
-// Sets every call count to 0 (armed failures keep counting down).
+// The modeled host time, in ns of the simulated clock, that calling threads spent inside a function
+// (named as for uvmpool_sim_call_count) since load or the last uvmpool_sim_reset_counts(): its base
+// cost, what it charged for its work (a cuMemSetAccess per mapping and per byte), and its waits for
+// the device. UVMPOOL_SIM_PROFILE writes every function's at exit.
+unsigned long long uvmpool_sim_call_ns(const char* function);
+
+// Sets every call count and modeled time to 0 (armed failures keep counting down).
 void uvmpool_sim_reset_counts(void);
 
 // Disarms every pending failure, those from UVMPOOL_SIM_FAIL included.

@@ -180,14 +180,25 @@ int main(int argc, char** argv) {
       if (!carved.ok) state.SkipWithError(carved.failure.c_str());
     }
   })->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
-  // On the simulator, the pool's driver calls during its replay: what its modeled time is made of
-  // (each call's cost: the UVMPOOL_SIM_* constants; cuMemSetAccess costs per mapping it covers).
+  // On the simulator, the pool's driver calls during its replay and the modeled time each took: what
+  // its modeled time is made of (each call's cost: the UVMPOOL_SIM_* constants; cuMemSetAccess costs
+  // per mapping it covers).
   using ResetCounts = void (*)();
   using CallCount = unsigned long long (*)(const char*);
   const auto reset_counts = reinterpret_cast<ResetCounts>(driver::real_symbol("uvmpool_sim_reset_counts"));
   const auto call_count = reinterpret_cast<CallCount>(driver::real_symbol("uvmpool_sim_call_count"));
-  static constexpr const char* kVmmCalls[] = {"cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemUnmap", "cuMemRelease",
-                                              "cuMemAddressReserve", "cuMemAddressFree"};
+  const auto call_ns = reinterpret_cast<CallCount>(driver::real_symbol("uvmpool_sim_call_ns"));
+  static constexpr const char* kVmmCalls[] = {"cuMemCreate",  "cuMemMap",     "cuMemSetAccess",      "cuMemUnmap",
+                                              "cuMemRelease", "cuMemGetInfo", "cuMemAddressReserve", "cuMemAddressFree"};
+  const auto calls_made = [&] {
+    std::string calls;
+    for (const char* fn : kVmmCalls) {
+      if (call_count == nullptr || call_ns == nullptr) break;
+      calls += std::string(calls.empty() ? "" : ", ") + fn + " " + std::to_string(call_count(fn)) + " (" +
+               fixed(static_cast<double>(call_ns(fn)) / 1e6, 2) + " ms)";
+    }
+    return calls;
+  };
   std::string pool_calls;
   const std::size_t carve_max = static_cast<std::size_t>(options.integer("carve-max-mib")) << 20;
   benchmark::RegisterBenchmark("replay/pool", [&](benchmark::State& state) {
@@ -202,10 +213,7 @@ int main(int argc, char** argv) {
           trace, [&](CUdeviceptr* p, std::size_t n) { return pool.allocate(p, n); },
           [&](CUdeviceptr p) { pool.deallocate(p, &ignored); });
       stats = pool.stats(device.device);
-      for (const char* fn : kVmmCalls) {
-        if (call_count == nullptr) break;
-        pool_calls += std::string(pool_calls.empty() ? "" : ", ") + fn + " " + std::to_string(call_count(fn));
-      }
+      pool_calls = calls_made();
       state.SetIterationTime(pooled.seconds);
       if (!pooled.ok) state.SkipWithError(pooled.failure.c_str());
     }
@@ -228,10 +236,7 @@ int main(int argc, char** argv) {
             trace, [&](CUdeviceptr* p, std::size_t n) { return pool.allocate(p, n); },
             [&](CUdeviceptr p) { pool.deallocate(p, &ignored); });
         stitched_stats = pool.stats(device.device);
-        for (const char* fn : kVmmCalls) {
-          if (call_count == nullptr) break;
-          stitched_calls += std::string(stitched_calls.empty() ? "" : ", ") + fn + " " + std::to_string(call_count(fn));
-        }
+        stitched_calls = calls_made();
         state.SetIterationTime(pool_stitched.seconds);
         if (!pool_stitched.ok) state.SkipWithError(pool_stitched.failure.c_str());
       }
@@ -308,7 +313,7 @@ int main(int argc, char** argv) {
                " cache hits (" + std::to_string(stats.mappings_carved) + " of them cut or joined), " +
                std::to_string(stats.mappings_broken) + " mappings broken, peak live by its count " +
                format_size(stats.peak_live_bytes));
-  if (!pool_calls.empty()) figures.note("pool's driver calls in its replay (simulated driver): " + pool_calls);
+  if (!pool_calls.empty()) figures.note("pool's driver calls in its replay (simulated driver; modeled time): " + pool_calls);
   if (!stitched_calls.empty())
     figures.note("stitched only: " + std::to_string(stitched_stats.stitched_maps) + " mappings built, " +
                  std::to_string(stitched_stats.chunks_created) + " chunks created; driver calls " + stitched_calls);

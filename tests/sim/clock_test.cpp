@@ -87,6 +87,61 @@ TEST_F(Clock, HostMappingsCostByTheirBytesDeviceMappingsDoNot) {
   }
 }
 
+TEST_F(Clock, EachFunctionsTallyHoldsTheModeledTimeOfItsCallsWaitsIncluded) {
+  // What UVMPOOL_SIM_PROFILE writes at exit and uvmpool_sim_call_ns reads: the host clock's advance
+  // across each call, by function, since the last reset.
+  uvmpool_sim_reset_counts();
+  EXPECT_EQ(uvmpool_sim_call_ns("cuMemSetAccess"), 0u);
+  const CUmemAllocationProp prop = pinned_prop(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+  CUdeviceptr va = 0;
+  CUmemGenericAllocationHandle h[2] = {};
+  ASSERT_CU(cuMemAddressReserve(&va, 4 * kMiB, 0, 0, 0));
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_CU(cuMemCreate(&h[i], 2 * kMiB, &prop, 0));
+    ASSERT_CU(cuMemMap(va + i * 2 * kMiB, 2 * kMiB, 0, h[i], 0));
+  }
+  const CUmemAccessDesc rw = access(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+  const std::uint64_t t = uvmpool_sim_now_ns();
+  ASSERT_CU(cuMemSetAccess(va, 4 * kMiB, &rw, 1));  // one call over two mappings: charged for each
+  const std::uint64_t set_access = uvmpool_sim_now_ns() - t;
+  EXPECT_GE(set_access, 2 * kSetAccessDeviceNs);
+  EXPECT_EQ(uvmpool_sim_call_ns("cuMemSetAccess"), set_access);
+  EXPECT_EQ(uvmpool_sim_call_count("cuMemSetAccess"), 1u);
+  // A synchronize's tally is its wait for the kernel; a base name sums its variants.
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(launch(kernel("uvmpool_touch"), s, va, std::uint64_t{4 * kMiB}, 100u, 0u));
+  const std::uint64_t before_sync = uvmpool_sim_now_ns();
+  ASSERT_CU(cuStreamSynchronize(s));
+  const std::uint64_t waited = uvmpool_sim_now_ns() - before_sync;
+  EXPECT_GT(waited, at(100 * 4 * kMiB, kHbmRead));
+  EXPECT_EQ(uvmpool_sim_call_ns("cuStreamSynchronize"), waited);
+  EXPECT_EQ(uvmpool_sim_call_ns("cuLaunchKernel"), kLaunchNs);
+  EXPECT_EQ(uvmpool_sim_call_ns("cuNoSuchFunction"), 0u);
+  uvmpool_sim_reset_counts();
+  EXPECT_EQ(uvmpool_sim_call_ns("cuMemSetAccess"), 0u);
+  EXPECT_EQ(uvmpool_sim_call_ns("cuStreamSynchronize"), 0u);
+  // Another thread's wait moves this thread's clock to the kernel's end at its next call: that jump
+  // is charged to no call of this thread (a mover's cuMemUnmap is not charged for the program's
+  // wait; clock::spent counts a thread's own charges and waits only, which also covers a jump that
+  // comes while a call runs, as the tiering replays' threads showed: cuMemMap 343 us a call, 1.2).
+  CUcontext context = nullptr;
+  ASSERT_CU(cuCtxGetCurrent(&context));
+  ASSERT_CU(launch(kernel("uvmpool_touch"), s, va, std::uint64_t{4 * kMiB}, 1000u, 0u));
+  const std::uint64_t before = uvmpool_sim_now_ns();
+  std::thread waiter([&] {
+    EXPECT_CU(cuCtxSetCurrent(context));
+    EXPECT_CU(cuStreamSynchronize(s));
+  });
+  waiter.join();
+  ASSERT_CU(cuMemUnmap(va, 4 * kMiB));  // two mappings removed
+  EXPECT_GT(uvmpool_sim_now_ns() - before, at(1000 * 4 * kMiB, kHbmRead));  // the jump, then the unmaps
+  EXPECT_EQ(uvmpool_sim_call_ns("cuMemUnmap"), 2 * kUnmapDeviceNs);
+  EXPECT_GT(uvmpool_sim_call_ns("cuStreamSynchronize"), at(1000 * 4 * kMiB, kHbmRead));
+  for (CUmemGenericAllocationHandle one : h) ASSERT_CU(cuMemRelease(one));
+  ASSERT_CU(cuMemAddressFree(va, 4 * kMiB));
+}
+
 TEST_F(Clock, KernelsTakeTheirLatencyPlusTheirBytesAtEachTiersRate) {
   CUdeviceptr device = 0;
   ASSERT_CU(cuMemAlloc(&device, kBytes));

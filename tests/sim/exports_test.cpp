@@ -58,7 +58,7 @@ TEST(Exports, EveryEntryOfTheListIsExportedUnderItsSymbol) {
 TEST(Exports, OnlyDriverSymbolsAndTheControlApiAreExported) {
   const std::set<std::string> names = defined_dynamic_symbols(library_path());
   ASSERT_FALSE(names.empty());
-  std::set<std::string> expected = {"uvmpool_sim_fail",           "uvmpool_sim_call_count",
+  std::set<std::string> expected = {"uvmpool_sim_fail",           "uvmpool_sim_call_count",   "uvmpool_sim_call_ns",
                                     "uvmpool_sim_reset_counts",   "uvmpool_sim_clear_failures",
                                     "uvmpool_sim_hold_stream",    "uvmpool_sim_set_capture_status",
                                     "uvmpool_sim_now_ns",         "uvmpool_sim_advance_host_ns",
