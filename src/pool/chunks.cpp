@@ -499,6 +499,8 @@ DeviceStats DevicePool::stats() const {
   s.moves_in_flight = fig_.moves_in_flight.load(std::memory_order_relaxed);
   s.move_mappings_unmapped = fig_.move_unmapped.load(std::memory_order_relaxed);
   s.move_mappings_mapped = fig_.move_mapped.load(std::memory_order_relaxed);
+  s.move_commit_us = fig_.move_commit_ns.load(std::memory_order_relaxed) / 1000;
+  s.move_remap_us = fig_.move_remap_ns.load(std::memory_order_relaxed) / 1000;
   return s;
 }
 

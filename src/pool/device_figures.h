@@ -55,6 +55,8 @@ struct DeviceFigures {
   Counter moved_to_device{0}, moved_to_host{0};  // bytes
   Counter moves{0}, moves_failed{0}, moves_in_flight{0};
   Counter move_unmapped{0}, move_mapped{0};      // mappings the commits' remaps changed
+  Counter move_commit_ns{0};  // host time in the committed moves' commits (Vmm::remap and the bookkeeping)
+  Counter move_remap_ns{0};   // of that, and in failed remaps, in Vmm::remap: the driver's calls
 
   // Carving (carving.cpp, under mu_, from the range's own figures: note_carved_idle).
   Counter carved_idle{0};      // device granules in idle carved slots (idle memory, as cached)

@@ -43,6 +43,7 @@
 // Locks: mu_ across prepare, commit and abort (the descriptors' pieces change only under it), then a
 // bin, class or mapping cache lock inside, as everywhere in the pool; move_mu_ (a leaf) only to wait.
 #include <algorithm>
+#include <chrono>
 
 #include "config/log.h"
 #include "pool/device_pool.h"
@@ -50,6 +51,13 @@
 #include "pool/stock.h"
 
 namespace uvmpool::pool {
+namespace {
+
+std::uint64_t nanoseconds(std::chrono::steady_clock::duration d) {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+}
+
+}  // namespace
 
 CUresult DevicePool::prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Move* m, MoveWaits waits) {
   // Guard mode unmaps every free at once and keeps each allocation its own mapping: not worth moving.
@@ -277,11 +285,17 @@ CUresult DevicePool::commit_locked(Move* m, bool quiesced) {
   const std::vector<Chunk> old(pieces.begin() + static_cast<std::ptrdiff_t>(first),
                                pieces.begin() + static_cast<std::ptrdiff_t>(first + count));
   if (!quiesced) fence_move(*m);
-  if (const CUresult r = vmm_.remap(m->address, old, m->target, chunk_); r != CUDA_SUCCESS) {
+  // The commit's time, and of it the driver's calls: under a hold the program's work waits for both,
+  // and what is not the driver's is the pool's own bookkeeping (DeviceStats::move_commit_us).
+  const auto began = std::chrono::steady_clock::now();
+  const CUresult remapped = vmm_.remap(m->address, old, m->target, chunk_);
+  const auto driver_done = std::chrono::steady_clock::now();
+  fig_.move_remap_ns.fetch_add(nanoseconds(driver_done - began), std::memory_order_relaxed);
+  if (remapped != CUDA_SUCCESS) {
     fig_.moves_failed.fetch_add(1, std::memory_order_relaxed);
     log::warn("device {}: a move of {} bytes at {:#x} failed at its remap ({}); the old mapping stands", device_,
-              m->bytes, m->address, static_cast<int>(r));
-    return r;  // still prepared: commit again or abort
+              m->bytes, m->address, static_cast<int>(remapped));
+    return remapped;  // still prepared: commit again or abort
   }
   fig_.move_unmapped.fetch_add(old.size(), std::memory_order_relaxed);
   fig_.move_mapped.fetch_add(m->target.size(), std::memory_order_relaxed);
@@ -294,6 +308,7 @@ CUresult DevicePool::commit_locked(Move* m, bool quiesced) {
   m->staging = 0;
   m->staged.clear();
   m->target.clear();
+  fig_.move_commit_ns.fetch_add(nanoseconds(std::chrono::steady_clock::now() - began), std::memory_order_relaxed);
   return CUDA_SUCCESS;
 }
 

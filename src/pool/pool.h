@@ -173,6 +173,8 @@ struct DeviceStats {
   // not per byte (../shared/FACTS.md), so mappings per move say what the commits cost.
   std::uint64_t move_mappings_unmapped = 0;
   std::uint64_t move_mappings_mapped = 0;
+  std::uint64_t move_commit_us = 0;  // host time the commits took, and of it in the remaps' driver calls
+  std::uint64_t move_remap_us = 0;
 };
 
 class DevicePool;

@@ -83,6 +83,8 @@ constexpr DeviceField kDeviceFields[] = {
     {"moves_in_flight", G, N, &DS::moves_in_flight, "Moves prepared and not yet committed or aborted"},
     {"move_mappings_unmapped", C, N, &DS::move_mappings_unmapped, "Mappings the committed moves unmapped at their addresses (a remap costs per mapping)"},
     {"move_mappings_mapped", C, N, &DS::move_mappings_mapped, "Mappings the committed moves mapped at their addresses"},
+    {"move_commit_time", C, Unit::Microseconds, &DS::move_commit_us, "Host time the committed moves' commits took (under the mover's hold the program's work waits for it)"},
+    {"move_remap_time", C, Unit::Microseconds, &DS::move_remap_us, "Of the commits' time (and failed remaps'), the remaps' driver calls; the rest is the pool's bookkeeping"},
 };
 
 std::vector<MetricInfo> make_device_infos() {

@@ -392,6 +392,24 @@ TEST_F(Moves, PartOfADemotedRangeComesBackAsTheWholePiecesAtItsStartThatTheRoomT
   must_free(*pool, p);
 }
 
+// What a commit costs the host, and of that the driver's calls: under the mover's hold the program's
+// work waits for both, so the figures say whether a slow commit is the driver's or the pool's.
+TEST_F(Moves, TheCommitsTimeIsCountedWithTheDriversShareOfIt) {
+  auto pool = extents_pool();
+  const std::size_t bytes = 16 * kMiB;
+  const CUdeviceptr p = must_allocate(*pool, bytes);
+  EXPECT_EQ(pool->stats(0).move_commit_us, 0u);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_CU(move(*pool, p, bytes, Tier::Host));
+    ASSERT_CU(move(*pool, p, bytes, Tier::Device));
+  }
+  const DeviceStats s = pool->stats(0);
+  EXPECT_EQ(s.moves, 40u);
+  EXPECT_GT(s.move_remap_us, 0u) << "80 remaps of 1 to 4 mappings on the simulated driver take microseconds";
+  EXPECT_GE(s.move_commit_us, s.move_remap_us);
+  must_free(*pool, p);
+}
+
 // A range smaller than an extent goes to the host as two chunks, then pieces doubling, then the
 // rest's binary digits: 16 MiB is 2 + 2 + 4 + 8 MiB, four mappings at the commit where chunks made
 // eight (on an H200, GPT-2-medium's step moved mostly 12 to 20 MiB segments, and remapping them chunk
