@@ -752,9 +752,10 @@ CUresult Mover::finish(Placed* placed) {
   const bool gate_closed = placed != nullptr ? placed->standing : streams_.host_waits().close(config_.hold_timeout);
   std::unique_lock<std::mutex> window;  // the breaker's commit window (open_commit), closed after the commit
   bool remaps_closed = false;           // the remap gate, closed for the commit's remaps
-  // Held copies are pipelined with the remaps: the copies are enqueued under the hold and each move
-  // commits as soon as its own copy is done (`ready` below), so the remaps of the first moves run beside
-  // the copies of the later ones and the hold lasts about the longer of the two, not their sum. The
+  // Held copies are pipelined with the remaps (unless UVMPOOL_TIERING_COMMIT=after): the copies are
+  // enqueued under the hold and each move commits as soon as its own copy is done (`ready` below), so
+  // the remaps of the first moves run beside the copies of the later ones and the hold lasts about the
+  // longer of the two, not their sum. The
   // watchdog then stands until the last commit, kept from firing during each remap, and the breaker's
   // commit window is opened for each remap alone (never across a wait for the device).
   std::optional<Watchdog> watchdog;
@@ -812,7 +813,7 @@ CUresult Mover::finish(Placed* placed) {
     if (!enqueued) std::fill(e.copied.begin(), e.copied.end(), 0);
     // A move whose copy did not all go, or that has no event, is known done only once every copy
     // is: then they are all waited for here, as before pipelining.
-    pipelined = enqueued;
+    pipelined = enqueued && config_.commit_beside_copies;
     for (std::size_t i = 0; i < e.moves.size(); ++i) pipelined &= e.copied[i] != 0 && e.copy_done[i] != nullptr;
     if (!pipelined) copies_done(true);
     for (std::size_t k = 0; k < order.size(); ++k) commit[k] = e.copied[order[k]];

@@ -138,6 +138,12 @@ struct MoverConfig {
   // on an H200 it made row 7's first holds fail to drain (docs/tiering.md). With overlap: when the
   // work reaches its fence, after the earlier epochs committed.
   bool prepare_at_hold = false;
+  // With held copies: each move commits as soon as its own copy is done, beside the epoch's later
+  // copies (UVMPOOL_TIERING_COMMIT=beside), or all once every copy is (after). Beside, the remaps' host
+  // time overlaps the copies' (modeled, training 97.5 -> 87.6 ms a step), but on an H200 a host
+  // mapping's remap while copies run both ways took 3.4x as long (32 MiB; 11x at 2 MiB;
+  // tests/gpu/remap_under_load.py).
+  bool commit_beside_copies = true;
   // With holds ahead: how long the first hold's closing of the host-wait gate waits for the program's
   // calls inside the driver to return before the epoch is put off (mover.cpp, place_locked); and how
   // long the submission gates' closings wait for the calls inside them (host_wait_gate.h).

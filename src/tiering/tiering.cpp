@@ -46,6 +46,7 @@ MoverConfig configured_mover() {
   c.max_batch_bytes = o.tiering_batch.bytes;
   c.holds_ahead = static_cast<std::size_t>(o.tiering_holds_ahead);
   c.prepare_at_hold = o.tiering_prepare == "hold";
+  c.commit_beside_copies = o.tiering_commit != "after";
   if (o.tiering_epochs == "launch" && c.overlap) {
     // Ordered epochs placed by the launching thread as the policy asks, so that each move's fence lies
     // where it was asked for in the program's order; the mover's thread completes them (a program

@@ -183,6 +183,13 @@ TEST(ParseErrors, ExtentSizeIsZeroOrAPowerOfTwoUpTo1G) {
   EXPECT_EQ(parse_one("UVMPOOL_EXTENT_SIZE", "1G").options.extent_size.bytes, GiB);
 }
 
+TEST(ParseErrors, TieringCommitIsBesideOrAfter) {
+  ParseResult r = parse_one("UVMPOOL_TIERING_COMMIT", "later");
+  EXPECT_THAT(r.errors, ElementsAre(HasSubstr("UVMPOOL_TIERING_COMMIT='later' is not valid: expected beside or after")));
+  EXPECT_EQ(r.options.tiering_commit, "beside") << "the default stays";
+  EXPECT_EQ(parse_one("UVMPOOL_TIERING_COMMIT", "after").options.tiering_commit, "after");
+}
+
 TEST(ParseErrors, DriverPathMustBeAbsoluteWhenSet) {
   ParseResult r = parse_one("UVMPOOL_DRIVER_PATH", "libcuda.so.1");
   EXPECT_THAT(r.errors, ElementsAre(HasSubstr("UVMPOOL_DRIVER_PATH='libcuda.so.1' is not valid: expected an absolute path")));

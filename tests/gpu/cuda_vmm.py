@@ -1,8 +1,8 @@
 """The driver's VMM types and the steps the ctypes probes in tests/gpu share (vmm_costs.py,
-host_chunk_costs.py, unmap_costs.py, ipc_handle_costs.py, remap_stall.py): a context made current on
-device 0, where host memory lives, handles made, a range reserved, handles mapped into it side by side
-and unmapped one by one."""
-import ctypes, sys
+host_chunk_costs.py, unmap_costs.py, ipc_handle_costs.py, remap_stall.py, remap_under_load.py): a
+context made current on device 0, where host memory lives, handles made, a range reserved, handles
+mapped into it side by side and unmapped one by one."""
+import ctypes, sys, time
 
 cu = ctypes.CDLL("libcuda.so.1")
 
@@ -57,3 +57,17 @@ def unmap_all(va, n, size):
     """The n mappings of `size` bytes from va unmapped, one cuMemUnmap each."""
     for i in range(n):
         ok(cu.cuMemUnmap(ctypes.c_ulonglong(va.value + i * size), ctypes.c_size_t(size)), "unmap")
+
+def remap_round(handles, size, access):
+    """Maps every handle at a fresh range, sets `access` (an Access) one mapping at a time, unmaps them
+    and frees the range, as a move's commits do: seconds spent."""
+    t0 = time.perf_counter()
+    n = len(handles)
+    va = reserve(n * size, size)
+    map_all(va, handles, size)
+    for i in range(n):
+        ok(cu.cuMemSetAccess(ctypes.c_ulonglong(va.value + i * size), ctypes.c_size_t(size), ctypes.byref(access),
+                             ctypes.c_size_t(1)), "access")
+    unmap_all(va, n, size)
+    ok(cu.cuMemAddressFree(va, ctypes.c_size_t(n * size)), "free range")
+    return time.perf_counter() - t0

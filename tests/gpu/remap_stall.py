@@ -9,11 +9,11 @@ while this thread maps, sets access on and unmaps N host handles of SIZE MiB els
 round (at most 50) until the products end.
 With --device the handles are device memory instead, to compare.
 usage: python3 remap_stall.py [--size=MiB] [--device] [N]   (default 32 MiB, 16 handles)"""
-import ctypes, statistics, sys, time
+import statistics, sys
 
 import torch
 
-from cuda_vmm import Access, Location, Prop, host_location, create_handles, cu, map_all, ok, reserve, unmap_all
+from cuda_vmm import Access, Location, Prop, host_location, create_handles, cu, remap_round
 
 args = sys.argv[1:]
 size = 32 << 20
@@ -46,16 +46,8 @@ def kernels(products):
 
 
 def remaps():
-    """Maps every handle at a fresh range, sets access one mapping at a time, unmaps: seconds spent."""
-    t0 = time.perf_counter()
-    va = reserve(n * size, size)
-    map_all(va, handles, size)
-    for i in range(n):
-        ok(cu.cuMemSetAccess(ctypes.c_ulonglong(va.value + i * size), ctypes.c_size_t(size), ctypes.byref(acc),
-                             ctypes.c_size_t(1)), "access")
-    unmap_all(va, n, size)
-    ok(cu.cuMemAddressFree(va, ctypes.c_size_t(n * size)), "free range")
-    return time.perf_counter() - t0
+    """One round of remaps elsewhere (cuda_vmm.remap_round): seconds spent."""
+    return remap_round(handles, size, acc)
 
 
 # Long enough that the remaps end while the products still run.

@@ -1,0 +1,84 @@
+"""Measures whether the mover's remaps cost more while the GPU is busy: rounds of mapping N host
+handles of SIZE MiB at a fresh range, setting access one mapping at a time and unmapping them (a move
+to the host and back, without the copies), timed alone, beside copies in both PCIe directions (what a
+pipelined commit runs beside: the epoch's later copies), and beside matrix products on other memory.
+On an H200, row 4b's commits took 847 us a move in driver calls, where the simulator's constants
+(fitted to calls made on an idle GPU) give about half that.
+usage: python3 remap_under_load.py [--size=MiB] [N]   (default 32 MiB, 16 handles)"""
+import statistics, sys
+
+import torch
+
+from cuda_vmm import Access, Location, Prop, host_location, create_handles, cu, remap_round
+
+args = sys.argv[1:]
+size = 32 << 20
+for a in [a for a in args if a.startswith("--size=")]:
+    size = int(a.split("=", 1)[1]) << 20
+    args.remove(a)
+n = int(args[0]) if args else 16
+
+torch.cuda.init()
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+b = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+pinned = [torch.empty(1 << 30, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
+on_device = [torch.empty(1 << 30, dtype=torch.uint8, device="cuda") for _ in range(2)]
+streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+torch.cuda.synchronize()
+handles = create_handles(n, size, Prop(type=1, location=host_location()))
+acc = Access(location=Location(type=1, id=0), flags=3)
+
+
+def one_round():
+    """Mapping, access one mapping at a time, unmapping (cuda_vmm.remap_round): seconds spent."""
+    return remap_round(handles, size, acc)
+
+
+def copies():
+    """Queues 1 GiB copies each way, 30 of each, on two streams: about 0.6 s at 55 GB/s."""
+    done = torch.cuda.Event()
+    with torch.cuda.stream(streams[0]):
+        for _ in range(30):
+            on_device[0].copy_(pinned[0], non_blocking=True)
+    with torch.cuda.stream(streams[1]):
+        for _ in range(30):
+            pinned[1].copy_(on_device[1], non_blocking=True)
+    torch.cuda.current_stream().wait_stream(streams[0])
+    torch.cuda.current_stream().wait_stream(streams[1])
+    done.record()
+    return done
+
+
+def products():
+    done = torch.cuda.Event()
+    for _ in range(200):
+        torch.mm(a, b)
+    done.record()
+    return done
+
+
+def rounds_beside(load):
+    """Remap rounds while `load` runs (at most 40): seconds a round each."""
+    done = load() if load else None
+    spent = []
+    while (done is None and len(spent) < 10) or (done is not None and not done.query() and len(spent) < 40):
+        spent.append(one_round())
+    torch.cuda.synchronize()
+    return spent
+
+
+one_round()  # warm-up
+print(f"host handles of {size >> 20} MiB, {n} a round (map, access one at a time, unmap)")
+print("| load | rounds | ms a round (median) | min | max |")
+print("| --- | --- | --- | --- | --- |")
+medians = {}
+for name, load in (("none", None), ("copies both ways", copies), ("fp16 8192^3 products", products), ("none, again", None)):
+    spent = rounds_beside(load)
+    medians[name] = statistics.median(spent)
+    print(f"| {name} | {len(spent)} | {medians[name] * 1e3:.2f} | {min(spent) * 1e3:.2f} | {max(spent) * 1e3:.2f} |",
+          flush=True)
+base = (medians["none"] + medians["none, again"]) / 2
+print(f"beside copies / alone {medians['copies both ways'] / base:.2f}; beside products / alone "
+      f"{medians['fp16 8192^3 products'] / base:.2f}")
+for h in handles:
+    cu.cuMemRelease(h)
