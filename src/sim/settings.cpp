@@ -39,7 +39,7 @@ Settings read_settings() {
                   o.sim_create_device_ns.ns, o.sim_create_device_ns_per_gib.ns, o.sim_create_host_ns_per_gib.ns,
                   o.sim_map_device_ns.ns, o.sim_map_host_ns.ns,
                   o.sim_set_access_device_ns.ns, o.sim_set_access_host_ns.ns, o.sim_set_access_ns_per_gib.ns,
-                  o.sim_set_access_host_ns_per_gib.ns,
+                  o.sim_set_access_host_ns_per_gib.ns, o.sim_set_access_beside_copy_ns.ns,
                   o.sim_unmap_device_ns.ns, o.sim_unmap_host_ns.ns, o.sim_unmap_host_ns_per_gib.ns, o.sim_release_device_ns.ns,
                   o.sim_release_host_ns.ns, o.sim_release_host_ns_per_gib.ns, o.sim_release_ns_per_gib.ns,
                   o.sim_export_ns.ns, o.sim_import_ns.ns,

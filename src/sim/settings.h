@@ -14,7 +14,8 @@ struct Costs {
   std::uint64_t launch_ns, kernel_ns, copy_ns, call_ns, query_ns, host_func_ns, wait_value_ns;
   std::uint64_t create_device_ns, create_device_ns_per_gib, create_host_ns_per_gib;
   std::uint64_t map_device_ns, map_host_ns;
-  std::uint64_t set_access_device_ns, set_access_host_ns, set_access_ns_per_gib, set_access_host_ns_per_gib;
+  std::uint64_t set_access_device_ns, set_access_host_ns, set_access_ns_per_gib, set_access_host_ns_per_gib,
+      set_access_beside_copy_ns;
   std::uint64_t unmap_device_ns, unmap_host_ns, unmap_host_ns_per_gib, release_device_ns, release_host_ns,
       release_host_ns_per_gib, release_ns_per_gib;
   std::uint64_t export_ns, import_ns;

@@ -559,6 +559,13 @@ std::uint64_t device_busy_until(int device) {
   return until;
 }
 
+std::uint64_t copies_busy_until(int device) {
+  State& st = state();
+  std::lock_guard lock(st.mutex);
+  const std::vector<std::uint64_t>& engines = st.devices[static_cast<std::size_t>(device)].engines;
+  return *std::max_element(engines.begin(), engines.end());
+}
+
 CUresult stream_context(CUstream handle, bool per_thread, Context** out) {
   State& st = state();
   std::lock_guard lock(st.mutex);

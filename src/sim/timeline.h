@@ -106,6 +106,9 @@ void pump();
 // The latest end of work executed so far on `device` (cuMemFree waits for it, as the real driver does).
 std::uint64_t device_busy_until(int device);
 
+// When the copy engines of `device` are next all free: the end of the latest copy given to them.
+std::uint64_t copies_busy_until(int device);
+
 // The context work on `stream` runs in (see submit()).
 CUresult stream_context(CUstream stream, bool per_thread, Context** out);
 

@@ -1,5 +1,6 @@
 // Virtual memory management: reservations, physical handles (memfds), mappings and access. None of
 // these need a current context (NCCL and PyTorch call them from threads without one).
+#include <algorithm>
 #include <mutex>
 
 #include "sim/address_space.h"
@@ -8,6 +9,7 @@
 #include "sim/entry_points.h"
 #include "sim/race_detector.h"
 #include "sim/settings.h"
+#include "sim/timeline.h"
 
 namespace uvmpool::sim {
 namespace {
@@ -281,6 +283,15 @@ CUresult impl::cuMemSetAccess(CUdeviceptr_v2 ptr, size_t size, const CUmemAccess
     }
     m->prot = protection(m->access);
     mprotect(reinterpret_cast<void*>(m->base), m->size, m->prot);
+  }
+  lock.unlock();
+  // On an H200 a call waits for copies running on its device's copy engines, about 1 ms whatever the
+  // mapping (device or host, 2 or 32 MiB): modeled as the rest of the copies, up to that.
+  for (std::size_t i = 0; i < count; ++i) {
+    if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE) continue;
+    const std::uint64_t now = clock::now(), busy = timeline::copies_busy_until(desc[i].location.id);
+    if (busy > now) clock::charge(std::min(busy - now, c.set_access_beside_copy_ns));
+    break;  // once a call
   }
   return CUDA_SUCCESS;
 }

@@ -57,6 +57,7 @@ constexpr int kTrialSteps = 12;  // steps the epochs-measured run replays beyond
 std::uint64_t g_queue_depth_ops = 0;  // --queue-depth
 std::size_t g_holds_ahead = 8;             // --holds-ahead
 bool g_prepare_at_hold = false;            // --prepare
+bool g_commit_beside = true;               // --commit
 bool g_mover_thread = true;                // --ordered-mover
 bool g_place_at_launch = true;             // --ordered-place
 
@@ -254,6 +255,7 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
   mover.max_batch_bytes = batch;
   mover.holds_ahead = holds_ahead;
   mover.prepare_at_hold = g_prepare_at_hold;
+  mover.commit_beside_copies = g_commit_beside;
   mover.step_clock = [] {
     using Now = std::uint64_t (*)();
     static const auto now = reinterpret_cast<Now>(driver::real_symbol("uvmpool_sim_now_ns"));
@@ -400,6 +402,8 @@ int main(int argc, char** argv) {
   options.add("workloads", "training,decoding,batched", "which replays (also: layered)");
   options.add("holds-ahead", "8", "mover: holds standing at once in the holds-ahead row");
   options.add("prepare", "placement", "mover with holds ahead: make target pieces at placement or at the hold");
+  options.add("commit", "beside", "held copies: commit each move beside the later copies, or after them all "
+                                  "(UVMPOOL_TIERING_COMMIT)");
   options.add("runs", "all", "which tiering runs besides first-come: all, or some of held,overlap,ahead,guard,measure");
   options.add("queue-depth", "0", "operations the program runs ahead of the GPU before it waits (0: a whole step)");
   options.add("ordered-mover", "thread",
@@ -427,6 +431,7 @@ int main(int argc, char** argv) {
   const std::uint64_t batch = options.size("batch");
   g_queue_depth_ops = static_cast<std::uint64_t>(options.integer("queue-depth"));
   g_prepare_at_hold = options.text("prepare") == "hold";
+  g_commit_beside = options.text("commit") != "after";
   g_mover_thread = options.text("ordered-mover") != "poll";
   g_place_at_launch = options.text("ordered-place") != "thread";
   g_holds_ahead = static_cast<std::size_t>(std::max<std::int64_t>(options.integer("holds-ahead"), 2));

@@ -162,6 +162,45 @@ TEST_F(Clock, KernelsTakeTheirLatencyPlusTheirBytesAtEachTiersRate) {
   EXPECT_EQ(uvmpool_sim_link_bytes(0, UVMPOOL_SIM_DEVICE_TO_HOST) - out_before, kBytes);
 }
 
+// On an H200 a cuMemSetAccess made while copies run on its device's copy engines took about 1 ms
+// against 24 us alone (tests/gpu/remap_under_load.py --calls): modeled as the rest of the copies, up to
+// UVMPOOL_SIM_SET_ACCESS_BESIDE_COPY_NS, once a call. Kernels do not delay it.
+TEST_F(Clock, ASetAccessWaitsForCopiesRunningOnItsDeviceUpToTheCap) {
+  const CUmemAllocationProp prop = pinned_prop(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+  CUdeviceptr va = 0, a = 0;
+  CUmemGenericAllocationHandle h = 0;
+  ASSERT_CU(cuMemAddressReserve(&va, 2 * kMiB, 0, 0, 0));
+  ASSERT_CU(cuMemCreate(&h, 2 * kMiB, &prop, 0));
+  ASSERT_CU(cuMemMap(va, 2 * kMiB, 0, h, 0));
+  ASSERT_CU(cuMemAlloc(&a, kBytes));
+  void* pinned = nullptr;
+  ASSERT_CU(cuMemHostAlloc(&pinned, kBytes, 0));
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  const CUmemAccessDesc rw = access(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+  const auto set_access_time = [&] {
+    const std::uint64_t t = uvmpool_sim_now_ns();
+    EXPECT_CU(cuMemSetAccess(va, 2 * kMiB, &rw, 1));
+    return uvmpool_sim_now_ns() - t;
+  };
+  EXPECT_EQ(set_access_time(), kSetAccessDeviceNs) << "nothing copying";
+  // A copy of 8 MiB at 40 GB/s runs about 210 us: a call made at its start waits the cap.
+  ASSERT_CU(cuMemcpyHtoDAsync(a, pinned, kBytes, s));
+  EXPECT_EQ(set_access_time(), kSetAccessDeviceNs + kSetAccessBesideCopyNs);
+  // The next, made after that wait, only for the rest of the copy.
+  const std::uint64_t waited = set_access_time() - kSetAccessDeviceNs;
+  EXPECT_GT(waited, 0u);
+  EXPECT_LT(waited, kSetAccessBesideCopyNs);
+  EXPECT_EQ(set_access_time(), kSetAccessDeviceNs) << "the copy is over";
+  // A kernel running on the device does not delay it.
+  ASSERT_CU(launch(kernel("uvmpool_touch"), s, a, std::uint64_t{kBytes}, 1000u, 0u));
+  EXPECT_EQ(set_access_time(), kSetAccessDeviceNs);
+  ASSERT_CU(cuStreamSynchronize(s));
+  ASSERT_CU(cuMemUnmap(va, 2 * kMiB));
+  ASSERT_CU(cuMemRelease(h));
+  ASSERT_CU(cuMemAddressFree(va, 2 * kMiB));
+}
+
 TEST_F(Clock, CopiesTakeTheirBytesAtThePathsRate) {
   CUdeviceptr a = 0, b = 0;
   ASSERT_CU(cuMemAlloc(&a, kBytes));

@@ -27,7 +27,8 @@ constexpr std::uint64_t kLaunchNs = 2000, kKernelNs = 3000, kCopyNs = 1000, kCal
 // 16000 ns for 2 MiB).
 constexpr std::uint64_t kSetAccessDeviceNs = 30000, kSetAccessHostNs = 50000, kSetAccessHostNsPerGib = 8192000,
                         kUnmapDeviceNs = 17000, kUnmapHostNs = 30000, kUnmapHostNsPerGib = 2048000,
-                        kReleaseDeviceNs = 12000, kReleaseHostNs = 8000, kReleaseHostNsPerGib = 16384000;
+                        kReleaseDeviceNs = 12000, kReleaseHostNs = 8000, kReleaseHostNsPerGib = 16384000,
+                        kSetAccessBesideCopyNs = 100000;  // the most a cuMemSetAccess waits for running copies
 
 inline std::string cu_name(CUresult r) {
   const char* name = nullptr;

@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   setenv("UVMPOOL_SIM_SET_ACCESS_HOST_NS", std::to_string(simtest::kSetAccessHostNs).c_str(), 1);
   setenv("UVMPOOL_SIM_SET_ACCESS_HOST_NS_PER_GIB", std::to_string(simtest::kSetAccessHostNsPerGib).c_str(), 1);
   setenv("UVMPOOL_SIM_SET_ACCESS_NS_PER_GIB", "0", 1);
+  setenv("UVMPOOL_SIM_SET_ACCESS_BESIDE_COPY_NS", std::to_string(simtest::kSetAccessBesideCopyNs).c_str(), 1);
   setenv("UVMPOOL_SIM_UNMAP_DEVICE_NS", std::to_string(simtest::kUnmapDeviceNs).c_str(), 1);
   setenv("UVMPOOL_SIM_UNMAP_HOST_NS", std::to_string(simtest::kUnmapHostNs).c_str(), 1);
   setenv("UVMPOOL_SIM_UNMAP_HOST_NS_PER_GIB", std::to_string(simtest::kUnmapHostNsPerGib).c_str(), 1);
