@@ -133,7 +133,7 @@ CUresult dispatch(Fn fn, Call&& call) noexcept {
     result = call();
   } catch (const std::bad_alloc&) {
     result = CUDA_ERROR_OUT_OF_MEMORY;
-  } catch (...) {
+  } catch (...) {  // result stays CUDA_ERROR_UNKNOWN
   }
   if (timed) on_return(fn, clock::spent() - began);
   return result;

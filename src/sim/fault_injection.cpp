@@ -1,7 +1,6 @@
 // Call counts, the modeled host time spent in each entry point, and injected failures, per entry of
-// the list. Failures come from uvmpool_sim_fail() and
-// from UVMPOOL_SIM_FAIL ("FUNC:N[:CODE],...", armed before the first call is counted, so N counts
-// from load).
+// the list. Failures come from uvmpool_sim_fail() and from UVMPOOL_SIM_FAIL ("FUNC:N[:CODE],...",
+// armed before the first call is counted, so N counts from load).
 #include "sim/fault_injection.h"
 
 #include <atomic>
@@ -32,7 +31,7 @@ struct Failure {
 
 struct State {
   std::atomic<unsigned long long> counts[kFunctionCount] = {};
-  std::atomic<unsigned long long> modeled_ns[kFunctionCount] = {};  // each thread's clock across its calls
+  std::atomic<unsigned long long> modeled_ns[kFunctionCount] = {};  // the calls' own modeled time (on_return)
   std::mutex mutex;
   std::vector<Failure> failures;  // guarded by mutex
   std::atomic<bool> any_armed{false};

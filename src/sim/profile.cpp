@@ -1,5 +1,7 @@
 #include "sim/profile.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "config/options.h"
+#include "config/output_file.h"
 #include "config/process_info.h"
 #include "sim/fault_injection.h"
 
@@ -35,11 +38,19 @@ void write() {
   std::stable_sort(rows.begin(), rows.end(),
                    [](const Row& a, const Row& b) { return a.tally.modeled_ns > b.tally.modeled_ns; });
   const std::string& path = destination();
-  const std::string file = path == "-" ? path : config::expand_pid(path);
-  std::FILE* out = path == "-" ? stderr : std::fopen(file.c_str(), "w");
-  if (out == nullptr) {
-    std::fprintf(stderr, "uvmpool simulated driver: cannot write UVMPOOL_SIM_PROFILE=%s\n", file.c_str());
-    return;
+  std::FILE* out = stderr;
+  if (path != "-") {
+    // Where uvmpool's other output files are opened (config/output_file.h: no planted links).
+    const std::string file = config::expand_pid(path);
+    std::string error;
+    const int fd = config::open_output_file(file, config::OutputMode::Truncate, error);
+    out = fd >= 0 ? fdopen(fd, "w") : nullptr;
+    if (out == nullptr) {
+      if (fd >= 0) close(fd);
+      std::fprintf(stderr, "uvmpool simulated driver: cannot write UVMPOOL_SIM_PROFILE=%s: %s\n", file.c_str(),
+                   error.empty() ? "fdopen failed" : error.c_str());
+      return;
+    }
   }
   std::fprintf(out, "simulated driver profile: MODELED host time inside each entry point, waits included "
                     "(docs/simulator.md)\n");
