@@ -5,6 +5,7 @@
 // (scripts/sim-calibration-compare.py). Work on a stream is timed with events on both drivers (the
 // simulator answers cuEventElapsedTime in virtual time); host-side call costs with steady_clock on a
 // GPU and with uvmpool_sim_now_ns (the calling thread's virtual clock) on the simulator.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -90,6 +91,7 @@ class Calibration {
   void launches();
   void copies();
   void mapping_calls(const std::string& tag, CUmemLocation location, std::uint64_t size, int count, int per_access);
+  void set_access_beside_copies();
   void allocation_calls(const std::string& tag, std::uint64_t size);
   void stream_calls();
 
@@ -244,6 +246,7 @@ void Calibration::run() {
     mapping_calls("host_2m", host_location(), chunk, calls_, 1);
     mapping_calls("host_32m", host_location(), 16 * chunk, calls_, 1);  // host mappings cost per byte too
   }
+  set_access_beside_copies();
   allocation_calls("2m", 2ull << 20);
   allocation_calls("64m", 64ull << 20);
   stream_calls();
@@ -334,6 +337,42 @@ void Calibration::mapping_calls(const std::string& tag, CUmemLocation location, 
     r("unmap", n, unmap);
     r("release", n, release);
   }
+}
+
+// cuMemSetAccess on fresh 2 MiB device mappings while copies run both ways on the copy engines: on an
+// H200 each call waited about 1 ms (24 us alone; tests/gpu/remap_under_load.py --calls), which the
+// simulator models with UVMPOOL_SIM_SET_ACCESS_BESIDE_COPY_NS. The copies are queued to outlast the
+// calls (2 ms of link time a call, each way) and use buffers of their own direction each.
+void Calibration::set_access_beside_copies() {
+  check(d_.cuCtxSynchronize(), "cuCtxSynchronize");
+  const std::uint64_t chunk = device_.granularity, n = static_cast<std::uint64_t>(calls_);
+  const CUmemAllocationProp p = prop({CU_MEM_LOCATION_TYPE_DEVICE, device_.device});
+  CUdeviceptr base = 0;
+  check(d_.cuMemAddressReserve(&base, n * chunk, chunk, 0, 0), "cuMemAddressReserve");
+  std::vector<CUmemGenericAllocationHandle> handles(n);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    check(d_.cuMemCreate(&handles[i], chunk, &p, 0), "cuMemCreate");
+    check(d_.cuMemMap(base + i * chunk, chunk, 0, handles[i], 0), "cuMemMap");
+  }
+  CUstream out = nullptr;
+  check(d_.cuStreamCreate(&out, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  const std::uint64_t link_bytes = n * 2'000'000 * 55;  // 2 ms a call at about 55 GB/s
+  const std::uint64_t copies = std::max<std::uint64_t>(1, (link_bytes + size_ - 1) / size_);
+  for (std::uint64_t k = 0; k < copies; ++k) {
+    check(d_.cuMemcpyHtoDAsync_v2(device_alloc_, pinned_, size_, stream_), "cuMemcpyHtoDAsync");
+    check(d_.cuMemcpyAsync(host_, device_vmm_.base, size_, out), "cuMemcpyAsync(device to host)");
+  }
+  const CUmemAccessDesc desc{{CU_MEM_LOCATION_TYPE_DEVICE, device_.device}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  std::uint64_t access = 0;
+  for (std::uint64_t i = 0; i < n; ++i)
+    host_timed(&access, "cuMemSetAccess", [&] { return d_.cuMemSetAccess(base + i * chunk, chunk, &desc, 1); });
+  check(d_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+  check(d_.cuStreamSynchronize(out), "cuStreamSynchronize");
+  check(d_.cuStreamDestroy_v2(out), "cuStreamDestroy");
+  for (std::uint64_t i = 0; i < n; ++i) check(d_.cuMemUnmap(base + i * chunk, chunk), "cuMemUnmap");
+  for (auto h : handles) check(d_.cuMemRelease(h), "cuMemRelease");
+  check(d_.cuMemAddressFree(base, n * chunk), "cuMemAddressFree");
+  report({"mem_set_access_beside_copy", "host", n * chunk, n, static_cast<double>(access)});
 }
 
 void Calibration::allocation_calls(const std::string& tag, std::uint64_t size) {
