@@ -188,8 +188,9 @@ int main(int argc, char** argv) {
   const auto reset_counts = reinterpret_cast<ResetCounts>(driver::real_symbol("uvmpool_sim_reset_counts"));
   const auto call_count = reinterpret_cast<CallCount>(driver::real_symbol("uvmpool_sim_call_count"));
   const auto call_ns = reinterpret_cast<CallCount>(driver::real_symbol("uvmpool_sim_call_ns"));
-  static constexpr const char* kVmmCalls[] = {"cuMemCreate",  "cuMemMap",     "cuMemSetAccess",      "cuMemUnmap",
-                                              "cuMemRelease", "cuMemGetInfo", "cuMemAddressReserve", "cuMemAddressFree"};
+  static constexpr const char* kVmmCalls[] = {"cuMemCreate",         "cuMemMap",        "cuMemSetAccess",
+                                              "cuMemUnmap",          "cuMemRelease",    "cuMemGetInfo",
+                                              "cuMemAddressReserve", "cuMemAddressFree"};
   const auto calls_made = [&] {
     std::string calls;
     for (const char* fn : kVmmCalls) {
@@ -313,7 +314,8 @@ int main(int argc, char** argv) {
                " cache hits (" + std::to_string(stats.mappings_carved) + " of them cut or joined), " +
                std::to_string(stats.mappings_broken) + " mappings broken, peak live by its count " +
                format_size(stats.peak_live_bytes));
-  if (!pool_calls.empty()) figures.note("pool's driver calls in its replay (simulated driver; modeled time): " + pool_calls);
+  if (!pool_calls.empty())
+    figures.note("pool's driver calls in its replay (simulated driver; modeled time): " + pool_calls);
   if (!stitched_calls.empty())
     figures.note("stitched only: " + std::to_string(stitched_stats.stitched_maps) + " mappings built, " +
                  std::to_string(stitched_stats.chunks_created) + " chunks created; driver calls " + stitched_calls);

@@ -185,7 +185,8 @@ TEST(ParseErrors, ExtentSizeIsZeroOrAPowerOfTwoUpTo1G) {
 
 TEST(ParseErrors, TieringCommitIsBesideOrAfter) {
   ParseResult r = parse_one("UVMPOOL_TIERING_COMMIT", "later");
-  EXPECT_THAT(r.errors, ElementsAre(HasSubstr("UVMPOOL_TIERING_COMMIT='later' is not valid: expected beside or after")));
+  EXPECT_THAT(r.errors,
+              ElementsAre(HasSubstr("UVMPOOL_TIERING_COMMIT='later' is not valid: expected beside or after")));
   EXPECT_EQ(r.options.tiering_commit, "beside") << "the default stays";
   EXPECT_EQ(parse_one("UVMPOOL_TIERING_COMMIT", "after").options.tiering_commit, "after");
 }

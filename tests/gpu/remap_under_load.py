@@ -93,11 +93,13 @@ def rounds_beside(load):
 
 
 one_round()  # warm-up
-print(f"{'device' if on_device else 'host'} handles of {size >> 20} MiB, {n} a round (map, access one at a time, unmap)")
+kind = "device" if on_device else "host"
+print(f"{kind} handles of {size >> 20} MiB, {n} a round (map, access one at a time, unmap)")
 print("| load | rounds | ms a round (median) | min | max |" + (" us a call: map / access / unmap |" if by_call else ""))
 print("| --- | --- | --- | --- | --- |" + (" --- |" if by_call else ""))
 medians = {}
-for name, load in (("none", None), ("copies both ways", copies), ("fp16 8192^3 products", products), ("none, again", None)):
+loads = (("none", None), ("copies both ways", copies), ("fp16 8192^3 products", products), ("none, again", None))
+for name, load in loads:
     for k in calls:
         calls[k] = 0.0
     spent = rounds_beside(load)
