@@ -5,7 +5,9 @@ pipelined commit runs beside: the epoch's later copies), and beside matrix produ
 On an H200, row 4b's commits took 847 us a move in driver calls, where the simulator's constants
 (fitted to calls made on an idle GPU) give about half that.
 With --device the handles are device memory instead; --calls times each kind of call on its own
-(cuMemMap, cuMemSetAccess, cuMemUnmap), to see which one waits for the copies.
+(cuMemMap, cuMemSetAccess, cuMemUnmap), to see which one waits for the copies. A last load runs the
+same copies in another process (another context on the same GPU): whether the wait is for the
+copy engines themselves or for this context's copies only.
 usage: python3 remap_under_load.py [--size=MiB] [--device] [--calls] [N]   (default 32 MiB, 16 handles)"""
 import ctypes, statistics, sys, time
 
@@ -74,6 +76,42 @@ def copies():
     return done
 
 
+OTHER_PROCESS = """
+import sys, time, torch
+p = [torch.empty(1 << 30, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
+d = [torch.empty(1 << 30, dtype=torch.uint8, device="cuda") for _ in range(2)]
+s = [torch.cuda.Stream(), torch.cuda.Stream()]
+torch.cuda.synchronize()
+print("ready", flush=True)
+sys.stdin.readline()
+with torch.cuda.stream(s[0]):
+    for _ in range(30):
+        d[0].copy_(p[0], non_blocking=True)
+with torch.cuda.stream(s[1]):
+    for _ in range(30):
+        p[1].copy_(d[1], non_blocking=True)
+time.sleep(0.05)
+print("started", flush=True)
+torch.cuda.synchronize()
+print("done", flush=True)
+"""
+
+
+class OtherProcess:
+    """The copies of copies(), run by another process: query() says whether they ended."""
+    def __init__(self):
+        import subprocess
+        self.p = subprocess.Popen([sys.executable, "-c", OTHER_PROCESS], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        assert self.p.stdout.readline().strip() == "ready"
+        self.p.stdin.write("go\n")
+        self.p.stdin.flush()
+        assert self.p.stdout.readline().strip() == "started"
+
+    def query(self):
+        return self.p.poll() is not None
+
+
 def products():
     done = torch.cuda.Event()
     for _ in range(200):
@@ -89,6 +127,8 @@ def rounds_beside(load):
     while (done is None and len(spent) < 10) or (done is not None and not done.query() and len(spent) < 40):
         spent.append(one_round())
     torch.cuda.synchronize()
+    if isinstance(done, OtherProcess):
+        done.p.wait()
     return spent
 
 
@@ -98,7 +138,8 @@ print(f"{kind} handles of {size >> 20} MiB, {n} a round (map, access one at a ti
 print("| load | rounds | ms a round (median) | min | max |" + (" us a call: map / access / unmap |" if by_call else ""))
 print("| --- | --- | --- | --- | --- |" + (" --- |" if by_call else ""))
 medians = {}
-loads = (("none", None), ("copies both ways", copies), ("fp16 8192^3 products", products), ("none, again", None))
+loads = (("none", None), ("copies both ways", copies), ("fp16 8192^3 products", products), ("none, again", None),
+         ("copies both ways, another process", OtherProcess))
 for name, load in loads:
     for k in calls:
         calls[k] = 0.0
@@ -110,5 +151,6 @@ for name, load in loads:
 base = (medians["none"] + medians["none, again"]) / 2
 print(f"beside copies / alone {medians['copies both ways'] / base:.2f}; beside products / alone "
       f"{medians['fp16 8192^3 products'] / base:.2f}")
+print(f"beside another process's copies / alone {medians['copies both ways, another process'] / base:.2f}")
 for h in handles:
     cu.cuMemRelease(h)
