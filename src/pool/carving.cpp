@@ -111,7 +111,8 @@ CUresult DevicePool::try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext co
     MutexLock index(carve_index_mu_);
     carved_info_[p] = CarvedAllocation{bytes, context, next_buffer_id(), kLive};
   }
-  note_allocated(p, bytes, 0, false);
+  bump(fig_.carved_allocations[size_bucket(bytes)]);  // under mu_
+  note_allocated(p, bytes, 0, true);
   *out = p;
   return CUDA_SUCCESS;
 }
@@ -138,7 +139,8 @@ CUresult DevicePool::free_carved(CUdeviceptr p, const StreamKey* stream, bool ca
       it->second.state = capturing ? kQuarantined : kPending;
       if (!capturing && stream == nullptr) carved_info_.erase(it);
     }
-    note_freed(p, a.size, carved_host_bytes(p, a.size), false);
+    bump(fig_.carved_frees);  // under mu_
+    note_freed(p, a.size, carved_host_bytes(p, a.size), true);
     if (capturing) {
       log::debug("free of {:#x} during stream capture: kept out of reuse for good", p);
       return CUDA_SUCCESS;

@@ -61,6 +61,11 @@ struct DeviceFigures {
   // Carving (carving.cpp, under mu_, from the range's own figures: note_carved_idle).
   Counter carved_idle{0};      // device granules in idle carved slots (idle memory, as cached)
   Counter carved_mapped{0}, carved_live{0};  // bytes
+  // Statistics only: carved allocations and frees (try_carve, free_carved), under mu_, which those
+  // paths hold anyway: bumped with a plain load and store, as the bins and slab classes count theirs
+  // (a lock-prefixed add on each pair cost 5% of a carved pair's time; uvmpool-bench-alloc).
+  Counter carved_allocations[kSizeBuckets] = {};
+  Counter carved_frees{0};
 };
 
 }  // namespace uvmpool::pool
