@@ -164,7 +164,7 @@ TEST_F(Clock, KernelsTakeTheirLatencyPlusTheirBytesAtEachTiersRate) {
 
 // On an H200 a cuMemSetAccess made while copies run on its device's copy engines took about 1 ms
 // against 24 us alone (tests/gpu/remap_under_load.py --calls): modeled as the rest of the copies, up to
-// UVMPOOL_SIM_SET_ACCESS_BESIDE_COPY_NS, once a call. Kernels do not delay it.
+// UVMPOOL_SIM_SET_ACCESS_BESIDE_COPY_NS, once a mapping. Kernels do not delay it.
 TEST_F(Clock, ASetAccessWaitsForCopiesRunningOnItsDeviceUpToTheCap) {
   const CUmemAllocationProp prop = pinned_prop(CU_MEM_LOCATION_TYPE_DEVICE, 0);
   CUdeviceptr va = 0, a = 0;
@@ -199,6 +199,49 @@ TEST_F(Clock, ASetAccessWaitsForCopiesRunningOnItsDeviceUpToTheCap) {
   ASSERT_CU(cuMemUnmap(va, 2 * kMiB));
   ASSERT_CU(cuMemRelease(h));
   ASSERT_CU(cuMemAddressFree(va, 2 * kMiB));
+}
+
+// One call over several mappings waits once for each of them (H200: 16 device mappings of 32 MiB in
+// one call, 17 ms beside copies; tests/gpu/remap_under_load.py --span), each wait only for what is
+// left of the copies by then.
+TEST_F(Clock, ASetAccessOverSeveralMappingsWaitsOnceForEach) {
+  const CUmemAllocationProp prop = pinned_prop(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+  CUdeviceptr va = 0, a = 0;
+  CUmemGenericAllocationHandle h[2] = {};
+  ASSERT_CU(cuMemAddressReserve(&va, 4 * kMiB, 0, 0, 0));
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_CU(cuMemCreate(&h[i], 2 * kMiB, &prop, 0));
+    ASSERT_CU(cuMemMap(va + i * 2 * kMiB, 2 * kMiB, 0, h[i], 0));
+  }
+  ASSERT_CU(cuMemAlloc(&a, 4 * kBytes));
+  void* pinned = nullptr;
+  ASSERT_CU(cuMemHostAlloc(&pinned, 4 * kBytes, 0));
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  const CUmemAccessDesc rw = access(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+  const auto both_time = [&] {
+    const std::uint64_t t = uvmpool_sim_now_ns();
+    EXPECT_CU(cuMemSetAccess(va, 4 * kMiB, &rw, 1));
+    return uvmpool_sim_now_ns() - t;
+  };
+  EXPECT_EQ(both_time(), 2 * kSetAccessDeviceNs) << "nothing copying";
+  ASSERT_CU(cuMemcpyHtoDAsync(a, pinned, 4 * kBytes, s));  // about 840 us: longer than a few calls' waits
+  EXPECT_EQ(both_time(), 2 * kSetAccessDeviceNs + 2 * kSetAccessBesideCopyNs) << "a full wait for each mapping";
+  // The calls after it wait in full until the copy ends during one of them, which waits for the rest.
+  std::uint64_t t = 0;
+  int calls = 0;
+  while ((t = both_time()) == 2 * kSetAccessDeviceNs + 2 * kSetAccessBesideCopyNs && ++calls < 20) {
+  }
+  EXPECT_LT(calls, 20) << "the copy never ended";
+  EXPECT_GE(t, 2 * kSetAccessDeviceNs);
+  EXPECT_LT(t, 2 * kSetAccessDeviceNs + 2 * kSetAccessBesideCopyNs);
+  EXPECT_EQ(both_time(), 2 * kSetAccessDeviceNs) << "the copy is over";
+  ASSERT_CU(cuStreamSynchronize(s));
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_CU(cuMemUnmap(va + i * 2 * kMiB, 2 * kMiB));
+    ASSERT_CU(cuMemRelease(h[i]));
+  }
+  ASSERT_CU(cuMemAddressFree(va, 4 * kMiB));
 }
 
 TEST_F(Clock, CopiesTakeTheirBytesAtThePathsRate) {
