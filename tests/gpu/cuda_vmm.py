@@ -6,6 +6,21 @@ import ctypes, sys, time
 
 cu = ctypes.CDLL("libcuda.so.1")
 
+def take_option(args, name, default, parse=int):
+    """The value of `--name=V` in args (removed from it), parsed; `default` when absent."""
+    value = default
+    for a in [a for a in args if a.startswith(f"--{name}=")]:
+        value = parse(a.split("=", 1)[1])
+        args.remove(a)
+    return value
+
+def take_flag(args, name):
+    """Whether `--name` is in args (removed from it)."""
+    present = f"--{name}" in args
+    while f"--{name}" in args:
+        args.remove(f"--{name}")
+    return present
+
 def ok(r, what):
     if r != 0: sys.exit(f"{what} failed: {r}")
 

@@ -13,16 +13,11 @@ import statistics, sys
 
 import torch
 
-from cuda_vmm import Access, Location, Prop, host_location, create_handles, cu, remap_round
+from cuda_vmm import Access, Location, Prop, host_location, create_handles, cu, remap_round, take_flag, take_option
 
 args = sys.argv[1:]
-size = 32 << 20
-for a in [a for a in args if a.startswith("--size=")]:
-    size = int(a.split("=", 1)[1]) << 20
-    args.remove(a)
-on_device = "--device" in args
-if on_device:
-    args.remove("--device")
+size = take_option(args, "size", 32) << 20
+on_device = take_flag(args, "device")
 n = int(args[0]) if args else 16
 
 torch.cuda.init()

@@ -7,34 +7,46 @@ On an H200, row 4b's commits took 847 us a move in driver calls, where the simul
 With --device the handles are device memory instead; --calls times each kind of call on its own
 (cuMemMap, cuMemSetAccess, cuMemUnmap), to see which one waits for the copies. A last load runs the
 same copies in another process (another context on the same GPU): whether the wait is for the
-copy engines themselves or for this context's copies only.
-usage: python3 remap_under_load.py [--size=MiB] [--device] [--calls] [N]   (default 32 MiB, 16 handles)"""
-import ctypes, statistics, sys, time
+copy engines themselves or for this context's copies only. --pieces=P,Q,... adds loads of the same
+copies made P MiB at a time (in this process): whether a call waits for the running copy's end (so
+smaller copies would shorten the wait) or for something else.
+usage: python3 remap_under_load.py [--size=MiB] [--device] [--calls] [--pieces=MiB,...] [N]
+       (default 32 MiB, 16 handles)
+       --span sets access with one call over the round's whole range; --staged keeps every handle mapped
+       at a second range for the whole run (as the pool keeps a moving piece's staging mapping);
+       --plain-host makes host handles at CU_MEM_LOCATION_TYPE_HOST instead of the host NUMA node
+       python3 remap_under_load.py --threads=T [--size=MiB] [--device] [N]: T threads, each with N handles
+       of its own, run 4 rounds side by side, alone and beside copies: whether the calls of several
+       threads wait side by side or one after another (the driver serialising them)."""
+import ctypes, statistics, sys, threading, time
 
 import torch
 
 from cuda_vmm import (Access, Location, Prop, host_location, create_handles, cu, map_all, ok, remap_round, reserve,
-                      unmap_all)
+                      take_flag, take_option, unmap_all)
 
 args = sys.argv[1:]
-size = 32 << 20
-for a in [a for a in args if a.startswith("--size=")]:
-    size = int(a.split("=", 1)[1]) << 20
-    args.remove(a)
-on_device = "--device" in args
-by_call = "--calls" in args
-args = [a for a in args if a not in ("--device", "--calls")]
+size = take_option(args, "size", 32) << 20
+threads = take_option(args, "threads", 0)
+pieces = take_option(args, "pieces", [], lambda v: [int(p) for p in v.split(",")])
+on_device = take_flag(args, "device")
+span = take_flag(args, "span")
+staged = take_flag(args, "staged")
+plain_host = take_flag(args, "plain-host")  # CU_MEM_LOCATION_TYPE_HOST, not the device's host NUMA node
+by_call = take_flag(args, "calls") or span or staged
 n = int(args[0]) if args else 16
 
 torch.cuda.init()
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
 b = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
-pinned = [torch.empty(1 << 30, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
-device_bufs = [torch.empty(1 << 30, dtype=torch.uint8, device="cuda") for _ in range(2)]
-streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-torch.cuda.synchronize()
-handles = create_handles(n, size, Prop(type=1, location=Location(type=1, id=0) if on_device else host_location()))
+handle_prop = Prop(type=1, location=Location(type=1, id=0) if on_device else
+                   Location(type=2, id=0) if plain_host else host_location())
+handles = create_handles(n, size, handle_prop)
 acc = Access(location=Location(type=1, id=0), flags=3)
+if staged:  # each handle also mapped, with access, at a range of its own for the whole run (as the pool's staging)
+    staging_va = reserve(n * size, size)
+    map_all(staging_va, handles, size)
+    ok(cu.cuMemSetAccess(staging_va, ctypes.c_size_t(n * size), ctypes.byref(acc), ctypes.c_size_t(1)), "access")
 
 
 calls = {"map": 0.0, "access": 0.0, "unmap": 0.0}  # with --calls: seconds in each kind, this load's rounds
@@ -48,9 +60,9 @@ def one_round():
     t0 = time.perf_counter()
     map_all(va, handles, size)
     t1 = time.perf_counter()
-    for i in range(n):
-        ok(cu.cuMemSetAccess(ctypes.c_ulonglong(va.value + i * size), ctypes.c_size_t(size), ctypes.byref(acc),
-                             ctypes.c_size_t(1)), "access")
+    for i in range(1 if span else n):
+        ok(cu.cuMemSetAccess(ctypes.c_ulonglong(va.value + i * size), ctypes.c_size_t(n * size if span else size),
+                             ctypes.byref(acc), ctypes.c_size_t(1)), "access")
     t2 = time.perf_counter()
     unmap_all(va, n, size)
     t3 = time.perf_counter()
@@ -61,52 +73,78 @@ def one_round():
     return t3 - t0
 
 
-def copies():
-    """Queues 1 GiB copies each way, 30 of each, on two streams: about 0.6 s at 55 GB/s."""
-    done = torch.cuda.Event()
-    with torch.cuda.stream(streams[0]):
-        for _ in range(30):
-            device_bufs[0].copy_(pinned[0], non_blocking=True)
-    with torch.cuda.stream(streams[1]):
-        for _ in range(30):
-            pinned[1].copy_(device_bufs[1], non_blocking=True)
-    torch.cuda.current_stream().wait_stream(streams[0])
-    torch.cuda.current_stream().wait_stream(streams[1])
-    done.record()
-    return done
-
-
-OTHER_PROCESS = """
-import sys, time, torch
-p = [torch.empty(1 << 30, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
-d = [torch.empty(1 << 30, dtype=torch.uint8, device="cuda") for _ in range(2)]
-s = [torch.cuda.Stream(), torch.cuda.Stream()]
+# The copies every load runs: `piece` bytes at a time from 1 GiB buffers, both ways on two streams,
+# queued until `seconds` of them are in (about 55 GB/s each way). Run in this process (copies()) and,
+# as source, by another one (OtherProcess), so the two loads are the same copies.
+COPIES = """
+import time, torch
+pinned = [torch.empty(1 << 30, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
+device_bufs = [torch.empty(1 << 30, dtype=torch.uint8, device="cuda") for _ in range(2)]
+streams = [torch.cuda.Stream(), torch.cuda.Stream()]
 torch.cuda.synchronize()
+
+def queue_copies(piece, seconds, started=lambda: None):
+    queued, per_way, first = 0, int(seconds * 55e9), True
+    while queued < per_way:
+        at = queued % (1 << 30)
+        with torch.cuda.stream(streams[0]):
+            device_bufs[0][at:at + piece].copy_(pinned[0][at:at + piece], non_blocking=True)
+        with torch.cuda.stream(streams[1]):
+            pinned[1][at:at + piece].copy_(device_bufs[1][at:at + piece], non_blocking=True)
+        queued += piece
+        if first:
+            started()
+            first = False
+"""
+exec(COPIES)
+
+
+class Copies:
+    """The copies, queued in this process by a thread of their own (small pieces would otherwise be
+    queued before the first round, and mostly done by then): query() says whether they ended."""
+    def __init__(self, piece):
+        self.done, started = None, threading.Event()
+        self.thread = threading.Thread(target=self.queue, args=(piece, started.set))
+        self.thread.start()
+        started.wait()
+
+    def queue(self, piece, started):
+        queue_copies(piece, 0.6, started)
+        done = torch.cuda.Event()
+        torch.cuda.current_stream().wait_stream(streams[0])
+        torch.cuda.current_stream().wait_stream(streams[1])
+        done.record()
+        self.done = done
+
+    def query(self):
+        return self.done is not None and self.done.query()
+
+
+def copies(piece=1 << 30):
+    return Copies(piece)
+
+
+OTHER_PROCESS = COPIES + """
+import sys
 print("ready", flush=True)
-sys.stdin.readline()
-with torch.cuda.stream(s[0]):
-    for _ in range(30):
-        d[0].copy_(p[0], non_blocking=True)
-with torch.cuda.stream(s[1]):
-    for _ in range(30):
-        p[1].copy_(d[1], non_blocking=True)
-time.sleep(0.05)
-print("started", flush=True)
+piece = int(sys.stdin.readline())
+queue_copies(piece, 0.6, lambda: print("started", flush=True))
 torch.cuda.synchronize()
-print("done", flush=True)
 """
 
 
 class OtherProcess:
-    """The copies of copies(), run by another process: query() says whether they ended."""
-    def __init__(self):
+    """The copies of copies(), run by another process in pieces of `piece` bytes: query() says whether
+    they ended."""
+    def __init__(self, piece=1 << 30):
         import subprocess
         self.p = subprocess.Popen([sys.executable, "-c", OTHER_PROCESS], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True)
         assert self.p.stdout.readline().strip() == "ready"
-        self.p.stdin.write("go\n")
+        self.p.stdin.write(f"{piece}\n")
         self.p.stdin.flush()
         assert self.p.stdout.readline().strip() == "started"
+        time.sleep(0.05)
 
     def query(self):
         return self.p.poll() is not None
@@ -126,11 +164,43 @@ def rounds_beside(load):
     spent = []
     while (done is None and len(spent) < 10) or (done is not None and not done.query() and len(spent) < 40):
         spent.append(one_round())
+    if isinstance(done, Copies):
+        done.thread.join()
     torch.cuda.synchronize()
     if isinstance(done, OtherProcess):
         done.p.wait()
     return spent
 
+
+def threaded(load):
+    """`threads` threads, each mapping, setting access on and unmapping its own handles 4 rounds: the wall
+    seconds they took, with `load` started first."""
+    own = [create_handles(n, size, handle_prop) for _ in range(threads)]
+    done = load() if load else None
+    t0 = time.perf_counter()
+    workers = [threading.Thread(target=lambda h=h: [remap_round(h, size, acc) for _ in range(4)]) for h in own]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    wall = time.perf_counter() - t0
+    if isinstance(done, Copies):
+        done.thread.join()
+    torch.cuda.synchronize()
+    for h in sum(own, []):
+        cu.cuMemRelease(h)
+    return wall
+
+
+if threads:
+    remap_round(handles, size, acc)  # warm-up
+    print(f"{threads} threads, each 4 rounds of {n} {'device' if on_device else 'host'} handles of {size >> 20} MiB")
+    print("| load | wall ms | ms a round a thread |")
+    print("| --- | --- | --- |")
+    for name, load in (("none", None), ("copies both ways", copies), ("none, again", None)):
+        wall = threaded(load)
+        print(f"| {name} | {wall * 1e3:.1f} | {wall * 1e3 / 4:.2f} |", flush=True)
+    sys.exit(0)
 
 one_round()  # warm-up
 kind = "device" if on_device else "host"
@@ -139,7 +209,8 @@ print("| load | rounds | ms a round (median) | min | max |" + (" us a call: map 
 print("| --- | --- | --- | --- | --- |" + (" --- |" if by_call else ""))
 medians = {}
 loads = (("none", None), ("copies both ways", copies), ("fp16 8192^3 products", products), ("none, again", None),
-         ("copies both ways, another process", OtherProcess))
+         ("copies both ways, another process", OtherProcess)) + tuple(
+             (f"copies both ways in {p} MiB pieces", lambda p=p: copies(p << 20)) for p in pieces)
 for name, load in loads:
     for k in calls:
         calls[k] = 0.0
