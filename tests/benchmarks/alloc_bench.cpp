@@ -333,8 +333,8 @@ int main(int argc, char** argv) {
     }
     const double stats_cost = stats_s / bare_s - 1, trace_cost = traced_s / stats_s - 1;
     costs.row("statistics, " + format_size(bytes) + " (bare " + format_seconds(bare_s) + ", with " + format_seconds(stats_s) + ")",
-              fixed(100 * stats_cost, 1) + "%", "<= 2%");
-    costs.row("trace, " + format_size(bytes) + " (" + format_seconds(traced_s) + ")", fixed(100 * trace_cost, 1) + "%", "<= 10%");
+              percent_change(stats_cost), "<= 2%");
+    costs.row("trace, " + format_size(bytes) + " (" + format_seconds(traced_s) + ")", percent_change(trace_cost), "<= 10%");
     worst_stats = std::max(worst_stats, stats_cost);
     worst_trace = std::max(worst_trace, trace_cost);
   }
@@ -347,9 +347,9 @@ int main(int argc, char** argv) {
   if (publisher) publisher->stop();
   std::filesystem::remove(g_trace_path);
   if (worst_stats > -1)
-    summary_line("observability", "statistics worst +" + fixed(100 * worst_stats, 1) + "% (target <= 2%)" +
-                                      (worst_stats <= kStatsBudget ? "" : " ABOVE TARGET") + ", trace worst +" +
-                                      fixed(100 * worst_trace, 1) + "% (target <= 10%)" +
+    summary_line("observability", "statistics worst " + percent_change(worst_stats) + " (target <= 2%)" +
+                                      (worst_stats <= kStatsBudget ? "" : " ABOVE TARGET") + ", trace worst " +
+                                      percent_change(worst_trace) + " (target <= 10%)" +
                                       (worst_trace <= kTraceBudget ? "" : " ABOVE TARGET"));
   if (worst >= 0)
     summary_line("alloc", "worst speedup " + fixed(worst, 1) + "x at " + worst_size + " (target >= 30x)" +

@@ -120,6 +120,12 @@ std::string fixed(double value, int decimals) {
   return buffer;
 }
 
+std::string percent_change(double fraction) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%+.1f%%", 100 * fraction);
+  return buffer;
+}
+
 std::string format_size(std::uint64_t bytes) {
   static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double value = static_cast<double>(bytes);

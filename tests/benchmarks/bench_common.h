@@ -42,6 +42,8 @@ std::uint64_t parse_size(const std::string& text);  // exits with a message if m
 std::string format_size(std::uint64_t bytes);      // "4 KiB", "1 GiB", "3.5 MiB"
 std::string format_seconds(double seconds);        // "85.2 us", "1.23 ms"
 std::string fixed(double value, int decimals);
+// A relative change as a signed percentage, one decimal: 0.046 -> "+4.6%", -0.004 -> "-0.4%".
+std::string percent_change(double fraction);
 double median(std::vector<double> values);
 
 // Exits with status 1 naming the call and the driver's error name when `status` is not success.
