@@ -503,6 +503,13 @@ DeviceStats DevicePool::stats() const {
   s.move_mappings_mapped = fig_.move_mapped.load(std::memory_order_relaxed);
   s.move_commit_us = fig_.move_commit_ns.load(std::memory_order_relaxed) / 1000;
   s.move_remap_us = fig_.move_remap_ns.load(std::memory_order_relaxed) / 1000;
+  const auto us = [](const std::atomic<std::uint64_t>& ns) { return ns.load(std::memory_order_relaxed) / 1000; };
+  s.move_unmap_device_us = us(fig_.move_unmap_ns[0]);
+  s.move_unmap_host_us = us(fig_.move_unmap_ns[1]);
+  s.move_map_device_us = us(fig_.move_map_ns[0]);
+  s.move_map_host_us = us(fig_.move_map_ns[1]);
+  s.move_set_access_device_us = us(fig_.move_access_ns[0]);
+  s.move_set_access_host_us = us(fig_.move_access_ns[1]);
   return s;
 }
 

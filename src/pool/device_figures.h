@@ -57,6 +57,9 @@ struct DeviceFigures {
   Counter move_unmapped{0}, move_mapped{0};      // mappings the commits' remaps changed
   Counter move_commit_ns{0};  // host time in the committed moves' commits (Vmm::remap and the bookkeeping)
   Counter move_remap_ns{0};   // of that, and in failed remaps, in Vmm::remap: the driver's calls
+  // Of move_remap_ns, by call and by the tier of the pieces it acted on (Vmm's RemapTimes, indexed by
+  // Tier): a host mapping costs per byte, a device one per call.
+  Counter move_unmap_ns[2] = {}, move_map_ns[2] = {}, move_access_ns[2] = {};
 
   // Carving (carving.cpp, under mu_, from the range's own figures: note_carved_idle).
   Counter carved_idle{0};      // device granules in idle carved slots (idle memory, as cached)

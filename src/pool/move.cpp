@@ -288,9 +288,15 @@ CUresult DevicePool::commit_locked(Move* m, bool quiesced) {
   // The commit's time, and of it the driver's calls: under a hold the program's work waits for both,
   // and what is not the driver's is the pool's own bookkeeping (DeviceStats::move_commit_us).
   const auto began = std::chrono::steady_clock::now();
-  const CUresult remapped = vmm_.remap(m->address, old, m->target, chunk_);
+  RemapTimes calls;
+  const CUresult remapped = vmm_.remap(m->address, old, m->target, chunk_, &calls);
   const auto driver_done = std::chrono::steady_clock::now();
   fig_.move_remap_ns.fetch_add(nanoseconds(driver_done - began), std::memory_order_relaxed);
+  for (std::size_t t = 0; t < 2; ++t) {
+    fig_.move_unmap_ns[t].fetch_add(calls.unmap_ns[t], std::memory_order_relaxed);
+    fig_.move_map_ns[t].fetch_add(calls.map_ns[t], std::memory_order_relaxed);
+    fig_.move_access_ns[t].fetch_add(calls.access_ns[t], std::memory_order_relaxed);
+  }
   if (remapped != CUDA_SUCCESS) {
     fig_.moves_failed.fetch_add(1, std::memory_order_relaxed);
     log::warn("device {}: a move of {} bytes at {:#x} failed at its remap ({}); the old mapping stands", device_,
@@ -403,7 +409,9 @@ CUresult DevicePool::take_target(std::size_t n, Tier tier, std::vector<Chunk>* o
     return placement::place(stock, ask).refused ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
   }
   // Host pieces: each costs one mapping at the commit, and a host mapping's cuMemSetAccess and
-  // cuMemUnmap cost about 61 and 31 us whatever its size (H200), so a range is cut into few pieces.
+  // cuMemUnmap cost about 61 and 31 us a call besides their cost per byte (H200; row 4b: 20.6 and 7.4
+  // us a MiB, docs/tiering.md "Where the commits' time goes"), so a range is cut into few pieces.
+  // (Fewer still, one piece below an extent, measured no faster on row 4b: the bytes dominate.)
   // Host extents (HostReserve::take_extents) are pinned for moves only, so their sizes follow what
   // moves: the same buffers moving each step find their sizes in the stock. The shape, in address
   // order, smallest first, so that a promotion of the range's start, which is what the room for part

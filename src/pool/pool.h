@@ -169,12 +169,18 @@ struct DeviceStats {
   std::uint64_t moves = 0;                  // committed
   std::uint64_t moves_failed = 0;           // prepare or commit refused by the driver or the tiers
   std::uint64_t moves_in_flight = 0;        // prepared, not yet committed or aborted
-  // Mappings the committed moves unmapped and mapped at their addresses: a remap costs per mapping,
-  // not per byte (../shared/FACTS.md), so mappings per move say what the commits cost.
+  // Mappings the committed moves unmapped and mapped at their addresses: a device mapping's remap
+  // costs per mapping, a host one's per byte as well (../shared/FACTS.md, docs/tiering.md), so
+  // mappings per move, beside the times by call below, say what the commits cost.
   std::uint64_t move_mappings_unmapped = 0;
   std::uint64_t move_mappings_mapped = 0;
   std::uint64_t move_commit_us = 0;  // host time the commits took, and of it in the remaps' driver calls
   std::uint64_t move_remap_us = 0;
+  // Of move_remap_us, by driver call and by the tier of the pieces it acted on: a demotion unmaps
+  // device pieces and maps host ones, a promotion the other way round.
+  std::uint64_t move_unmap_device_us = 0, move_unmap_host_us = 0;
+  std::uint64_t move_map_device_us = 0, move_map_host_us = 0;
+  std::uint64_t move_set_access_device_us = 0, move_set_access_host_us = 0;
 };
 
 class DevicePool;

@@ -1,5 +1,8 @@
 #include "pool/vmm.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include "config/log.h"
 #include "pool/peer_access.h"
 
@@ -20,6 +23,20 @@ CUmemAllocationProp host_prop(const CUmemLocation& location) {
   prop.location = location;
   return prop;
 }
+
+// Adds the time since `since` to `*ns` when it is given (a remap's RemapTimes); now, for the next.
+std::chrono::steady_clock::time_point add_since(std::uint64_t* ns, std::chrono::steady_clock::time_point since) {
+  if (ns == nullptr) return since;
+  const auto now = std::chrono::steady_clock::now();
+  *ns += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - since).count());
+  return now;
+}
+
+std::chrono::steady_clock::time_point start_if(const RemapTimes* times) {
+  return times != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+}
+
+std::size_t tier_index(Tier t) { return t == Tier::Host ? 1 : 0; }
 
 }  // namespace
 
@@ -147,11 +164,13 @@ void Vmm::free_reservation(CUdeviceptr va, std::size_t size) const {
   if (r != CUDA_SUCCESS) log::warn("cuMemAddressFree failed ({})", static_cast<int>(r));
 }
 
-CUresult Vmm::map(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk_size) const {
+CUresult Vmm::map(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk_size, RemapTimes* times) const {
   std::size_t at = 0;
+  auto began = start_if(times);
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     const std::size_t bytes = pieces[i].granules * chunk_size;
     const CUresult r = d_.cuMemMap(va + at, bytes, 0, pieces[i].handle, 0);
+    began = add_since(times != nullptr ? &times->map_ns[tier_index(pieces[i].tier)] : nullptr, began);
     if (r != CUDA_SUCCESS) {
       unmap(va, pieces.first(i), chunk_size);
       return r;
@@ -162,9 +181,14 @@ CUresult Vmm::map(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chu
   // Host access to host chunks would double cuMemSetAccess's cost (134 against 67 us per 2 MiB host
   // chunk on an H200) for no use the program can make of it: it does not know which of its pieces
   // lie in host memory.
-  if (const CUresult r = PeerAccess::get().grant(d_, device_, va, at); r != CUDA_SUCCESS) {
+  const CUresult granted = PeerAccess::get().grant(d_, device_, va, at);
+  if (times != nullptr) {
+    const bool all_host = std::all_of(pieces.begin(), pieces.end(), [](const Chunk& c) { return c.tier == Tier::Host; });
+    add_since(&times->access_ns[all_host ? 1 : 0], began);
+  }
+  if (granted != CUDA_SUCCESS) {
     unmap(va, pieces, chunk_size);
-    return r;
+    return granted;
   }
   return CUDA_SUCCESS;
 }
@@ -188,14 +212,17 @@ bool Vmm::unmap(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk
 }
 
 CUresult Vmm::remap(CUdeviceptr va, std::span<const Chunk> old, std::span<const Chunk> fresh,
-                    std::size_t chunk_size) const {
+                    std::size_t chunk_size, RemapTimes* times) const {
   // Unmap the old pieces one by one; a refusal maps back those already unmapped (the rest never
   // stopped being mapped, with their access).
   std::size_t at = 0;
   for (std::size_t i = 0; i < old.size(); ++i) {
     const std::size_t bytes = old[i].granules * chunk_size;
     PeerAccess::get().forget(va + at, bytes);
-    if (const CUresult r = d_.cuMemUnmap(va + at, bytes); r != CUDA_SUCCESS) {
+    const auto began = start_if(times);
+    const CUresult r = d_.cuMemUnmap(va + at, bytes);
+    add_since(times != nullptr ? &times->unmap_ns[tier_index(old[i].tier)] : nullptr, began);
+    if (r != CUDA_SUCCESS) {
       if (i != 0 && map(va, old.first(i), chunk_size) != CUDA_SUCCESS) {
         log::error("device {}: a failed move could not map back its old chunks at {:#x}", device_, va);
       }
@@ -207,7 +234,7 @@ CUresult Vmm::remap(CUdeviceptr va, std::span<const Chunk> old, std::span<const 
     at += bytes;
   }
   // map() maps and sets access all or nothing; failing, the old pieces go back where they were.
-  if (const CUresult r = map(va, fresh, chunk_size); r != CUDA_SUCCESS) {
+  if (const CUresult r = map(va, fresh, chunk_size, times); r != CUDA_SUCCESS) {
     if (map(va, old, chunk_size) != CUDA_SUCCESS) {
       log::error("device {}: a failed move could not map back its old chunks at {:#x}", device_, va);
     }

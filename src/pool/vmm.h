@@ -31,6 +31,14 @@ struct Chunk {
   std::uint32_t granules = 1;
 };
 
+// Where a remap's driver time went, by call and by the tier of the pieces it acted on (indexed by
+// Tier: device 0, host 1). On an H200 a host mapping's cuMemSetAccess and cuMemUnmap cost per byte
+// (row 4b: 20.6 and 7.4 us a MiB), a device one's about the same whatever its size (100 and 49 us),
+// so these say which side of the moves the commits' time is (DeviceStats::move_set_access_host_us...).
+struct RemapTimes {
+  std::uint64_t unmap_ns[2] = {}, map_ns[2] = {}, access_ns[2] = {};
+};
+
 // Granules in a run of pieces.
 inline std::size_t granules_of(std::span<const Chunk> pieces) {
   std::size_t n = 0;
@@ -79,7 +87,9 @@ class Vmm {
   // device read-write access to the whole range with one cuMemSetAccess (one call over a range is far
   // cheaper than one per piece, though its cost still grows with the mappings it covers). All or
   // nothing.
-  CUresult map(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk_size) const;
+  // `times`, when given, gets the calls' time added (the access to the host tier's when every piece
+  // is a host one, else to the device's).
+  CUresult map(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk_size, RemapTimes* times = nullptr) const;
   // Unmaps the pieces mapped one after another from va, asking once more where the driver refuses.
   // Errors are logged, not rolled back (there is nothing to roll back to); false when any piece
   // stayed mapped, so the caller keeps that address range out of reuse.
@@ -87,14 +97,16 @@ class Vmm {
   // The pieces mapped one after another from va (`old`) replaced by `fresh`, which cover the same
   // bytes, at the same addresses, with access set as map() sets it: the last step of a move
   // (move.cpp). All or nothing: a failing step is undone and `old` is mapped there again, as before.
-  CUresult remap(CUdeviceptr va, std::span<const Chunk> old, std::span<const Chunk> fresh, std::size_t chunk_size) const;
+  // `times`, when given, gets each driver call's time added, by call and tier.
+  CUresult remap(CUdeviceptr va, std::span<const Chunk> old, std::span<const Chunk> fresh, std::size_t chunk_size,
+                 RemapTimes* times = nullptr) const;
 
   // Staging mappings: a piece's second mapping, at an address of its own with this device's access,
   // where a move copies into it before the commit maps it at the moved range (move.cpp). Made the
   // first time a handle is a move's target and kept until release_chunks releases the handle (which
   // unmaps it first). Why kept: cuMemMap + cuMemSetAccess at the prepare and cuMemUnmap after the
-  // commit cost per mapping, not per byte (about 47 us a device piece, 94 a host one, on an H200),
-  // as much as the remap itself, and a buffer that moves back and forth each step used to pay them
+  // commit cost per mapping (about 47 us a device piece, 94 a 2 MiB host one, on an H200; a host
+  // one's grows with its bytes as well), as much as the remap itself, and a buffer that moves back and forth each step used to pay them
   // at every move; a kept mapping costs address space only. `va` is where the piece can be written.
   CUresult staging(const Chunk& piece, std::size_t chunk_size, CUdeviceptr* va) const;
 

@@ -85,6 +85,12 @@ constexpr DeviceField kDeviceFields[] = {
     {"move_mappings_mapped", C, N, &DS::move_mappings_mapped, "Mappings the committed moves mapped at their addresses"},
     {"move_commit_time", C, Unit::Microseconds, &DS::move_commit_us, "Host time the committed moves' commits took (under the mover's hold the program's work waits for it)"},
     {"move_remap_time", C, Unit::Microseconds, &DS::move_remap_us, "Of the commits' time (and failed remaps'), the remaps' driver calls; the rest is the pool's bookkeeping"},
+    {"move_unmap_device_time", C, Unit::Microseconds, &DS::move_unmap_device_us, "Of the remaps' time, cuMemUnmap of device pieces (the demotions')"},
+    {"move_unmap_host_time", C, Unit::Microseconds, &DS::move_unmap_host_us, "Of the remaps' time, cuMemUnmap of host pieces (the promotions'; it grows with the bytes)"},
+    {"move_map_device_time", C, Unit::Microseconds, &DS::move_map_device_us, "Of the remaps' time, cuMemMap of device pieces (the promotions')"},
+    {"move_map_host_time", C, Unit::Microseconds, &DS::move_map_host_us, "Of the remaps' time, cuMemMap of host pieces (the demotions')"},
+    {"move_set_access_device_time", C, Unit::Microseconds, &DS::move_set_access_device_us, "Of the remaps' time, cuMemSetAccess on device pieces (the promotions')"},
+    {"move_set_access_host_time", C, Unit::Microseconds, &DS::move_set_access_host_us, "Of the remaps' time, cuMemSetAccess on host pieces (the demotions'; it grows with the bytes)"},
 };
 
 std::vector<MetricInfo> make_device_infos() {
