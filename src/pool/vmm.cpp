@@ -183,8 +183,8 @@ CUresult Vmm::map(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chu
   // lie in host memory.
   const CUresult granted = PeerAccess::get().grant(d_, device_, va, at);
   if (times != nullptr) {
-    const bool all_host = std::all_of(pieces.begin(), pieces.end(), [](const Chunk& c) { return c.tier == Tier::Host; });
-    add_since(&times->access_ns[all_host ? 1 : 0], began);
+    const bool host = std::all_of(pieces.begin(), pieces.end(), [](const Chunk& c) { return c.tier == Tier::Host; });
+    add_since(&times->access_ns[host ? 1 : 0], began);
   }
   if (granted != CUDA_SUCCESS) {
     unmap(va, pieces, chunk_size);

@@ -89,7 +89,8 @@ class Vmm {
   // nothing.
   // `times`, when given, gets the calls' time added (the access to the host tier's when every piece
   // is a host one, else to the device's).
-  CUresult map(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk_size, RemapTimes* times = nullptr) const;
+  CUresult map(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk_size,
+               RemapTimes* times = nullptr) const;
   // Unmaps the pieces mapped one after another from va, asking once more where the driver refuses.
   // Errors are logged, not rolled back (there is nothing to roll back to); false when any piece
   // stayed mapped, so the caller keeps that address range out of reuse.
@@ -106,8 +107,9 @@ class Vmm {
   // first time a handle is a move's target and kept until release_chunks releases the handle (which
   // unmaps it first). Why kept: cuMemMap + cuMemSetAccess at the prepare and cuMemUnmap after the
   // commit cost per mapping (about 47 us a device piece, 94 a 2 MiB host one, on an H200; a host
-  // one's grows with its bytes as well), as much as the remap itself, and a buffer that moves back and forth each step used to pay them
-  // at every move; a kept mapping costs address space only. `va` is where the piece can be written.
+  // one's grows with its bytes as well), as much as the remap itself, and a buffer that moves back
+  // and forth each step used to pay them at every move; a kept mapping costs address space only.
+  // `va` is where the piece can be written.
   CUresult staging(const Chunk& piece, std::size_t chunk_size, CUdeviceptr* va) const;
 
  private:
