@@ -3,10 +3,11 @@
 // Why. The driver's mapping calls on device memory cost per mapping, not per byte (cuMemSetAccess
 // about 30 us for each mapping it covers, of 2 or 32 MiB alike, on an H200), and it maps a handle
 // only whole, from offset 0. A pool that gives each allocation mappings of its own therefore pays
-// per allocation it builds: on the churn replay (uvmpool-bench-fragmentation, modeled) 2752 piece mappings, most of
-// them 2 MiB chunks of allocations smaller than an extent, 28.5x the caching allocator's time. The
-// caching allocator and PyTorch's expandable segments pay per segment instead: they map memory once
-// and carve allocations out of it. This is that, on the pool's extents.
+// per allocation it builds: on the churn replay (uvmpool-bench-fragmentation, modeled) 2752 piece
+// mappings, most of them 2 MiB chunks of allocations smaller than an extent, 28.5x the caching
+// allocator's time. The caching allocator and PyTorch's expandable segments pay per segment
+// instead: they map memory once and carve allocations out of it. This is that, on the pool's
+// extents.
 //
 // What. One reserved address range. Extent-sized slots; a slot is either unmapped or mapped with
 // pieces that cover it (one extent handle, or chunks where that is what free memory has), each slot
