@@ -162,6 +162,14 @@ TEST_F(Clock, KernelsTakeTheirLatencyPlusTheirBytesAtEachTiersRate) {
   EXPECT_EQ(uvmpool_sim_link_bytes(0, UVMPOOL_SIM_DEVICE_TO_HOST) - out_before, kBytes);
 }
 
+// The modeled time of a cuMemSetAccess giving device 0 read-write access to [va, va + bytes).
+std::uint64_t device_access_ns(CUdeviceptr va, std::size_t bytes) {
+  const CUmemAccessDesc rw = access(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+  const std::uint64_t t = uvmpool_sim_now_ns();
+  EXPECT_CU(cuMemSetAccess(va, bytes, &rw, 1));
+  return uvmpool_sim_now_ns() - t;
+}
+
 // On an H200 a cuMemSetAccess made while copies run on its device's copy engines took about 1 ms
 // against 24 us alone (tests/gpu/remap_under_load.py --calls): modeled as the rest of the copies, up to
 // UVMPOOL_SIM_SET_ACCESS_BESIDE_COPY_NS, once a mapping. Kernels do not delay it.
@@ -177,12 +185,7 @@ TEST_F(Clock, ASetAccessWaitsForCopiesRunningOnItsDeviceUpToTheCap) {
   ASSERT_CU(cuMemHostAlloc(&pinned, kBytes, 0));
   CUstream s = nullptr;
   ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-  const CUmemAccessDesc rw = access(CU_MEM_LOCATION_TYPE_DEVICE, 0);
-  const auto set_access_time = [&] {
-    const std::uint64_t t = uvmpool_sim_now_ns();
-    EXPECT_CU(cuMemSetAccess(va, 2 * kMiB, &rw, 1));
-    return uvmpool_sim_now_ns() - t;
-  };
+  const auto set_access_time = [&] { return device_access_ns(va, 2 * kMiB); };
   EXPECT_EQ(set_access_time(), kSetAccessDeviceNs) << "nothing copying";
   // A copy of 8 MiB at 40 GB/s runs about 210 us: a call made at its start waits the cap.
   ASSERT_CU(cuMemcpyHtoDAsync(a, pinned, kBytes, s));
@@ -218,12 +221,7 @@ TEST_F(Clock, ASetAccessOverSeveralMappingsWaitsOnceForEach) {
   ASSERT_CU(cuMemHostAlloc(&pinned, 4 * kBytes, 0));
   CUstream s = nullptr;
   ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-  const CUmemAccessDesc rw = access(CU_MEM_LOCATION_TYPE_DEVICE, 0);
-  const auto both_time = [&] {
-    const std::uint64_t t = uvmpool_sim_now_ns();
-    EXPECT_CU(cuMemSetAccess(va, 4 * kMiB, &rw, 1));
-    return uvmpool_sim_now_ns() - t;
-  };
+  const auto both_time = [&] { return device_access_ns(va, 4 * kMiB); };
   EXPECT_EQ(both_time(), 2 * kSetAccessDeviceNs) << "nothing copying";
   ASSERT_CU(cuMemcpyHtoDAsync(a, pinned, 4 * kBytes, s));  // about 840 us: longer than a few calls' waits
   EXPECT_EQ(both_time(), 2 * kSetAccessDeviceNs + 2 * kSetAccessBesideCopyNs) << "a full wait for each mapping";
