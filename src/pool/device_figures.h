@@ -53,6 +53,9 @@ struct DeviceFigures {
 
   // Moves (move.cpp, under mu_ at the commit).
   Counter moved_to_device{0}, moved_to_host{0};  // bytes
+  // Of those, the bytes of live allocations: a carved slot moves whole, with free space and memory
+  // freed but not yet reused in it, so the difference is what moved for nothing.
+  Counter moved_live_to_device{0}, moved_live_to_host{0};
   Counter moves{0}, moves_failed{0}, moves_in_flight{0};
   Counter move_unmapped{0}, move_mapped{0};      // mappings the commits' remaps changed
   Counter move_commit_ns{0};  // host time in the committed moves' commits (Vmm::remap and the bookkeeping)

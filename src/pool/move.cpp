@@ -543,6 +543,8 @@ void DevicePool::swap_pieces(const Move& m, std::size_t first, std::span<const C
       fig_.live_host_bytes.fetch_add(static_cast<std::uint64_t>(live_host_delta), std::memory_order_relaxed) +
       static_cast<std::uint64_t>(live_host_delta);
   (m.to == Tier::Device ? fig_.moved_to_device : fig_.moved_to_host).fetch_add(m.bytes, std::memory_order_relaxed);
+  (m.to == Tier::Device ? fig_.moved_live_to_device : fig_.moved_live_to_host)
+      .fetch_add(static_cast<std::uint64_t>(live_host_delta < 0 ? -live_host_delta : live_host_delta), std::memory_order_relaxed);
   if (counters_) {
     const std::uint64_t live = fig_.live_bytes.load(std::memory_order_relaxed);
     raise_peak(fig_.peak_live_host, live_host);

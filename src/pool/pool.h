@@ -166,6 +166,8 @@ struct DeviceStats {
   // Moves between the tiers (Pool::commit_move).
   std::uint64_t moved_to_device_bytes = 0;  // promoted
   std::uint64_t moved_to_host_bytes = 0;    // demoted
+  // Of those, the bytes of live allocations (a carved slot or slab moves whole, free space too).
+  std::uint64_t moved_live_to_device_bytes = 0, moved_live_to_host_bytes = 0;
   std::uint64_t moves = 0;                  // committed
   std::uint64_t moves_failed = 0;           // prepare or commit refused by the driver or the tiers
   std::uint64_t moves_in_flight = 0;        // prepared, not yet committed or aborted

@@ -78,6 +78,8 @@ constexpr DeviceField kDeviceFields[] = {
     {"out_of_memory", C, N, &DS::out_of_memory, "Allocations refused: device and host exhausted (CUDA_ERROR_OUT_OF_MEMORY)"},
     {"moved_to_device_bytes", C, B, &DS::moved_to_device_bytes, "Bytes moved from host to device memory at their addresses (promoted)"},
     {"moved_to_host_bytes", C, B, &DS::moved_to_host_bytes, "Bytes moved from device to host memory at their addresses (demoted)"},
+    {"moved_live_to_device_bytes", C, B, &DS::moved_live_to_device_bytes, "Of the bytes promoted, those of live allocations (a carved slot or slab moves whole, with its free space)"},
+    {"moved_live_to_host_bytes", C, B, &DS::moved_live_to_host_bytes, "Of the bytes demoted, those of live allocations"},
     {"moves", C, N, &DS::moves, "Moves between the tiers committed"},
     {"moves_failed", C, N, &DS::moves_failed, "Moves refused for want of room or by a failing driver step (the old mapping stood)"},
     {"moves_in_flight", G, N, &DS::moves_in_flight, "Moves prepared and not yet committed or aborted"},

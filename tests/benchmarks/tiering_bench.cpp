@@ -201,6 +201,9 @@ struct Run {
   // host memory in place: the simulator's PCIe bytes less the committed moves' (a copy whose move did
   // not commit is counted in place: it crossed the link and moved nothing).
   std::uint64_t promoted = 0, demoted = 0;
+  // Of those, the bytes of live allocations (the pool's moved_live_*): a carved slot moves whole, its
+  // free space and what was freed in it with it.
+  std::uint64_t live_promoted = 0, live_demoted = 0;
   std::array<std::uint64_t, 2> in_place{};  // UVMPOOL_SIM_HOST_TO_DEVICE, UVMPOOL_SIM_DEVICE_TO_HOST
   // The remaps' driver calls over the timed steps (kRemapCalls; the simulator's counts): what much of a
   // hold is made of, each mapping a move changes costing about 42 us (H200: unmap, map, access).
@@ -308,12 +311,14 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
   double started = 0;
   std::array<std::uint64_t, 2> link_before{};
   tiering::MoverStats moved_before;
+  pool::DeviceStats pool_before;
   for (int s = 0; s < steps; ++s) {
     if (s == steps - timed) {
       check(drv().cuStreamSynchronize(stream), "cuStreamSynchronize");
       started = modeled_now();
       link_before = link_bytes_now();
       moved_before = t->mover().stats();
+      pool_before = pool->stats(0);
       run.remap_calls = remap_calls_now();
     }
     for (const std::vector<Touch>& op : w.step) {
@@ -363,6 +368,9 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
   for (std::size_t i = 0; i < run.mover_us.size(); ++i) run.mover_us[i] = run.mover.step_us[i] - moved_before.step_us[i];
   run.promoted = run.mover.promoted_bytes - moved_before.promoted_bytes;
   run.demoted = run.mover.demoted_bytes - moved_before.demoted_bytes;
+  const pool::DeviceStats pool_after = pool->stats(0);
+  run.live_promoted = pool_after.moved_live_to_device_bytes - pool_before.moved_live_to_device_bytes;
+  run.live_demoted = pool_after.moved_live_to_host_bytes - pool_before.moved_live_to_host_bytes;
   const std::array<std::uint64_t, 2> link = link_bytes_now();
   const std::array<std::uint64_t, 2> copied{run.promoted, run.demoted};
   for (std::size_t d = 0; d < 2; ++d) {
@@ -549,6 +557,18 @@ int main(int argc, char** argv) {
                     format_seconds(static_cast<double>(r.mover_us[static_cast<std::size_t>(step)]) * 1e-6 / timed).c_str());
       std::printf("\n");
     };
+    // What share of the bytes moved were live allocations' (carved slots move whole: their free
+    // space and what was freed in them cross the link and are remapped for nothing).
+    const auto live_share = [&](const char* name, const Run& r) {
+      if (r.step_seconds == 0 || r.promoted + r.demoted == 0) return;  // not run, or nothing moved
+      const auto share = [](std::uint64_t live, std::uint64_t all) {
+        return all == 0 ? std::string("-") : fixed(100.0 * static_cast<double>(live) / static_cast<double>(all), 1) + "%";
+      };
+      std::printf("  moved bytes that were live allocations' (%s): promoted %s, demoted %s\n", name,
+                  share(r.live_promoted, r.promoted).c_str(), share(r.live_demoted, r.demoted).c_str());
+    };
+    live_share("epochs on launch", held);
+    live_share("epochs measured", measured);
     mover_time("epochs on launch", held);
     mover_time("epochs measured", measured);
     calls("epochs on launch", held);

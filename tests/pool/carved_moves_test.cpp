@@ -49,6 +49,7 @@ TEST_F(CarvedMoves, ASlotGoesToHostAndBackWithEveryAllocationInIt) {
   DeviceStats s = pool->stats(0);
   EXPECT_EQ(s.live_host_bytes, live) << "every allocation in the slot is in host memory now";
   EXPECT_EQ(s.moved_to_host_bytes, kExtent);
+  EXPECT_EQ(s.moved_live_to_host_bytes, live) << "of the slot's bytes, its allocations'";
   EXPECT_EQ(s.carved_mapped_bytes, 0u) << "no slot on the device";
   EXPECT_EQ(pool->check_invariants(), "");
   EXPECT_EQ(pool->find(in[1].p + 10)->base, in[1].p) << "found as before";
@@ -73,6 +74,7 @@ TEST_F(CarvedMoves, ASlotGoesToHostAndBackWithEveryAllocationInIt) {
   s = pool->stats(0);
   EXPECT_EQ(s.live_host_bytes, 0u);
   EXPECT_EQ(s.moved_to_device_bytes, kExtent);
+  EXPECT_EQ(s.moved_live_to_device_bytes, live) << "the freed allocation's bytes moved for nothing";
   EXPECT_EQ(pool->check_invariants(), "");
   // Back on the device, the slot's free space serves again.
   const CUdeviceptr again = must_allocate(*pool, 10 * kMiB);

@@ -26,6 +26,7 @@ TEST_F(Moves, ALiveAllocationGoesToHostAndBackWithItsBytes) {
   DeviceStats s = pool->stats(0);
   EXPECT_EQ(s.live_host_bytes, bytes);
   EXPECT_EQ(s.moved_to_host_bytes, bytes);
+  EXPECT_EQ(s.moved_live_to_host_bytes, bytes) << "a live allocation: every byte";
   EXPECT_EQ(s.moves, 1u);
   EXPECT_EQ(s.moves_in_flight, 0u);
   EXPECT_EQ(pool->check_invariants(), "");
