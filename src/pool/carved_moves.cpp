@@ -29,23 +29,36 @@ CUdeviceptr DevicePool::carved_slot_end(CUdeviceptr p) const {
 CUresult DevicePool::prepare_carved_move(CUdeviceptr p, std::size_t bytes, Tier to, Move* m, MoveWaits waits) {
   const std::optional<std::size_t> slot = carve_range_ ? carve_range_->slot_of(p) : std::nullopt;
   if (!slot) return CUDA_ERROR_INVALID_VALUE;  // no slot mapped there: freed and given back since
-  const CUdeviceptr start = carve_range_->slot_start(*slot);
   const std::size_t extent = carve_range_->extent();
-  if (bytes > start + extent - p) return CUDA_ERROR_INVALID_VALUE;  // one slot a move (Pool::runs_in_tier cuts there)
+  // A group's members move with it (its handle maps whole; carved_range.h, "Groups").
+  const std::size_t first = carve_range_->mapping_first(*slot), slots = carve_range_->mapping_slots(*slot);
+  // One mapping a move (Pool::runs_in_tier cuts at slot ends).
+  if (bytes > carve_range_->slot_start(first) + slots * extent - p) return CUDA_ERROR_INVALID_VALUE;
+  const auto unclaim = [&] {
+    for (std::size_t k = first; k < first + slots; ++k) carve_range_->unclaim(k);
+  };
   if (const CUresult r = carve_range_->claim(*slot); r != CUDA_SUCCESS) return r;  // moving already, or exported
   if (carve_range_->slot_pieces(*slot).front().tier == to) {  // there already: nothing to do, nothing held
-    carve_range_->unclaim(*slot);
+    unclaim();
     return CUDA_SUCCESS;
   }
-  m->address = start;
-  m->bytes = extent;
+  m->address = carve_range_->slot_start(first);
+  m->bytes = slots * extent;
   m->to = to;
   m->device = device_;
   m->owner = carved_entry();
   if (const CUresult r = take_staged_target(m, waits, HostShape::Whole); r != CUDA_SUCCESS) {
-    carve_range_->unclaim(*slot);
+    unclaim();
     *m = Move{};
     return r;
+  }
+  if (!carve_range_->splits_into_slots(m->target)) {  // a group's target must be pieces of a slot each
+    log::warn("device {}: a carved group's move target spans slots; refused", device_);
+    return_chunks(m->target);  // with their staging mappings, as a refused prepare's
+    unclaim();
+    *m = Move{};
+    fig_.moves_failed.fetch_add(1, std::memory_order_relaxed);
+    return CUDA_ERROR_OUT_OF_MEMORY;
   }
   fig_.moves_in_flight.fetch_add(1, std::memory_order_relaxed);
   return CUDA_SUCCESS;

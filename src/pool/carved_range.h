@@ -33,6 +33,20 @@
 // what an allocator knows of a request; it is also the usual proxy for how alike uses are (mimalloc's
 // and the caching allocator's small and large pools).
 //
+// Groups. Where growth maps new memory to slots that one request covers whole, they share one
+// handle, mapped once: up to kGroupSlots of them. The driver's mapping calls on device memory cost per
+// mapping, not per byte, and much of the churn replay's growth is several slots at once (a large
+// request at the range's end: 93 of its 143 slot mappings), so this takes its modeled time from 1.52x
+// the caching allocator's to 1.04x, at a peak of 1.042 against 1.050 (docs/benchmarks.md). What a
+// shared handle costs: a handle maps only whole, so a group is unmapped whole (given back once every
+// member is idle; moved to where growth needs it only whole, into a window with room for all of it),
+// and the first move of any member moves them all; the move's target is pieces of a slot each, so the
+// group is no more after it, and later moves are a slot's again. Why only slots covered whole: they
+// fall idle together when the request is freed, where a slot at either end is shared with neighbours
+// and may stay in use (grouping every new slot: peak 1.075). Each member's `pieces` is its share, the
+// handle and a slot's granules, so what counts per slot (tiers, idle slots, invariants) is as for a
+// slot of its own; the mapping itself (mapping_pieces) is the handle whole, at the group's first slot.
+//
 // Modeled before it was built (scripts/carving-model.py on the churn trace, 64 KiB units, 32 MiB
 // extents, idle extents remapped): peak mapped / peak live 1.026, 124 extents made and 24 remapped,
 // about 6.2 ms of driver time against the pool's 122 ms.
@@ -64,6 +78,14 @@ class CarvedRange {
     virtual ~Source() = default;
     // Pieces covering `granules` chunks, unmapped, or OUT_OF_MEMORY (nothing taken).
     virtual CUresult take(std::size_t granules, std::vector<Chunk>* pieces) = 0;
+    // One new device handle of `granules` for a group ("Groups" above), or OUT_OF_MEMORY (nothing
+    // taken): a source that would have to take anything apart for it, or that has free extents to use
+    // first, says no, and the slots are taken one at a time. By default there are no groups.
+    virtual CUresult take_group(std::size_t granules, Chunk* piece) {
+      (void)granules;
+      (void)piece;
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     virtual void give_back(std::span<const Chunk> pieces) = 0;  // unmapped now
     // Before freed memory is unmapped: work queued before its frees may still read it (the pool's
     // fence).
@@ -101,10 +123,10 @@ class CarvedRange {
   std::optional<Found> find(CUdeviceptr p) const;  // the live allocation holding p
   bool contains(CUdeviceptr p) const { return p >= base_ && p < base_ + slots_.size() * extent_; }
 
-  // The pieces of the slots that [start, start + bytes) lies in, in address order, and where the
-  // first of them is mapped (CUDA IPC exports them; chunks_of).
+  // The pieces of the mappings that [start, start + bytes) lies in, in address order, and where the
+  // first of them is mapped (CUDA IPC exports them; chunks_of). A group's is its handle whole.
   std::vector<Chunk> pieces_of(CUdeviceptr start, std::size_t bytes, CUdeviceptr* first) const;
-  // Every mapped slot: its address and pieces (the pool's invariants).
+  // Every mapping: its address and pieces (a group's once, its handle whole; the pool's invariants).
   void for_each_mapped(const std::function<void(CUdeviceptr, std::span<const Chunk>)>& visit) const;
   std::size_t idle_slots() const { return idle_; }  // mapped on the device, nothing allocated in them
   std::size_t extent() const { return extent_; }
@@ -114,8 +136,9 @@ class CarvedRange {
   std::size_t release_idle(std::size_t slots);
 
   // Moves (the pool's move.cpp sequences them; carved_moves.cpp): a slot changes tier at its address,
-  // with every allocation in it. One slot a move: a handle maps whole, so no piece may span two slots
-  // (each slot is unmapped on its own later). While a slot lies in host memory its free space takes
+  // with every allocation in it, and a group's members all at once (its handle maps whole). The target
+  // is pieces of a slot each: no piece may span two slots, since each slot is unmapped on its own later
+  // (splits_into_slots), so a moved group is a group no more. While a slot lies in host memory its free space takes
   // no new allocation (the range would hand out host memory while the device has room): it is
   // withheld, and comes back when the slot does. A slot that holds no allocation any more in host
   // memory is given back (release_idle_host).
@@ -123,16 +146,26 @@ class CarvedRange {
   std::optional<std::size_t> slot_of(CUdeviceptr p) const;
   CUdeviceptr slot_start(std::size_t slot) const { return slot_va(slot); }
   std::span<const Chunk> slot_pieces(std::size_t slot) const { return slots_[slot].pieces; }
-  // Claims a mapped slot for a move: NOT_READY when one is under way, NOT_PERMITTED once exported
-  // (another process maps its handles). While claimed no idle-slot reuse or release unmaps it.
+  // The mapping slot `slot` lies in: its first slot and how many (a group's members, or the slot
+  // alone), and its pieces (a group's handle whole).
+  std::size_t mapping_first(std::size_t slot) const { return slot - slots_[slot].group_index; }
+  std::size_t mapping_slots(std::size_t slot) const { return slots_[slot].group_slots; }
+  std::vector<Chunk> mapping_pieces(std::size_t first) const;
+  // Whether `pieces`, laid out from a slot's start, end at every slot boundary they cross (a move's
+  // target for a group: each member then takes its own).
+  bool splits_into_slots(std::span<const Chunk> pieces) const;
+  // Claims the mapping `slot` lies in for a move, every slot of it: NOT_READY when one is under way,
+  // NOT_PERMITTED once exported (another process maps its handles). While claimed no idle-slot reuse
+  // or release unmaps it.
   CUresult claim(std::size_t slot);
-  void unclaim(std::size_t slot);
+  void unclaim(std::size_t slot);  // that slot only (a moved group is one no more)
   bool moving(CUdeviceptr start, std::size_t bytes) const;  // whether a slot under [start, +bytes) is claimed
   // CUDA IPC hands out the slots under [start, +bytes): they never move again while mapped.
   void mark_exported(CUdeviceptr start, std::size_t bytes);
-  // The caller remapped a claimed slot onto `pieces` (the other tier): its free space is withheld
-  // (now in host memory) or given back (on the device again).
-  void swapped(std::size_t slot, std::vector<Chunk> pieces);
+  // The caller remapped the claimed mapping whose first slot is `first` onto `pieces` (the other tier;
+  // a group's: splits_into_slots, each member its own now): each slot's free space is withheld (now in
+  // host memory) or given back (on the device again).
+  void swapped(std::size_t first, std::vector<Chunk> pieces);
   std::size_t idle_host_slots() const { return idle_host_; }
   // Unmaps every slot in host memory that holds no allocation and is not claimed, and gives its pieces
   // back; how many.
@@ -154,7 +187,12 @@ class CarvedRange {
     std::uint64_t remapped = 0;     // idle slots moved to where growth needed them
     std::uint64_t released = 0;     // idle slots given back (release_idle)
     std::uint64_t relaned = 0;      // idle slots that changed lane
+    std::uint64_t groups = 0;       // groups grown (one handle for several slots)
   };
+  // Slots a group holds at most. Why 4 (128 MiB with 32 MiB slots), on the churn replay (modeled):
+  // with 2, 1.19x the caching allocator's time; with 4, 1.04x; with 8, 0.97x but a peak of 1.075, as an
+  // idle group larger than most windows stays where it is. And a group's first move carries all of it.
+  static constexpr std::size_t kGroupSlots = 4;
   Figures figures() const;
   // Every figure recomputed from the structures; the differences, one per line ("" when none).
   std::string check_invariants() const;
@@ -166,6 +204,8 @@ class CarvedRange {
     bool moving = false;        // claimed by a move
     bool exported = false;      // its handles handed to CUDA IPC (until it is unmapped)
     Lane lane = Lane::Large;    // which requests its free space serves (while mapped)
+    // A group's members ("Groups" above): how many, and this one's place; 1 and 0 for a slot alone.
+    std::uint32_t group_slots = 1, group_index = 0;
     bool on_host() const { return !pieces.empty() && pieces.front().tier == Tier::Host; }
   };
   // What the idle counts see of a slot: wholly free, on the device (idle memory) or in host memory
@@ -191,7 +231,13 @@ class CarvedRange {
   // An idle device slot of the other lane, the highest, moved to `lane` (its free space with it): false
   // when there is none.
   bool relane_idle(Lane lane);
-  void unmap_slot(std::size_t i);
+  // Unmaps the mapping whose first slot is `first` (a group's members with it): its pieces, to give
+  // back, or none when the driver kept it mapped.
+  std::vector<Chunk> unmap_slot(std::size_t first);
+  // Takes a mapping of idle device slots whole, its first slot `first` (the free space of each), unless
+  // one of them is claimed or not wholly free after all: whether taken.
+  bool take_idle(std::size_t first);
+  void swap_slot(std::size_t i, std::vector<Chunk> pieces);
   void count_use(CUdeviceptr start, std::size_t bytes, bool add);
   CUdeviceptr slot_va(std::size_t i) const { return base_ + i * extent_; }
 

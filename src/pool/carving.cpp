@@ -37,6 +37,18 @@ class DevicePool::CarveSource : public CarvedRange::Source {
     const placement::Ask ask{placement::Purpose::Slot, granules, p_.host_ != nullptr};
     return placement::place(stock, ask).refused ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
   }
+  CUresult take_group(std::size_t granules, Chunk* piece) override UVMPOOL_NO_THREAD_SAFETY_ANALYSIS {
+    // New memory only, within the budget: free extents are taken one a slot first (take), and
+    // nothing is taken apart for a group.
+    if (p_.free_.extents() != 0 || p_.growable_chunks() < granules) return CUDA_ERROR_OUT_OF_MEMORY;
+    Handle h = 0;
+    if (p_.vmm_.create_chunks({&h, 1}, granules * p_.chunk_) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
+    p_.note_grown(granules);
+    p_.fig_.chunks_free.fetch_sub(granules, std::memory_order_relaxed);  // taken at once
+    p_.fig_.extents_held.fetch_add(1, std::memory_order_relaxed);        // one handle of several chunks
+    *piece = Chunk{h, Tier::Device, static_cast<std::uint32_t>(granules)};
+    return CUDA_SUCCESS;
+  }
   void give_back(std::span<const Chunk> pieces) override UVMPOOL_NO_THREAD_SAFETY_ANALYSIS { p_.return_chunks(pieces); }
   void before_unmap() override UVMPOOL_NO_THREAD_SAFETY_ANALYSIS { p_.fence_unmap(); }
   void mapped(CUdeviceptr va, std::span<const Chunk> pieces) override {

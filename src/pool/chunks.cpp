@@ -318,6 +318,15 @@ void DevicePool::return_chunks(std::span<const Chunk> chunks) {
       host_->give_back({&c, 1});
       continue;
     }
+    if (extent_granules_ != 0 && c.granules > extent_granules_) {
+      // A carved group's handle (carved_range.h, "Groups"): no shape the free pieces keep. Given back to
+      // the driver; the budget makes what is needed next.
+      vmm_.release_chunks({&c.handle, 1});
+      fig_.extents_held.fetch_sub(1, std::memory_order_relaxed);
+      fig_.chunks_held.fetch_sub(c.granules, std::memory_order_relaxed);
+      fig_.released.fetch_add(c.granules, std::memory_order_relaxed);
+      continue;
+    }
     free_.add(c);
     device += c.granules;
   }

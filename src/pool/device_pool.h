@@ -284,7 +284,7 @@ class DevicePool {
   // failure nothing is held and the failure counted.
   CUresult take_staged_target(Move* m, MoveWaits waits, HostShape shape) UVMPOOL_REQUIRES(mu_);
   // The pieces of the mapping, slab or carved slot a prepared move belongs to, and where they begin.
-  std::span<const Chunk> owner_pieces(const Move& m, CUdeviceptr* base) UVMPOOL_REQUIRES(mu_);
+  std::vector<Chunk> owner_pieces(const Move& m, CUdeviceptr* base) UVMPOOL_REQUIRES(mu_);
   // commit_move and abort_move under mu_; `quiesced`: the caller has stopped all work that could
   // touch the memory (commit_quiesced), so the pool waits for none.
   CUresult commit_locked(Move* m, bool quiesced) UVMPOOL_REQUIRES(mu_);

@@ -145,11 +145,11 @@ CUresult DevicePool::take_staged_target(Move* m, MoveWaits waits, HostShape shap
   return CUDA_SUCCESS;
 }
 
-std::span<const Chunk> DevicePool::owner_pieces(const Move& m, CUdeviceptr* base) {
+std::vector<Chunk> DevicePool::owner_pieces(const Move& m, CUdeviceptr* base) {
   if (as_carved(m.owner) != nullptr) {
     const std::size_t slot = *carve_range_->slot_of(m.address);  // claimed: mapped until the move ends
     *base = carve_range_->slot_start(slot);
-    return carve_range_->slot_pieces(slot);
+    return carve_range_->mapping_pieces(slot);  // the move's address is its mapping's first slot
   }
   if (Block* b = as_block(m.owner)) {
     *base = b->base;
@@ -157,7 +157,7 @@ std::span<const Chunk> DevicePool::owner_pieces(const Move& m, CUdeviceptr* base
   }
   Slab* s = as_slab(m.owner);
   *base = s->base;
-  return {&s->chunk, 1};
+  return {s->chunk};
 }
 
 CUresult DevicePool::copy_move(const Move& m, CUstream stream) {
@@ -257,8 +257,13 @@ std::optional<std::pair<CUdeviceptr, CUdeviceptr>> DevicePool::whole_pieces(CUde
   const Entry e = map_.lookup(from);
   const Block* b = as_block(e);
   std::pair<CUdeviceptr, CUdeviceptr> span{from, end};
-  if (as_carved(e) == this && end > from) {  // carved memory moves whole slots
+  if (as_carved(e) == this && end > from) {  // carved memory moves whole slots, a group's all at once
     span = {carved_slot_end(from) - carved_slot_bytes(), carved_slot_end(end - 1)};
+    const std::optional<std::size_t> first = carve_range_->slot_of(from), last = carve_range_->slot_of(end - 1);
+    if (first && last) {
+      const std::size_t lo = carve_range_->mapping_first(*first), hi = carve_range_->mapping_first(*last);
+      span = {carve_range_->slot_start(lo), carve_range_->slot_start(hi + carve_range_->mapping_slots(hi))};
+    }
   }
   if (b != nullptr && b->owner == this) {
     CUdeviceptr at = b->base;
@@ -278,7 +283,7 @@ CUresult DevicePool::commit_locked(Move* m, bool quiesced) {
   // The pieces at the move's range, found again: other moves of the same mapping (of other ranges)
   // may have changed the pieces before them since.
   CUdeviceptr at = 0;
-  const std::span<const Chunk> pieces = owner_pieces(*m, &at);
+  const std::vector<Chunk> pieces = owner_pieces(*m, &at);
   std::size_t first = 0, count = 0;
   while (at < m->address) at += pieces[first++].granules * chunk_;
   while (at < m->address + m->bytes) at += pieces[first + count++].granules * chunk_;
@@ -496,7 +501,9 @@ void DevicePool::fence_move(const Move& m) {
 
 void DevicePool::forget_range(const Move& m) {
   if (as_carved(m.owner) != nullptr) {
-    carve_range_->unclaim(*carve_range_->slot_of(m.address));
+    // Every slot the move held (a group's members; after the commit each a slot of its own).
+    const std::size_t first = *carve_range_->slot_of(m.address);
+    for (std::size_t k = 0; k < m.bytes / carve_range_->extent(); ++k) carve_range_->unclaim(first + k);
   } else if (Block* b = as_block(m.owner)) {
     std::erase_if(b->moving, [&m](const auto& range) { return range.first == m.address; });
   }

@@ -161,6 +161,45 @@ TEST_F(CarvedMoves, RunsEndAtSlotEndsAndEachSlotMovesOnItsOwn) {
   EXPECT_EQ(pool->check_invariants(), "");
 }
 
+// A request covering two whole new slots gets them as one group (one handle, one mapping:
+// carved_range.h, "Groups"). A move of either slot moves both, since the handle maps whole, each onto
+// pieces of its own; from then on each slot moves on its own.
+TEST_F(CarvedMoves, AGroupMovesWholeOnceAndItsSlotsOnTheirOwnAfter) {
+  auto pool = carving_pool();
+  const unsigned long long maps = sim().call_count("cuMemMap");
+  const CUdeviceptr p = must_allocate(*pool, 64 * kMiB);
+  EXPECT_EQ(sim().call_count("cuMemMap") - maps, 1u) << "two slots, one mapping";
+  ASSERT_EQ(p % kExtent, 0u);
+  fill(p, 64 * kMiB, 12);
+  EXPECT_EQ(pool->stats(0).extents_held, 1u) << "one handle";
+  const auto whole = pool->whole_pieces(0, p + kExtent + kMiB, p + kExtent + 2 * kMiB);
+  ASSERT_TRUE(whole.has_value());
+  EXPECT_EQ(whole->first, p);
+  EXPECT_EQ(whole->second, p + 64 * kMiB) << "a move of the second slot carries the group";
+  EXPECT_EQ(pool->check_invariants(), "");
+
+  ASSERT_CU(move(*pool, p + kExtent, kExtent, Tier::Host));
+  EXPECT_EQ(tiers(p, 64 * kMiB, gran), std::string(32, 'H')) << "both members moved";
+  EXPECT_TRUE(holds(p, 64 * kMiB, 12));
+  DeviceStats s = pool->stats(0);
+  EXPECT_EQ(s.moved_to_host_bytes, 64 * kMiB);
+  EXPECT_EQ(s.live_host_bytes, 64 * kMiB);
+  EXPECT_EQ(s.extents_held, 0u) << "the group's handle went back to the driver";
+  EXPECT_EQ(pool->check_invariants(), "");
+
+  // The slots are slots of their own now: the first comes back alone.
+  ASSERT_CU(move(*pool, p, kExtent, Tier::Device));
+  EXPECT_EQ(tiers(p, 64 * kMiB, gran), std::string(16, 'D') + std::string(16, 'H'));
+  EXPECT_TRUE(holds(p, 64 * kMiB, 12));
+  s = pool->stats(0);
+  EXPECT_EQ(s.moved_to_device_bytes, kExtent);
+  EXPECT_EQ(s.live_host_bytes, kExtent);
+  EXPECT_EQ(pool->check_invariants(), "");
+  must_free(*pool, p);
+  EXPECT_EQ(pool->stats(0).host_chunks_mapped, 0u) << "the host slot, empty, was given back";
+  EXPECT_EQ(pool->check_invariants(), "");
+}
+
 TEST_F(CarvedMoves, RefusedWhileMovingAndOnceExported) {
   auto pool = carving_pool();
   const CUdeviceptr p = must_allocate(*pool, 3 * kMiB), q = must_allocate(*pool, 3 * kMiB);

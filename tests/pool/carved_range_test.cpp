@@ -42,9 +42,21 @@ class TestSource : public CarvedRange::Source {
     pieces->push_back(Chunk{h, uvmpool::pool::Tier::Device, static_cast<std::uint32_t>(granules)});
     return CUDA_SUCCESS;
   }
+  // With `groups` on, one handle for several slots (as the pool makes them while its budget has room).
+  CUresult take_group(std::size_t granules, Chunk* piece) override {
+    if (!groups) return CUDA_ERROR_OUT_OF_MEMORY;
+    Handle h = 0;
+    if (const CUresult r = vmm_.create_chunks({&h, 1}, granules * chunk_); r != CUDA_SUCCESS) return r;
+    ++groups_made;
+    *piece = Chunk{h, uvmpool::pool::Tier::Device, static_cast<std::uint32_t>(granules)};
+    return CUDA_SUCCESS;
+  }
   void give_back(std::span<const Chunk> pieces) override {
     for (const Chunk& c : pieces) {
-      if (c.tier == uvmpool::pool::Tier::Host) {
+      if (c.granules * chunk_ > kExtent) {  // a group's handle: no slot takes it alone
+        vmm_.release_chunks({&c.handle, 1});
+        ++groups_given_back;
+      } else if (c.tier == uvmpool::pool::Tier::Host) {
         vmm_.release_chunks({&c.handle, 1});  // a slot moved to host memory (the tests' own moves): not handed out again
         ++host_given_back;
       } else {
@@ -64,6 +76,8 @@ class TestSource : public CarvedRange::Source {
   std::size_t made = 0;
   std::size_t fences = 0;
   std::size_t host_given_back = 0;
+  bool groups = false;
+  std::size_t groups_made = 0, groups_given_back = 0;
   std::uint64_t mapped_bytes = 0;  // as told by mapped / unmapped
 
  private:
@@ -192,6 +206,116 @@ TEST_F(CarvedRangeTest, AFreeAcrossAHostSlotGivesBackTheDeviceSlotsAroundItAndWi
   const CUdeviceptr one = carve(kExtent, 3);
   EXPECT_EQ(range_->slot_of(one), *first) << "the device slot before the host slot";
   EXPECT_EQ(range_->figures().slots_host, 1u);
+  check();
+}
+
+// Groups (carved_range.h): the new slots a request covers whole share one handle, mapped once; a slot
+// it covers in part is a slot of its own. The pieces the range reports are the mappings'.
+TEST_F(CarvedRangeTest, NewSlotsARequestCoversWholeShareOneHandle) {
+  source_->groups = true;
+  const unsigned long long before = maps();
+  const CUdeviceptr a = carve(3 * kExtent + 4 * kMiB, 1);  // slots 0 to 2 whole, slot 3 in part
+  ASSERT_EQ(a, base_);
+  EXPECT_EQ(maps() - before, 2u) << "the group's handle and the last slot's extent";
+  EXPECT_EQ(source_->groups_made, 1u);
+  EXPECT_EQ(range_->figures().groups, 1u);
+  EXPECT_EQ(range_->mapping_first(2), 0u);
+  EXPECT_EQ(range_->mapping_slots(1), 3u);
+  EXPECT_EQ(range_->mapping_slots(3), 1u) << "a slot the request covers in part stays a slot of its own";
+  CUdeviceptr first = 0;
+  const std::vector<Chunk> pieces = range_->pieces_of(a + kExtent, kMiB, &first);
+  ASSERT_EQ(pieces.size(), 1u);
+  EXPECT_EQ(first, base_) << "a group's pieces are its handle whole, from its first slot";
+  EXPECT_EQ(pieces[0].granules * gran, 3 * kExtent);
+  std::size_t mappings = 0;
+  range_->for_each_mapped([&](CUdeviceptr, std::span<const Chunk>) { ++mappings; });
+  EXPECT_EQ(mappings, 2u);
+  check();
+  uncarve(a);
+  check();
+}
+
+// A group maps whole, so it is given back only once every member is idle, and is taken for growth
+// elsewhere only whole, by a window with room for all of it.
+TEST_F(CarvedRangeTest, AGroupIsGivenBackOrReusedOnlyWhole) {
+  source_->groups = true;
+  const CUdeviceptr a = carve(2 * kExtent, 1);  // slots 0 and 1: a group
+  const CUdeviceptr b = carve(kExtent, 2);      // slot 2
+  ASSERT_EQ(range_->mapping_slots(0), 2u);
+  uncarve(a);
+  const CUdeviceptr c = carve(4 * kMiB, 3);  // best fit: the group's free space, in slot 0
+  ASSERT_EQ(range_->slot_of(c), 0u);
+  EXPECT_EQ(range_->figures().slots_idle, 1u) << "slot 1";
+  EXPECT_EQ(range_->release_idle(8), 0u) << "slot 1 is idle, its group is not";
+  EXPECT_EQ(range_->mapping_slots(1), 2u);
+  uncarve(c);
+  check();
+  const std::size_t fences = source_->fences;
+  EXPECT_EQ(range_->release_idle(8), 2u) << "the group, whole";
+  EXPECT_GT(source_->fences, fences);
+  EXPECT_EQ(source_->groups_given_back, 1u);
+  EXPECT_FALSE(range_->slot_of(base_).has_value());
+  check();
+
+  // Reused whole: a group of two made again (slots 3 and 4, past b), freed, then a request of three
+  // slots past the range's end takes the idle group with one new extent, and no second group is made.
+  const CUdeviceptr d = carve(2 * kExtent, 4);
+  const std::size_t group_slot = *range_->slot_of(d);
+  ASSERT_EQ(range_->mapping_slots(group_slot), 2u);
+  const CUdeviceptr keep = carve(kExtent, 5);  // past it, so that the group is not at the end
+  uncarve(d);
+  source_->groups = false;  // new memory one slot at a time: the group reused is the only one
+  const std::size_t made = source_->made;
+  const CUdeviceptr e = carve(3 * kExtent, 6);
+  EXPECT_GT(*range_->slot_of(e), group_slot);
+  EXPECT_EQ(range_->figures().remapped, 2u) << "the idle group's two slots";
+  EXPECT_LE(source_->made - made, 1u);
+  EXPECT_FALSE(range_->slot_of(d).has_value()) << "unmapped where it was";
+  check();
+  uncarve(e);
+  uncarve(keep);
+  uncarve(b);
+  check();
+}
+
+// A group moved (the pool's carved_moves.cpp): claimed whole, copied, remapped onto pieces of a slot
+// each; its members are slots of their own after it. A target piece spanning two slots is refused by
+// splits_into_slots.
+TEST_F(CarvedRangeTest, AMovedGroupIsSlotsOfTheirOwn) {
+  using uvmpool::pool::Tier;
+  source_->groups = true;
+  const CUdeviceptr a = carve(2 * kExtent, 1);
+  ASSERT_EQ(range_->mapping_slots(0), 2u);
+  ASSERT_CU(range_->claim(1));
+  EXPECT_TRUE(range_->moving(a, 1)) << "a claim of either member claims both";
+  EXPECT_CU_EQ(CUDA_ERROR_NOT_READY, range_->claim(0));
+  std::vector<Chunk> host;
+  for (int k = 0; k < 2; ++k) {
+    Handle h = 0;
+    ASSERT_CU(vmm_->create_chunks({&h, 1}, kExtent, Tier::Host));
+    host.push_back(Chunk{h, Tier::Host, static_cast<std::uint32_t>(kExtent / gran)});
+  }
+  EXPECT_TRUE(range_->splits_into_slots(host));
+  const Chunk wide{host[0].handle, Tier::Host, static_cast<std::uint32_t>(2 * kExtent / gran)};
+  EXPECT_FALSE(range_->splits_into_slots({&wide, 1}));
+  for (std::size_t k = 0; k < 2; ++k) {
+    CUdeviceptr staging = 0;
+    ASSERT_CU(vmm_->staging(host[k], gran, &staging));
+    ASSERT_CU(drv().cuMemcpyDtoD_v2(staging, a + k * kExtent, kExtent));
+  }
+  const std::vector<Chunk> old = range_->mapping_pieces(0);
+  ASSERT_EQ(old.size(), 1u);
+  ASSERT_CU(vmm_->remap(base_, old, host, gran));
+  source_->give_back(old);
+  range_->swapped(0, host);
+  range_->unclaim(0);
+  range_->unclaim(1);
+  EXPECT_EQ(range_->mapping_slots(0), 1u);
+  EXPECT_EQ(range_->mapping_slots(1), 1u);
+  EXPECT_EQ(range_->figures().slots_host, 2u);
+  check();
+  uncarve(a);
+  EXPECT_EQ(range_->release_idle_host(), 2u) << "each slot on its own";
   check();
 }
 

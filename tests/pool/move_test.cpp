@@ -800,19 +800,24 @@ struct Fault {
   const char* function;
   Tier to;
   bool carved = false;  // the allocation carved (a slot moves: carved_moves.cpp), else a mapping of its own
+  bool group = false;   // carved over two whole new slots: a group, whose members move together
 };
 
 void PrintTo(const Fault& f, std::ostream* os) {
-  *os << f.function << (f.to == Tier::Host ? " to host" : " to device") << (f.carved ? ", carved" : "");
+  *os << f.function << (f.to == Tier::Host ? " to host" : " to device") << (f.carved ? ", carved" : "")
+      << (f.group ? ", a group" : "");
 }
 
 class MoveFault : public Moves, public ::testing::WithParamInterface<Fault> {};
 
 TEST_P(MoveFault, EveryStepRollsBack) {
   const Fault f = GetParam();
-  const std::size_t bytes = 4 * gran;
-  const std::string from = f.to == Tier::Host ? "DDDD" : "HHHH";
-  const std::string to = f.to == Tier::Host ? "HHHH" : "DDDD";
+  const std::size_t bytes = f.group ? 64 * kMiB : 4 * gran;
+  // What the move under test moves: a moved group's slots each move on their own, so back to the
+  // device that is the first slot.
+  const std::size_t moved = f.group && f.to == Tier::Device ? 32 * kMiB : bytes;
+  const std::string from(moved / gran, f.to == Tier::Host ? 'D' : 'H');
+  const std::string to(moved / gran, f.to == Tier::Host ? 'H' : 'D');
   int hits = 0;
   for (unsigned n = 1; n <= 16 && !HasFailure(); ++n) {
     const std::string when = std::string(f.function) + " failing at its call " + std::to_string(n);
@@ -827,13 +832,17 @@ TEST_P(MoveFault, EveryStepRollsBack) {
       auto pool = make_pool(config);
       pool->stop_background();
       const CUdeviceptr p = must_allocate(*pool, bytes);
+      if (f.group) {
+        ASSERT_EQ(p % (32 * kMiB), 0u) << "two whole slots";
+        ASSERT_EQ(pool->stats(0).extents_held, 1u) << "one handle for both";
+      }
       if (f.to == Tier::Device) {
         ASSERT_CU(move(*pool, p, bytes, Tier::Host));
       }
       fill(p, bytes, 6);
       const unsigned long long calls = sim().call_count(f.function);
       ASSERT_EQ(sim().fail(f.function, n, CUDA_ERROR_UNKNOWN), 0);
-      const CUresult r = move(*pool, p, bytes, f.to);
+      const CUresult r = move(*pool, p, moved, f.to);
       const bool hit = sim().call_count(f.function) - calls >= n;
       sim().clear_failures();
       if (!hit) {
@@ -849,13 +858,13 @@ TEST_P(MoveFault, EveryStepRollsBack) {
         // host extent that could not be pinned (smaller pieces stand in), can fail without failing
         // the move.
         EXPECT_TRUE(std::string(f.function) == "cuMemUnmap" || std::string(f.function) == "cuMemCreate") << f.function;
-        EXPECT_EQ(tiers(p, bytes, gran), to);
+        EXPECT_EQ(tiers(p, moved, gran), to);
         survived_a_failure = true;
       } else {
         EXPECT_NE(r, CUDA_ERROR_NOT_READY);
-        EXPECT_EQ(tiers(p, bytes, gran), from) << "the old mapping did not stand";
-        ASSERT_CU(move(*pool, p, bytes, f.to)) << " (the same move, no failure armed)";
-        EXPECT_EQ(tiers(p, bytes, gran), to);
+        EXPECT_EQ(tiers(p, moved, gran), from) << "the old mapping did not stand";
+        ASSERT_CU(move(*pool, p, moved, f.to)) << " (the same move, no failure armed)";
+        EXPECT_EQ(tiers(p, moved, gran), to);
         EXPECT_TRUE(holds(p, bytes, 6));
       }
       must_free(*pool, p);
@@ -869,10 +878,10 @@ TEST_P(MoveFault, EveryStepRollsBack) {
 }
 
 // Every driver call a move makes, in each direction.
-std::vector<Fault> every_step(bool carved) {
+std::vector<Fault> every_step(bool carved, bool group = false) {
   std::vector<Fault> out;
-  for (const char* f : {"cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemcpyDtoDAsync_v2", "cuMemUnmap"}) out.push_back({f, Tier::Host, carved});
-  for (const char* f : {"cuMemMap", "cuMemSetAccess", "cuMemcpyDtoDAsync_v2", "cuMemUnmap"}) out.push_back({f, Tier::Device, carved});
+  for (const char* f : {"cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemcpyDtoDAsync_v2", "cuMemUnmap"}) out.push_back({f, Tier::Host, carved, group});
+  for (const char* f : {"cuMemMap", "cuMemSetAccess", "cuMemcpyDtoDAsync_v2", "cuMemUnmap"}) out.push_back({f, Tier::Device, carved, group});
   return out;
 }
 std::string fault_name(const ::testing::TestParamInfo<Fault>& info) {
@@ -880,6 +889,7 @@ std::string fault_name(const ::testing::TestParamInfo<Fault>& info) {
 }
 INSTANTIATE_TEST_SUITE_P(Steps, MoveFault, ::testing::ValuesIn(every_step(false)), fault_name);
 INSTANTIATE_TEST_SUITE_P(CarvedSteps, MoveFault, ::testing::ValuesIn(every_step(true)), fault_name);
+INSTANTIATE_TEST_SUITE_P(CarvedGroupSteps, MoveFault, ::testing::ValuesIn(every_step(true, true)), fault_name);
 
 // Random allocations, frees (plain and on a stream) and moves of random ranges to random tiers: the
 // figures add up after every step, and every live allocation keeps its bytes (Moves::random_moves).
