@@ -11,7 +11,7 @@
 namespace uvmpool::pool {
 
 CarvedRange::CarvedRange(const Vmm& vmm, Source& source, CUdeviceptr base, std::size_t bytes, std::size_t extent,
-                         std::size_t chunk, std::size_t unit, std::size_t small_max)
+                         std::size_t chunk, std::size_t unit, std::size_t small_max, std::size_t group_max)
     : vmm_(vmm),
       source_(source),
       base_(base),
@@ -19,6 +19,7 @@ CarvedRange::CarvedRange(const Vmm& vmm, Source& source, CUdeviceptr base, std::
       chunk_(chunk),
       unit_(unit),
       small_max_(small_max != 0 ? small_max : extent / 16),
+      group_max_(std::max<std::size_t>(group_max, 1)),
       slots_(bytes / extent) {}
 
 CarvedRange::~CarvedRange() {
@@ -172,7 +173,7 @@ CUresult CarvedRange::grow(const Window& w, std::size_t bytes, Lane lane) {
   };
   while (fills.size() < w.count) {
     std::size_t whole = 0;
-    while (fills.size() + whole < w.count && whole < kGroupSlots && covered(fills.size() + whole)) ++whole;
+    while (fills.size() + whole < w.count && whole < group_max_ && covered(fills.size() + whole)) ++whole;
     Chunk group;
     if (whole >= 2 && source_.take_group(whole * granules, &group) == CUDA_SUCCESS) {
       const std::uint32_t n = static_cast<std::uint32_t>(group.granules / granules);

@@ -98,9 +98,10 @@ class CarvedRange {
 
   // [base, base + bytes): reserved address space, a whole number of extents, chunk-aligned.
   // `extent` and `unit` are powers of two, unit <= chunk <= extent.
-  // `small_max` 0: a sixteenth of the extent (see "Two lanes" above).
+  // `small_max` 0: a sixteenth of the extent (see "Two lanes" above). `group_max`: slots a group holds
+  // at most, 1 for none ("Groups" above; UVMPOOL_CARVE_GROUP).
   CarvedRange(const Vmm& vmm, Source& source, CUdeviceptr base, std::size_t bytes, std::size_t extent,
-              std::size_t chunk, std::size_t unit, std::size_t small_max = 0);
+              std::size_t chunk, std::size_t unit, std::size_t small_max = 0, std::size_t group_max = kGroupSlots);
   ~CarvedRange();  // unmaps every slot and gives its pieces back (whatever is still allocated)
   // After fork, in the child: forget every slot without a driver call (the destructor then makes none).
   void abandon() { slots_.clear(); }
@@ -189,9 +190,10 @@ class CarvedRange {
     std::uint64_t relaned = 0;      // idle slots that changed lane
     std::uint64_t groups = 0;       // groups grown (one handle for several slots)
   };
-  // Slots a group holds at most. Why 4 (128 MiB with 32 MiB slots), on the churn replay (modeled):
-  // with 2, 1.19x the caching allocator's time; with 4, 1.04x; with 8, 0.97x but a peak of 1.075, as an
-  // idle group larger than most windows stays where it is. And a group's first move carries all of it.
+  // Slots a group holds at most, by default (UVMPOOL_CARVE_GROUP). Why 4 (128 MiB with 32 MiB slots),
+  // on the churn replay (modeled): with 2, 1.19x the caching allocator's time; with 4, 1.04x; with 8,
+  // 0.97x but a peak of 1.075, as an idle group larger than most windows stays where it is. And a
+  // group's first move carries all of it.
   static constexpr std::size_t kGroupSlots = 4;
   Figures figures() const;
   // Every figure recomputed from the structures; the differences, one per line ("" when none).
@@ -244,7 +246,7 @@ class CarvedRange {
   const Vmm& vmm_;
   Source& source_;
   const CUdeviceptr base_;
-  const std::size_t extent_, chunk_, unit_, small_max_;
+  const std::size_t extent_, chunk_, unit_, small_max_, group_max_;
   std::vector<Slot> slots_;
   std::array<RangeAllocator, 2> free_;        // mapped free space, by lane (index: Lane)
   RangeAllocator& free_in(Lane lane) { return free_[static_cast<std::size_t>(lane)]; }

@@ -103,7 +103,7 @@ CUresult DevicePool::try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext co
     if (va > taken) ranges_.give_back(taken, va - taken);
     if (taken + extent > va) ranges_.give_back(va + size, taken + extent - va);
     carve_source_ = std::make_unique<CarveSource>(*this);
-    carve_range_.emplace(vmm_, *carve_source_, va, size, extent, chunk_, kGuardAlignment);
+    carve_range_.emplace(vmm_, *carve_source_, va, size, extent, chunk_, kGuardAlignment, 0, config_.carve_group);
     carve_base_.store(va, std::memory_order_release);
   }
   CUdeviceptr p = 0;

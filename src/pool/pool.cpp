@@ -57,6 +57,7 @@ PoolConfig PoolConfig::from_options(const config::Options& o) {
   c.chunk_size = o.chunk_size.bytes;
   c.extent_size = o.extent_size.bytes;
   c.carve_max = o.carve_max.bytes;
+  c.carve_group = static_cast<std::size_t>(o.carve_group);
   c.spill = o.spill;
   c.host_limit = o.host_limit;
   c.host_reserve = o.host_reserve.bytes;

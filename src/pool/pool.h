@@ -39,6 +39,7 @@ struct PoolConfig {
   std::size_t chunk_size = 0;                  // 0: the driver's minimum granularity
   std::size_t extent_size = 32ull << 20;       // large allocations' physical unit; < 2 chunks: off
   std::size_t carve_max = 4ull << 30;          // largest request carved from extents mapped once (0: off)
+  std::size_t carve_group = 4;                 // slots a carved group's handle holds at most (1: no groups)
   bool spill = true;                           // serve what the device cannot from pinned host memory
   config::Size host_limit{0, 50.0, true};      // cap on pinned host memory (share of physical memory)
   std::uint64_t host_reserve = 512ull << 20;   // pinned ahead of need, per device, once spilling is near

@@ -183,6 +183,17 @@ TEST(ParseErrors, ExtentSizeIsZeroOrAPowerOfTwoUpTo1G) {
   EXPECT_EQ(parse_one("UVMPOOL_EXTENT_SIZE", "1G").options.extent_size.bytes, GiB);
 }
 
+TEST(ParseErrors, CarveGroupIsAWholeNumberOfSlotsFrom1To64) {
+  for (auto bad : {"0", "65", "-1", "two"}) {
+    ParseResult r = parse_one("UVMPOOL_CARVE_GROUP", bad);
+    ASSERT_EQ(r.errors.size(), 1u) << bad;
+    EXPECT_THAT(r.errors[0], HasSubstr("UVMPOOL_CARVE_GROUP")) << bad;
+    EXPECT_EQ(r.options.carve_group, 4) << bad << ": the default stays";
+  }
+  EXPECT_EQ(parse_one("UVMPOOL_CARVE_GROUP", "1").options.carve_group, 1);
+  EXPECT_EQ(parse_one("UVMPOOL_CARVE_GROUP", "64").options.carve_group, 64);
+}
+
 TEST(ParseErrors, TieringCommitIsBesideOrAfter) {
   ParseResult r = parse_one("UVMPOOL_TIERING_COMMIT", "later");
   EXPECT_THAT(r.errors,

@@ -20,10 +20,11 @@ class CarvedMoves : public Moves {
  protected:
   // 128 MiB of device budget, carving every request up to 64 MiB from 32 MiB slots; no host reserve
   // (a move pins what it needs).
-  std::unique_ptr<Pool> carving_pool(std::size_t budget = 128 * kMiB) {
+  std::unique_ptr<Pool> carving_pool(std::size_t budget = 128 * kMiB, std::size_t group = 4) {
     PoolConfig config = spill_config(budget, 256 * kMiB, 0);
     config.extent_size = kExtent;
     config.carve_max = 64 * kMiB;
+    config.carve_group = group;
     auto pool = make_pool(config);
     pool->stop_background();
     return pool;
@@ -197,6 +198,21 @@ TEST_F(CarvedMoves, AGroupMovesWholeOnceAndItsSlotsOnTheirOwnAfter) {
   EXPECT_EQ(pool->check_invariants(), "");
   must_free(*pool, p);
   EXPECT_EQ(pool->stats(0).host_chunks_mapped, 0u) << "the host slot, empty, was given back";
+  EXPECT_EQ(pool->check_invariants(), "");
+}
+
+// UVMPOOL_CARVE_GROUP=1: every slot a handle of its own, and a move of one slot moves only it.
+TEST_F(CarvedMoves, WithGroupsOffEachSlotIsAHandleOfItsOwn) {
+  auto pool = carving_pool(128 * kMiB, 1);
+  const unsigned long long maps = sim().call_count("cuMemMap");
+  const CUdeviceptr p = must_allocate(*pool, 64 * kMiB);
+  EXPECT_EQ(sim().call_count("cuMemMap") - maps, 2u);
+  EXPECT_EQ(pool->stats(0).extents_held, 2u);
+  fill(p, 64 * kMiB, 13);
+  ASSERT_CU(move(*pool, p + kExtent, kExtent, Tier::Host));
+  EXPECT_EQ(tiers(p, 64 * kMiB, gran), std::string(16, 'D') + std::string(16, 'H'));
+  EXPECT_TRUE(holds(p, 64 * kMiB, 13));
+  must_free(*pool, p);
   EXPECT_EQ(pool->check_invariants(), "");
 }
 
