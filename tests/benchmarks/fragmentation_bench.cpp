@@ -79,6 +79,7 @@ int main(int argc, char** argv) {
   options.add("device", "0", "device ordinal");
   options.add("extent-mib", "32", "the pool's extent size in MiB (UVMPOOL_EXTENT_SIZE; 0: chunks only)");
   options.add("carve-max-mib", "4096", "the pool's UVMPOOL_CARVE_MAX in MiB (its default: 4096; 0: carving off)");
+  options.add("carve-group", "4", "the pool's UVMPOOL_CARVE_GROUP: slots a carved group holds at most (its default: 4; 1: no groups)");
   options.add("stitched", "1", "1: also replay the pool with carving off (UVMPOOL_CARVE_MAX=0), stitched only");
   options.add("carve-extent-mib", "64", "extent size in MiB of the carved-range replay (the pool's carving component alone)");
   options.add("dump-trace", "", "write the trace to this file, one event a line ('a ID BYTES' or 'f ID'), and exit "
@@ -207,6 +208,7 @@ int main(int argc, char** argv) {
       pool::PoolConfig config;
       config.extent_size = static_cast<std::size_t>(options.integer("extent-mib")) << 20;
       config.carve_max = carve_max;
+      config.carve_group = static_cast<std::size_t>(options.integer("carve-group"));
       pool::Pool pool(drv(), config);
       CUresult ignored = CUDA_SUCCESS;
       if (reset_counts != nullptr) reset_counts();
