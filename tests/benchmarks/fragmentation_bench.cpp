@@ -16,6 +16,7 @@
 #include "expandable_segments.h"
 #include "driver/real_driver.h"
 #include "pool/pool.h"
+#include "timed_driver.h"
 #include "trace.h"
 
 using namespace uvmpool;
@@ -79,6 +80,7 @@ int main(int argc, char** argv) {
   options.add("device", "0", "device ordinal");
   options.add("extent-mib", "32", "the pool's extent size in MiB (UVMPOOL_EXTENT_SIZE; 0: chunks only)");
   options.add("carve-max-mib", "4096", "the pool's UVMPOOL_CARVE_MAX in MiB (its default: 4096; 0: carving off)");
+  options.add("time-calls", "0", "1: the caching allocator's and the pool's replays call the driver through a table that times each call on the host (wall clock), and each replay's calls are printed by time: what a GPU's replay time is made of");
   options.add("carve-group", "4", "the pool's UVMPOOL_CARVE_GROUP: slots a carved group holds at most (its default: 4; 1: no groups)");
   options.add("stitched", "1", "1: also replay the pool with carving off (UVMPOOL_CARVE_MAX=0), stitched only");
   options.add("carve-extent-mib", "64", "extent size in MiB of the carved-range replay (the pool's carving component alone)");
@@ -129,15 +131,22 @@ int main(int argc, char** argv) {
 
   // Each replay is one Google Benchmark iteration timed by the replay itself; the caching allocator
   // goes first and gives its segments back to the driver before the pool starts.
+  // --time-calls: both replays through the timing table, each one's calls kept for the notes.
+  const bool time_calls = options.integer("time-calls") != 0;
+  const driver::Table& table = time_calls ? timed_driver(drv()) : drv();
+  std::string cache_timed, pool_timed;
+  std::uint64_t cache_timed_ns = 0, pool_timed_ns = 0;
   std::uint64_t cache_peak = 0, cache_segments = 0, cache_oom = 0;
   Replay cached, pooled;
   pool::DeviceStats stats;
   benchmark::RegisterBenchmark("replay/caching_allocator", [&](benchmark::State& state) {
     for (auto _ : state) {
-      CachingAllocator allocator(drv());
+      CachingAllocator allocator(table);
+      reset_timed_calls();
       cached = replay(
           trace, [&](CUdeviceptr* p, std::size_t n) { return allocator.allocate(p, n); },
           [&](CUdeviceptr p) { allocator.deallocate(p); });
+      cache_timed = describe_timed_calls(8, &cache_timed_ns);
       cache_peak = allocator.peak_reserved();
       cache_segments = allocator.segments();
       cache_oom = allocator.retries_after_oom();
@@ -209,12 +218,14 @@ int main(int argc, char** argv) {
       config.extent_size = static_cast<std::size_t>(options.integer("extent-mib")) << 20;
       config.carve_max = carve_max;
       config.carve_group = static_cast<std::size_t>(options.integer("carve-group"));
-      pool::Pool pool(drv(), config);
+      pool::Pool pool(table, config);
       CUresult ignored = CUDA_SUCCESS;
       if (reset_counts != nullptr) reset_counts();
+      reset_timed_calls();
       pooled = replay(
           trace, [&](CUdeviceptr* p, std::size_t n) { return pool.allocate(p, n); },
           [&](CUdeviceptr p) { pool.deallocate(p, &ignored); });
+      pool_timed = describe_timed_calls(10, &pool_timed_ns);
       stats = pool.stats(device.device);
       pool_calls = calls_made();
       state.SetIterationTime(pooled.seconds);
@@ -318,6 +329,16 @@ int main(int argc, char** argv) {
                format_size(stats.peak_live_bytes));
   if (!pool_calls.empty())
     figures.note("pool's driver calls in its replay (simulated driver; modeled time): " + pool_calls);
+  if (time_calls) {
+    // Host wall time inside the driver, against each replay's time: the rest is the allocator's own.
+    const auto timed = [&](const char* who, const Replay& r, std::uint64_t ns, const std::string& calls) {
+      figures.note(std::string(who) + ": " + fixed(static_cast<double>(ns) / 1e6, 2) + " ms of its " +
+                   fixed(r.seconds * 1e3, 2) + " ms in driver calls (host wall time, measured" +
+                   (device.simulated ? " on the simulated driver" : "") + "): " + calls);
+    };
+    timed("caching allocator", cached, cache_timed_ns, cache_timed);
+    timed("pool", pooled, pool_timed_ns, pool_timed);
+  }
   if (!stitched_calls.empty())
     figures.note("stitched only: " + std::to_string(stitched_stats.stitched_maps) + " mappings built, " +
                  std::to_string(stitched_stats.chunks_created) + " chunks created; driver calls " + stitched_calls);
