@@ -90,7 +90,8 @@ std::optional<CarvedRange::Found> CarvedRange::find(CUdeviceptr p) const {
 }
 
 bool CarvedRange::relane_idle(Lane lane) {
-  for (std::size_t i = slots_.size(); i-- > 0;) {
+  if (idle_ == 0) return false;
+  for (std::size_t i = reach_; i-- > 0;) {
     Slot& s = slots_[i];
     if (idle_kind(s) != Idle::Device || s.moving || s.lane == lane) continue;
     if (!free_of_slot(i).take_at(slot_va(i), extent_)) continue;  // not wholly free after all
@@ -113,8 +114,10 @@ std::optional<CarvedRange::Window> CarvedRange::place(std::size_t bytes, Lane la
       ++h0;
       continue;
     }
+    // Past reach_ nothing was ever mapped: one run to the end, not walked.
     std::size_t h1 = h0;
-    while (h1 < slots_.size() && slots_[h1].pieces.empty()) ++h1;
+    while (h1 < reach_ && slots_[h1].pieces.empty()) ++h1;
+    if (h1 == reach_) h1 = slots_.size();
     const CUdeviceptr start = free.free_ending_at(slot_va(h0)).value_or(slot_va(h0));
     const std::size_t before = slot_va(h0) - start;
     std::size_t count = div_ceil(bytes - std::min(bytes, before), extent_);
@@ -141,7 +144,7 @@ CUresult CarvedRange::grow(const Window& w, std::size_t bytes, Lane lane) {
   // A group's only whole, all of it idle, where the window has room for all of it: its handle maps
   // whole.
   bool fenced = false;
-  for (std::size_t i = slots_.size(); i-- > 0 && fills.size() < w.count;) {
+  for (std::size_t i = idle_ != 0 ? reach_ : 0; i-- > 0 && fills.size() < w.count;) {
     const Slot& s = slots_[i];
     if (s.group_index + 1 != s.group_slots) continue;  // a group is looked at once, from its last member
     const std::size_t first = mapping_first(i);
@@ -213,6 +216,7 @@ CUresult CarvedRange::grow(const Window& w, std::size_t bytes, Lane lane) {
     s.lane = lane;
   }
   mapped_ += w.count;
+  reach_ = std::max(reach_, w.first + w.count);
   idle_ += w.count;  // until the allocation it was grown for counts its use
   source_.mapped(slot_va(w.first), all);
   free_in(lane).give_back(slot_va(w.first), w.count * extent_);
@@ -386,7 +390,7 @@ void CarvedRange::swap_slot(std::size_t i, std::vector<Chunk> pieces) {
 std::size_t CarvedRange::release_idle_host() {
   std::size_t released = 0;
   bool fenced = false;
-  for (std::size_t i = 0; i < slots_.size() && idle_host_ != 0; ++i) {
+  for (std::size_t i = 0; i < reach_ && idle_host_ != 0; ++i) {
     Slot& s = slots_[i];
     if (idle_kind(s) != Idle::Host || s.moving) continue;  // (a group is never in host memory)
     if (!std::exchange(fenced, true)) source_.before_unmap();
@@ -403,7 +407,7 @@ std::size_t CarvedRange::release_idle(std::size_t wanted) {
   std::size_t released = 0;
   if (idle_ == 0) return 0;
   bool fenced = false;
-  for (std::size_t i = slots_.size(); i-- > 0 && released < wanted;) {
+  for (std::size_t i = reach_; i-- > 0 && released < wanted;) {
     const Slot& s = slots_[i];
     if (s.group_index + 1 != s.group_slots) continue;  // a group is looked at once, from its last member
     const std::size_t first = mapping_first(i), n = s.group_slots;

@@ -256,6 +256,10 @@ class CarvedRange {
   Figures figures_;
   // Slots: mapped, of those in host memory, idle on the device, idle in host memory.
   std::size_t mapped_ = 0, host_ = 0, idle_ = 0, idle_host_ = 0;
+  // One past the highest slot ever mapped: the slots beyond were never mapped, so the scans for idle
+  // slots and unmapped runs stop there (the range is twice the budget: on an H200 about 8900 slots,
+  // most never used; every growth scanned them all).
+  std::size_t reach_ = 0;
 };
 
 }  // namespace uvmpool::pool
