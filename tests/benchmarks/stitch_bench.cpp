@@ -46,7 +46,8 @@ struct Counters {  // the pool's counters across the timed call, last repetition
 };
 Counters g_cached, g_free;
 // Modeled seconds of each variant's timed call, last repetition (simulated driver only; else negative).
-double g_modeled_free = -1, g_modeled_cached = -1, g_modeled_empty = -1, g_modeled_empty_chunks = -1, g_modeled_floor = -1;
+double g_modeled_free = -1, g_modeled_cached = -1, g_modeled_empty = -1, g_modeled_empty_chunks = -1, g_modeled_floor = -1,
+       g_modeled_empty_carved = -1;
 
 // The pool as the options say, with carving off: this measures stitching (UVMPOOL_CARVE_MAX would
 // carve the scattered layout's allocations into shared extents, leaving no free chunks to stitch).
@@ -94,10 +95,15 @@ void scattered(benchmark::State& state, bool evict_first, Counters* counters, do
   }
 }
 
-void empty_pool(benchmark::State& state, bool extents, double* modeled) {
+// How the empty pool serves the request: stitched from extents it makes, stitched from chunks it
+// makes (extents off), or carved as the options say (the default: slots a request covers whole are
+// groups of one handle each, src/pool/carved_range.h).
+enum class Empty { Extents, Chunks, Carved };
+
+void empty_pool(benchmark::State& state, Empty how, double* modeled) {
   for (auto _ : state) {
-    pool::PoolConfig config = stitching_config();
-    if (!extents) config.extent_size = 0;
+    pool::PoolConfig config = how == Empty::Carved ? pool::PoolConfig::from_options(config::options()) : stitching_config();
+    if (how == Empty::Chunks) config.extent_size = 0;
     pool::Pool pool(drv(), config);
     CUdeviceptr big = 0;
     CUresult result = CUDA_SUCCESS;
@@ -199,8 +205,9 @@ int main(int argc, char** argv) {
   };
   add("scattered_free", scattered, true, &g_free, &g_modeled_free);
   add("scattered_cached", scattered, false, &g_cached, &g_modeled_cached);
-  add("empty_pool", empty_pool, true, &g_modeled_empty);
-  add("empty_pool_chunks_only", empty_pool, false, &g_modeled_empty_chunks);
+  add("empty_pool", empty_pool, Empty::Extents, &g_modeled_empty);
+  add("empty_pool_chunks_only", empty_pool, Empty::Chunks, &g_modeled_empty_chunks);
+  add("empty_pool_carved", empty_pool, Empty::Carved, &g_modeled_empty_carved);
   add("native", native);
   add("driver_floor", driver_floor);
   Recorder recorder;
@@ -217,6 +224,7 @@ int main(int argc, char** argv) {
   figures.row("from " + scattered_chunks + "cached 1-chunk mappings", format_seconds(cached));
   figures.row("from an empty pool (extents created, UVMPOOL_EXTENT_SIZE)", format_seconds(empty), "<= 1.5 ms");
   figures.row("from an empty pool, extents off (chunks created)", format_seconds(recorder.seconds("empty_pool_chunks_only")));
+  figures.row("from an empty pool, carved as the options say (the default)", format_seconds(recorder.seconds("empty_pool_carved")));
   figures.row("driver cuMemAlloc (baseline)", format_seconds(driver_alloc));
   figures.row("driver floor: cuMemMap per chunk + one cuMemSetAccess, chunks made beforehand", format_seconds(floor_s));
   if (free_chunks > 0 && floor_s > 0)
@@ -230,6 +238,7 @@ int main(int argc, char** argv) {
     figures.row("modeled: from scattered cached 1-chunk mappings", format_seconds(g_modeled_cached));
     figures.row("modeled: from an empty pool, extents", format_seconds(g_modeled_empty), "<= 1.5 ms");
     figures.row("modeled: from an empty pool, extents off", format_seconds(g_modeled_empty_chunks));
+    figures.row("modeled: from an empty pool, carved (the default)", format_seconds(g_modeled_empty_carved));
     figures.row("modeled: driver floor (chunks made beforehand)", format_seconds(g_modeled_floor));
     if (g_modeled_floor > 0)
       figures.row("modeled: scattered free chunks / driver floor", fixed(g_modeled_free / g_modeled_floor, 2) + "x", "<= 1.2x");
