@@ -137,8 +137,16 @@ CUresult DevicePool::take_staged_target(Move* m, MoveWaits waits, HostShape shap
     return_chunks(m->target);  // with the staging mappings made: the next move of those pieces uses them
     m->target.clear();
     fig_.moves_failed.fetch_add(1, std::memory_order_relaxed);
-    log::debug("device {}: a move of {} bytes at {:#x} to the {} tier refused ({})", device_, m->bytes, m->address,
-               m->to == Tier::Host ? "host" : "device", static_cast<int>(r));
+    // What the room was made of (promotion_room counts the same parts), so a refusal the policy did
+    // not expect says which part fell short: idle memory needs a fence first when a synchronous free
+    // came since the last (fence due), which a move that may not wait leaves alone.
+    // (Loads only: the line's arguments are made whether or not debug is on.)
+    log::debug("device {}: a move of {} bytes at {:#x} to the {} tier refused ({}; chunks free {}, cached {}, idle "
+               "carved {}; room last told {} MiB; fence {})",
+               device_, m->bytes, m->address, m->to == Tier::Host ? "host" : "device", static_cast<int>(r),
+               free_granules(), fig_.chunks_cached.load(std::memory_order_relaxed),
+               fig_.carved_idle.load(std::memory_order_relaxed), last_room_.load(std::memory_order_relaxed) >> 20,
+               fence_due() ? (waits == MoveWaits::Allowed ? "due, may wait" : "due, no wait") : "not due");
     return r;
   }
   m->staging = m->staged.front();

@@ -204,6 +204,9 @@ struct Run {
   // Of those, the bytes of live allocations (the pool's moved_live_*): a carved slot moves whole, its
   // free space and what was freed in it with it.
   std::uint64_t live_promoted = 0, live_demoted = 0;
+  // Moves the pool refused at their prepare over the timed steps (DeviceStats::moves_failed): each is a
+  // placement tried for nothing, most of them promotions tried again while demotions stand.
+  std::uint64_t pool_refusals = 0;
   std::array<std::uint64_t, 2> in_place{};  // UVMPOOL_SIM_HOST_TO_DEVICE, UVMPOOL_SIM_DEVICE_TO_HOST
   // The remaps' driver calls over the timed steps (kRemapCalls; the simulator's counts): what much of a
   // hold is made of, each mapping a move changes costing about 42 us (H200: unmap, map, access).
@@ -371,6 +374,7 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
   const pool::DeviceStats pool_after = pool->stats(0);
   run.live_promoted = pool_after.moved_live_to_device_bytes - pool_before.moved_live_to_device_bytes;
   run.live_demoted = pool_after.moved_live_to_host_bytes - pool_before.moved_live_to_host_bytes;
+  run.pool_refusals = pool_after.moves_failed - pool_before.moves_failed;
   const std::array<std::uint64_t, 2> link = link_bytes_now();
   const std::array<std::uint64_t, 2> copied{run.promoted, run.demoted};
   for (std::size_t d = 0; d < 2; ++d) {
@@ -564,8 +568,9 @@ int main(int argc, char** argv) {
       const auto share = [](std::uint64_t live, std::uint64_t all) {
         return all == 0 ? std::string("-") : fixed(100.0 * static_cast<double>(live) / static_cast<double>(all), 1) + "%";
       };
-      std::printf("  moved bytes that were live allocations' (%s): promoted %s, demoted %s\n", name,
-                  share(r.live_promoted, r.promoted).c_str(), share(r.live_demoted, r.demoted).c_str());
+      std::printf("  moved bytes that were live allocations' (%s): promoted %s, demoted %s; moves the pool refused a step: %.1f\n",
+                  name, share(r.live_promoted, r.promoted).c_str(), share(r.live_demoted, r.demoted).c_str(),
+                  static_cast<double>(r.pool_refusals) / timed);
     };
     live_share("epochs on launch", held);
     live_share("epochs measured", measured);
