@@ -32,6 +32,16 @@ bool PeriodTrial::retry(std::uint64_t n) {
   return true;
 }
 
+bool PeriodTrial::choose(bool first, std::uint64_t n) {
+  if (state_ != State::Decided) return false;
+  first_ = first;
+  stats_.second = first ? 0 : 1;
+  rebase(n);
+  log::info("tiering: {} {}: chosen without a measure (the trial's two ways did the same)", config_.what,
+            first ? config_.first_name : config_.second_name);
+  return true;
+}
+
 void PeriodTrial::begin_trial(std::uint64_t n, std::uint64_t first_counted, bool by_drift) {
   ++stats_.trials;
   stats_.first_ns = stats_.second_ns = 0;

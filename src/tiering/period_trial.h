@@ -103,6 +103,9 @@ class PeriodTrial {
   // Decided: a new trial from the next period (period n carries the other trial's transition), as
   // when the decided way's time drifts. False (nothing done) when not decided.
   bool retry(std::uint64_t n);
+  // Decided: the way `first` instead, untimed (the trial had nothing to compare), watched from the
+  // next period, whose time becomes the reference. False (nothing done) when not decided.
+  bool choose(bool first, std::uint64_t n);
 
   PeriodTrialStats stats() const { return stats_; }
 

@@ -122,12 +122,28 @@ void Policy::period_begins() {
   const bool guard_was = guard_.first(), epochs_were = epochs_.first(), epochs_timed = epochs_.timing();
   if (!epochs_.timing()) guard_.period_started(n, time, kept);
   if (!guard_.timing()) epochs_.period_started(n, time, moved);
+  if (!epochs_timed && epochs_.timing()) moves_at_epochs_trial_ = moves;
   // A way changed changes the period's time: the other trial's watch of its decision starts anew.
   // Where the epochs run sets how late moves land, which the guard's arms compare: the first time the
   // epochs' trial moves them to the launching thread, the guard is tried again there (once a learned
-  // period: trials that each redo the other's could go back and forth).
-  if (guard_.first() != guard_was) epochs_.rebase(n);
-  if (epochs_timed && !epochs_.timing() && !epochs_.first() && !guard_retried_ && guard_.retry(n)) {
+  // period: trials that each redo the other's could go back and forth). And where the guard, decided
+  // on the mover's thread, keeps everything in place, the epochs' trial that follows has nothing to
+  // compare (no move in either arm: the two times are the same). Where the guard's own trial was a
+  // close call (off within the drift of on), the epochs then go to the launching thread untimed and
+  // the guard is tried again there. Modeled on the batched decode (weights read 32 times a token, one
+  // launch each): the guard's trial on the mover's thread kept every weight in place (201.9 ms a step
+  // on, 220.9 off, with moves landing late under holds ahead) and the replay read 9.5 GiB a step in
+  // place, as first-come does; tried again on the launching thread, off took 31.5 ms. A batch-1
+  // decode's guard is no close call (6.4 ms on, 29.1 off): no second trial, which would cost it
+  // periods 4.5 times as long.
+  const bool epochs_decided = epochs_timed && !epochs_.timing();
+  const PeriodTrialStats g = guard_.stats();
+  const bool close_call = g.first_ns != 0 && g.second_ns != 0 &&
+                          static_cast<double>(g.second_ns) < config_.guard.drift * static_cast<double>(g.first_ns);
+  const bool nothing_compared = epochs_decided && moves == moves_at_epochs_trial_ && guard_.first() && close_call;
+  if (nothing_compared && !guard_retried_ && epochs_.first() && epochs_.choose(false, n) && guard_.retry(n)) {
+    guard_retried_ = true;
+  } else if (epochs_decided && !epochs_.first() && !guard_retried_ && guard_.retry(n)) {
     guard_retried_ = true;
   } else if (epochs_.first() != epochs_were) {
     guard_.rebase(n);

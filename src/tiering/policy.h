@@ -352,6 +352,7 @@ class Policy {
   std::uint64_t kept_at_period_ = 0;
   std::uint64_t moves_at_period_ = 0;
   bool guard_retried_ = false;  // the guard tried again since the period was learned, after the epochs moved
+  std::uint64_t moves_at_epochs_trial_ = 0;  // moves asked when the epochs' trial under way began
 
   std::unordered_map<CUdeviceptr, Known> known_;
   std::vector<CUdeviceptr> asked_up_, asked_down_;  // buffers with a promotion / demotion asked

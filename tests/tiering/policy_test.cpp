@@ -361,6 +361,57 @@ TEST(Policy_, TheGuardsTrialAndTheEpochsTrialAreTimedOneAtATime) {
   EXPECT_EQ(e.stats.guard.second_ns, e.stats.epochs.second_ns) << "the same way: guard off, launching thread";
 }
 
+// Weights read `passes` times by one launch each, whose moves land late on the mover's thread (each
+// byte moved costs `late` more there, as under holds ahead; nothing more on the launching thread).
+struct LateSweep {
+  PolicyStats stats;
+  bool on_launch = false;
+};
+LateSweep late_sweep(std::uint32_t passes, std::uint64_t late, int periods) {
+  FakeWorld w(8 * kUnit);
+  w.timed = true;
+  w.passes = passes;
+  std::vector<std::vector<CUdeviceptr>> token;
+  for (int i = 0; i < 12; ++i) token.push_back({w.add(kUnit, i >= 8)});
+  PolicyConfig c;
+  c.guard.setting = TrialSetting::Measure;
+  c.epochs.setting = TrialSetting::Measure;
+  Policy p(w, c);
+  LateSweep out;
+  for (int s = 0; s < periods; ++s) {
+    const std::uint64_t moved_before = w.promoted + w.demoted;
+    for (std::size_t i = 0; i < token.size(); ++i) w.launch(p, 100 + i, token[i]);
+    out.on_launch = p.epochs_on_launch();
+    if (!out.on_launch) w.clock += late * (w.promoted + w.demoted - moved_before);
+  }
+  out.stats = p.stats();
+  return out;
+}
+
+TEST(Policy_, AGuardDecidedCloseOnTheMoversThreadIsTriedAgainOnTheLaunchingThread) {
+  // The batched decode's case (docs/tiering.md, "Which thread runs the epochs"): on the mover's thread
+  // moving the weights loses to reading them in place, narrowly (moves land late), so the guard stays
+  // on and keeps every weight in place; the epochs' trial then has nothing to compare (no move in
+  // either arm). The epochs go to the launching thread untimed, the guard is tried again there, and
+  // moving wins: the guard off.
+  const LateSweep e = late_sweep(/*passes=*/20, /*late=*/2, 80);
+  EXPECT_EQ(e.stats.epochs.trials, 1u);
+  EXPECT_EQ(e.stats.epochs.first_ns, e.stats.epochs.second_ns) << "nothing compared";
+  EXPECT_TRUE(e.on_launch);
+  EXPECT_EQ(e.stats.guard.trials, 2u);
+  EXPECT_EQ(e.stats.guard.second, 1u) << "the guard off on the launching thread";
+  EXPECT_LT(e.stats.guard.second_ns * 2, e.stats.guard.first_ns);
+}
+
+TEST(Policy_, AGuardDecidedByFarIsNotTriedAgain) {
+  // Reading in place wins by far on the mover's thread (a batch-1 decode's weights, read once): no
+  // second trial, whose off arm would cost periods several times as long.
+  const LateSweep e = late_sweep(/*passes=*/1, /*late=*/4, 80);
+  EXPECT_EQ(e.stats.guard.trials, 1u);
+  EXPECT_EQ(e.stats.guard.second, 0u) << "the guard on";
+  EXPECT_FALSE(e.on_launch);
+}
+
 TEST(Policy_, TrainingShapedStepHitsMostlyOnTheDevice) {
   // Forward over layers (weight, activation in, activation out), backward in reverse (weight, saved
   // activation, gradients), then the optimizer (weight, its state): 2.6x what fits.
