@@ -244,6 +244,16 @@ TEST(Policy_, ASlotAQuarterOfWhichIsReadTwiceATokenIsStillReadInPlace) {
   EXPECT_GT(sweep(4), 0u) << "slots read whole twice a token stayed in place";
 }
 
+// A token of twelve weights, one launch each, on a timed world of eight weights' room (the last four
+// in host memory to begin with), each read `passes` times by its launch.
+std::vector<std::vector<CUdeviceptr>> twelve_weights(FakeWorld& w, std::uint32_t passes) {
+  w.timed = true;
+  w.passes = passes;
+  std::vector<std::vector<CUdeviceptr>> token;
+  for (int i = 0; i < 12; ++i) token.push_back({w.add(kUnit, i >= 8)});
+  return token;
+}
+
 // A decoding-shaped sweep (each weight read by one launch a token, 1.5x what fits) whose kernels read
 // their weights `passes` times, on a timed world; the per-token time of the last 10 tokens.
 struct Sweep {
@@ -252,10 +262,7 @@ struct Sweep {
 };
 Sweep sweep(std::uint32_t passes, TrialSetting setting) {
   FakeWorld w(8 * kUnit);
-  w.timed = true;
-  w.passes = passes;
-  std::vector<std::vector<CUdeviceptr>> token;
-  for (int i = 0; i < 12; ++i) token.push_back({w.add(kUnit, i >= 8)});
+  const std::vector<std::vector<CUdeviceptr>> token = twelve_weights(w, passes);
   PolicyConfig c;
   c.guard.setting = setting;
   Policy p(w, c);
@@ -369,10 +376,7 @@ struct LateSweep {
 };
 LateSweep late_sweep(std::uint32_t passes, std::uint64_t late, int periods) {
   FakeWorld w(8 * kUnit);
-  w.timed = true;
-  w.passes = passes;
-  std::vector<std::vector<CUdeviceptr>> token;
-  for (int i = 0; i < 12; ++i) token.push_back({w.add(kUnit, i >= 8)});
+  const std::vector<std::vector<CUdeviceptr>> token = twelve_weights(w, passes);
   PolicyConfig c;
   c.guard.setting = TrialSetting::Measure;
   c.epochs.setting = TrialSetting::Measure;
