@@ -34,12 +34,9 @@ CUresult DevicePool::prepare_carved_move(CUdeviceptr p, std::size_t bytes, Tier 
   const std::size_t first = carve_range_->mapping_first(*slot), slots = carve_range_->mapping_slots(*slot);
   // One mapping a move (Pool::runs_in_tier cuts at slot ends).
   if (bytes > carve_range_->slot_start(first) + slots * extent - p) return CUDA_ERROR_INVALID_VALUE;
-  const auto unclaim = [&] {
-    for (std::size_t k = first; k < first + slots; ++k) carve_range_->unclaim(k);
-  };
   if (const CUresult r = carve_range_->claim(*slot); r != CUDA_SUCCESS) return r;  // moving already, or exported
   if (carve_range_->slot_pieces(*slot).front().tier == to) {  // there already: nothing to do, nothing held
-    unclaim();
+    carve_range_->unclaim_mapping(first);
     return CUDA_SUCCESS;
   }
   m->address = carve_range_->slot_start(first);
@@ -48,14 +45,14 @@ CUresult DevicePool::prepare_carved_move(CUdeviceptr p, std::size_t bytes, Tier 
   m->device = device_;
   m->owner = carved_entry();
   if (const CUresult r = take_staged_target(m, waits, HostShape::Whole); r != CUDA_SUCCESS) {
-    unclaim();
+    carve_range_->unclaim_mapping(first);
     *m = Move{};
     return r;
   }
   if (!carve_range_->splits_into_slots(m->target)) {  // a group's target must be pieces of a slot each
     log::warn("device {}: a carved group's move target spans slots; refused", device_);
     return_chunks(m->target);  // with their staging mappings, as a refused prepare's
-    unclaim();
+    carve_range_->unclaim_mapping(first);
     *m = Move{};
     fig_.moves_failed.fetch_add(1, std::memory_order_relaxed);
     return CUDA_ERROR_OUT_OF_MEMORY;

@@ -160,6 +160,10 @@ class CarvedRange {
   // or release unmaps it.
   CUresult claim(std::size_t slot);
   void unclaim(std::size_t slot);  // that slot only (a moved group is one no more)
+  // Every slot of the mapping whose first slot is `first` (a move refused before it changed anything).
+  void unclaim_mapping(std::size_t first) {
+    for (std::size_t k = first; k < first + slots_[first].group_slots; ++k) unclaim(k);
+  }
   bool moving(CUdeviceptr start, std::size_t bytes) const;  // whether a slot under [start, +bytes) is claimed
   // CUDA IPC hands out the slots under [start, +bytes): they never move again while mapped.
   void mark_exported(CUdeviceptr start, std::size_t bytes);

@@ -136,6 +136,7 @@ void Policy::period_begins() {
   // place, as first-come does; tried again on the launching thread, off took 31.5 ms. A batch-1
   // decode's guard is no close call (6.4 ms on, 29.1 off): no second trial, which would cost it
   // periods 4.5 times as long.
+  if (guard_.first() != guard_was) epochs_.rebase(n);
   const bool epochs_decided = epochs_timed && !epochs_.timing();
   const PeriodTrialStats g = guard_.stats();
   const bool close_call = g.first_ns != 0 && g.second_ns != 0 &&
