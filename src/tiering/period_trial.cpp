@@ -37,7 +37,7 @@ bool PeriodTrial::choose(bool first, std::uint64_t n) {
   first_ = first;
   stats_.second = first ? 0 : 1;
   rebase(n);
-  log::info("tiering: {} {}: chosen without a measure (the trial's two ways did the same)", config_.what,
+  log::info("tiering: {} {}: chosen without a measure (the trial's arms had nothing to compare)", config_.what,
             first ? config_.first_name : config_.second_name);
   return true;
 }
