@@ -628,6 +628,11 @@ void Mover::prepare_requests(std::vector<Request> batch, bool held, std::vector<
     MutexLock lock(queue_mu_);
     queued_demotions = std::any_of(queue_.begin(), queue_.end(), [](const Request& r) { return r.to == pool::Tier::Host; });
   }
+  // The least promotion the pool refused for room in this batch: nothing commits while the batch is
+  // prepared, so one at least as large is refused too, without asking. (Row 4b on an H200 logged
+  // about 20000 such refusals a step while its first moves ramped up, each a placement tried for
+  // nothing: docs/gpu-results.md, thirty-sixth session.)
+  std::size_t least_refused = SIZE_MAX;
   for (const Request& r : batch) {
     // Prepared at the hold, a request names the whole range asked for: its pieces not in the tier
     // asked, each run of them one move (the pool moves one tier at a time).
@@ -636,6 +641,10 @@ void Mover::prepare_requests(std::vector<Request> batch, bool held, std::vector<
     CUresult s = CUDA_SUCCESS;
     bool other_device = false;
     for (const Range& run : runs) {
+      if (r.to == pool::Tier::Device && run.second >= least_refused) {
+        s = CUDA_ERROR_OUT_OF_MEMORY;
+        break;
+      }
       pool::Move m;
       // Never waiting for the device here (pool.h, MoveWaits): the program's queued work can take half a
       // step, and with holds standing the wait would release them.
@@ -648,7 +657,10 @@ void Mover::prepare_requests(std::vector<Request> batch, bool held, std::vector<
         set_step(MoverStep::Preparing);
         s = pool_.prepare_move(run.first, run.second, r.to, &m, pool::MoveWaits::NoWait);
       }
-      if (s == CUDA_ERROR_OUT_OF_MEMORY) break;  // the request waits or goes whole (below)
+      if (s == CUDA_ERROR_OUT_OF_MEMORY) {  // the request waits or goes whole (below)
+        if (r.to == pool::Tier::Device) least_refused = std::min(least_refused, run.second);
+        break;
+      }
       if (s != CUDA_SUCCESS) {
         // A move is an optimization: a refused one (being freed, moving already) is dropped.
         failed_.fetch_add(1, std::memory_order_relaxed);
