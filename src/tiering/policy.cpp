@@ -128,7 +128,7 @@ void Policy::period_begins() {
   // epochs' trial moves them to the launching thread, the guard is tried again there (once a learned
   // period: trials that each redo the other's could go back and forth). And where the guard, decided
   // on the mover's thread, keeps everything in place, the epochs' trial that follows has nothing to
-  // compare (no move in either arm: the two times are the same). Where the guard's own trial was a
+  // compare (no move asked in either arm). Where the guard's own trial was a
   // close call (off within the drift of on), the epochs then go to the launching thread untimed and
   // the guard is tried again there. Modeled on the batched decode (weights read 32 times a token, one
   // launch each): the guard's trial on the mover's thread kept every weight in place (201.9 ms a step
