@@ -34,18 +34,19 @@
 // and the caching allocator's small and large pools).
 //
 // Groups. Where growth maps new memory to slots that one request covers whole, they share one
-// handle, mapped once: up to kGroupSlots of them. The driver's mapping calls on device memory cost per
-// mapping, not per byte, and much of the churn replay's growth is several slots at once (a large
-// request at the range's end: 93 of its 143 slot mappings), so this takes its modeled time from 1.52x
-// the caching allocator's to 1.04x, at a peak of 1.042 against 1.050 (docs/benchmarks.md). What a
-// shared handle costs: a handle maps only whole, so a group is unmapped whole (given back once every
-// member is idle; moved to where growth needs it only whole, into a window with room for all of it),
-// and the first move of any member moves them all; the move's target is pieces of a slot each, so the
-// group is no more after it, and later moves are a slot's again. Why only slots covered whole: they
-// fall idle together when the request is freed, where a slot at either end is shared with neighbours
-// and may stay in use (grouping every new slot: peak 1.075). Each member's `pieces` is its share, the
-// handle and a slot's granules, so what counts per slot (tiers, idle slots, invariants) is as for a
-// slot of its own; the mapping itself (mapping_pieces) is the handle whole, at the group's first slot.
+// handle, mapped once: up to UVMPOOL_CARVE_GROUP of them (kGroupSlots by default). The driver's
+// mapping calls on device memory cost per mapping, not per byte, and much of the churn replay's
+// growth is several slots at once (a large request at the range's end: 93 of its 143 slot
+// mappings), so this takes its modeled time from 1.52x the caching allocator's to 1.04x, at a peak
+// of 1.042 against 1.050 (docs/benchmarks.md). What a shared handle costs: a handle maps only
+// whole, so a group is unmapped whole (given back once every member is idle; moved to where growth
+// needs it only whole, into a window with room for all of it), and the first move of any member
+// moves them all; the move's target is pieces of a slot each, so the group is no more after it, and
+// later moves are a slot's again. Why only slots covered whole: they fall idle together when the
+// request is freed, where a slot at either end is shared with neighbours and may stay in use
+// (grouping every new slot: peak 1.075). Each member's `pieces` is its share, the handle and a
+// slot's granules, so what counts per slot (tiers, idle slots, invariants) is as for a slot of its
+// own; the mapping itself (mapping_pieces) is the handle whole, at the group's first slot.
 //
 // Modeled before it was built (scripts/carving-model.py on the churn trace, 64 KiB units, 32 MiB
 // extents, idle extents remapped): peak mapped / peak live 1.026, 124 extents made and 24 remapped,
