@@ -628,11 +628,22 @@ void Mover::prepare_requests(std::vector<Request> batch, bool held, std::vector<
     MutexLock lock(queue_mu_);
     queued_demotions = std::any_of(queue_.begin(), queue_.end(), [](const Request& r) { return r.to == pool::Tier::Host; });
   }
-  // The least promotion the pool refused for room in this batch: nothing commits while the batch is
-  // prepared, so one at least as large is refused too, without asking. (Row 4b on an H200 logged
-  // about 20000 such refusals a step while its first moves ramped up, each a placement tried for
-  // nothing: docs/gpu-results.md, thirty-sixth session.)
-  std::size_t least_refused = SIZE_MAX;
+  // The least promotion the pool refused for room in this batch, by device: nothing commits while the
+  // batch is prepared, so one at least as large on the same device is refused too, without asking.
+  // (Row 4b on an H200 logged about 20000 such refusals a step while its first moves ramped up, each
+  // a placement tried for nothing: docs/gpu-results.md, thirty-sixth session.) The device is looked
+  // up only once a refusal was seen.
+  std::vector<std::pair<int, std::size_t>> least_refused;  // (device, bytes)
+  const auto device_of = [this](CUdeviceptr p) {
+    const std::optional<pool::AllocationInfo> info = pool_.find(p);
+    return info ? info->device : -1;
+  };
+  const auto refused_before = [&](CUdeviceptr p, std::size_t bytes) {
+    if (least_refused.empty()) return false;
+    const int device = device_of(p);
+    return std::any_of(least_refused.begin(), least_refused.end(),
+                       [&](const auto& r) { return r.first == device && bytes >= r.second; });
+  };
   for (const Request& r : batch) {
     // Prepared at the hold, a request names the whole range asked for: its pieces not in the tier
     // asked, each run of them one move (the pool moves one tier at a time).
@@ -641,7 +652,7 @@ void Mover::prepare_requests(std::vector<Request> batch, bool held, std::vector<
     CUresult s = CUDA_SUCCESS;
     bool other_device = false;
     for (const Range& run : runs) {
-      if (r.to == pool::Tier::Device && run.second >= least_refused) {
+      if (r.to == pool::Tier::Device && refused_before(run.first, run.second)) {
         s = CUDA_ERROR_OUT_OF_MEMORY;
         break;
       }
@@ -658,7 +669,15 @@ void Mover::prepare_requests(std::vector<Request> batch, bool held, std::vector<
         s = pool_.prepare_move(run.first, run.second, r.to, &m, pool::MoveWaits::NoWait);
       }
       if (s == CUDA_ERROR_OUT_OF_MEMORY) {  // the request waits or goes whole (below)
-        if (r.to == pool::Tier::Device) least_refused = std::min(least_refused, run.second);
+        if (r.to == pool::Tier::Device) {
+          const int device = device_of(run.first);
+          const auto it = std::find_if(least_refused.begin(), least_refused.end(), [&](const auto& x) { return x.first == device; });
+          if (it == least_refused.end()) {
+            least_refused.emplace_back(device, run.second);
+          } else {
+            it->second = std::min(it->second, run.second);
+          }
+        }
         break;
       }
       if (s != CUDA_SUCCESS) {
