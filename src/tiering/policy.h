@@ -121,6 +121,7 @@
 
 #include "pool/pool.h"
 #include "tiering/period_trial.h"
+#include "tiering/unlearned_step.h"
 
 namespace uvmpool::tiering {
 
@@ -145,6 +146,9 @@ struct PolicyConfig {
   // What a buffer is: whole allocations, or pieces of them (pieces.h). The caller cuts (Tiering::
   // show_policy); the policy plans for the buffers it is given either way.
   bool pieces = false;
+  // Launches shown with no period learned before Tiering warns that the step was never learned
+  // (unlearned_step.h; 0: never).
+  std::uint64_t unlearned_after = kUnlearnedStepLaunches;
 };
 
 // Where the program asked an allocation to lie (cuMemAdvise's preferred location; advice.h).

@@ -7,10 +7,12 @@
 #include <mutex>
 #include <thread>
 
+#include "config/log.h"
 #include "config/options.h"
 #include "driver/real_driver.h"
 #include "tiering/launch_args.h"
 #include "tiering/period_clock.h"
+#include "tiering/unlearned_step.h"
 #include "trace/trace.h"
 
 namespace uvmpool::tiering {
@@ -204,7 +206,8 @@ Tiering::Tiering(const driver::Table& driver, pool::Pool& pool, Mode mode, Strea
                                                               int device) { return ask_moves(from, end, to, device); },
                                         policy.pieces)),
       cut_pieces_(policy.pieces),
-      epochs_measured_(policy.epochs.setting == TrialSetting::Measure && !mover.overlap) {
+      epochs_measured_(policy.epochs.setting == TrialSetting::Measure && !mover.overlap),
+      unlearned_after_(policy.unlearned_after) {
   if (mode == Mode::Auto) {
     policy_ = std::make_unique<Policy>(*world_, policy);
     streams.keep_retiring();  // moves will come: destroyed streams' queued work must be waited for
@@ -575,6 +578,23 @@ void Tiering::show_policy(const LaunchSeen& seen, CUstream stream) {
   mover_.progress().launched(stream, graphs_.capturing());
   policy_->on_launch(reinterpret_cast<std::uintptr_t>(seen.function), std::span<const Policy::Buffer>(buffers, n));
   if (epochs_measured_) mover_.set_on_launch(policy_->epochs_on_launch());
+  if (!unlearned_said_ && ++launches_shown_ % kUnlearnedCheckEvery == 0) say_if_unlearned();
+}
+
+void Tiering::say_if_unlearned() {
+  if (unlearned_after_ == 0) {
+    unlearned_said_ = true;
+    return;
+  }
+  const PolicyStats s = policy_->stats();
+  if (s.periods_learned != 0) {
+    unlearned_said_ = true;  // it learns steps: nothing to say, now or later
+    return;
+  }
+  if (s.launches < unlearned_after_) return;
+  unlearned_said_ = true;
+  log::warn("{}", unlearned_step_warning(s.launches, std::getenv("PYTORCH_CUDA_ALLOC_CONF"),
+                                         std::getenv("PYTORCH_NO_CUDA_MEMORY_CACHING")));
 }
 
 PolicyStats Tiering::policy_stats() {

@@ -72,6 +72,11 @@ struct Workload {
   std::vector<std::uint64_t> tensors;         // bytes of each tensor, in allocation order
   std::vector<std::vector<Touch>> step;       // the operations of one step
   std::uint64_t activation_bytes = 0;         // training: what save_on_cpu offloads
+  // Tensors allocated (cuMemAllocAsync) right before the operation that first touches them in a step
+  // and freed (cuMemFreeAsync) right after the one that last does, as PyTorch with
+  // PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync does: the program's frees reach the pool.
+  std::vector<bool> transient;
+  bool frees(std::size_t tensor) const { return tensor < transient.size() && transient[tensor]; }
   std::uint64_t need() const {
     std::uint64_t n = 0;
     for (std::uint64_t b : tensors) n += b;
@@ -79,11 +84,11 @@ struct Workload {
   }
 };
 
-Workload training(std::uint64_t unit) {
+Workload training(std::uint64_t unit, bool freeing = false) {
   // Per layer, as GPT-2-medium's proportions at save_on_cpu's memory: weights 1 unit (bf16),
   // gradients 1, AdamW master weights and moments 4 (fp32), saved activations 22.
   constexpr int kLayers = 24;
-  Workload w{"training", {}, {}, 0};
+  Workload w{freeing ? "freeing" : "training", {}, {}, 0, {}};
   std::vector<std::size_t> weight, grad, state, act;
   const auto add = [&](std::uint64_t bytes) {
     w.tensors.push_back(bytes);
@@ -107,12 +112,20 @@ Workload training(std::uint64_t unit) {
     w.step.push_back({{weight[l], 16, false}, {act[l], 4, false}, {in, 2, false}, {out, 1, true}, {grad[l], 1, true}});
   }
   for (int l = 0; l < kLayers; ++l) w.step.push_back({{weight[l], 1, true}, {grad[l], 1, false}, {state[l], 2, true}});
+  // Freeing: the activations, their gradients and the weight gradients (zero_grad(set_to_none=True))
+  // live from their first write to their last read in the step.
+  w.transient.assign(w.tensors.size(), false);
+  if (freeing) {
+    for (std::size_t t : act) w.transient[t] = true;
+    for (std::size_t t : grad) w.transient[t] = true;
+    w.transient[d0] = w.transient[d1] = true;
+  }
   return w;
 }
 
 Workload decoding(std::uint64_t unit, std::uint32_t passes = 1) {
   constexpr int kLayers = 24;
-  Workload w{passes == 1 ? "decoding" : "batched", {}, {}, 0};
+  Workload w{passes == 1 ? "decoding" : "batched", {}, {}, 0, {}};
   std::vector<std::size_t> weight, kv;
   for (int l = 0; l < kLayers; ++l) {
     w.tensors.push_back(16 * unit);  // 1.5x a 256-unit budget over 24 layers
@@ -127,7 +140,7 @@ Workload decoding(std::uint64_t unit, std::uint32_t passes = 1) {
 Workload layered(std::uint64_t unit) {
   constexpr int kLayers = 24;
   constexpr std::uint64_t kParts[] = {3, 1, 4, 4};  // twelfths of a layer's 16 units, as GPT-2-XL's
-  Workload w{"layered", {}, {}, 0};
+  Workload w{"layered", {}, {}, 0, {}};
   const auto add = [&](std::uint64_t bytes) {
     w.tensors.push_back(bytes);
     return w.tensors.size() - 1;
@@ -277,12 +290,16 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
   }
   auto t = std::make_unique<tiering::Tiering>(drv(), *pool, mode, streams, mover, policy);
 
-  std::vector<CUdeviceptr> tensors;
-  for (std::uint64_t bytes : w.tensors) {
-    CUdeviceptr p = 0;
-    check(pool->allocate(&p, bytes), "allocate");
-    tensors.push_back(p);
-  }
+  std::vector<CUdeviceptr> tensors(w.tensors.size(), 0);
+  for (std::size_t i = 0; i < w.tensors.size(); ++i)
+    if (!w.frees(i)) check(pool->allocate(&tensors[i], w.tensors[i]), "allocate");
+  // A freed tensor's operations in the step: allocated before the first, freed after the last.
+  std::vector<std::size_t> first_op(w.tensors.size(), w.step.size()), last_op(w.tensors.size(), 0);
+  for (std::size_t k = 0; k < w.step.size(); ++k)
+    for (const Touch& x : w.step[k]) {
+      first_op[x.tensor] = std::min(first_op[x.tensor], k);
+      last_op[x.tensor] = k;
+    }
   // Overlapped copies (ordered epochs): a thread of the mover's, as in the product, so that an epoch
   // commits when its copies end rather than when the program next looks (the program's clock runs far
   // behind the device's in virtual time while it queues a step). It places what is queued, then waits
@@ -324,7 +341,10 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
       pool_before = pool->stats(0);
       run.remap_calls = remap_calls_now();
     }
-    for (const std::vector<Touch>& op : w.step) {
+    for (std::size_t k = 0; k < w.step.size(); ++k) {
+      const std::vector<Touch>& op = w.step[k];
+      for (std::size_t i = 0; i < w.tensors.size(); ++i)
+        if (w.frees(i) && first_op[i] == k) check(pool->allocate_async(&tensors[i], w.tensors[i], stream), "allocate_async");
       for (const Touch& x : op) {
         CUdeviceptr p = tensors[x.tensor];
         std::uint64_t bytes = w.tensors[x.tensor];
@@ -341,6 +361,13 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
         }
         t->after_launch(seen, stream);
       }
+      for (std::size_t i = 0; i < w.tensors.size(); ++i)
+        if (w.frees(i) && last_op[i] == k) {
+          CUresult r = CUDA_SUCCESS;
+          pool->deallocate_async(tensors[i], stream, &r);
+          check(r, "deallocate_async");
+          tensors[i] = 0;
+        }
       // What the policy asked for after this operation, as the mover's thread would take it up.
       if (mode == tiering::Mode::Auto && holds_ahead > 1 && !overlap && !t->mover().on_launch()) {
         // As the mover's thread does (Mover::pipeline_step): end the holds the work reached, place one more.
@@ -386,6 +413,7 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
   t->mover().run_until_idle();
   t.reset();
   for (CUdeviceptr p : tensors) {
+    if (p == 0) continue;  // freed in the step
     CUresult r = CUDA_SUCCESS;
     pool->deallocate(p, &r);
   }
@@ -411,7 +439,9 @@ int main(int argc, char** argv) {
   options.add("lookahead", "32", "tiering policy: launches looked ahead");
   options.add("in-flight", "256M", "tiering policy: promotion bytes in flight");
   options.add("batch", "128M", "mover: bytes per epoch");
-  options.add("workloads", "training,decoding,batched", "which replays (also: layered)");
+  options.add("unlearned-after", std::to_string(tiering::kUnlearnedStepLaunches),
+              "tiering: launches with no period learned before its warning (src/tiering/unlearned_step.h)");
+  options.add("workloads", "training,decoding,batched", "which replays (also: layered, freeing)");
   options.add("holds-ahead", "8", "mover: holds standing at once in the holds-ahead row");
   options.add("prepare", "placement", "mover with holds ahead: make target pieces at placement or at the hold");
   options.add("commit", "beside", "held copies: commit each move beside the later copies, or after them all "
@@ -440,6 +470,7 @@ int main(int argc, char** argv) {
   tiering::PolicyConfig policy;
   policy.lookahead = static_cast<std::size_t>(options.integer("lookahead"));
   policy.in_flight_bytes = options.size("in-flight");
+  policy.unlearned_after = static_cast<std::uint64_t>(options.integer("unlearned-after"));
   const std::uint64_t batch = options.size("batch");
   g_queue_depth_ops = static_cast<std::uint64_t>(options.integer("queue-depth"));
   g_prepare_at_hold = options.text("prepare") == "hold";
@@ -453,6 +484,7 @@ int main(int argc, char** argv) {
   const std::string which = options.text("workloads");
   const std::string runs = options.text("runs");
   if (which.find("training") != std::string::npos) workloads.push_back(training(unit));
+  if (which.find("freeing") != std::string::npos) workloads.push_back(training(unit, true));
   if (which.find("decoding") != std::string::npos) workloads.push_back(decoding(unit));
   if (which.find("batched") != std::string::npos) workloads.push_back(decoding(unit, 32));
   if (which.find("layered") != std::string::npos) workloads.push_back(layered(unit));
@@ -579,7 +611,13 @@ int main(int argc, char** argv) {
     calls("epochs on launch", held);
     calls("overlap (ordered)", overlap);
     calls(ahead_name.c_str(), ahead);
-    if (const std::uint64_t belady = belady_on_demand(w, budget); belady != 0) {
+    // Belady's bound carries every tensor's contents between its uses: not a bound for a replay whose
+    // frees end some.
+    if (const std::uint64_t belady = w.transient.empty() || std::none_of(w.transient.begin(), w.transient.end(),
+                                                                         [](bool b) { return b; })
+                                         ? belady_on_demand(w, budget)
+                                         : 0;
+        belady != 0) {
       const double seconds = static_cast<double>(belady) / copy_rate;
       std::printf("  Belady on demand (every touch from device memory, moves free): %s each way a step, %s at copy "
                   "speed = %s of the floor\n",
