@@ -137,13 +137,15 @@ Block* MappingCache::victim(std::size_t need) {
 
 void MappingCache::put_with_host(Block* b) {
   MutexLock lock(spilled_mu_);
-  (b->host_run() ? host_bin_ : spilled_bin_).emplace(b->granules, b);
+  [[maybe_unused]] const bool binned =
+      (b->host_run() ? host_bin_ : spilled_bin_).emplace(std::pair{b->granules, b->base}, b).second;
+  UVMPOOL_CHECK(binned, "a mapping with host pieces is binned once, at its own address");
 }
 
 Block* MappingCache::take_spilled(std::size_t granules) {
   MutexLock lock(spilled_mu_);
-  auto it = spilled_bin_.find(granules);
-  if (it == spilled_bin_.end()) return nullptr;
+  auto it = spilled_bin_.lower_bound({granules, 0});
+  if (it == spilled_bin_.end() || it->first.first != granules) return nullptr;
   Block* b = it->second;
   spilled_bin_.erase(it);
   return b;
@@ -152,8 +154,10 @@ Block* MappingCache::take_spilled(std::size_t granules) {
 Block* MappingCache::take_host_run(std::size_t at_least, bool largest) {
   MutexLock lock(spilled_mu_);
   if (host_bin_.empty()) return nullptr;
-  auto it = largest ? std::prev(host_bin_.end()) : host_bin_.lower_bound(at_least);
-  if (it == host_bin_.end() || it->first < at_least) return nullptr;
+  // The largest: the lowest of the largest count.
+  const std::size_t count = largest ? std::prev(host_bin_.end())->first.first : at_least;
+  auto it = host_bin_.lower_bound({count, 0});
+  if (it == host_bin_.end() || it->first.first < at_least) return nullptr;
   Block* b = it->second;
   host_bin_.erase(it);
   return b;
@@ -162,9 +166,8 @@ Block* MappingCache::take_host_run(std::size_t at_least, bool largest) {
 bool MappingCache::withdraw_with_host(Block* b) {
   MutexLock lock(spilled_mu_);
   auto& bin = b->host_run() ? host_bin_ : spilled_bin_;
-  auto [first, last] = bin.equal_range(b->granules);
-  const auto it = std::find_if(first, last, [b](const auto& kv) { return kv.second == b; });
-  if (it == last) return false;
+  const auto it = bin.find({b->granules, b->base});
+  if (it == bin.end() || it->second != b) return false;
   bin.erase(it);
   return true;
 }
@@ -182,7 +185,7 @@ std::vector<Block*> MappingCache::take_spilled_all(bool only_with_device, bool h
     it = spilled_bin_.erase(it);
   }
   if (host_runs) {
-    for (const auto& [granules, b] : host_bin_) runs->push_back(b);
+    for (const auto& [key, b] : host_bin_) runs->push_back(b);
     host_bin_.clear();
   }
   return taken;

@@ -7,6 +7,16 @@
 // memory: spilled ones (device and host pieces, or host extents) by count, and host runs (wholly host
 // chunks, premapped by the reserve thread or left by frees) for any smaller request to cut.
 //
+// Mappings with host pieces are taken by address: of those that fit, the lowest first. Why not the
+// first freed: a program whose frees reach the pool (PyTorch's backend:cudaMallocAsync) allocates the
+// same sizes in the same order every step, and tiering learns the step by its addresses
+// (docs/tiering.md, "Frees that reach the pool"). Taken first freed first, the spilled activations a
+// backward pass frees in reverse came back mirrored every other step and no step was learned
+// (uvmpool-bench-tiering --workloads=freeing); by address each gets the mapping it had the step
+// before. Device mappings keep recency (their pages likelier in the TLB): taken by address there, the
+// churn replay with carving off built more mappings (modeled 122.2 -> 137.7 ms), and first-come
+// placement of the freeing replay is as stable without it.
+//
 // The part files and finds descriptors and counts its own hits and frees; a mapping's state, what
 // its caching changes in the pool's figures, and taking one apart are the pool's (large_blocks.cpp).
 // Lock order: each lock here is taken alone or inside the pool's mu_, never one inside another.
@@ -21,6 +31,7 @@
 #include <vector>
 
 #include "config/thread_safety.h"
+#include "driver/driver_api.h"
 #include "pool/size_classes.h"
 
 namespace uvmpool::pool {
@@ -86,8 +97,10 @@ class MappingCache {
   std::atomic<std::uint64_t> big_taken_[kSizeBuckets] = {};  // as Bin::taken, under big_mu_
   std::atomic<std::uint64_t> big_returned_{0};
   Mutex spilled_mu_;
-  std::multimap<std::size_t, Block*> spilled_bin_ UVMPOOL_GUARDED_BY(spilled_mu_);  // part device, part host
-  std::multimap<std::size_t, Block*> host_bin_ UVMPOOL_GUARDED_BY(spilled_mu_);     // wholly host chunks: runs
+  // By chunk count, then address (above).
+  using HostBin = std::map<std::pair<std::size_t, CUdeviceptr>, Block*>;
+  HostBin spilled_bin_ UVMPOOL_GUARDED_BY(spilled_mu_);  // part device, part host
+  HostBin host_bin_ UVMPOOL_GUARDED_BY(spilled_mu_);     // wholly host chunks: runs
 };
 
 }  // namespace uvmpool::pool

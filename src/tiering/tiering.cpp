@@ -587,13 +587,16 @@ void Tiering::say_if_unlearned() {
     return;
   }
   const PolicyStats s = policy_->stats();
-  if (s.periods_learned != 0) {
-    unlearned_said_ = true;  // it learns steps: nothing to say, now or later
+  if (s.period != 0) {
+    last_held_period_at_ = s.launches;
     return;
   }
-  if (s.launches < unlearned_after_) return;
+  // Never learned, or learned and dropped (on the freeing replay the step is learned from its first
+  // steps, then moves change where memory is reallocated and it is dropped for good).
+  const std::uint64_t without = s.launches - last_held_period_at_;
+  if (without < unlearned_after_) return;
   unlearned_said_ = true;
-  log::warn("{}", unlearned_step_warning(s.launches, std::getenv("PYTORCH_CUDA_ALLOC_CONF"),
+  log::warn("{}", unlearned_step_warning(without, s.periods_learned != 0, std::getenv("PYTORCH_CUDA_ALLOC_CONF"),
                                          std::getenv("PYTORCH_NO_CUDA_MEMORY_CACHING")));
 }
 

@@ -206,12 +206,15 @@ class Tiering {
   static constexpr std::uint64_t kPrunePiecesEvery = 4096;  // launches shown between prunes of the cuts
   Pieces pieces_ UVMPOOL_GUARDED_BY(policy_mu_){Pieces::kGranule};
   std::uint64_t pieces_shown_ UVMPOOL_GUARDED_BY(policy_mu_) = 0;
-  // Once the policy has been shown PolicyConfig::unlearned_after launches and learned no period, one
-  // warning (unlearned_step.h); looked at every kUnlearnedCheckEvery launches shown.
+  // Once the policy has been shown PolicyConfig::unlearned_after launches without a period held (none
+  // learned, or the one learned dropped), one warning (unlearned_step.h); looked at every
+  // kUnlearnedCheckEvery launches shown. last_held_period_at_: the policy's launch count at the last
+  // look that found a period.
   static constexpr std::uint64_t kUnlearnedCheckEvery = 256;
   const std::uint64_t unlearned_after_;
   std::uint64_t launches_shown_ UVMPOOL_GUARDED_BY(policy_mu_) = 0;
   bool unlearned_said_ UVMPOOL_GUARDED_BY(policy_mu_) = false;
+  std::uint64_t last_held_period_at_ UVMPOOL_GUARDED_BY(policy_mu_) = 0;
   void say_if_unlearned() UVMPOOL_REQUIRES(policy_mu_);
   // While a hold stands, keeps the program's launching thread out of the driver once it is run_ahead
   // launches ahead of the device (MoverConfig::run_ahead, progress_marks.h). Under `auto` only.

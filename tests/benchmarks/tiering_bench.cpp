@@ -363,6 +363,10 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
       }
       for (std::size_t i = 0; i < w.tensors.size(); ++i)
         if (w.frees(i) && last_op[i] == k) {
+          // A free of memory a standing hold moves waits for its commit (pool.h), which the mover's
+          // thread makes; here this thread is the mover's too, so it ends the holds first.
+          if (mode == tiering::Mode::Auto && !overlap)
+            while (t->mover().standing_holds() > 0) t->mover().complete_placed(true);
           CUresult r = CUDA_SUCCESS;
           pool->deallocate_async(tensors[i], stream, &r);
           check(r, "deallocate_async");
@@ -543,8 +547,10 @@ int main(int argc, char** argv) {
                   fixed(first_come.step_seconds / save_on_cpu, 2).c_str());
     }
     if (held.step_seconds != 0)
-      std::printf("  policy (epochs on launch): period %llu launches, %llu promotions, %llu demotions, %llu kept in place; "
+      std::printf("  policy (epochs on launch): learned %llu dropped %llu retaken %llu, period %llu launches, %llu promotions, %llu demotions, %llu kept in place; "
                 "mover: %llu epochs, %llu moves, %llu failed\n",
+                static_cast<unsigned long long>(held.policy.periods_learned), static_cast<unsigned long long>(held.policy.periods_dropped),
+                static_cast<unsigned long long>(held.policy.periods_retaken),
                 static_cast<unsigned long long>(held.policy.period), static_cast<unsigned long long>(held.policy.promotions),
                 static_cast<unsigned long long>(held.policy.demotions), static_cast<unsigned long long>(held.policy.kept_in_place),
                 static_cast<unsigned long long>(held.mover.epochs), static_cast<unsigned long long>(held.mover.moves),

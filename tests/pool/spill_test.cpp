@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "pool/host_tier.h"
 #include "spill_test.h"
@@ -197,6 +198,28 @@ TEST_F(Spill, DeviceChunksGoFirstAndCachedHostMappingsOnlyWhenTheDeviceIsFull) {
   EXPECT_EQ(tiers(e, 16 * kMiB, gran), layout(0, 8));
   EXPECT_EQ(pool->stats(0).live_host_bytes, 16 * kMiB);
   for (CUdeviceptr p : {c, d, e}) must_free(*pool, p);
+}
+
+// Freed mappings in host memory of one size come back lowest address first, not first freed first:
+// a program whose frees reach the pool then gets each step the addresses it had the step before,
+// which tiering learns the step by (mapping_cache.h; docs/tiering.md, "Frees that reach the pool").
+TEST_F(Spill, FreedHostMappingsOfASizeComeBackLowestAddressFirst) {
+  auto pool = make_pool(spill_config(64 * kMiB));
+  pool->stop_background();
+  const std::size_t dev = device_chunks(64 * kMiB);
+  CUdeviceptr full = must_allocate(*pool, dev * gran);
+  std::vector<CUdeviceptr> host;
+  for (int i = 0; i < 3; ++i) host.push_back(must_allocate(*pool, 16 * kMiB));
+  for (CUdeviceptr p : host) ASSERT_EQ(tiers(p, 16 * kMiB, gran), layout(0, 8));
+  std::sort(host.begin(), host.end());
+  // Freed highest first: the first freed is the highest.
+  for (auto it = host.rbegin(); it != host.rend(); ++it) must_free(*pool, *it);
+  for (CUdeviceptr want : host) {
+    const CUdeviceptr p = must_allocate(*pool, 16 * kMiB);
+    EXPECT_EQ(p, want) << "not the lowest freed host mapping of the size";
+  }
+  for (CUdeviceptr p : host) must_free(*pool, p);
+  must_free(*pool, full);
 }
 
 // A freed mixed allocation holds device chunks: the next allocation that fits in them gets them,
