@@ -146,8 +146,8 @@ struct PolicyConfig {
   // What a buffer is: whole allocations, or pieces of them (pieces.h). The caller cuts (Tiering::
   // show_policy); the policy plans for the buffers it is given either way.
   bool pieces = false;
-  // Launches shown with no period learned before Tiering warns that the step was never learned
-  // (unlearned_step.h; 0: never).
+  // Launches shown with no period held (never learned, or learned and dropped) before Tiering warns
+  // once that the step is not learned (unlearned_step.h; 0: never).
   std::uint64_t unlearned_after = kUnlearnedStepLaunches;
 };
 

@@ -444,7 +444,7 @@ int main(int argc, char** argv) {
   options.add("in-flight", "256M", "tiering policy: promotion bytes in flight");
   options.add("batch", "128M", "mover: bytes per epoch");
   options.add("unlearned-after", std::to_string(tiering::kUnlearnedStepLaunches),
-              "tiering: launches with no period learned before its warning (src/tiering/unlearned_step.h)");
+              "tiering: launches with no period held before its warning (src/tiering/unlearned_step.h)");
   options.add("workloads", "training,decoding,batched", "which replays (also: layered, freeing)");
   options.add("holds-ahead", "8", "mover: holds standing at once in the holds-ahead row");
   options.add("prepare", "placement", "mover with holds ahead: make target pieces at placement or at the hold");

@@ -1,5 +1,5 @@
-// The warning said when tiering never learns the program's step (src/tiering/unlearned_step.h). That
-// it is said, once, and only when no period was learned: the CTests
+// The warning said when tiering does not learn the program's step (src/tiering/unlearned_step.h). That
+// it is said, once, and only when no period is held: the CTests
 // tiering_bench_warns_when_frees_keep_the_step_from_being_learned and
 // tiering_bench_learning_the_step_says_nothing (tests/benchmarks/CMakeLists.txt).
 #include <gmock/gmock.h>
