@@ -619,11 +619,8 @@ int main(int argc, char** argv) {
     calls(ahead_name.c_str(), ahead);
     // Belady's bound carries every tensor's contents between its uses: not a bound for a replay whose
     // frees end some.
-    if (const std::uint64_t belady = w.transient.empty() || std::none_of(w.transient.begin(), w.transient.end(),
-                                                                         [](bool b) { return b; })
-                                         ? belady_on_demand(w, budget)
-                                         : 0;
-        belady != 0) {
+    const bool frees_some = std::find(w.transient.begin(), w.transient.end(), true) != w.transient.end();
+    if (const std::uint64_t belady = frees_some ? 0 : belady_on_demand(w, budget); belady != 0) {
       const double seconds = static_cast<double>(belady) / copy_rate;
       std::printf("  Belady on demand (every touch from device memory, moves free): %s each way a step, %s at copy "
                   "speed = %s of the floor\n",
