@@ -6,7 +6,7 @@
 #include "trace/trace.h"
 
 namespace uvmpool::pool {
-CUresult DevicePool::allocate(CUdeviceptr* out, std::size_t bytes, CUcontext context) {
+CUresult DevicePool::allocate(CUdeviceptr* out, std::size_t bytes, CUcontext context, CUdeviceptr want) {
   // More than both tiers can never fit (and would overflow the chunk arithmetic below).
   const std::uint64_t most = sat_add(budget_, host_ ? host_tier_->limit() : 0);
   // Guard mode takes every size down its own path (guard.cpp): no slabs, no cached mappings. Carving,
@@ -14,7 +14,7 @@ CUresult DevicePool::allocate(CUdeviceptr* out, std::size_t bytes, CUcontext con
   // the churn replay, docs/benchmarks.md: 13.2 -> 6.4 ms), at about three times a slot's CPU cost.
   const CUresult r = bytes > most             ? CUDA_ERROR_OUT_OF_MEMORY
                      : config_.guard       ? allocate_guarded(out, bytes, context)
-                     : carves(bytes)       ? allocate_carved(out, bytes, context)
+                     : carves(bytes)       ? allocate_carved(out, bytes, context, want)
                      : bytes <= small_max_ ? allocate_small(out, bytes, context)
                                            : allocate_large(out, bytes, context);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
@@ -43,11 +43,23 @@ CUresult DevicePool::allocate(CUdeviceptr* out, std::size_t bytes, CUcontext con
 }
 
 CUresult DevicePool::allocate_async(CUdeviceptr* out, std::size_t bytes, CUcontext context, const StreamKey& stream) {
-  if (reuse_on_stream(stream, bytes, context, out)) return CUDA_SUCCESS;
-  return allocate(out, bytes, context);
+  // Where this point of the program was placed last (repeat_places.h): an open free on the stream
+  // there, else a cached mapping there, else carved there if free; else as any other allocation.
+  const CUdeviceptr want = config_.repeat_places ? repeat_.last_place(bytes) : 0;
+  if (!reuse_on_stream(stream, bytes, context, want, out)) {
+    if (Block* b = want != 0 && !config_.guard ? take_cached_at(want, div_ceil(bytes, chunk_)) : nullptr) {
+      count_cache_hit();
+      publish(b, bytes, context, out, false);
+    } else if (const CUresult r = allocate(out, bytes, context, want); r != CUDA_SUCCESS) {
+      return r;
+    }
+  }
+  if (config_.repeat_places) repeat_.placed(bytes, *out);
+  return CUDA_SUCCESS;
 }
 
 CUresult DevicePool::deallocate(Entry entry, CUdeviceptr p) {
+  repeat_.freed(p);  // allocated on a stream, maybe
   if (Slab* s = as_slab(entry)) return free_small(s, p, false);
   if (as_carved(entry) != nullptr) return free_carved(p, nullptr, false);
   Block* b = as_block(entry);
@@ -59,6 +71,7 @@ CUresult DevicePool::deallocate(Entry entry, CUdeviceptr p) {
 CUresult DevicePool::deallocate_async(Entry entry, CUdeviceptr p, const StreamKey& stream, bool capturing) {
   // Guard mode unmaps at once, after waiting for the work of the freeing stream's context; memory
   // freed inside a capture stays mapped for good, as below.
+  repeat_.freed(p);
   if (config_.guard && !capturing && as_slab(entry) == nullptr) return free_guarded(as_block(entry), p, stream.context);
   if (as_carved(entry) != nullptr) return free_carved(p, &stream, capturing);
   PendingItem item;

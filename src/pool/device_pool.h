@@ -40,6 +40,7 @@
 #include "pool/host_tier.h"
 #include "pool/mapping_cache.h"
 #include "pool/pending_frees.h"
+#include "pool/repeat_places.h"
 #include "pool/pool.h"
 #include "pool/size_classes.h"
 #include "pool/slab_classes.h"
@@ -166,7 +167,8 @@ class DevicePool {
   CUresult init();
   int device() const { return device_; }
 
-  CUresult allocate(CUdeviceptr* out, std::size_t bytes, CUcontext context);
+  // `want`: an address to place it at if free there (carved only; RepeatPlaces), else 0.
+  CUresult allocate(CUdeviceptr* out, std::size_t bytes, CUcontext context, CUdeviceptr want = 0);
   CUresult allocate_async(CUdeviceptr* out, std::size_t bytes, CUcontext context, const StreamKey& stream);
   // `entry` is the address map's entry for p (a Block or Slab of this device).
   CUresult deallocate(Entry entry, CUdeviceptr p);
@@ -229,6 +231,9 @@ class DevicePool {
   // program does not use.
   static bool within_rounding(std::size_t have, std::size_t want) { return have >= want && (have - want) * 8 <= want; }
   Block* take_cached_spilled(std::size_t granules);
+  // The cached mapping of `granules` that begins at `want` (RepeatPlaces), in whatever tiers its pieces
+  // lie, or nullptr.
+  Block* take_cached_at(CUdeviceptr want, std::size_t granules);
   // A mapping for a large allocation, where placement says (placement.h): a cached one whole, or new pieces mapped.
   CUresult build_block(std::size_t granules, Block** out);
   // A new mapping of `granules` chunks from take_chunks, in a range with `guard` bytes more of address
@@ -311,9 +316,9 @@ class DevicePool {
     return most != 0 && bytes <= most;
   }
   Entry carved_entry() const { return reinterpret_cast<Entry>(this) | kCarvedTag; }
-  CUresult allocate_carved(CUdeviceptr* out, std::size_t bytes, CUcontext context);
+  CUresult allocate_carved(CUdeviceptr* out, std::size_t bytes, CUcontext context, CUdeviceptr want = 0);
   // `grow`: the range may map slots (else only its mapped free space serves).
-  CUresult try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext context, bool grow);
+  CUresult try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext context, bool grow, CUdeviceptr want);
   // A free of carved memory: by cuMemFree (stream null), on a stream (pending until its work is done)
   // or inside a capture (kept out of reuse for good).
   CUresult free_carved(CUdeviceptr p, const StreamKey* stream, bool capturing);
@@ -394,7 +399,8 @@ class DevicePool {
   std::uint64_t others_bytes(std::uint64_t* driver_free = nullptr);
 
   // stream_reuse.cpp: memory freed on streams (pending_, a part of its own: pending_frees.h).
-  bool reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUcontext context, CUdeviceptr* out);
+  // `want`: the address to take first if the stream freed it there (RepeatPlaces::last_place), or 0.
+  bool reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUcontext context, CUdeviceptr want, CUdeviceptr* out);
   void add_pending(const StreamKey& stream, PendingItem item);
   // Frees whatever freed-on-stream memory has completed; with `wait`, waits for all of it.
   bool collect_pending(bool wait);
@@ -469,6 +475,7 @@ class DevicePool {
   std::unique_ptr<SlabClasses> slabs_;  // the size classes' lists of slabs: a lock per class (slab_classes.h)
 
   PendingFrees pending_;  // memory freed on streams: its own lock (pending_frees.h)
+  RepeatPlaces repeat_;   // where stream-ordered allocations went last: its own lock (repeat_places.h)
 
   DeviceFigures fig_;  // every figure, relaxed atomics (device_figures.h: who writes each, under which lock)
   // The host tier.

@@ -131,6 +131,17 @@ Block* DevicePool::take_cached(std::size_t granules) {
   return b;
 }
 
+Block* DevicePool::take_cached_at(CUdeviceptr want, std::size_t granules) {
+  // Under mu_, as every taker of cached mappings but the bins' fast path, which withdraw_cached loses
+  // to cleanly. A descriptor is never freed (spare_blocks_), so one read from the map stays one.
+  MutexLock lock(mu_);
+  Block* b = as_block(map_.lookup(want));
+  if (b == nullptr || b->owner != this || b->state.load(std::memory_order_acquire) != kCached || b->base != want ||
+      b->granules != granules || b->guard != 0 || !withdraw_cached(b))
+    return nullptr;
+  return b;
+}
+
 Block* DevicePool::take_cached_spilled(std::size_t granules) {
   Block* b = cache_.take_spilled(granules);
   if (b == nullptr) return nullptr;

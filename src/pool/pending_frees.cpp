@@ -46,7 +46,7 @@ std::optional<PendingItem> PendingFrees::add(const StreamKey& stream, PendingIte
   UniqueMutexLock lock(mu_);
   CUevent e = take_event();
   if (e != nullptr && d_.cuEventRecord(e, CU_STREAM_PER_THREAD) == CUDA_SUCCESS) {
-    batches_.push_back(Batch{e, {item}});
+    batches_.push_back(Batch{e, {item}, stream});
     return std::nullopt;
   }
   if (e != nullptr) spare_events_.push_back(e);
@@ -84,6 +84,9 @@ std::vector<PendingItem> PendingFrees::seal(CUstream stream) {
   if (empty() || process_exiting()) return ready;
   MutexLock lock(mu_);
   seal_streams_locked(&stream, &ready);
+  // Its handle may name another stream once it is destroyed: its batches are no one's to reuse early.
+  for (Batch& b : batches_)
+    if (b.stream && b.stream->stream == stream) b.stream.reset();
   count_.fetch_sub(ready.size(), std::memory_order_relaxed);
   return ready;
 }
@@ -104,7 +107,7 @@ void PendingFrees::seal_locked(const StreamKey& key, std::vector<PendingItem>& o
   ScopedContext in(d_, key.context);
   CUevent e = take_event();
   if (e != nullptr && d_.cuEventRecord(e, key.stream) == CUDA_SUCCESS) {
-    batches_.push_back(Batch{e, std::move(open)});
+    batches_.push_back(Batch{e, std::move(open), key});
   } else {
     // Events fail (or the stream is already gone): its work may still run, so wait for the whole
     // context before reusing what was freed on it.

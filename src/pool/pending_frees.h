@@ -66,6 +66,11 @@ class PendingFrees {
   // the part's lock, which a move's claim must not wait for); nullopt otherwise.
   template <class Rank, class Claim>
   std::optional<PendingItem> take_on_stream(const StreamKey& stream, Rank&& rank, Claim&& claim);
+  // The free on `stream` that `wanted` names (RepeatPlaces: at a given address), open or in a batch of
+  // the stream's still waiting for its event (stream order makes that as safe to reuse on the stream
+  // that freed it), taken off if `claim` agrees; nullopt otherwise.
+  template <class Wanted, class Claim>
+  std::optional<PendingItem> take_wanted(const StreamKey& stream, Wanted&& wanted, Claim&& claim);
 
   // A free on `stream`. An item that comes back could not be put behind an event (the per-thread
   // default stream's failed): its stream was waited for, so it is ready now.
@@ -81,6 +86,7 @@ class PendingFrees {
   struct Batch {
     CUevent event = nullptr;
     std::vector<PendingItem> items;
+    std::optional<StreamKey> stream;  // the stream it was freed on, until that stream is destroyed
   };
   CUevent take_event() UVMPOOL_REQUIRES(mu_);
   // Moves one stream's open frees into a batch behind an event on it; what cannot get an event is
@@ -124,6 +130,29 @@ std::optional<PendingItem> PendingFrees::take_on_stream(const StreamKey& stream,
   open.pop_back();
   count_.fetch_sub(1, std::memory_order_relaxed);
   return item;
+}
+
+template <class Wanted, class Claim>
+std::optional<PendingItem> PendingFrees::take_wanted(const StreamKey& stream, Wanted&& wanted, Claim&& claim) {
+  if (empty()) return std::nullopt;
+  MutexLock lock(mu_);
+  const auto take = [&](std::vector<PendingItem>& items) -> std::optional<PendingItem> {
+    for (auto i = items.rbegin(); i != items.rend(); ++i) {
+      if (!wanted(*i)) continue;
+      if (!claim(*i)) return std::nullopt;
+      const PendingItem item = *i;
+      items.erase(std::next(i).base());
+      count_.fetch_sub(1, std::memory_order_relaxed);
+      return item;
+    }
+    return std::nullopt;
+  };
+  if (auto it = open_.find(stream); it != open_.end())
+    if (std::optional<PendingItem> item = take(it->second)) return item;
+  for (Batch& b : batches_)
+    if (b.stream == stream)
+      if (std::optional<PendingItem> item = take(b.items)) return item;
+  return std::nullopt;
 }
 
 }  // namespace uvmpool::pool

@@ -58,6 +58,7 @@ PoolConfig PoolConfig::from_options(const config::Options& o) {
   c.extent_size = o.extent_size.bytes;
   c.carve_max = o.carve_max.bytes;
   c.carve_group = static_cast<std::size_t>(o.carve_group);
+  c.repeat_places = o.repeat_places;
   c.spill = o.spill;
   c.host_limit = o.host_limit;
   c.host_reserve = o.host_reserve.bytes;

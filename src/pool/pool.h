@@ -40,6 +40,7 @@ struct PoolConfig {
   std::size_t extent_size = 32ull << 20;       // large allocations' physical unit; < 2 chunks: off
   std::size_t carve_max = 4ull << 30;          // largest request carved from extents mapped once (0: off)
   std::size_t carve_group = 4;                 // slots a carved group's handle holds at most (1: no groups)
+  bool repeat_places = true;                   // stream-ordered allocations where their point went last
   bool spill = true;                           // serve what the device cannot from pinned host memory
   config::Size host_limit{0, 50.0, true};      // cap on pinned host memory (share of physical memory)
   std::uint64_t host_reserve = 512ull << 20;   // pinned ahead of need, per device, once spilling is near
@@ -50,8 +51,8 @@ struct PoolConfig {
   bool guard = false;                          // debugging: every allocation its own mapping, ending where
                                                // unmapped address space begins; frees unmap (guard.cpp)
 
-  // From UVMPOOL_DEVICE_LIMIT, _DEVICE_HEADROOM, _CHUNK_SIZE, _EXTENT_SIZE, _CARVE_MAX, _SPILL, _HOST_LIMIT, _HOST_RESERVE,
-  // _REPORT_HOST, _GUARD.
+  // From UVMPOOL_DEVICE_LIMIT, _DEVICE_HEADROOM, _CHUNK_SIZE, _EXTENT_SIZE, _CARVE_MAX, _CARVE_GROUP, _REPEAT_PLACES,
+  // _SPILL, _HOST_LIMIT, _HOST_RESERVE, _REPORT_HOST, _GUARD.
   static PoolConfig from_options(const config::Options& options);
 };
 

@@ -262,5 +262,106 @@ TEST_F(StreamOrder, FreesWithoutAnUnmapDoNotWait) {
   must_free(*pool, q);
 }
 
+// Repeated placement (src/pool/repeat_places.h): an allocation on a stream goes where the allocation
+// made with as many of its size live went last, when that memory is free, however the frees came.
+// Each test also runs with UVMPOOL_REPEAT_PLACES=0 and expects the other address, so that it shows
+// the difference (most recently freed first, or best fit).
+class RepeatedPlacement : public StreamOrder, public ::testing::WithParamInterface<bool> {
+ protected:
+  PoolConfig config(std::size_t carve_max = 0) const {
+    PoolConfig c = test_config();
+    c.repeat_places = GetParam();
+    c.carve_max = carve_max;
+    return c;
+  }
+};
+
+// Freed first allocated first: reused most recently freed first, the first allocation of the next
+// round would get the last one's address, and every buffer its neighbour's.
+TEST_P(RepeatedPlacement, FreedOpenOnTheStreamEachComesBackToItsOwnAddress) {
+  for (std::size_t carve_max : {std::size_t{0}, 256 * kMiB}) {
+    for (std::size_t bytes : {std::size_t{5000}, 3 * gran + 1}) {
+      SCOPED_TRACE(std::to_string(bytes) + " bytes, carve_max " + std::to_string(carve_max));
+      auto pool = make_pool(config(carve_max));
+      std::vector<CUdeviceptr> first;
+      for (int i = 0; i < 4; ++i) first.push_back(alloc_on(*pool, bytes, a));
+      hold_stream(a, true);  // the frees stay open on the stream
+      for (CUdeviceptr p : first) free_on(*pool, p, a);
+      std::vector<CUdeviceptr> again;
+      for (int i = 0; i < 4; ++i) again.push_back(alloc_on(*pool, bytes, a));
+      if (GetParam()) {
+        EXPECT_EQ(again, first);
+      } else {
+        EXPECT_EQ(again.front(), first.back()) << "without it, the most recently freed comes first";
+      }
+      hold_stream(a, false);
+      for (CUdeviceptr p : again) free_on(*pool, p, a);
+    }
+  }
+}
+
+// Frees sealed behind an event that has not completed yet (here: a synchronous allocation that
+// wanted memory collected them while the stream is held) are the stream's own still: its next
+// allocation at that point takes its block back rather than new memory.
+TEST_P(RepeatedPlacement, AFreeWaitingBehindItsEventComesBackOnItsStream) {
+  auto pool = make_pool(config());
+  const std::size_t bytes = 3 * gran + 1;
+  const CUdeviceptr p = alloc_on(*pool, bytes, a);
+  hold_stream(a, true);
+  free_on(*pool, p, a);
+  const CUdeviceptr other = must_allocate(*pool, 5 * gran);  // nothing cached fits: collects the frees
+  const unsigned long long waits = wait_calls();
+  const CUdeviceptr q = alloc_on(*pool, bytes, a);
+  EXPECT_EQ(wait_calls(), waits) << "taken back on its own stream without waiting";
+  if (GetParam()) {
+    EXPECT_EQ(q, p);
+  } else {
+    EXPECT_NE(q, p) << "without it, only the stream's open frees are reused at once";
+  }
+  hold_stream(a, false);
+  free_on(*pool, q, a);
+  must_free(*pool, other);
+}
+
+// Freed synchronously (cuMemFree of memory from cuMemAllocAsync): the first one freed is cached
+// first, so the bins hand out the second first; best fit in a carved range hands out the lowest free
+// address. Repeated placement takes each point's own address from either.
+TEST_P(RepeatedPlacement, FreedSynchronouslyEachComesBackFromTheCacheOrTheRangeToItsOwnAddress) {
+  const std::size_t bytes = 3 * gran + 1;
+  {
+    SCOPED_TRACE("stitched: cached mappings");
+    auto pool = make_pool(config());
+    const CUdeviceptr x = alloc_on(*pool, bytes, a), y = alloc_on(*pool, bytes, a);
+    must_free(*pool, x);
+    must_free(*pool, y);
+    const CUdeviceptr q = alloc_on(*pool, bytes, a);
+    EXPECT_EQ(q, GetParam() ? x : y);
+    free_on(*pool, q, a);
+  }
+  {
+    SCOPED_TRACE("carved: free space in the range");
+    auto pool = make_pool(config(256 * kMiB));
+    // x, g (another size), y, then h to keep the range's end apart; freed x, y, g: one free run
+    // holding x's and y's places.
+    const CUdeviceptr x = alloc_on(*pool, bytes, a);
+    const CUdeviceptr g = alloc_on(*pool, 2 * bytes, a);
+    const CUdeviceptr y = alloc_on(*pool, bytes, a);
+    const CUdeviceptr h = alloc_on(*pool, 4 * bytes, a);
+    for (CUdeviceptr p : {x, y, g}) must_free(*pool, p);
+    const CUdeviceptr q0 = alloc_on(*pool, bytes, a);
+    const CUdeviceptr q1 = alloc_on(*pool, bytes, a);
+    if (GetParam()) {
+      EXPECT_EQ(q0, x);
+      EXPECT_EQ(q1, y);
+    } else {
+      EXPECT_NE(q1, y) << "without it, best fit places the second elsewhere";
+    }
+    for (CUdeviceptr p : {q0, q1, h}) free_on(*pool, p, a);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(On, RepeatedPlacement, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "On" : "Off"; });
+
 }  // namespace
 }  // namespace pooltest
