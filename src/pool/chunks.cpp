@@ -468,6 +468,8 @@ DeviceStats DevicePool::stats() const {
   // classes under their own locks, the rest in the pool-wide counters.
   auto load = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   s.cache_hits = load(fig_.cache_hits);
+  s.repeat_places_kept = load(fig_.repeat_places_kept);
+  s.repeat_places_missed = load(fig_.repeat_places_missed);
   s.frees = load(fig_.frees) + load(fig_.carved_frees);
   for (int i = 0; i < kSizeBuckets; ++i) {
     s.allocations_by_size[i] = load(fig_.allocations[i]) + load(fig_.carved_allocations[i]);

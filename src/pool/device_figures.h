@@ -34,6 +34,7 @@ struct DeviceFigures {
   Counter live_host_bytes{0};  // of those, bytes lying in host pieces (moves change it: swap_pieces)
   // Statistics only (PoolConfig::counters): no decision reads these.
   Counter cache_hits{0};
+  Counter repeat_places_kept{0}, repeat_places_missed{0};  // DeviceStats's
   Counter allocations[kSizeBuckets] = {};  // by size_bucket of the bytes asked for
   Counter frees{0};
   Counter peak_live{0}, peak_live_device{0}, peak_live_host{0};  // bytes

@@ -54,7 +54,10 @@ CUresult DevicePool::allocate_async(CUdeviceptr* out, std::size_t bytes, CUconte
       return r;
     }
   }
-  if (config_.repeat_places) repeat_.placed(bytes, *out);
+  if (config_.repeat_places) {
+    repeat_.placed(bytes, *out);
+    if (want != 0 && counters_) (*out == want ? fig_.repeat_places_kept : fig_.repeat_places_missed).fetch_add(1, std::memory_order_relaxed);
+  }
   return CUDA_SUCCESS;
 }
 

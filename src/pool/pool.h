@@ -144,6 +144,9 @@ struct DeviceStats {
   std::uint64_t peak_live_host_bytes = 0;    // ... in host memory
   std::uint64_t stitched_maps = 0;     // new mappings built (driver calls made)
   std::uint64_t cache_hits = 0;        // large allocations served by a cached mapping
+  // Stream-ordered allocations whose point of the program had a place remembered (repeat_places.h):
+  // placed there again, and placed elsewhere (that memory was not free).
+  std::uint64_t repeat_places_kept = 0, repeat_places_missed = 0;
   std::uint64_t mappings_broken = 0;   // cached mappings taken apart for their chunks
   std::uint64_t mappings_carved = 0;   // allocations served by cutting or joining cached mappings (no driver call)
   std::uint64_t chunks_created = 0;

@@ -70,6 +70,8 @@ constexpr DeviceField kDeviceFields[] = {
     {"live_allocations", G, N, &DS::live_allocations, "Pool allocations live now"},
     {"stitched_maps", C, N, &DS::stitched_maps, "New mappings built (driver calls made)"},
     {"cache_hits", C, N, &DS::cache_hits, "Large allocations served by a freed mapping, with no driver call"},
+    {"repeat_places_kept", C, N, &DS::repeat_places_kept, "Stream-ordered allocations placed where their point of the program (size, and how many of it live) went last"},
+    {"repeat_places_missed", C, N, &DS::repeat_places_missed, "Stream-ordered allocations whose point's last place was not free: placed elsewhere"},
     {"mappings_broken", C, N, &DS::mappings_broken, "Freed mappings taken apart for their chunks"},
     {"mappings_carved", C, N, &DS::mappings_carved, "Allocations served by cutting or joining freed mappings, with no driver call"},
     {"chunks_created", C, K, &DS::chunks_created, "Device chunks created (cuMemCreate)"},

@@ -291,6 +291,8 @@ TEST_P(RepeatedPlacement, FreedOpenOnTheStreamEachComesBackToItsOwnAddress) {
       for (int i = 0; i < 4; ++i) again.push_back(alloc_on(*pool, bytes, a));
       if (GetParam()) {
         EXPECT_EQ(again, first);
+        EXPECT_EQ(pool->stats(0).repeat_places_kept, 4u);
+        EXPECT_EQ(pool->stats(0).repeat_places_missed, 0u);
       } else {
         EXPECT_EQ(again.front(), first.back()) << "without it, the most recently freed comes first";
       }
@@ -317,6 +319,7 @@ TEST_P(RepeatedPlacement, AFreeWaitingBehindItsEventComesBackOnItsStream) {
     EXPECT_EQ(q, p);
   } else {
     EXPECT_NE(q, p) << "without it, only the stream's open frees are reused at once";
+    EXPECT_EQ(pool->stats(0).repeat_places_kept + pool->stats(0).repeat_places_missed, 0u) << "nothing asked";
   }
   hold_stream(a, false);
   free_on(*pool, q, a);
