@@ -31,12 +31,15 @@ CarvedRange::~CarvedRange() {
   }
 }
 
-CUresult CarvedRange::allocate(std::size_t bytes, CUdeviceptr* out, bool grow_ok, CUdeviceptr want) {
+CUresult CarvedRange::allocate(std::size_t bytes, CUdeviceptr* out, bool grow_ok, std::span<const CUdeviceptr> wants) {
   if (bytes == 0 || bytes > slots_.size() * extent_) return CUDA_ERROR_OUT_OF_MEMORY;
   const std::size_t rounded = div_ceil(bytes, unit_) * unit_;
   const Lane lane = lane_for(rounded);
   std::optional<CUdeviceptr> at;
-  if (want != 0 && contains(want) && (want - base_) % unit_ == 0 && free_in(lane).take_at(want, rounded)) at = want;
+  for (std::size_t i = 0; i < wants.size() && !at; ++i) {
+    const CUdeviceptr want = wants[i];
+    if (want != 0 && contains(want) && (want - base_) % unit_ == 0 && free_in(lane).take_at(want, rounded)) at = want;
+  }
   if (!at) at = free_in(lane).take(rounded);
   // Idle slots of the other lane next, one at a time: free memory, no driver call.
   while (!at && relane_idle(lane)) at = free_in(lane).take(rounded);

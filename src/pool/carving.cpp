@@ -71,21 +71,23 @@ class DevicePool::CarveSource : public CarvedRange::Source {
   DevicePool& p_;
 };
 
-CUresult DevicePool::allocate_carved(CUdeviceptr* out, std::size_t bytes, CUcontext context, CUdeviceptr want) {
+CUresult DevicePool::allocate_carved(CUdeviceptr* out, std::size_t bytes, CUcontext context,
+                                     std::span<const CUdeviceptr> wants) {
   // Memory freed on streams whose work is done is free in the range once collected: before the range
   // grows (which takes idle memory apart and grows the pool), the mapped free space, then that.
   CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
   if (!pending_.empty()) {
-    r = try_carve(out, bytes, context, false, want);
+    r = try_carve(out, bytes, context, false, wants);
     if (r == CUDA_ERROR_OUT_OF_MEMORY) collect_pending(false);
   }
-  if (r == CUDA_ERROR_OUT_OF_MEMORY) r = try_carve(out, bytes, context, true, want);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) r = try_carve(out, bytes, context, true, wants);
   // No extent for it on the device: the stitched path, which takes what chunks are left and spills.
   if (r == CUDA_ERROR_OUT_OF_MEMORY) r = allocate_large(out, bytes, context);
   return r;
 }
 
-CUresult DevicePool::try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext context, bool grow, CUdeviceptr want) {
+CUresult DevicePool::try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext context, bool grow,
+                               std::span<const CUdeviceptr> wants) {
   MutexLock lock(mu_);
   if (!carve_range_) {
     // Twice the budget in whole extents: room for the holes that moving idle slots leaves.
@@ -115,7 +117,7 @@ CUresult DevicePool::try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext co
       explicit Carving(bool& f) : flag(f) { flag = true; }
       ~Carving() { flag = false; }
     } carving(carving_);
-    r = carve_range_->allocate(bytes, &p, grow, want);
+    r = carve_range_->allocate(bytes, &p, grow, wants);
   }
   note_carved_idle();
   if (r != CUDA_SUCCESS) return r;

@@ -6,7 +6,7 @@
 #include "trace/trace.h"
 
 namespace uvmpool::pool {
-CUresult DevicePool::allocate(CUdeviceptr* out, std::size_t bytes, CUcontext context, CUdeviceptr want) {
+CUresult DevicePool::allocate(CUdeviceptr* out, std::size_t bytes, CUcontext context, std::span<const CUdeviceptr> wants) {
   // More than both tiers can never fit (and would overflow the chunk arithmetic below).
   const std::uint64_t most = sat_add(budget_, host_ ? host_tier_->limit() : 0);
   // Guard mode takes every size down its own path (guard.cpp): no slabs, no cached mappings. Carving,
@@ -14,7 +14,7 @@ CUresult DevicePool::allocate(CUdeviceptr* out, std::size_t bytes, CUcontext con
   // the churn replay, docs/benchmarks.md: 13.2 -> 6.4 ms), at about three times a slot's CPU cost.
   const CUresult r = bytes > most             ? CUDA_ERROR_OUT_OF_MEMORY
                      : config_.guard       ? allocate_guarded(out, bytes, context)
-                     : carves(bytes)       ? allocate_carved(out, bytes, context, want)
+                     : carves(bytes)       ? allocate_carved(out, bytes, context, wants)
                      : bytes <= small_max_ ? allocate_small(out, bytes, context)
                                            : allocate_large(out, bytes, context);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
@@ -43,20 +43,27 @@ CUresult DevicePool::allocate(CUdeviceptr* out, std::size_t bytes, CUcontext con
 }
 
 CUresult DevicePool::allocate_async(CUdeviceptr* out, std::size_t bytes, CUcontext context, const StreamKey& stream) {
-  // Where this point of the program was placed last (repeat_places.h): an open free on the stream
-  // there, else a cached mapping there, else carved there if free; else as any other allocation.
-  const CUdeviceptr want = config_.repeat_places ? repeat_.last_place(bytes) : 0;
-  if (!reuse_on_stream(stream, bytes, context, want, out)) {
-    if (Block* b = want != 0 && !config_.guard ? take_cached_at(want, div_ceil(bytes, chunk_)) : nullptr) {
+  // Where this point of the program was placed last (repeat_places.h), under each of its names in
+  // turn: an open free on the stream there, else a cached mapping there, else carved there if free;
+  // else as any other allocation.
+  const RepeatPlaces::Places wants = config_.repeat_places ? repeat_.last_places(bytes) : RepeatPlaces::Places{};
+  if (!reuse_on_stream(stream, bytes, context, wants, out)) {
+    Block* b = nullptr;
+    for (std::size_t i = 0; i < wants.size() && b == nullptr && !config_.guard; ++i)
+      if (wants[i] != 0) b = take_cached_at(wants[i], div_ceil(bytes, chunk_));
+    if (b != nullptr) {
       count_cache_hit();
       publish(b, bytes, context, out, false);
-    } else if (const CUresult r = allocate(out, bytes, context, want); r != CUDA_SUCCESS) {
+    } else if (const CUresult r = allocate(out, bytes, context, wants); r != CUDA_SUCCESS) {
       return r;
     }
   }
   if (config_.repeat_places) {
     repeat_.placed(bytes, *out);
-    if (want != 0 && counters_) (*out == want ? fig_.repeat_places_kept : fig_.repeat_places_missed).fetch_add(1, std::memory_order_relaxed);
+    if (wants[0] != 0 && counters_) {
+      const bool kept = *out == wants[0] || *out == wants[1];
+      (kept ? fig_.repeat_places_kept : fig_.repeat_places_missed).fetch_add(1, std::memory_order_relaxed);
+    }
   }
   return CUDA_SUCCESS;
 }

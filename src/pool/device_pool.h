@@ -167,8 +167,8 @@ class DevicePool {
   CUresult init();
   int device() const { return device_; }
 
-  // `want`: an address to place it at if free there (carved only; RepeatPlaces), else 0.
-  CUresult allocate(CUdeviceptr* out, std::size_t bytes, CUcontext context, CUdeviceptr want = 0);
+  // `wants`: addresses to place it at, the first free there (carved only; RepeatPlaces).
+  CUresult allocate(CUdeviceptr* out, std::size_t bytes, CUcontext context, std::span<const CUdeviceptr> wants = {});
   CUresult allocate_async(CUdeviceptr* out, std::size_t bytes, CUcontext context, const StreamKey& stream);
   // `entry` is the address map's entry for p (a Block or Slab of this device).
   CUresult deallocate(Entry entry, CUdeviceptr p);
@@ -316,9 +316,9 @@ class DevicePool {
     return most != 0 && bytes <= most;
   }
   Entry carved_entry() const { return reinterpret_cast<Entry>(this) | kCarvedTag; }
-  CUresult allocate_carved(CUdeviceptr* out, std::size_t bytes, CUcontext context, CUdeviceptr want = 0);
+  CUresult allocate_carved(CUdeviceptr* out, std::size_t bytes, CUcontext context, std::span<const CUdeviceptr> wants = {});
   // `grow`: the range may map slots (else only its mapped free space serves).
-  CUresult try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext context, bool grow, CUdeviceptr want);
+  CUresult try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext context, bool grow, std::span<const CUdeviceptr> wants);
   // A free of carved memory: by cuMemFree (stream null), on a stream (pending until its work is done)
   // or inside a capture (kept out of reuse for good).
   CUresult free_carved(CUdeviceptr p, const StreamKey* stream, bool capturing);
@@ -399,8 +399,10 @@ class DevicePool {
   std::uint64_t others_bytes(std::uint64_t* driver_free = nullptr);
 
   // stream_reuse.cpp: memory freed on streams (pending_, a part of its own: pending_frees.h).
-  // `want`: the address to take first if the stream freed it there (RepeatPlaces::last_place), or 0.
-  bool reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUcontext context, CUdeviceptr want, CUdeviceptr* out);
+  // `wants`: addresses to take first, in order, if the stream freed them (RepeatPlaces::last_places; 0s
+  // are no wish).
+  bool reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUcontext context, std::span<const CUdeviceptr> wants,
+                       CUdeviceptr* out);
   void add_pending(const StreamKey& stream, PendingItem item);
   // Frees whatever freed-on-stream memory has completed; with `wait`, waits for all of it.
   bool collect_pending(bool wait);

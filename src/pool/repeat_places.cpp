@@ -2,11 +2,27 @@
 
 namespace uvmpool::pool {
 
-CUdeviceptr RepeatPlaces::last_place(std::size_t bytes) const {
-  MutexLock lock(mu_);
+std::size_t RepeatPlaces::live_of(std::size_t bytes) const {
   const auto n = live_.find(bytes);
-  const auto it = last_.find(Point{bytes, n == live_.end() ? 0 : n->second});
-  return it == last_.end() ? 0 : it->second;
+  return n == live_.end() ? 0 : n->second;
+}
+
+RepeatPlaces::Point RepeatPlaces::with_context(std::size_t bytes, std::size_t live) const {
+  std::uint64_t h = 0xCBF29CE484222325ull;
+  for (std::size_t b : before_) h = (h ^ b) * 0x100000001B3ull;
+  return Point{bytes, live, h | 1};  // never 0, the name without context
+}
+
+RepeatPlaces::Places RepeatPlaces::last_places(std::size_t bytes) const {
+  MutexLock lock(mu_);
+  const std::size_t live = live_of(bytes);
+  Places out{};
+  std::size_t k = 0;
+  for (const Point& p : {with_context(bytes, live), Point{bytes, live, 0}}) {
+    const auto it = last_.find(p);
+    if (it != last_.end() && (k == 0 || out[0] != it->second)) out[k++] = it->second;
+  }
+  return out;
 }
 
 void RepeatPlaces::placed(std::size_t bytes, CUdeviceptr p) {
@@ -14,9 +30,12 @@ void RepeatPlaces::placed(std::size_t bytes, CUdeviceptr p) {
   const auto [at, fresh] = live_at_.try_emplace(p, bytes);
   if (!fresh) return;  // placed twice without a free between: a caller's slip, counted once
   std::size_t& live = live_[bytes];
-  if (last_.size() >= kMostPoints) last_.clear();
-  last_[Point{bytes, live}] = p;
+  if (last_.size() + 2 > kMostPoints) last_.clear();
+  last_[with_context(bytes, live)] = p;
+  last_[Point{bytes, live, 0}] = p;
   ++live;
+  for (std::size_t i = 0; i + 1 < kContext; ++i) before_[i] = before_[i + 1];
+  before_[kContext - 1] = bytes;
   tracked_.store(live_at_.size(), std::memory_order_relaxed);
 }
 

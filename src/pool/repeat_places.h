@@ -14,15 +14,23 @@
 // What. An allocation's point in the program is told apart by its size and by how many stream-ordered
 // allocations of that size are live when it is made: the n-th activation of a forward pass finds n
 // of its size live, each step, whatever the order they were freed in (a stack's depth, which is
-// what a framework's nested lifetimes make). The part remembers the address each such point got last,
-// and the pool's reuse on the stream takes the open free at that address first, when there is one
-// (DevicePool::reuse_on_stream). Nothing else changes: a point whose last address is not free on the
-// stream is placed as before, and remembered anew.
+// what a framework's nested lifetimes make). Not all lifetimes nest: allocate A, allocate B, free A,
+// allocate C, and C finds one live as B did, at B's place, which B holds. So a point is also named
+// with its context, the sizes of the three stream-ordered allocations before it, and that name is
+// asked first. Replayed from an H200 trace of row 4b under the async backend (docs/gpu-results.md,
+// thirty-eighth entry), with each allocation placed where asked whenever no live one held it: by
+// size and depth alone, 2088 of 20581 allocations found their place held; asked with the context
+// first, 1284. The part remembers the address each name got last, and the pool takes the first of
+// them that is free (DevicePool::allocate_async): an open free on the stream there, one there still
+// behind its event on the stream, a cached mapping there, or the carved range's free space there.
+// Nothing else changes: an allocation whose places are not free is placed as before, and remembered
+// anew.
 //
-// Cost: one lock and two hash lookups per stream-ordered allocation and free, nothing on any other
-// path. Remembered points are capped (kMostPoints); past it they are forgotten all at once.
+// Cost: one lock and a few hash lookups per stream-ordered allocation and free, nothing on any other
+// path. Remembered names are capped (kMostPoints); past it they are forgotten all at once.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -36,32 +44,40 @@ namespace uvmpool::pool {
 class RepeatPlaces {
  public:
   static constexpr std::size_t kMostPoints = 1 << 16;
+  static constexpr std::size_t kContext = 3;  // allocations before it that name a point with its context
 
-  // The address the allocation of `bytes` about to be made got the last time as many of its size
-  // were live; 0 when none is remembered.
-  CUdeviceptr last_place(std::size_t bytes) const;
-  // An allocation of `bytes` made at `p`: remembered for its point, and counted live until freed(p).
+  // Where the allocation of `bytes` about to be made went last: named with its context, then by its
+  // size and depth alone; 0 where none is remembered.
+  using Places = std::array<CUdeviceptr, 2>;
+  Places last_places(std::size_t bytes) const;
+  // An allocation of `bytes` made at `p`: remembered under both names, and counted live until freed(p).
   void placed(std::size_t bytes, CUdeviceptr p);
   // A stream-ordered allocation freed (not one placed here: nothing, and no lock while none is live,
   // so that a program that never allocates on streams pays a load a free).
   void freed(CUdeviceptr p);
 
-  std::size_t points() const;  // remembered now (tests)
+  std::size_t points() const;  // names remembered now (tests)
 
  private:
   struct Point {
     std::size_t bytes;
-    std::size_t live;  // of that size, before it
+    std::size_t live;          // of that size, before it
+    std::uint64_t context;     // the sizes before it, hashed; 0: named without
     bool operator==(const Point&) const = default;
   };
   struct PointHash {
-    std::size_t operator()(const Point& p) const { return p.bytes * 0x9E3779B97F4A7C15ull ^ p.live; }
+    std::size_t operator()(const Point& p) const {
+      return (p.bytes * 0x9E3779B97F4A7C15ull) ^ (p.live * 0xC2B2AE3D27D4EB4Full) ^ p.context;
+    }
   };
+  Point with_context(std::size_t bytes, std::size_t live) const UVMPOOL_REQUIRES(mu_);
+  std::size_t live_of(std::size_t bytes) const UVMPOOL_REQUIRES(mu_);
 
   mutable Mutex mu_;  // a leaf
   std::unordered_map<std::size_t, std::size_t> live_ UVMPOOL_GUARDED_BY(mu_);        // bytes -> live of that size
   std::unordered_map<CUdeviceptr, std::size_t> live_at_ UVMPOOL_GUARDED_BY(mu_);     // live address -> bytes
-  std::unordered_map<Point, CUdeviceptr, PointHash> last_ UVMPOOL_GUARDED_BY(mu_);   // point -> address it got
+  std::unordered_map<Point, CUdeviceptr, PointHash> last_ UVMPOOL_GUARDED_BY(mu_);   // name -> address it got
+  std::array<std::size_t, kContext> before_ UVMPOOL_GUARDED_BY(mu_) = {};            // sizes, oldest first
   std::atomic<std::size_t> tracked_{0};  // live_at_'s size: written under mu_, read without it
 };
 

@@ -41,8 +41,8 @@ void DevicePool::fence_freed() {
   fence_unmap();
 }
 
-bool DevicePool::reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUcontext context, CUdeviceptr want,
-                                 CUdeviceptr* out) {
+bool DevicePool::reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUcontext context,
+                                 std::span<const CUdeviceptr> wants, CUdeviceptr* out) {
   if (pending_.empty()) return false;
   const bool carved = carves(bytes);
   const bool small = !carved && bytes <= small_max_;
@@ -68,8 +68,9 @@ bool DevicePool::reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUc
     int pending = kPending;
     return i.block == nullptr || i.block->state.compare_exchange_strong(pending, kDead, std::memory_order_acq_rel);
   };
-  // First the one at `want`, where this point of the program was placed last (repeat_places.h), of
+  // First one at a `want`, where this point of the program was placed last (repeat_places.h), of
   // the same size: a stitched mapping there serves a carved size too (it is where that size spilled).
+  CUdeviceptr want = 0;
   const auto at_want = [&](const PendingItem& i) {
     if (i.carved != 0) return i.carved == want && carved && div_ceil(i.carved_bytes, kGuardAlignment) == rounded;
     if (i.slab != nullptr)
@@ -78,7 +79,8 @@ bool DevicePool::reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUc
            i.block->state.load(std::memory_order_acquire) == kPending;
   };
   std::optional<PendingItem> item;
-  if (want != 0) item = pending_.take_wanted(stream, at_want, claim);
+  for (std::size_t k = 0; k < wants.size() && !item; ++k)
+    if ((want = wants[k]) != 0) item = pending_.take_wanted(stream, at_want, claim);
   if (!item) item = pending_.take_on_stream(stream, rank, claim);
   if (!item) return false;
   if (item->block != nullptr) {

@@ -105,11 +105,19 @@ Workload training(std::uint64_t unit, bool freeing = false) {
     act.push_back(add(22 * unit));
     w.activation_bytes += 22 * unit;
   }
-  for (int l = 0; l < kLayers; ++l)
+  std::vector<std::size_t> temp_f, temp_b;  // DBG temporaries
+  if (freeing && getenv("DBG_TEMPS")) {
+    for (int l = 0; l < kLayers; ++l) temp_f.push_back(add((3 + l % 5) * unit));
+    for (int l = 0; l < kLayers; ++l) temp_b.push_back(add((2 + l % 7) * unit));
+  }
+  for (int l = 0; l < kLayers; ++l) {
     w.step.push_back({{weight[l], 16, false}, {l == 0 ? input : act[l - 1], 4, false}, {act[l], 1, true}});
+    if (!temp_f.empty()) w.step.back().push_back({temp_f[l], 1, true});
+  }
   for (int l = kLayers - 1; l >= 0; --l) {
     const std::size_t in = l % 2 == 0 ? d0 : d1, out = l % 2 == 0 ? d1 : d0;
     w.step.push_back({{weight[l], 16, false}, {act[l], 4, false}, {in, 2, false}, {out, 1, true}, {grad[l], 1, true}});
+    if (!temp_b.empty()) w.step.back().push_back({temp_b[l], 1, true});
   }
   for (int l = 0; l < kLayers; ++l) w.step.push_back({{weight[l], 1, true}, {grad[l], 1, false}, {state[l], 2, true}});
   // Freeing: the activations, their gradients and the weight gradients (zero_grad(set_to_none=True))
@@ -119,6 +127,8 @@ Workload training(std::uint64_t unit, bool freeing = false) {
     for (std::size_t t : act) w.transient[t] = true;
     for (std::size_t t : grad) w.transient[t] = true;
     w.transient[d0] = w.transient[d1] = true;
+    for (std::size_t t : temp_f) w.transient[t] = true;
+    for (std::size_t t : temp_b) w.transient[t] = true;
   }
   return w;
 }
@@ -220,6 +230,9 @@ struct Run {
   // Moves the pool refused at their prepare over the timed steps (DeviceStats::moves_failed): each is a
   // placement tried for nothing, most of them promotions tried again while demotions stand.
   std::uint64_t pool_refusals = 0;
+  // Stream-ordered allocations over the timed steps that got their point's last place back, and that
+  // did not (DeviceStats::repeat_places_*; src/pool/repeat_places.h).
+  std::uint64_t places_kept = 0, places_missed = 0;
   std::array<std::uint64_t, 2> in_place{};  // UVMPOOL_SIM_HOST_TO_DEVICE, UVMPOOL_SIM_DEVICE_TO_HOST
   // The remaps' driver calls over the timed steps (kRemapCalls; the simulator's counts): what much of a
   // hold is made of, each mapping a move changes costing about 42 us (H200: unmap, map, access).
@@ -406,6 +419,8 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
   run.live_promoted = pool_after.moved_live_to_device_bytes - pool_before.moved_live_to_device_bytes;
   run.live_demoted = pool_after.moved_live_to_host_bytes - pool_before.moved_live_to_host_bytes;
   run.pool_refusals = pool_after.moves_failed - pool_before.moves_failed;
+  run.places_kept = pool_after.repeat_places_kept - pool_before.repeat_places_kept;
+  run.places_missed = pool_after.repeat_places_missed - pool_before.repeat_places_missed;
   const std::array<std::uint64_t, 2> link = link_bytes_now();
   const std::array<std::uint64_t, 2> copied{run.promoted, run.demoted};
   for (std::size_t d = 0; d < 2; ++d) {
@@ -609,6 +624,9 @@ int main(int argc, char** argv) {
       std::printf("  moved bytes that were live allocations' (%s): promoted %s, demoted %s; moves the pool refused a step: %.1f\n",
                   name, share(r.live_promoted, r.promoted).c_str(), share(r.live_demoted, r.demoted).c_str(),
                   static_cast<double>(r.pool_refusals) / timed);
+      if (r.places_kept + r.places_missed != 0)
+        std::printf("  stream-ordered allocations a step (%s): %.1f at their point's last place, %.1f placed elsewhere\n", name,
+                    static_cast<double>(r.places_kept) / timed, static_cast<double>(r.places_missed) / timed);
     };
     live_share("epochs on launch", held);
     live_share("epochs measured", measured);

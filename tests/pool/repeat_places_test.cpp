@@ -2,27 +2,35 @@
 // remembers. The pool's use of it: RepeatedPlacement in stream_order_test.cpp.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
 #include "pool/repeat_places.h"
 
 namespace {
 
 using uvmpool::pool::RepeatPlaces;
 
+// The first place remembered for the next allocation of `bytes`, under either name.
+CUdeviceptr first(const RepeatPlaces& r, std::size_t bytes) { return r.last_places(bytes)[0]; }
+
 TEST(RepeatPlaces, APointIsTheSizeAndHowManyOfItAreLive) {
   RepeatPlaces r;
-  EXPECT_EQ(r.last_place(100), 0u) << "nothing remembered yet";
+  EXPECT_EQ(first(r, 100), 0u) << "nothing remembered yet";
   r.placed(100, 0x1000);  // the first of its size
   r.placed(100, 0x2000);  // the second
   r.placed(300, 0x9000);  // another size: a point of its own
-  EXPECT_EQ(r.last_place(100), 0u) << "two of the size live: no third was ever placed";
+  EXPECT_EQ(first(r, 100), 0u) << "two of the size live: no third was ever placed";
   r.freed(0x1000);
   r.freed(0x2000);
-  EXPECT_EQ(r.last_place(100), 0x1000u) << "none live: the first's place, whatever order they were freed in";
+  EXPECT_EQ(first(r, 100), 0x1000u) << "none live: the first's place, whatever order they were freed in";
   r.placed(100, 0x1000);
-  EXPECT_EQ(r.last_place(100), 0x2000u);
-  EXPECT_EQ(r.last_place(300), 0u) << "one of that size is live";
+  EXPECT_EQ(first(r, 100), 0x2000u);
+  EXPECT_EQ(first(r, 300), 0u) << "one of that size is live";
   r.freed(0x9000);
-  EXPECT_EQ(r.last_place(300), 0x9000u);
+  EXPECT_EQ(first(r, 300), 0x9000u);
 }
 
 TEST(RepeatPlaces, APlaceTakenElsewhereReplacesTheOneRemembered) {
@@ -31,7 +39,7 @@ TEST(RepeatPlaces, APlaceTakenElsewhereReplacesTheOneRemembered) {
   r.freed(0x1000);
   r.placed(100, 0x5000);  // the pool could not place it at 0x1000
   r.freed(0x5000);
-  EXPECT_EQ(r.last_place(100), 0x5000u);
+  EXPECT_EQ(r.last_places(100), (RepeatPlaces::Places{0x5000, 0}));
 }
 
 TEST(RepeatPlaces, FreesOfAddressesNotPlacedHereChangeNothing) {
@@ -41,18 +49,57 @@ TEST(RepeatPlaces, FreesOfAddressesNotPlacedHereChangeNothing) {
   r.freed(0x1000);
   r.freed(0x1000);  // a double free
   r.placed(100, 0x3000);
-  EXPECT_EQ(r.last_place(100), 0u) << "one live, counted once";
+  EXPECT_EQ(first(r, 100), 0u) << "one live, counted once";
   r.placed(100, 0x3000);  // placed twice without a free: counted once
   r.freed(0x3000);
-  EXPECT_EQ(r.last_place(100), 0x3000u);
+  EXPECT_EQ(first(r, 100), 0x3000u);
 }
 
-TEST(RepeatPlaces, PastItsCapItForgetsEveryPointAtOnce) {
+// A program whose lifetimes do not nest: A, x, B, free A, y, C, then all freed, every round. C finds
+// one of its size live, as B did. A pool that places each allocation at the first of its places that
+// is free (else somewhere new) gives every allocation the same address round after round once the
+// names are learned; by size and depth alone, B and C would trade places every round.
+TEST(RepeatPlaces, LifetimesThatDoNotNestKeepTheirPlacesByTheirContext) {
+  constexpr std::size_t s = 4096, x = 512, y = 768;
   RepeatPlaces r;
-  for (std::size_t i = 0; i < RepeatPlaces::kMostPoints; ++i) r.placed(i + 1, 0x1000 * (i + 1));
+  std::set<CUdeviceptr> live;
+  CUdeviceptr fresh = 0x100000;
+  const auto place = [&](std::size_t bytes) {
+    CUdeviceptr at = 0;
+    for (CUdeviceptr want : r.last_places(bytes))
+      if (want != 0 && !live.contains(want)) {
+        at = want;
+        break;
+      }
+    if (at == 0) at = fresh += 0x10000;
+    r.placed(bytes, at);
+    live.insert(at);
+    return at;
+  };
+  const auto free = [&](CUdeviceptr p) {
+    r.freed(p);
+    live.erase(p);
+  };
+  std::vector<std::vector<CUdeviceptr>> rounds;
+  for (int round = 0; round < 5; ++round) {
+    const CUdeviceptr a = place(s), px = place(x), b = place(s);
+    free(a);
+    const CUdeviceptr py = place(y), c = place(s);
+    for (CUdeviceptr p : {px, b, py, c}) free(p);
+    rounds.push_back({a, px, b, py, c});
+  }
+  EXPECT_EQ(rounds[3], rounds[2]);
+  EXPECT_EQ(rounds[4], rounds[3]);
+  EXPECT_NE(rounds[4][2], rounds[4][4]) << "B and C apart";
+}
+
+TEST(RepeatPlaces, PastItsCapItForgetsEveryNameAtOnce) {
+  RepeatPlaces r;
+  // Each allocation is remembered under two names.
+  for (std::size_t i = 0; i < RepeatPlaces::kMostPoints / 2; ++i) r.placed(i + 1, 0x1000 * (i + 1));
   EXPECT_EQ(r.points(), RepeatPlaces::kMostPoints);
   r.placed(RepeatPlaces::kMostPoints + 1, 0x1000 * (RepeatPlaces::kMostPoints + 1));
-  EXPECT_EQ(r.points(), 1u);
+  EXPECT_EQ(r.points(), 2u);
 }
 
 }  // namespace
