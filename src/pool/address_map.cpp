@@ -109,9 +109,17 @@ void RangeAllocator::add(CUdeviceptr base, std::size_t size) {
   give_back(base, size);
 }
 
-std::optional<CUdeviceptr> RangeAllocator::take(std::size_t size) {
+std::optional<CUdeviceptr> RangeAllocator::take(std::size_t size, const Avoid& avoid) {
   auto it = by_size_.lower_bound({size, 0});
   if (it == by_size_.end()) return std::nullopt;
+  if (avoid) {
+    auto probe = it;
+    for (int i = 0; i < kAvoidTries && probe != by_size_.end(); ++i, ++probe)
+      if (!avoid(probe->second, size)) {
+        it = probe;
+        break;
+      }
+  }
   const auto [have, base] = *it;
   by_size_.erase(it);
   by_address_.erase(base);

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -89,7 +90,12 @@ class AddressMap {
 class RangeAllocator {
  public:
   void add(CUdeviceptr base, std::size_t size);  // a new region
-  std::optional<CUdeviceptr> take(std::size_t size);
+  // Best fit: the smallest free range that holds `size`, lowest address first, taken from its start.
+  // With `avoid`, the first of the next kAvoidTries such ranges whose start it does not refuse, else
+  // the best fit anyway.
+  using Avoid = std::function<bool(CUdeviceptr start, std::size_t size)>;
+  static constexpr int kAvoidTries = 16;
+  std::optional<CUdeviceptr> take(std::size_t size, const Avoid& avoid = {});
   void give_back(CUdeviceptr base, std::size_t size);
   bool starts_region(CUdeviceptr p) const { return region_starts_.contains(p); }
   // Takes [base, base + size) out of the free range that holds it all (false, nothing taken, when

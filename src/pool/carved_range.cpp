@@ -31,18 +31,18 @@ CarvedRange::~CarvedRange() {
   }
 }
 
-CUresult CarvedRange::allocate(std::size_t bytes, CUdeviceptr* out, bool grow_ok, std::span<const CUdeviceptr> wants) {
+CUresult CarvedRange::allocate(std::size_t bytes, CUdeviceptr* out, bool grow_ok, const Hint& hint) {
   if (bytes == 0 || bytes > slots_.size() * extent_) return CUDA_ERROR_OUT_OF_MEMORY;
   const std::size_t rounded = div_ceil(bytes, unit_) * unit_;
   const Lane lane = lane_for(rounded);
   std::optional<CUdeviceptr> at;
-  for (std::size_t i = 0; i < wants.size() && !at; ++i) {
-    const CUdeviceptr want = wants[i];
+  for (std::size_t i = 0; i < hint.wants.size() && !at; ++i) {
+    const CUdeviceptr want = hint.wants[i];
     if (want != 0 && contains(want) && (want - base_) % unit_ == 0 && free_in(lane).take_at(want, rounded)) at = want;
   }
-  if (!at) at = free_in(lane).take(rounded);
+  if (!at) at = free_in(lane).take(rounded, hint.avoid);
   // Idle slots of the other lane next, one at a time: free memory, no driver call.
-  while (!at && relane_idle(lane)) at = free_in(lane).take(rounded);
+  while (!at && relane_idle(lane)) at = free_in(lane).take(rounded, hint.avoid);
   if (!at) {
     if (!grow_ok) return CUDA_ERROR_OUT_OF_MEMORY;
     const std::optional<Window> w = place(rounded, lane);

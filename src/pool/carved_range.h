@@ -112,10 +112,14 @@ class CarvedRange {
   // A range of `bytes` (rounded up to the unit). OUT_OF_MEMORY when neither the mapped free space nor
   // growth can hold it; nothing is lost then (extents taken for it go back to the source, idle slots
   // it unmapped included).
-  // `grow` false: the mapped free space only (no driver call, no source call). `wants`: at the first
-  // of those addresses that the mapped free space of its lane holds it at, else placed as any other
-  // (0s are no wish).
-  CUresult allocate(std::size_t bytes, CUdeviceptr* out, bool grow = true, std::span<const CUdeviceptr> wants = {});
+  // `grow` false: the mapped free space only (no driver call, no source call). `hint.wants`: at the
+  // first of those addresses that the mapped free space of its lane holds it at, else placed as any
+  // other (0s are no wish), leaving the free space `hint.avoid` refuses to others if other space fits.
+  struct Hint {
+    std::span<const CUdeviceptr> wants;
+    RangeAllocator::Avoid avoid;
+  };
+  CUresult allocate(std::size_t bytes, CUdeviceptr* out, bool grow = true, const Hint& hint = {});
   // INVALID_VALUE, nothing changed, when p is not the start of a live allocation (a double free, an
   // interior or foreign pointer).
   CUresult free(CUdeviceptr p);

@@ -72,22 +72,22 @@ class DevicePool::CarveSource : public CarvedRange::Source {
 };
 
 CUresult DevicePool::allocate_carved(CUdeviceptr* out, std::size_t bytes, CUcontext context,
-                                     std::span<const CUdeviceptr> wants) {
+                                     const CarvedRange::Hint& hint) {
   // Memory freed on streams whose work is done is free in the range once collected: before the range
   // grows (which takes idle memory apart and grows the pool), the mapped free space, then that.
   CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
   if (!pending_.empty()) {
-    r = try_carve(out, bytes, context, false, wants);
+    r = try_carve(out, bytes, context, false, hint);
     if (r == CUDA_ERROR_OUT_OF_MEMORY) collect_pending(false);
   }
-  if (r == CUDA_ERROR_OUT_OF_MEMORY) r = try_carve(out, bytes, context, true, wants);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) r = try_carve(out, bytes, context, true, hint);
   // No extent for it on the device: the stitched path, which takes what chunks are left and spills.
   if (r == CUDA_ERROR_OUT_OF_MEMORY) r = allocate_large(out, bytes, context);
   return r;
 }
 
 CUresult DevicePool::try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext context, bool grow,
-                               std::span<const CUdeviceptr> wants) {
+                               const CarvedRange::Hint& hint) {
   MutexLock lock(mu_);
   if (!carve_range_) {
     // Twice the budget in whole extents: room for the holes that moving idle slots leaves.
@@ -117,7 +117,7 @@ CUresult DevicePool::try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext co
       explicit Carving(bool& f) : flag(f) { flag = true; }
       ~Carving() { flag = false; }
     } carving(carving_);
-    r = carve_range_->allocate(bytes, &p, grow, wants);
+    r = carve_range_->allocate(bytes, &p, grow, hint);
   }
   note_carved_idle();
   if (r != CUDA_SUCCESS) return r;

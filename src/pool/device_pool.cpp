@@ -6,7 +6,7 @@
 #include "trace/trace.h"
 
 namespace uvmpool::pool {
-CUresult DevicePool::allocate(CUdeviceptr* out, std::size_t bytes, CUcontext context, std::span<const CUdeviceptr> wants) {
+CUresult DevicePool::allocate(CUdeviceptr* out, std::size_t bytes, CUcontext context, const CarvedRange::Hint& hint) {
   // More than both tiers can never fit (and would overflow the chunk arithmetic below).
   const std::uint64_t most = sat_add(budget_, host_ ? host_tier_->limit() : 0);
   // Guard mode takes every size down its own path (guard.cpp): no slabs, no cached mappings. Carving,
@@ -14,7 +14,7 @@ CUresult DevicePool::allocate(CUdeviceptr* out, std::size_t bytes, CUcontext con
   // the churn replay, docs/benchmarks.md: 13.2 -> 6.4 ms), at about three times a slot's CPU cost.
   const CUresult r = bytes > most             ? CUDA_ERROR_OUT_OF_MEMORY
                      : config_.guard       ? allocate_guarded(out, bytes, context)
-                     : carves(bytes)       ? allocate_carved(out, bytes, context, wants)
+                     : carves(bytes)       ? allocate_carved(out, bytes, context, hint)
                      : bytes <= small_max_ ? allocate_small(out, bytes, context)
                                            : allocate_large(out, bytes, context);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
@@ -54,7 +54,7 @@ CUresult DevicePool::allocate_async(CUdeviceptr* out, std::size_t bytes, CUconte
     if (b != nullptr) {
       count_cache_hit();
       publish(b, bytes, context, out, false);
-    } else if (const CUresult r = allocate(out, bytes, context, wants); r != CUDA_SUCCESS) {
+    } else if (const CUresult r = allocate(out, bytes, context, placing(wants, bytes)); r != CUDA_SUCCESS) {
       return r;
     }
   }
@@ -66,6 +66,13 @@ CUresult DevicePool::allocate_async(CUdeviceptr* out, std::size_t bytes, CUconte
     }
   }
   return CUDA_SUCCESS;
+}
+
+CarvedRange::Hint DevicePool::placing(std::span<const CUdeviceptr> wants, std::size_t bytes) {
+  CarvedRange::Hint hint{wants, {}};
+  if (config_.repeat_places)
+    hint.avoid = [this, bytes](CUdeviceptr at, std::size_t n) { return repeat_.others_place(at, n, bytes); };
+  return hint;
 }
 
 CUresult DevicePool::deallocate(Entry entry, CUdeviceptr p) {

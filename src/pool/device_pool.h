@@ -167,8 +167,8 @@ class DevicePool {
   CUresult init();
   int device() const { return device_; }
 
-  // `wants`: addresses to place it at, the first free there (carved only; RepeatPlaces).
-  CUresult allocate(CUdeviceptr* out, std::size_t bytes, CUcontext context, std::span<const CUdeviceptr> wants = {});
+  // `hint`: where to place it, and what free space to leave to others (carved only; RepeatPlaces).
+  CUresult allocate(CUdeviceptr* out, std::size_t bytes, CUcontext context, const CarvedRange::Hint& hint = {});
   CUresult allocate_async(CUdeviceptr* out, std::size_t bytes, CUcontext context, const StreamKey& stream);
   // `entry` is the address map's entry for p (a Block or Slab of this device).
   CUresult deallocate(Entry entry, CUdeviceptr p);
@@ -316,9 +316,9 @@ class DevicePool {
     return most != 0 && bytes <= most;
   }
   Entry carved_entry() const { return reinterpret_cast<Entry>(this) | kCarvedTag; }
-  CUresult allocate_carved(CUdeviceptr* out, std::size_t bytes, CUcontext context, std::span<const CUdeviceptr> wants = {});
+  CUresult allocate_carved(CUdeviceptr* out, std::size_t bytes, CUcontext context, const CarvedRange::Hint& hint = {});
   // `grow`: the range may map slots (else only its mapped free space serves).
-  CUresult try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext context, bool grow, std::span<const CUdeviceptr> wants);
+  CUresult try_carve(CUdeviceptr* out, std::size_t bytes, CUcontext context, bool grow, const CarvedRange::Hint& hint);
   // A free of carved memory: by cuMemFree (stream null), on a stream (pending until its work is done)
   // or inside a capture (kept out of reuse for good).
   CUresult free_carved(CUdeviceptr p, const StreamKey* stream, bool capturing);
@@ -399,6 +399,9 @@ class DevicePool {
   std::uint64_t others_bytes(std::uint64_t* driver_free = nullptr);
 
   // stream_reuse.cpp: memory freed on streams (pending_, a part of its own: pending_frees.h).
+  // A stream-ordered allocation's carving hint (repeat_places.h): `wants` first, and other sizes'
+  // places left alone where other free space fits.
+  CarvedRange::Hint placing(std::span<const CUdeviceptr> wants, std::size_t bytes);
   // `wants`: addresses to take first, in order, if the stream freed them (RepeatPlaces::last_places; 0s
   // are no wish).
   bool reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUcontext context, std::span<const CUdeviceptr> wants,

@@ -30,7 +30,11 @@ void RepeatPlaces::placed(std::size_t bytes, CUdeviceptr p) {
   const auto [at, fresh] = live_at_.try_emplace(p, bytes);
   if (!fresh) return;  // placed twice without a free between: a caller's slip, counted once
   std::size_t& live = live_[bytes];
-  if (last_.size() + 2 > kMostPoints) last_.clear();
+  if (last_.size() + 2 > kMostPoints) {
+    last_.clear();
+    places_.clear();
+  }
+  places_[p] = bytes;
   last_[with_context(bytes, live)] = p;
   last_[Point{bytes, live, 0}] = p;
   ++live;
@@ -48,6 +52,15 @@ void RepeatPlaces::freed(CUdeviceptr p) {
   if (n != live_.end() && --n->second == 0) live_.erase(n);
   live_at_.erase(at);
   tracked_.store(live_at_.size(), std::memory_order_relaxed);
+}
+
+bool RepeatPlaces::others_place(CUdeviceptr at, std::size_t bytes, std::size_t own) const {
+  MutexLock lock(mu_);
+  auto it = places_.upper_bound(at);
+  if (it != places_.begin()) --it;  // one that begins before `at` may reach into it
+  for (; it != places_.end() && it->first < at + bytes; ++it)
+    if (it->first + it->second > at && it->second != own) return true;
+  return false;
 }
 
 std::size_t RepeatPlaces::points() const {

@@ -60,4 +60,20 @@ TEST(RangeAllocator, TakeAtSplitsTheFreeRangeAroundThePlaceAndRefusesWhatIsNotAl
   EXPECT_EQ(r.take(16 * kMiB), kBase) << "given back, the pieces coalesced again";
 }
 
+// Avoid (RepeatPlaces::others_place through CarvedRange::Hint): the best fit it refuses is left to
+// others while another range fits; with none, best fit anyway.
+TEST(RangeAllocator, TakeLeavesTheRangesAvoidRefusesWhileAnotherFits) {
+  RangeAllocator r;
+  r.add(kBase, 64 * kMiB);
+  // Free ranges of 4 MiB at kBase and 8 MiB at kBase + 16 MiB; the rest taken.
+  ASSERT_TRUE(r.take_at(kBase + 4 * kMiB, 12 * kMiB));
+  ASSERT_TRUE(r.take_at(kBase + 24 * kMiB, 40 * kMiB));
+  const auto refuse_first = [](CUdeviceptr start, std::size_t) { return start == kBase; };
+  EXPECT_EQ(r.take(2 * kMiB, refuse_first), kBase + 16 * kMiB) << "the 4 MiB run at kBase is left alone";
+  EXPECT_EQ(r.take(2 * kMiB, refuse_first), kBase + 18 * kMiB);
+  const auto refuse_all = [](CUdeviceptr, std::size_t) { return true; };
+  EXPECT_EQ(r.take(2 * kMiB, refuse_all), kBase) << "all refused: best fit";
+  EXPECT_EQ(r.take(2 * kMiB), kBase + 2 * kMiB);
+}
+
 }  // namespace

@@ -102,4 +102,15 @@ TEST(RepeatPlaces, PastItsCapItForgetsEveryNameAtOnce) {
   EXPECT_EQ(r.points(), 2u);
 }
 
+TEST(RepeatPlaces, AStartThatOverlapsAnotherSizesPlaceIsOthers) {
+  RepeatPlaces r;
+  r.placed(0x1000, 0x10000);  // a place of 4 KiB at 0x10000
+  r.freed(0x10000);
+  EXPECT_TRUE(r.others_place(0xF800, 0x1000, 0x800)) << "reaches into it";
+  EXPECT_TRUE(r.others_place(0x10800, 0x100, 0x800)) << "inside it";
+  EXPECT_FALSE(r.others_place(0x11000, 0x1000, 0x800)) << "right after it";
+  EXPECT_FALSE(r.others_place(0xF000, 0x1000, 0x800)) << "right before it";
+  EXPECT_FALSE(r.others_place(0x10000, 0x1000, 0x1000)) << "a place of the same size is not another's";
+}
+
 }  // namespace
