@@ -49,7 +49,8 @@ CUresult DevicePool::allocate_async(CUdeviceptr* out, std::size_t bytes, CUconte
   const RepeatPlaces::Places wants = config_.repeat_places ? repeat_.last_places(bytes) : RepeatPlaces::Places{};
   if (!reuse_on_stream(stream, bytes, context, wants, out)) {
     Block* b = nullptr;
-    for (std::size_t i = 0; i < wants.size() && b == nullptr && !config_.guard; ++i)
+    const bool small = !carves(bytes) && bytes <= small_max_;  // a slot: never a mapping of its own
+    for (std::size_t i = 0; i < wants.size() && b == nullptr && !config_.guard && !small; ++i)
       if (wants[i] != 0) b = take_cached_at(wants[i], div_ceil(bytes, chunk_));
     if (b != nullptr) {
       count_cache_hit();

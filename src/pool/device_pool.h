@@ -231,8 +231,8 @@ class DevicePool {
   // program does not use.
   static bool within_rounding(std::size_t have, std::size_t want) { return have >= want && (have - want) * 8 <= want; }
   Block* take_cached_spilled(std::size_t granules);
-  // The cached mapping of `granules` that begins at `want` (RepeatPlaces), in whatever tiers its pieces
-  // lie, or nullptr.
+  // The cached mapping of `granules` that begins at `want` (RepeatPlaces), or nullptr; one with host
+  // pieces only where the device's free, idle and growable memory cannot hold the request.
   Block* take_cached_at(CUdeviceptr want, std::size_t granules);
   // A mapping for a large allocation, where placement says (placement.h): a cached one whole, or new pieces mapped.
   CUresult build_block(std::size_t granules, Block** out);

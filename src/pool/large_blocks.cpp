@@ -132,14 +132,27 @@ Block* DevicePool::take_cached(std::size_t granules) {
 }
 
 Block* DevicePool::take_cached_at(CUdeviceptr want, std::size_t granules) {
+  const auto fits = [&](const Block* b) {
+    return b != nullptr && b->owner == this && b->state.load(std::memory_order_acquire) == kCached && b->base == want &&
+           b->granules == granules && b->guard == 0;
+  };
+  // A look without the lock first: mu_ is held across moves' driver calls, and most places asked for
+  // are not a cached mapping (a carved or slab address, or taken again).
+  if (!fits(as_block(map_.lookup(want)))) return nullptr;
   // Under mu_, as every taker of cached mappings but the bins' fast path, which withdraw_cached loses
   // to cleanly. A descriptor is never freed (spare_blocks_), so one read from the map stays one.
   MutexLock lock(mu_);
   Block* b = as_block(map_.lookup(want));
-  if (b == nullptr || b->owner != this || b->state.load(std::memory_order_acquire) != kCached || b->base != want ||
-      b->granules != granules || b->guard != 0 || !withdraw_cached(b))
-    return nullptr;
-  return b;
+  if (!fits(b)) return nullptr;
+  // One with host pieces only where the device cannot hold the request (the placement rule: device
+  // memory first, free, idle or grown; placement.h). Idle: device chunks in other cached mappings and
+  // in idle carved slots.
+  if (b->host_chunks != 0) {
+    const std::size_t idle = fig_.chunks_cached.load(std::memory_order_relaxed) - (b->granules - b->host_chunks) +
+                             fig_.carved_idle.load(std::memory_order_relaxed);
+    if (free_granules() + idle + growable_chunks() >= granules) return nullptr;
+  }
+  return withdraw_cached(b) ? b : nullptr;
 }
 
 Block* DevicePool::take_cached_spilled(std::size_t granules) {

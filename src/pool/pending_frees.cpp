@@ -46,7 +46,8 @@ std::optional<PendingItem> PendingFrees::add(const StreamKey& stream, PendingIte
   UniqueMutexLock lock(mu_);
   CUevent e = take_event();
   if (e != nullptr && d_.cuEventRecord(e, CU_STREAM_PER_THREAD) == CUDA_SUCCESS) {
-    batches_.push_back(Batch{e, {item}, stream});
+    // No stream to reuse it early on: the key names the thread, whose id the next thread may get.
+    batches_.push_back(Batch{e, {item}, std::nullopt});
     return std::nullopt;
   }
   if (e != nullptr) spare_events_.push_back(e);

@@ -75,7 +75,7 @@ bool DevicePool::reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUc
     if (i.carved != 0) return i.carved == want && carved && div_ceil(i.carved_bytes, kGuardAlignment) == rounded;
     if (i.slab != nullptr)
       return small && i.slab->cls == cls && i.slab->base + static_cast<CUdeviceptr>(i.slot) * i.slab->slot_size == want;
-    return i.block->granules == granules && i.block->start(bytes, chunk_) == want &&
+    return !small && i.block->granules == granules && i.block->start(bytes, chunk_) == want &&
            i.block->state.load(std::memory_order_acquire) == kPending;
   };
   std::optional<PendingItem> item;

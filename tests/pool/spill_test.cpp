@@ -368,5 +368,36 @@ TEST(HostTierCharge, AChargeThatWouldWrapIsRefusedAndNotCounted) {
   tier.uncharge(100);
 }
 
+// Repeated placement (src/pool/repeat_places.h) takes a cached mapping at a stream-ordered
+// allocation's place in whatever tier it lies, but one with host pieces only where the device cannot
+// hold the request: device memory first, as placement has it.
+TEST_F(Spill, AStreamOrderedAllocationTakesItsSpilledPlaceOnlyWhenTheDeviceHasNoRoom) {
+  auto pool = make_pool(spill_config(64 * kMiB));
+  pool->stop_background();
+  const std::size_t dev = device_chunks(64 * kMiB);
+  const auto alloc_async = [&](std::size_t bytes) {
+    CUdeviceptr p = 0;
+    EXPECT_CU(pool->allocate_async(&p, bytes, nullptr));
+    return p;
+  };
+  const CUdeviceptr x = alloc_async((dev - 2) * gran);
+  const CUdeviceptr y = alloc_async(4 * gran);  // two chunks on the device, two in host memory
+  ASSERT_EQ(pool->stats(0).live_host_bytes, 2 * gran);
+  must_free(*pool, y);
+  must_free(*pool, x);  // the device has room again
+  const CUdeviceptr z = alloc_async(4 * gran);  // y's place is remembered for it
+  EXPECT_NE(z, y);
+  EXPECT_EQ(pool->stats(0).live_host_bytes, 0u) << "served from the device, not y's spilled mapping";
+  must_free(*pool, z);
+  // With the device full, the spilled place is taken back.
+  const CUdeviceptr x2 = alloc_async((dev - 2) * gran);
+  const CUdeviceptr y2 = alloc_async(4 * gran);
+  const CUdeviceptr fill = alloc_async(2 * gran);
+  must_free(*pool, y2);
+  const CUdeviceptr z2 = alloc_async(4 * gran);
+  EXPECT_EQ(z2, y2);
+  for (CUdeviceptr p : {x2, z2, fill}) must_free(*pool, p);
+}
+
 }  // namespace
 }  // namespace pooltest
