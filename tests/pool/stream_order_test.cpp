@@ -304,44 +304,35 @@ TEST_P(RepeatedPlacement, FreedOpenOnTheStreamEachComesBackToItsOwnAddress) {
 
 // Frees sealed behind an event that has not completed yet (here: a synchronous allocation that
 // wanted memory collected them while the stream is held) are the stream's own still: its next
-// allocation at that point takes its block back rather than new memory.
-TEST_P(RepeatedPlacement, AFreeWaitingBehindItsEventComesBackOnItsStream) {
-  auto pool = make_pool(config());
-  const std::size_t bytes = 3 * gran + 1;
-  const CUdeviceptr p = alloc_on(*pool, bytes, a);
-  hold_stream(a, true);
-  free_on(*pool, p, a);
-  const CUdeviceptr other = must_allocate(*pool, 5 * gran);  // nothing cached fits: collects the frees
-  const unsigned long long waits = wait_calls();
-  const CUdeviceptr q = alloc_on(*pool, bytes, a);
-  EXPECT_EQ(wait_calls(), waits) << "taken back on its own stream without waiting";
-  if (GetParam()) {
-    EXPECT_EQ(q, p);
-  } else {
-    EXPECT_NE(q, p) << "without it, only the stream's open frees are reused at once";
+// allocation at that point takes its block back rather than new memory. But only on that stream:
+// another stream at the same point of the program (the same size, none of it live) does not take it
+// before the event says the freeing stream's work is done.
+TEST_P(RepeatedPlacement, AFreeWaitingBehindItsEventComesBackOnItsStreamAlone) {
+  for (const bool same_stream : {true, false}) {
+    SCOPED_TRACE(same_stream ? "allocated again on the freeing stream" : "allocated on another stream");
+    auto pool = make_pool(config());
+    const std::size_t bytes = 3 * gran + 1;
+    const CUdeviceptr p = alloc_on(*pool, bytes, a);
+    hold_stream(a, true);
+    free_on(*pool, p, a);
+    const CUdeviceptr other = must_allocate(*pool, 5 * gran);  // nothing cached fits: collects the frees
+    const unsigned long long waits = wait_calls();
+    const CUstream s = same_stream ? a : b;
+    const CUdeviceptr q = alloc_on(*pool, bytes, s);
+    if (!same_stream) {
+      if (q == p) {
+        EXPECT_GT(wait_calls(), waits) << "handed to stream b while stream a's work was held";
+      }
+    } else if (GetParam()) {
+      EXPECT_EQ(q, p);
+      EXPECT_EQ(wait_calls(), waits) << "taken back on its own stream without waiting";
+    } else {
+      EXPECT_NE(q, p) << "without it, only the stream's open frees are reused at once";
+    }
+    hold_stream(a, false);
+    free_on(*pool, q, s);
+    must_free(*pool, other);
   }
-  hold_stream(a, false);
-  free_on(*pool, q, a);
-  must_free(*pool, other);
-}
-
-// ... but only on that stream: another stream at the same point of the program (the same size, none
-// of it live) does not take it before the event says the freeing stream's work is done.
-TEST_P(RepeatedPlacement, AFreeWaitingBehindItsEventIsNotHandedToAnotherStream) {
-  auto pool = make_pool(config());
-  const std::size_t bytes = 3 * gran + 1;
-  const CUdeviceptr p = alloc_on(*pool, bytes, a);
-  hold_stream(a, true);
-  free_on(*pool, p, a);
-  const CUdeviceptr other = must_allocate(*pool, 5 * gran);  // collects: p waits behind an event on a
-  const unsigned long long waits = wait_calls();
-  const CUdeviceptr q = alloc_on(*pool, bytes, b);
-  if (q == p) {
-    EXPECT_GT(wait_calls(), waits) << "handed to stream b while stream a's work was held";
-  }
-  hold_stream(a, false);
-  free_on(*pool, q, b);
-  must_free(*pool, other);
 }
 
 // Freed synchronously (cuMemFree of memory from cuMemAllocAsync): the first one freed is cached
