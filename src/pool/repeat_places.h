@@ -35,8 +35,10 @@
 // place leaves the places remembered for other sizes alone where other free space fits
 // (others_place, CarvedRange::Hint::avoid).
 //
-// Cost: one lock and a few hash lookups per stream-ordered allocation and free, nothing on any other
-// path. Remembered names are capped (kMostPoints); past it they are forgotten all at once.
+// Cost: one lock and a few hash lookups per stream-ordered allocation and free, and one lookup for
+// each free run best fit looks at (up to RangeAllocator::kAvoidTries) when one is carved away from its
+// places; nothing on any other path. Remembered names are capped (kMostPoints); past it they are
+// forgotten all at once, with the places.
 #pragma once
 
 #include <array>
