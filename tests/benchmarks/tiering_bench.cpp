@@ -105,19 +105,11 @@ Workload training(std::uint64_t unit, bool freeing = false) {
     act.push_back(add(22 * unit));
     w.activation_bytes += 22 * unit;
   }
-  std::vector<std::size_t> temp_f, temp_b;  // DBG temporaries
-  if (freeing && getenv("DBG_TEMPS")) {
-    for (int l = 0; l < kLayers; ++l) temp_f.push_back(add((3 + l % 5) * unit));
-    for (int l = 0; l < kLayers; ++l) temp_b.push_back(add((2 + l % 7) * unit));
-  }
-  for (int l = 0; l < kLayers; ++l) {
+  for (int l = 0; l < kLayers; ++l)
     w.step.push_back({{weight[l], 16, false}, {l == 0 ? input : act[l - 1], 4, false}, {act[l], 1, true}});
-    if (!temp_f.empty()) w.step.back().push_back({temp_f[l], 1, true});
-  }
   for (int l = kLayers - 1; l >= 0; --l) {
     const std::size_t in = l % 2 == 0 ? d0 : d1, out = l % 2 == 0 ? d1 : d0;
     w.step.push_back({{weight[l], 16, false}, {act[l], 4, false}, {in, 2, false}, {out, 1, true}, {grad[l], 1, true}});
-    if (!temp_b.empty()) w.step.back().push_back({temp_b[l], 1, true});
   }
   for (int l = 0; l < kLayers; ++l) w.step.push_back({{weight[l], 1, true}, {grad[l], 1, false}, {state[l], 2, true}});
   // Freeing: the activations, their gradients and the weight gradients (zero_grad(set_to_none=True))
@@ -127,8 +119,6 @@ Workload training(std::uint64_t unit, bool freeing = false) {
     for (std::size_t t : act) w.transient[t] = true;
     for (std::size_t t : grad) w.transient[t] = true;
     w.transient[d0] = w.transient[d1] = true;
-    for (std::size_t t : temp_f) w.transient[t] = true;
-    for (std::size_t t : temp_b) w.transient[t] = true;
   }
   return w;
 }
