@@ -1,5 +1,7 @@
 // A device pool's entry points: which allocator serves a request, frees, and the answers about an
 // allocation.
+#include <algorithm>
+
 #include "config/log.h"
 #include "config/size_math.h"
 #include "pool/device_pool.h"
@@ -62,7 +64,7 @@ CUresult DevicePool::allocate_async(CUdeviceptr* out, std::size_t bytes, CUconte
   if (config_.repeat_places) {
     repeat_.placed(bytes, *out);
     if (wants[0] != 0 && counters_) {
-      const bool kept = *out == wants[0] || *out == wants[1];
+      const bool kept = std::find(wants.begin(), wants.end(), *out) != wants.end();
       (kept ? fig_.repeat_places_kept : fig_.repeat_places_missed).fetch_add(1, std::memory_order_relaxed);
     }
   }

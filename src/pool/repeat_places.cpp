@@ -1,5 +1,7 @@
 #include "pool/repeat_places.h"
 
+#include <algorithm>
+
 namespace uvmpool::pool {
 
 std::size_t RepeatPlaces::live_of(std::size_t bytes) const {
@@ -20,7 +22,9 @@ RepeatPlaces::Places RepeatPlaces::last_places(std::size_t bytes) const {
   std::size_t k = 0;
   for (const Point& p : {with_context(bytes, live), Point{bytes, live, 0}}) {
     const auto it = last_.find(p);
-    if (it != last_.end() && (k == 0 || out[0] != it->second)) out[k++] = it->second;
+    if (it == last_.end()) continue;
+    for (CUdeviceptr a : it->second)
+      if (a != 0 && std::find(out.begin(), out.begin() + k, a) == out.begin() + k) out[k++] = a;
   }
   return out;
 }
@@ -35,8 +39,13 @@ void RepeatPlaces::placed(std::size_t bytes, CUdeviceptr p) {
     places_.clear();
   }
   places_[p] = bytes;
-  last_[with_context(bytes, live)] = p;
-  last_[Point{bytes, live, 0}] = p;
+  for (const Point& name : {with_context(bytes, live), Point{bytes, live, 0}}) {
+    Got& got = last_[name];
+    auto was = std::find(got.begin(), got.end(), p);
+    if (was == got.end()) was = got.end() - 1;  // new: the oldest goes
+    std::rotate(got.begin(), was, was + 1);     // p first, the others after it in their order
+    got[0] = p;
+  }
   ++live;
   for (std::size_t i = 0; i + 1 < kContext; ++i) before_[i] = before_[i + 1];
   before_[kContext - 1] = bytes;

@@ -20,8 +20,10 @@
 // asked first. Replayed from an H200 trace of row 4b under the async backend (docs/gpu-results.md,
 // thirty-eighth entry), with each allocation placed where asked whenever no live one held it: by
 // size and depth alone, 2088 of 20581 allocations found their place held; asked with the context
-// first, 1284. The part remembers the address each name got last, and the pool takes the first of
-// them that is free (DevicePool::allocate_async): an open free on the stream there, one there still
+// first, 1284. A name that a step uses more than once (lifetimes that do not nest, of one size,
+// between the same sizes) keeps the last kPerName addresses it got, most recent first. The part
+// answers those of both names, and the pool takes the first of them that is free
+// (DevicePool::allocate_async): an open free on the stream there, one there still
 // behind its event on the stream, a cached mapping there, or the carved range's free space there.
 // Nothing else changes: an allocation whose places are not free is placed as before, and remembered
 // anew.
@@ -58,9 +60,13 @@ class RepeatPlaces {
   static constexpr std::size_t kMostPoints = 1 << 16;
   static constexpr std::size_t kContext = 3;  // allocations before it that name a point with its context
 
-  // Where the allocation of `bytes` about to be made went last: named with its context, then by its
-  // size and depth alone; 0 where none is remembered.
-  using Places = std::array<CUdeviceptr, 2>;
+  // Where the allocation of `bytes` about to be made went lately: named with its context, then by its
+  // size and depth alone, each name's places most recent first; 0s where none is remembered.
+  // Places a name keeps, most recent first. Replaying row 4b's allocations (uvmpool-bench-places, its
+  // last step): 2065 of 2813 at the address of the step before with 1, 2106 with 2, 2327 with 3,
+  // 2062 with 5.
+  static constexpr std::size_t kPerName = 3;
+  using Places = std::array<CUdeviceptr, 2 * kPerName>;
   Places last_places(std::size_t bytes) const;
   // An allocation of `bytes` made at `p`: remembered under both names, and counted live until freed(p).
   void placed(std::size_t bytes, CUdeviceptr p);
@@ -91,7 +97,8 @@ class RepeatPlaces {
   mutable Mutex mu_;  // a leaf
   std::unordered_map<std::size_t, std::size_t> live_ UVMPOOL_GUARDED_BY(mu_);        // bytes -> live of that size
   std::unordered_map<CUdeviceptr, std::size_t> live_at_ UVMPOOL_GUARDED_BY(mu_);     // live address -> bytes
-  std::unordered_map<Point, CUdeviceptr, PointHash> last_ UVMPOOL_GUARDED_BY(mu_);   // name -> address it got
+  using Got = std::array<CUdeviceptr, kPerName>;
+  std::unordered_map<Point, Got, PointHash> last_ UVMPOOL_GUARDED_BY(mu_);   // name -> addresses it got
   std::array<std::size_t, kContext> before_ UVMPOOL_GUARDED_BY(mu_) = {};            // sizes, oldest first
   std::map<CUdeviceptr, std::size_t> places_ UVMPOOL_GUARDED_BY(mu_);  // every address last_ named: its size
   std::atomic<std::size_t> tracked_{0};  // live_at_'s size: written under mu_, read without it

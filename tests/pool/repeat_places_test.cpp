@@ -33,13 +33,22 @@ TEST(RepeatPlaces, APointIsTheSizeAndHowManyOfItAreLive) {
   EXPECT_EQ(first(r, 300), 0x9000u);
 }
 
-TEST(RepeatPlaces, APlaceTakenElsewhereReplacesTheOneRemembered) {
+TEST(RepeatPlaces, ANameKeepsItsLatestPlacesMostRecentFirst) {
   RepeatPlaces r;
-  r.placed(100, 0x1000);
-  r.freed(0x1000);
-  r.placed(100, 0x5000);  // the pool could not place it at 0x1000
+  // The same name (the first of size 100, after the same sizes) placed at 0x1000, 0x5000, 0x9000 and
+  // 0xD000 in turn: it keeps the last kPerName, most recent first.
+  static_assert(RepeatPlaces::kPerName == 3);
+  for (CUdeviceptr p : {0x1000, 0x5000, 0x9000, 0xD000}) {
+    for (int i = 0; i < 3; ++i) r.placed(7, 0x100 + i);  // the same sizes before it every time
+    r.placed(100, p);
+    r.freed(p);
+    for (int i = 0; i < 3; ++i) r.freed(0x100 + i);
+  }
+  for (int i = 0; i < 3; ++i) r.placed(7, 0x100 + i);
+  EXPECT_EQ(r.last_places(100), (RepeatPlaces::Places{0xD000, 0x9000, 0x5000, 0, 0, 0}));
+  r.placed(100, 0x5000);  // placed again at one it keeps: first now, the rest in their order
   r.freed(0x5000);
-  EXPECT_EQ(r.last_places(100), (RepeatPlaces::Places{0x5000, 0}));
+  EXPECT_EQ(r.last_places(100), (RepeatPlaces::Places{0x5000, 0xD000, 0x9000, 0, 0, 0}));
 }
 
 TEST(RepeatPlaces, FreesOfAddressesNotPlacedHereChangeNothing) {
