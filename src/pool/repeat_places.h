@@ -60,13 +60,13 @@ class RepeatPlaces {
   static constexpr std::size_t kMostPoints = 1 << 16;
   static constexpr std::size_t kContext = 3;  // allocations before it that name a point with its context
 
-  // Where the allocation of `bytes` about to be made went lately: named with its context, then by its
-  // size and depth alone, each name's places most recent first; 0s where none is remembered.
-  // Places a name keeps, most recent first. Replaying row 4b's allocations (uvmpool-bench-places, its
-  // last step): 2065 of 2813 at the address of the step before with 1, 2106 with 2, 2327 with 3,
-  // 2062 with 5.
+  // Places a name keeps, most recent first. Replaying the 10 steps of row 4b's allocations from call
+  // 7's trace (docs/gpu-results.md, thirty-eighth entry) as uvmpool-bench-places does, the last step
+  // had 2065 of 2813 at the address of the step before with 1, 2106 with 2, 2327 with 3, 2062 with 5.
   static constexpr std::size_t kPerName = 3;
   using Places = std::array<CUdeviceptr, 2 * kPerName>;
+  // Where the allocation of `bytes` about to be made went lately: named with its context, then by its
+  // size and depth alone, each name's places most recent first; 0s where none is remembered.
   Places last_places(std::size_t bytes) const;
   // An allocation of `bytes` made at `p`: remembered under both names, and counted live until freed(p).
   void placed(std::size_t bytes, CUdeviceptr p);
