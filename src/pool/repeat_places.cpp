@@ -34,7 +34,8 @@ void RepeatPlaces::placed(std::size_t bytes, CUdeviceptr p) {
   const auto [at, fresh] = live_at_.try_emplace(p, bytes);
   if (!fresh) return;  // placed twice without a free between: a caller's slip, counted once
   std::size_t& live = live_[bytes];
-  if (last_.size() + 2 > kMostPoints) {
+  // places_ too: a name's addresses may change every time while the names stay few.
+  if (last_.size() + 2 > kMostPoints || places_.size() >= kMostPoints) {
     last_.clear();
     places_.clear();
   }

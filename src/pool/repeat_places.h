@@ -39,8 +39,8 @@
 //
 // Cost: one lock and a few hash lookups per stream-ordered allocation and free, and one lookup for
 // each free run best fit looks at (up to RangeAllocator::kAvoidTries) when one is carved away from its
-// places; nothing on any other path. Remembered names are capped (kMostPoints); past it they are
-// forgotten all at once, with the places.
+// places; nothing on any other path. Remembered names, and the addresses they named, are capped (kMostPoints
+// each); past either cap both are forgotten all at once.
 #pragma once
 
 #include <array>

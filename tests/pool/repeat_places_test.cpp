@@ -121,4 +121,15 @@ TEST(RepeatPlaces, AStartThatOverlapsAnotherSizesPlaceIsOthers) {
   EXPECT_FALSE(r.others_place(0x10000, 0x1000, 0x1000)) << "a place of the same size is not another's";
 }
 
+TEST(RepeatPlaces, PlacesAreCappedEvenWhileTheNamesAreFew) {
+  RepeatPlaces r;
+  // One name, a new address every time: the names stay few, the places would grow without end.
+  for (std::size_t i = 0; i <= RepeatPlaces::kMostPoints; ++i) {
+    r.placed(100, 0x1000 * (i + 1));
+    r.freed(0x1000 * (i + 1));
+  }
+  EXPECT_FALSE(r.others_place(0x1000, 1, 50)) << "the oldest place was forgotten with the rest at the cap";
+  EXPECT_TRUE(r.others_place(0x1000 * (RepeatPlaces::kMostPoints + 1), 1, 50)) << "the newest is kept";
+}
+
 }  // namespace
