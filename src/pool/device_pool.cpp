@@ -50,15 +50,12 @@ CUresult DevicePool::allocate_async(CUdeviceptr* out, std::size_t bytes, CUconte
   // else as any other allocation.
   const RepeatPlaces::Places wants = config_.repeat_places ? repeat_.last_places(bytes) : RepeatPlaces::Places{};
   if (!reuse_on_stream(stream, bytes, context, wants, out)) {
-    Block* b = nullptr;
+    bool taken = false;
     const bool small = !carves(bytes) && bytes <= small_max_;  // a slot: never a mapping of its own
-    for (std::size_t i = 0; i < wants.size() && b == nullptr && !config_.guard && !small; ++i)
-      if (wants[i] != 0) b = take_cached_at(wants[i], div_ceil(bytes, chunk_));
-    if (b != nullptr) {
-      count_cache_hit();
-      publish(b, bytes, context, out, false);
-    } else if (const CUresult r = allocate(out, bytes, context, placing(wants, bytes)); r != CUDA_SUCCESS) {
-      return r;
+    for (std::size_t i = 0; i < wants.size() && !taken && !config_.guard && !small; ++i)
+      if (wants[i] != 0) taken = take_cached_at(wants[i], bytes, context, out);
+    if (!taken) {
+      if (const CUresult r = allocate(out, bytes, context, placing(wants, bytes)); r != CUDA_SUCCESS) return r;
     }
   }
   if (config_.repeat_places) {

@@ -231,9 +231,10 @@ class DevicePool {
   // program does not use.
   static bool within_rounding(std::size_t have, std::size_t want) { return have >= want && (have - want) * 8 <= want; }
   Block* take_cached_spilled(std::size_t granules);
-  // The cached mapping of `granules` that begins at `want` (RepeatPlaces), or nullptr; one with host
-  // pieces only where the device's free, idle and growable memory cannot hold the request.
-  Block* take_cached_at(CUdeviceptr want, std::size_t granules);
+  // Publishes the cached mapping of `bytes`' granules that begins at `want` (RepeatPlaces) for the
+  // allocation, counted as a cache hit; false when there is none. One with host pieces only where the
+  // device's free, idle and growable memory cannot hold the request; one being moved whatever its tier.
+  bool take_cached_at(CUdeviceptr want, std::size_t bytes, CUcontext context, CUdeviceptr* out);
   // A mapping for a large allocation, where placement says (placement.h): a cached one whole, or new pieces mapped.
   CUresult build_block(std::size_t granules, Block** out);
   // A new mapping of `granules` chunks from take_chunks, in a range with `guard` bytes more of address

@@ -30,7 +30,10 @@ void DevicePool::publish(Block* b, std::size_t bytes, CUcontext context, CUdevic
   b->size.store(bytes, std::memory_order_relaxed);
   b->context.store(context, std::memory_order_relaxed);
   b->buffer_id.store(next_buffer_id(), std::memory_order_relaxed);
-  b->state.store(kLive, std::memory_order_release);
+  // A mapping being moved keeps its claim (take_cached_at and reuse_on_stream publish one under mu_,
+  // which kMoving changes under); no other can be claimed meanwhile (claim_block leaves Dead alone
+  // and cannot withdraw a cached one taken out of its bin).
+  b->state.store(kLive | (b->state.load(std::memory_order_acquire) & kMoving), std::memory_order_release);
   *out = b->start(bytes, chunk_);
   note_allocated(*out, bytes, b->host_chunks != 0 ? host_bytes_of(b, bytes, chunk_) : 0, counted);
 }
@@ -131,28 +134,45 @@ Block* DevicePool::take_cached(std::size_t granules) {
   return b;
 }
 
-Block* DevicePool::take_cached_at(CUdeviceptr want, std::size_t granules) {
+bool DevicePool::take_cached_at(CUdeviceptr want, std::size_t bytes, CUcontext context, CUdeviceptr* out) {
+  const std::size_t granules = div_ceil(bytes, chunk_);
+  // Cached, or cached and being moved: tiering promotes a freed mapping ahead of the allocation it
+  // has learned comes back there, and that allocation often comes while the move's remap runs (on
+  // the H200, row 4b under backend:cudaMallocAsync, a third of the places missed once moves began).
+  // Going elsewhere then would change the address the learned step names.
   const auto fits = [&](const Block* b) {
-    return b != nullptr && b->owner == this && b->state.load(std::memory_order_acquire) == kCached && b->base == want &&
-           b->granules == granules && b->guard == 0;
+    if (b == nullptr || b->owner != this || b->base != want || b->granules != granules || b->guard != 0) return false;
+    const int state = b->state.load(std::memory_order_acquire);
+    return state == kCached || state == (kCached | kMoving);
   };
   // A look without the lock first: mu_ is held across moves' driver calls, and most places asked for
   // are not a cached mapping (a carved or slab address, or taken again).
-  if (!fits(as_block(map_.lookup(want)))) return nullptr;
+  if (!fits(as_block(map_.lookup(want)))) return false;
   // Under mu_, as every taker of cached mappings but the bins' fast path, which withdraw_cached loses
   // to cleanly. A descriptor is never freed (spare_blocks_), so one read from the map stays one.
   MutexLock lock(mu_);
   Block* b = as_block(map_.lookup(want));
-  if (!fits(b)) return nullptr;
+  if (!fits(b)) return false;
+  if ((b->state.load(std::memory_order_acquire) & kMoving) != 0) {
+    // Out of its bin since the move claimed it (claim_block), and its pieces and kMoving change only
+    // under mu_, held: published now, the move goes on with a live mapping, as any other (end_move
+    // clears kMoving and bins only a cached one).
+    count_cache_hit();
+    publish(b, bytes, context, out, false);
+    return true;
+  }
   // One with host pieces only where the device cannot hold the request (the placement rule: device
   // memory first, free, idle or grown; placement.h). Idle: device chunks in other cached mappings and
   // in idle carved slots.
   if (b->host_chunks != 0) {
     const std::size_t idle = fig_.chunks_cached.load(std::memory_order_relaxed) - (b->granules - b->host_chunks) +
                              fig_.carved_idle.load(std::memory_order_relaxed);
-    if (free_granules() + idle + growable_chunks() >= granules) return nullptr;
+    if (free_granules() + idle + growable_chunks() >= granules) return false;
   }
-  return withdraw_cached(b) ? b : nullptr;
+  if (!withdraw_cached(b)) return false;
+  count_cache_hit();
+  publish(b, bytes, context, out, false);
+  return true;
 }
 
 Block* DevicePool::take_cached_spilled(std::size_t granules) {

@@ -30,7 +30,10 @@
 // pieces again by address, since a commit before it may have split an extent into chunks. While claimed:
 //   - a free (cuMemFree, cuMemFreeAsync) of it waits for the move to end (wait_while_moving);
 //   - a mapping freed on a stream whose work completes becomes Cached | kMoving, and end_move bins it;
-//   - stream-ordered reuse and exporting to CUDA IPC skip or wait for it.
+//   - stream-ordered reuse and exporting to CUDA IPC skip or wait for it; but a stream-ordered
+//     allocation at its place (repeat_places.h) takes a freed mapping there while it moves (Cached,
+//     or Pending on its own stream), published under mu_: the move goes on with a live mapping, and
+//     end_move bins only a Cached one.
 // A slab's claim is its `moving` flag under its class lock; it leaves its class's list, so no slot is
 // handed out from it, and frees of its slots wait. Memory exported by CUDA IPC never moves: another
 // process maps its handles.

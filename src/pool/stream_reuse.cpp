@@ -63,10 +63,16 @@ bool DevicePool::reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUc
     return small || i.block->granules == granules ? 2 : 1;
   };
   // Published below: Dead meanwhile, so that no move claims it (claim_block leaves Dead alone); a move
-  // that claimed it since wins, and the allocation goes elsewhere.
-  const auto claim = [](const PendingItem& i) {
-    int pending = kPending;
-    return i.block == nullptr || i.block->state.compare_exchange_strong(pending, kDead, std::memory_order_acq_rel);
+  // that claimed it since wins, and the allocation goes elsewhere. Only at a `want`, one being moved
+  // is taken too (Dead | kMoving: the move goes on, end_move bins no Dead one), as take_cached_at
+  // takes a cached one: its address is what the learned step names.
+  bool moving_ok = false;
+  const auto claim = [&moving_ok](const PendingItem& i) {
+    if (i.block == nullptr) return true;
+    for (int state = i.block->state.load(std::memory_order_acquire);;) {
+      if (state != kPending && (state != (kPending | kMoving) || !moving_ok)) return false;
+      if (i.block->state.compare_exchange_weak(state, kDead | (state & kMoving), std::memory_order_acq_rel)) return true;
+    }
   };
   // First one at a `want`, where this point of the program was placed last (repeat_places.h), of
   // the same size: a stitched mapping there serves a carved size too (it is where that size spilled).
@@ -76,16 +82,25 @@ bool DevicePool::reuse_on_stream(const StreamKey& stream, std::size_t bytes, CUc
     if (i.slab != nullptr)
       return small && i.slab->cls == cls && i.slab->base + static_cast<CUdeviceptr>(i.slot) * i.slab->slot_size == want;
     return !small && i.block->granules == granules && i.block->start(bytes, chunk_) == want &&
-           i.block->state.load(std::memory_order_acquire) == kPending;
+           base_state(i.block->state.load(std::memory_order_acquire)) == kPending;
   };
   std::optional<PendingItem> item;
+  moving_ok = true;
   for (std::size_t k = 0; k < wants.size() && !item; ++k)
     if ((want = wants[k]) != 0) item = pending_.take_wanted(stream, at_want, claim);
+  moving_ok = false;
   if (!item) item = pending_.take_on_stream(stream, rank, claim);
   if (!item) return false;
   if (item->block != nullptr) {
     count_cache_hit();
-    publish(item->block, bytes, context, out, false);
+    if ((item->block->state.load(std::memory_order_acquire) & kMoving) != 0) {
+      // Its pieces change under mu_ until the move ends: published under it, so that the commit
+      // (swap_pieces) and the live figures agree on its host bytes, whichever comes first.
+      MutexLock lock(mu_);
+      publish(item->block, bytes, context, out, false);
+    } else {
+      publish(item->block, bytes, context, out, false);
+    }
     return true;
   }
   if (item->carved != 0) {

@@ -46,6 +46,24 @@ class Moves : public SpillTest {
     return r;
   }
 
+  // A move prepared and its copy waited for, the commit left to the test (ASSERTs: call it under
+  // ASSERT_NO_FATAL_FAILURE).
+  void start_move(Pool& pool, CUdeviceptr p, std::size_t bytes, Tier to, Move* m) {
+    ASSERT_CU(pool.prepare_move(p, bytes, to, m));
+    ASSERT_CU(pool.copy_move(*m, stream));
+    ASSERT_CU(drv().cuStreamSynchronize(stream));
+  }
+
+  // Allocated on `s`, then `s` held (the simulator's control) and the allocation freed on it: an
+  // open free whose work has not ended.
+  void free_open_on(Pool& pool, CUstream s, std::size_t bytes, CUdeviceptr* p) {
+    ASSERT_CU(pool.allocate_async(p, bytes, s));
+    hold_stream(s, true);
+    CUresult r = CUDA_ERROR_UNKNOWN;
+    ASSERT_EQ(pool.deallocate_async(*p, s, &r), Ownership::Ours);
+    ASSERT_CU(r);
+  }
+
   // 32 MiB extents, no host reserve (the host tier pins what a move needs), no background thread.
   std::unique_ptr<Pool> extents_pool() {
     PoolConfig config = spill_config(128 * kMiB, 128 * kMiB, 0);
