@@ -509,6 +509,7 @@ DeviceStats DevicePool::stats() const {
   s.moved_to_host_bytes = fig_.moved_to_host.load(std::memory_order_relaxed);
   s.moved_live_to_device_bytes = fig_.moved_live_to_device.load(std::memory_order_relaxed);
   s.moved_live_to_host_bytes = fig_.moved_live_to_host.load(std::memory_order_relaxed);
+  s.moved_uncopied_bytes = fig_.moved_uncopied.load(std::memory_order_relaxed);
   s.moves = fig_.moves.load(std::memory_order_relaxed);
   s.moves_failed = fig_.moves_failed.load(std::memory_order_relaxed);
   s.moves_in_flight = fig_.moves_in_flight.load(std::memory_order_relaxed);

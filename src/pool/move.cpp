@@ -115,6 +115,8 @@ CUresult DevicePool::prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Mov
     return CUDA_SUCCESS;
   }
   m->owner = e;
+  // A cached mapping (kMoving is ours or another move's of other pieces of it): freed, nothing to copy.
+  m->dead = b != nullptr && b->state.load(std::memory_order_acquire) == (kCached | kMoving);
   // Some pieces in this tier moving, others staying: a part promotion (the thrash guard's).
   for (std::size_t i = 0; b != nullptr && i < pieces.size(); ++i) {
     if ((i < first || i >= first + count) && pieces[i].tier == tier) b->moved_in_part = true;
@@ -172,6 +174,7 @@ std::vector<Chunk> DevicePool::owner_pieces(const Move& m, CUdeviceptr* base) {
 }
 
 CUresult DevicePool::copy_move(const Move& m, CUstream stream) {
+  if (m.dead) return CUDA_SUCCESS;  // freed memory: its bytes are no one's
   // One copy per new piece, each to its staging mapping; adjacent ones in one where their staging
   // mappings happen to be adjacent too.
   CUdeviceptr from = m.address, to = 0;
@@ -328,6 +331,7 @@ CUresult DevicePool::commit_locked(Move* m, bool quiesced) {
   fig_.moves_in_flight.fetch_sub(1, std::memory_order_relaxed);
   fig_.moves.fetch_add(1, std::memory_order_relaxed);
   m->staging = 0;
+  m->dead = false;
   m->staged.clear();
   m->target.clear();
   fig_.move_commit_ns.fetch_add(nanoseconds(std::chrono::steady_clock::now() - began), std::memory_order_relaxed);
@@ -340,6 +344,7 @@ void DevicePool::abort_locked(Move* m) {
   end_move(m->owner);
   fig_.moves_in_flight.fetch_sub(1, std::memory_order_relaxed);
   m->staging = 0;
+  m->dead = false;
   m->staged.clear();
   m->target.clear();
 }
@@ -563,6 +568,7 @@ void DevicePool::swap_pieces(const Move& m, std::size_t first, std::span<const C
   (m.to == Tier::Device ? fig_.moved_to_device : fig_.moved_to_host).fetch_add(m.bytes, std::memory_order_relaxed);
   (m.to == Tier::Device ? fig_.moved_live_to_device : fig_.moved_live_to_host)
       .fetch_add(static_cast<std::uint64_t>(live_host_delta < 0 ? -live_host_delta : live_host_delta), std::memory_order_relaxed);
+  if (m.dead) fig_.moved_uncopied.fetch_add(m.bytes, std::memory_order_relaxed);
   if (counters_) {
     const std::uint64_t live = fig_.live_bytes.load(std::memory_order_relaxed);
     raise_peak(fig_.peak_live_host, live_host);

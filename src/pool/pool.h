@@ -87,6 +87,11 @@ struct Move {
   CUdeviceptr staging = 0;  // where the first new piece is mapped too (its staging mapping): the
                             // copy's target. 0: nothing to move (already in `to`), and nothing held
   std::vector<CUdeviceptr> staged;  // each new piece's staging address (Vmm::staging), in order
+  // Freed memory when prepared (a cached mapping: its free was synchronous or its stream's work is
+  // done), so no byte of it is anyone's: copy_move copies nothing, and only the remap happens. An
+  // allocation that takes the mapping meanwhile (repeat_places.h) finds undefined bytes, as any
+  // new allocation does; its work is ordered after the commit as for any memory being moved.
+  bool dead = false;
   // The pool's own.
   int device = -1;
   std::uintptr_t owner = 0;              // the address map's entry: a mapping or a slab
@@ -173,6 +178,7 @@ struct DeviceStats {
   std::uint64_t moved_to_host_bytes = 0;    // demoted
   // Of those, the bytes of live allocations (a carved slot or slab moves whole, free space too).
   std::uint64_t moved_live_to_device_bytes = 0, moved_live_to_host_bytes = 0;
+  std::uint64_t moved_uncopied_bytes = 0;   // of both, freed memory remapped without a copy (Move::dead)
   std::uint64_t moves = 0;                  // committed
   std::uint64_t moves_failed = 0;           // prepare or commit refused by the driver or the tiers
   std::uint64_t moves_in_flight = 0;        // prepared, not yet committed or aborted

@@ -82,6 +82,7 @@ constexpr DeviceField kDeviceFields[] = {
     {"moved_to_host_bytes", C, B, &DS::moved_to_host_bytes, "Bytes moved from device to host memory at their addresses (demoted)"},
     {"moved_live_to_device_bytes", C, B, &DS::moved_live_to_device_bytes, "Of the bytes promoted, those of live allocations (a carved slot or slab moves whole, with its free space)"},
     {"moved_live_to_host_bytes", C, B, &DS::moved_live_to_host_bytes, "Of the bytes demoted, those of live allocations"},
+    {"moved_uncopied_bytes", C, B, &DS::moved_uncopied_bytes, "Of the bytes moved either way, those of freed mappings, remapped without a copy"},
     {"moves", C, N, &DS::moves, "Moves between the tiers committed"},
     {"moves_failed", C, N, &DS::moves_failed, "Moves refused for want of room or by a failing driver step (the old mapping stood)"},
     {"moves_in_flight", G, N, &DS::moves_in_flight, "Moves prepared and not yet committed or aborted"},

@@ -27,6 +27,7 @@ TEST_F(Moves, ALiveAllocationGoesToHostAndBackWithItsBytes) {
   EXPECT_EQ(s.live_host_bytes, bytes);
   EXPECT_EQ(s.moved_to_host_bytes, bytes);
   EXPECT_EQ(s.moved_live_to_host_bytes, bytes) << "a live allocation: every byte";
+  EXPECT_EQ(s.moved_uncopied_bytes, 0u) << "a live allocation: copied";
   EXPECT_EQ(s.moves, 1u);
   EXPECT_EQ(s.moves_in_flight, 0u);
   EXPECT_EQ(pool->check_invariants(), "");
@@ -524,6 +525,7 @@ TEST_F(Moves, ACachedMappingMovesAndServesTheNextAllocation) {
 
   ASSERT_CU(move(*pool, p, bytes, Tier::Host));
   DeviceStats s = pool->stats(0);
+  EXPECT_EQ(s.moved_uncopied_bytes, bytes) << "freed memory: remapped, not copied";
   EXPECT_EQ(s.chunks_cached, 0u);
   EXPECT_EQ(s.host_chunks_premapped, 8u) << "a cached mapping wholly in host memory is a host run";
   EXPECT_EQ(tiers(p, bytes, gran), "HHHHHHHH");
@@ -565,6 +567,7 @@ TEST_F(Moves, AMappingFreedOnAStreamMovesAndIsCachedWhenItsWorkEnds) {
   ASSERT_CU(pool->commit_move(&m));
   EXPECT_EQ(tiers(p, bytes, gran), "HHHHHHHH");
   EXPECT_EQ(pool->stats(0).host_chunks_premapped, 8u) << "cached when the move ended, as a host run";
+  EXPECT_EQ(pool->stats(0).moved_uncopied_bytes, 0u) << "pending when prepared: its stream's work may read it, copied";
   EXPECT_EQ(pool->check_invariants(), "");
   must_free(*pool, q);
   EXPECT_EQ(pool->check_invariants(), "");
@@ -581,7 +584,8 @@ class MovesAtPlaces : public Moves, public ::testing::WithParamInterface<bool> {
  protected:
   void SetUp() override {
     Moves::SetUp();
-    if (!HasFatalFailure()) ASSERT_CU(drv().cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+    if (HasFatalFailure()) return;
+    ASSERT_CU(drv().cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
   }
   void TearDown() override {
     if (a != nullptr) drv().cuStreamDestroy_v2(a);
@@ -628,6 +632,7 @@ TEST_P(MovesAtPlaces, AStreamOrderedAllocationTakesItsCachedPlaceWhileItMoves) {
     const DeviceStats s = pool->stats(0);
     EXPECT_EQ(tiers(q, bytes, gran), "HHHHHHHH");
     EXPECT_EQ(s.live_host_bytes, bytes) << "the commit moved a live mapping";
+    EXPECT_EQ(s.moved_uncopied_bytes, bytes) << "freed when prepared: not copied";
     EXPECT_EQ(s.host_chunks_premapped, 0u) << "not cached when the move ended: it is live";
     EXPECT_EQ(s.chunks_cached, 0u);
     fill(q, bytes, 7);
