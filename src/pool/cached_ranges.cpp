@@ -87,6 +87,7 @@ Block* DevicePool::carve_cached(std::size_t granules) {
   for (std::size_t i = 1; i < window.size(); ++i) {
     Block* other = window[i];
     joined->chunks.insert(joined->chunks.end(), other->chunks.begin(), other->chunks.end());
+    joined->freed_at.store(kNeverFreed, std::memory_order_relaxed);  // not told apart: copied if moved
     other->chunks.clear();
     other->granules = 0;
     other->state.store(kDead, std::memory_order_release);

@@ -103,6 +103,7 @@ CUresult DevicePool::deallocate_async(Entry entry, CUdeviceptr p, const StreamKe
       return CUDA_ERROR_INVALID_VALUE;
     }
     const int freed = capturing ? kQuarantined : kPending;
+    note_free_begun(b);
     for (int expected = kLive; !b->state.compare_exchange_strong(expected, freed, std::memory_order_acq_rel); expected = kLive) {
       if (expected != (kLive | kMoving)) {
         log::error("free of {:#x}: already freed (double free); ignored", p);

@@ -71,6 +71,7 @@ enum BlockState : int { kDead, kLive, kCached, kPending, kQuarantined };
 // to clear, and a stream-freed mapping whose work completes meanwhile becomes Cached | kMoving.
 constexpr int kMoving = 0x10;
 inline int base_state(int state) { return state & ~kMoving; }
+constexpr std::uint64_t kNeverFreed = ~std::uint64_t{0};
 
 // cudaMalloc's alignment, which every pool pointer keeps; under UVMPOOL_GUARD also the most slack
 // between an allocation's end and the unmapped guard after it.
@@ -102,6 +103,10 @@ struct Block {
   std::atomic<std::size_t> size{0};
   std::atomic<CUcontext> context{nullptr};
   std::atomic<std::uint64_t> buffer_id{0};
+  // Pool::free_mark's count when its last free began (stored before the state leaves Live, read after
+  // it is seen freed): a move behind a hold placed later need not copy it (DevicePool::copy_move).
+  // kNeverFreed for a mapping built or joined since, whose bytes may be anyone's.
+  std::atomic<std::uint64_t> freed_at{kNeverFreed};
   std::size_t guard = 0;  // UVMPOOL_GUARD: bytes of address space after the mapping, never mapped
   Block* prev = nullptr;  // in its bin while Cached
   Block* next = nullptr;
@@ -186,7 +191,9 @@ class DevicePool {
   // last fence). A free on another thread may make it so just after: then that one unmap waits.
   bool fence_due() const { return unfenced_.load(std::memory_order_acquire); }
   void fence_freed();  // Pool::fence_freed: fence_unmap under mu_
-  CUresult copy_move(const Move& move, CUstream stream);
+  CUresult copy_move(const Move& move, CUstream stream, std::uint64_t frees_before);
+  // Stamps a mapping's free with the next free_mark (Block::freed_at), before its state leaves Live.
+  static void note_free_begun(Block* b);
   CUresult commit_move(Move* move);
   void abort_move(Move* move);
   void commit_quiesced(std::span<Move* const> moves, const Quiesce& quiesce, std::span<CUresult> results,

@@ -90,6 +90,7 @@ CUresult DevicePool::free_large(Block* b, CUdeviceptr p) {
     log::error("free of {:#x}: an interior pointer of a pool allocation at {:#x}; ignored", p, b->base);
     return CUDA_ERROR_INVALID_VALUE;
   }
+  note_free_begun(b);
   for (int expected = kLive; !b->state.compare_exchange_strong(expected, kCached, std::memory_order_acq_rel); expected = kLive) {
     if (expected != (kLive | kMoving)) {
       log::error("free of {:#x}: already freed (double free); ignored", p);
@@ -259,6 +260,7 @@ Block* DevicePool::make_block(CUdeviceptr va, std::vector<Chunk>&& chunks) {
   b->guard = 0;
   b->binned = false;
   b->exported = false;
+  b->freed_at.store(kNeverFreed, std::memory_order_relaxed);
   b->state.store(kDead, std::memory_order_relaxed);
   map_.set(va, b->granules * chunk_, reinterpret_cast<Entry>(b));
   mark_tiers(va, b->chunks);

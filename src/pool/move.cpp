@@ -46,6 +46,7 @@
 // Locks: mu_ across prepare, commit and abort (the descriptors' pieces change only under it), then a
 // bin, class or mapping cache lock inside, as everywhere in the pool; move_mu_ (a leaf) only to wait.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 
 #include "config/log.h"
@@ -115,8 +116,6 @@ CUresult DevicePool::prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Mov
     return CUDA_SUCCESS;
   }
   m->owner = e;
-  // A cached mapping (kMoving is ours or another move's of other pieces of it): freed, nothing to copy.
-  m->dead = b != nullptr && b->state.load(std::memory_order_acquire) == (kCached | kMoving);
   // Some pieces in this tier moving, others staying: a part promotion (the thrash guard's).
   for (std::size_t i = 0; b != nullptr && i < pieces.size(); ++i) {
     if ((i < first || i >= first + count) && pieces[i].tier == tier) b->moved_in_part = true;
@@ -173,8 +172,18 @@ std::vector<Chunk> DevicePool::owner_pieces(const Move& m, CUdeviceptr* base) {
   return {s->chunk};
 }
 
-CUresult DevicePool::copy_move(const Move& m, CUstream stream) {
-  if (m.dead) return CUDA_SUCCESS;  // freed memory: its bytes are no one's
+CUresult DevicePool::copy_move(const Move& m, CUstream stream, std::uint64_t frees_before) {
+  // Freed before the caller's point in stream order, and not allocated again (Pending or Cached now:
+  // an allocation taking it from here on is behind the point, its work after the commit): no work
+  // may read its bytes. A prepare cannot tell this alone: with a hold placed before it, work queued
+  // behind the hold may still read a mapping that a synchronous free cached meanwhile.
+  if (const Block* b = as_block(m.owner); b != nullptr && frees_before != 0) {
+    const int state = base_state(b->state.load(std::memory_order_acquire));
+    if ((state == kPending || state == kCached) && b->freed_at.load(std::memory_order_relaxed) < frees_before) {
+      fig_.moved_uncopied.fetch_add(m.bytes, std::memory_order_relaxed);
+      return CUDA_SUCCESS;
+    }
+  }
   // One copy per new piece, each to its staging mapping; adjacent ones in one where their staging
   // mappings happen to be adjacent too.
   CUdeviceptr from = m.address, to = 0;
@@ -331,7 +340,6 @@ CUresult DevicePool::commit_locked(Move* m, bool quiesced) {
   fig_.moves_in_flight.fetch_sub(1, std::memory_order_relaxed);
   fig_.moves.fetch_add(1, std::memory_order_relaxed);
   m->staging = 0;
-  m->dead = false;
   m->staged.clear();
   m->target.clear();
   fig_.move_commit_ns.fetch_add(nanoseconds(std::chrono::steady_clock::now() - began), std::memory_order_relaxed);
@@ -344,7 +352,6 @@ void DevicePool::abort_locked(Move* m) {
   end_move(m->owner);
   fig_.moves_in_flight.fetch_sub(1, std::memory_order_relaxed);
   m->staging = 0;
-  m->dead = false;
   m->staged.clear();
   m->target.clear();
 }
@@ -568,12 +575,23 @@ void DevicePool::swap_pieces(const Move& m, std::size_t first, std::span<const C
   (m.to == Tier::Device ? fig_.moved_to_device : fig_.moved_to_host).fetch_add(m.bytes, std::memory_order_relaxed);
   (m.to == Tier::Device ? fig_.moved_live_to_device : fig_.moved_live_to_host)
       .fetch_add(static_cast<std::uint64_t>(live_host_delta < 0 ? -live_host_delta : live_host_delta), std::memory_order_relaxed);
-  if (m.dead) fig_.moved_uncopied.fetch_add(m.bytes, std::memory_order_relaxed);
   if (counters_) {
     const std::uint64_t live = fig_.live_bytes.load(std::memory_order_relaxed);
     raise_peak(fig_.peak_live_host, live_host);
     raise_peak(fig_.peak_live_device, live > live_host ? live - live_host : 0);
   }
+}
+
+namespace {
+std::atomic<std::uint64_t> frees_begun{0};  // process-wide: marks compare across devices
+}  // namespace
+
+std::uint64_t Pool::free_mark() { return frees_begun.load(std::memory_order_seq_cst) + 1; }
+
+void DevicePool::note_free_begun(Block* b) {
+  // Sequentially consistent with free_mark's load: a free that began before a mark was taken has a
+  // smaller stamp; one that begins after, a stamp at least the mark.
+  b->freed_at.store(frees_begun.fetch_add(1, std::memory_order_seq_cst) + 1, std::memory_order_relaxed);
 }
 
 void DevicePool::wait_while_moving(const Block* b) {

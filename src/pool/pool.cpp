@@ -279,10 +279,10 @@ namespace {
 DevicePool* mover(const Move& m) { return m.owner != 0 ? owner_of(m.owner) : nullptr; }
 }  // namespace
 
-CUresult Pool::copy_move(const Move& move, CUstream stream) {
+CUresult Pool::copy_move(const Move& move, CUstream stream, std::uint64_t frees_before) {
   if (move.staging == 0) return CUDA_SUCCESS;  // nothing to move
   DevicePool* p = mover(move);
-  return p != nullptr ? p->copy_move(move, stream) : CUDA_ERROR_INVALID_VALUE;
+  return p != nullptr ? p->copy_move(move, stream, frees_before) : CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult Pool::commit_move(Move* move) {

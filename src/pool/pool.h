@@ -87,11 +87,6 @@ struct Move {
   CUdeviceptr staging = 0;  // where the first new piece is mapped too (its staging mapping): the
                             // copy's target. 0: nothing to move (already in `to`), and nothing held
   std::vector<CUdeviceptr> staged;  // each new piece's staging address (Vmm::staging), in order
-  // Freed memory when prepared (a cached mapping: its free was synchronous or its stream's work is
-  // done), so no byte of it is anyone's: copy_move copies nothing, and only the remap happens. An
-  // allocation that takes the mapping meanwhile (repeat_places.h) finds undefined bytes, as any
-  // new allocation does; its work is ordered after the commit as for any memory being moved.
-  bool dead = false;
   // The pool's own.
   int device = -1;
   std::uintptr_t owner = 0;              // the address map's entry: a mapping or a slab
@@ -178,7 +173,7 @@ struct DeviceStats {
   std::uint64_t moved_to_host_bytes = 0;    // demoted
   // Of those, the bytes of live allocations (a carved slot or slab moves whole, free space too).
   std::uint64_t moved_live_to_device_bytes = 0, moved_live_to_host_bytes = 0;
-  std::uint64_t moved_uncopied_bytes = 0;   // of both, freed memory remapped without a copy (Move::dead)
+  std::uint64_t moved_uncopied_bytes = 0;   // of both, freed memory not copied (Pool::copy_move's frees_before)
   std::uint64_t moves = 0;                  // committed
   std::uint64_t moves_failed = 0;           // prepare or commit refused by the driver or the tiers
   std::uint64_t moves_in_flight = 0;        // prepared, not yet committed or aborted
@@ -291,13 +286,19 @@ class Pool {
   //     mode, or `to` is Host with spill off; OUT_OF_MEMORY: `to` has no room; INVALID_VALUE: not pool
   //     memory, not one allocation, or pieces in both tiers.
   //   copy_move: the copy to the staging mapping, enqueued on `stream` (the caller waits for it).
+  //     `frees_before`: a free_mark() taken before a point in every stream's order that the copy runs
+  //     after (tiering's hold or fence, whose events it waits for): a mapping still freed now whose
+  //     free began before the mark holds no byte any work may read (all work using it was submitted
+  //     before its free, so before the point), and is not copied (moved_uncopied_bytes). 0: copy all.
   //   commit_move: the new pieces mapped at the address, in place of the old, which go back to their
   //     tier. Failing, the old mapping stands and the move stays prepared (commit again, or abort).
   //   abort_move: gives the target back; the old mapping was never touched.
   // Until the commit or abort, a free of that memory waits (so does exporting it). With
   // MoveWaits::NoWait, room that only a fence could free counts as none (OUT_OF_MEMORY).
   CUresult prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Move* out, MoveWaits waits = MoveWaits::Allowed);
-  CUresult copy_move(const Move& move, CUstream stream);
+  CUresult copy_move(const Move& move, CUstream stream, std::uint64_t frees_before = 0);
+  // A count of the frees of stitched mappings begun so far in the process, for copy_move.
+  static std::uint64_t free_mark();
   CUresult commit_move(Move* move);
   void abort_move(Move* move);
   // Commits prepared moves of one device (their copies finished) while the caller holds the program's

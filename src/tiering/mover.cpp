@@ -281,6 +281,7 @@ CUresult Mover::ensure_resources(int device) {
 }
 
 bool Mover::record_on_streams(bool gate, std::uint32_t value, Held* held) {
+  held->frees_before = pool::Pool::free_mark();
   // A pool path waiting for the device now would never see its wait end behind this hold.
   if (gate && !breaker_.may_hold(value, gate_opens_)) return false;
   // A hold is an event and then a wait on each stream: work another thread queued between the two
@@ -496,7 +497,7 @@ void Mover::release(std::uint32_t value) {
   }
 }
 
-CUresult Mover::enqueue_copies(const Held* after, bool mark) {
+CUresult Mover::enqueue_copies(const Held* after, bool mark, std::uint64_t frees_before) {
   Epoch& e = epoch_state_;
   DeviceResources& res = devices_[static_cast<std::size_t>(e.device)];
   ContextScope in(d_, res.context);
@@ -511,7 +512,7 @@ CUresult Mover::enqueue_copies(const Held* after, bool mark) {
   e.copy_done.assign(mark ? e.moves.size() : 0, nullptr);
   for (std::size_t i = 0; i < e.moves.size(); ++i) {
     const CUstream stream = res.copy[direction(e.moves[i].to)];
-    e.copied[i] = pool_.copy_move(e.moves[i], stream) == CUDA_SUCCESS;
+    e.copied[i] = pool_.copy_move(e.moves[i], stream, frees_before) == CUDA_SUCCESS;
     if (!mark || !e.copied[i]) continue;
     if (res.copy_events.size() == i) {
       CUevent ev = nullptr;
@@ -840,7 +841,7 @@ CUresult Mover::finish(Placed* placed) {
     if (breaker_.broken(value)) return false;  // released for a pool wait: the streams ran on; no copy
     if (watchdog->fired()) return false;       // given up while draining: no copy goes
     set_step(MoverStep::Copying);
-    const bool enqueued = enqueue_copies(nullptr, true) == CUDA_SUCCESS;
+    const bool enqueued = enqueue_copies(nullptr, true, hold.frees_before) == CUDA_SUCCESS;
     if (!enqueued) std::fill(e.copied.begin(), e.copied.end(), 0);
     // A move whose copy did not all go, or that has no event, is known done only once every copy
     // is: then they are all waited for here, as before pipelining.

@@ -16,7 +16,8 @@
 //      cuStreamWaitValue32 on a pinned flag: later work queues behind the wait, on the GPU. The mover
 //      thread waits for the events: then nothing the program queued before runs any more.
 //   3. copy to the staging mappings on the mover's own streams (one per direction, two copy engines),
-//      an event after each move's copy.
+//      an event after each move's copy. A mapping still freed whose free began before the hold's
+//      events were recorded is not copied: no work may read it (Held::frees_before).
 //   4. commit (Pool::commit_quiesced): each move, once its own copy's event is done, unmaps its old
 //      pieces and maps the new at the same address, while the later moves' copies still run; so the
 //      pause lasts about the longer of the copies and the remaps, not their sum. The watchdog stands
@@ -269,6 +270,11 @@ class Mover {
       bool owned = true;  // false: a retiring stream's, the registry's to destroy
     };
     std::vector<Recorded> events;
+    // Pool::free_mark() before the submission gate closed and the first event was recorded: a
+    // mapping whose free began before it was used only by work before the events (a launch is
+    // either through the gate already, so its thread's later free is after it, or waits outside it),
+    // so a copy behind the events need not carry it (Pool::copy_move).
+    std::uint64_t frees_before = 0;
   };
   // The epoch under way: from begin (prepared; with overlap, copies enqueued) to finish.
   struct Epoch {
@@ -365,8 +371,9 @@ class Mover {
   void forget(Held* held);  // its events destroyed without waiting for them
   class Watchdog;  // gives a hold up after MoverConfig::hold_timeout (mover.cpp)
   void release(std::uint32_t value) UVMPOOL_REQUIRES(epoch_mu_);
-  // `mark`: record Epoch::copy_done after each move's copy.
-  CUresult enqueue_copies(const Held* after, bool mark = false) UVMPOOL_REQUIRES(epoch_mu_);
+  // `mark`: record Epoch::copy_done after each move's copy. `frees_before`: the hold's or fence's
+  // Held::frees_before, which the copies run behind (freed mappings before it are not copied).
+  CUresult enqueue_copies(const Held* after, bool mark, std::uint64_t frees_before) UVMPOOL_REQUIRES(epoch_mu_);
   void thread_main();
   void wake_thread();
   // Says what the mover does from now (MoverStats::step); the same step again keeps its start.

@@ -157,7 +157,7 @@ void Mover::start_ordered_copies(Placed& p) {
   if (e.moves.empty()) return;
   set_step(MoverStep::Copying);
   std::swap(e, epoch_state_);  // enqueue_copies works on the epoch under way
-  if (enqueue_copies(&epoch_state_.fence, false) != CUDA_SUCCESS) std::fill(epoch_state_.copied.begin(), epoch_state_.copied.end(), 0);
+  if (enqueue_copies(&epoch_state_.fence, false, epoch_state_.fence.frees_before) != CUDA_SUCCESS) std::fill(epoch_state_.copied.begin(), epoch_state_.copied.end(), 0);
   std::swap(e, epoch_state_);
   // An event after each copy stream's copies: the epoch's copies, and the work before its fence, are
   // done when both are. Without them, the completion waits for the copy streams as a whole.

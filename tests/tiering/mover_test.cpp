@@ -910,6 +910,53 @@ TEST_F(Mover_, HoldsAheadLandEachMoveWhereItWasAskedForInStreamOrder) {
   EXPECT_EQ(s.moves_failed, 0u);
 }
 
+// A mapping freed before an epoch's hold is placed (Held::frees_before) moves without a copy: no work
+// may read it.
+TEST_F(Mover_, AMappingFreedBeforeTheHoldMovesWithoutACopy) {
+  make_mover();
+  allocate_both_tiers();
+  const CUdeviceptr early = must_allocate(*pool, 16 * kMiB);  // the room: device memory
+  ASSERT_EQ(tiers(early, 16 * kMiB, gran), "DDDDDDDD");
+  fill(on_device, 8 * kMiB, 4);
+  must_free(*pool, early);
+  ASSERT_TRUE(mover->request(early, 16 * kMiB, Tier::Host));
+  ASSERT_TRUE(mover->request(on_device, 8 * kMiB, Tier::Host));
+  ASSERT_CU(mover->run_epoch());
+  EXPECT_EQ(mover->stats().moves, 2u);
+  EXPECT_EQ(tiers(early, 16 * kMiB, gran), "HHHHHHHH");
+  EXPECT_EQ(tiers(on_device, 8 * kMiB, gran), "HHHH");
+  EXPECT_EQ(pool->stats(0).moved_uncopied_bytes, 16 * kMiB) << "early's alone: on_device is live";
+  EXPECT_TRUE(holds(on_device, 8 * kMiB, 4));
+}
+
+// One freed behind a standing hold, whose held work still reads it, is copied with its bytes.
+// Prepared at the hold, it is a cached mapping when prepared: a prepare could not tell it by its
+// state from one freed before the hold (leaving out the copy of every mapping cached when prepared
+// fails here: the held copy reads the demoted pieces and finds nothing of its pattern).
+TEST_F(Mover_, PreparedAtTheHoldAMappingFreedBehindTheHoldIsCopiedForTheWorkHeldBeforeItsFree) {
+  MoverConfig config;
+  config.holds_ahead = 2;
+  config.prepare_at_hold = true;
+  make_mover(config);
+  allocate_both_tiers();
+  fill(on_device, 8 * kMiB, 4);
+  ASSERT_TRUE(mover->request(on_device, 8 * kMiB, Tier::Host));
+  ASSERT_CU(mover->place_epoch());
+  ASSERT_EQ(mover->standing_holds(), 1u);
+  // Behind the hold: a copy reading on_device, then its free (as a program frees after queuing the
+  // work that last reads a tensor).
+  ASSERT_CU(drv().cuMemcpyDtoDAsync_v2(in_host, on_device, 8 * kMiB, stream));
+  std::erase(allocated, on_device);
+  must_free(*pool, on_device);
+  ASSERT_CU(mover->complete_placed(true));
+  EXPECT_EQ(mover->standing_holds(), 0u);
+  EXPECT_EQ(mover->stats().moves, 1u);
+  EXPECT_EQ(tiers(on_device, 8 * kMiB, gran), "HHHH");
+  EXPECT_EQ(pool->stats(0).moved_uncopied_bytes, 0u);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_TRUE(holds(in_host, 8 * kMiB, 4)) << "the held copy read a mapping whose bytes were left behind";
+}
+
 // Prepared at the hold (prepare_at_hold), each epoch is made when the program's work reaches it, after
 // the epochs before it committed: a promotion placed behind a demotion, with the device full, takes the
 // room that demotion makes and lands at its own hold, in the program's order. Prepared at placement
