@@ -270,10 +270,10 @@ class Mover {
       bool owned = true;  // false: a retiring stream's, the registry's to destroy
     };
     std::vector<Recorded> events;
-    // Pool::free_mark() before the submission gate closed and the first event was recorded: a
-    // mapping whose free began before it was used only by work before the events (a launch is
-    // either through the gate already, so its thread's later free is after it, or waits outside it),
-    // so a copy behind the events need not carry it (Pool::copy_move).
+    // Pool::free_mark(), read before the first event is recorded: a mapping whose free began before
+    // it was used only by work submitted before its free (the program's order), so before every
+    // event here (a launch still in the driver when the mark is read returns before its thread can
+    // free), and a copy behind the events need not carry it (Pool::copy_move).
     std::uint64_t frees_before = 0;
   };
   // The epoch under way: from begin (prepared; with overlap, copies enqueued) to finish.
