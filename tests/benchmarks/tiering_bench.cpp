@@ -217,6 +217,8 @@ struct Run {
   // Of those, the bytes of live allocations (the pool's moved_live_*): a carved slot moves whole, its
   // free space and what was freed in it with it.
   std::uint64_t live_promoted = 0, live_demoted = 0;
+  // Of all moved, freed memory's whose copy was left out (DeviceStats::moved_uncopied_bytes).
+  std::uint64_t uncopied = 0;
   // Moves the pool refused at their prepare over the timed steps (DeviceStats::moves_failed): each is a
   // placement tried for nothing, most of them promotions tried again while demotions stand.
   std::uint64_t pool_refusals = 0;
@@ -408,6 +410,7 @@ Run replay(const Workload& w, std::uint64_t budget, tiering::Mode mode, bool ove
   const pool::DeviceStats pool_after = pool->stats(0);
   run.live_promoted = pool_after.moved_live_to_device_bytes - pool_before.moved_live_to_device_bytes;
   run.live_demoted = pool_after.moved_live_to_host_bytes - pool_before.moved_live_to_host_bytes;
+  run.uncopied = pool_after.moved_uncopied_bytes - pool_before.moved_uncopied_bytes;
   run.pool_refusals = pool_after.moves_failed - pool_before.moves_failed;
   run.places_kept = pool_after.repeat_places_kept - pool_before.repeat_places_kept;
   run.places_missed = pool_after.repeat_places_missed - pool_before.repeat_places_missed;
@@ -611,9 +614,9 @@ int main(int argc, char** argv) {
       const auto share = [](std::uint64_t live, std::uint64_t all) {
         return all == 0 ? std::string("-") : fixed(100.0 * static_cast<double>(live) / static_cast<double>(all), 1) + "%";
       };
-      std::printf("  moved bytes that were live allocations' (%s): promoted %s, demoted %s; moves the pool refused a step: %.1f\n",
+      std::printf("  moved bytes that were live allocations' (%s): promoted %s, demoted %s; freed, not copied %s; moves the pool refused a step: %.1f\n",
                   name, share(r.live_promoted, r.promoted).c_str(), share(r.live_demoted, r.demoted).c_str(),
-                  static_cast<double>(r.pool_refusals) / timed);
+                  share(r.uncopied, r.promoted + r.demoted).c_str(), static_cast<double>(r.pool_refusals) / timed);
       if (r.places_kept + r.places_missed != 0)
         std::printf("  stream-ordered allocations a step (%s): %.1f at their point's last place, %.1f placed elsewhere\n", name,
                     static_cast<double>(r.places_kept) / timed, static_cast<double>(r.places_missed) / timed);
