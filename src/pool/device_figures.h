@@ -57,7 +57,7 @@ struct DeviceFigures {
   // Of those, the bytes of live allocations: a carved slot moves whole, with free space and memory
   // freed but not yet reused in it, so the difference is what moved for nothing.
   Counter moved_live_to_device{0}, moved_live_to_host{0};
-  Counter moved_uncopied{0};  // bytes of moves of freed memory whose copy was left out (copy_move)
+  Counter moved_uncopied{0};  // bytes of committed moves of freed memory whose copy was left out (copy_move)
   Counter moves{0}, moves_failed{0}, moves_in_flight{0};
   Counter move_unmapped{0}, move_mapped{0};      // mappings the commits' remaps changed
   Counter move_commit_ns{0};  // host time in the committed moves' commits (Vmm::remap and the bookkeeping)

@@ -191,7 +191,7 @@ class DevicePool {
   // last fence). A free on another thread may make it so just after: then that one unmap waits.
   bool fence_due() const { return unfenced_.load(std::memory_order_acquire); }
   void fence_freed();  // Pool::fence_freed: fence_unmap under mu_
-  CUresult copy_move(const Move& move, CUstream stream, std::uint64_t frees_before);
+  CUresult copy_move(Move& move, CUstream stream, std::uint64_t frees_before);
   // Stamps a mapping's free with the next free_mark (Block::freed_at), before its state leaves Live.
   static void note_free_begun(Block* b);
   CUresult commit_move(Move* move);

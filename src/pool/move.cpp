@@ -172,7 +172,7 @@ std::vector<Chunk> DevicePool::owner_pieces(const Move& m, CUdeviceptr* base) {
   return {s->chunk};
 }
 
-CUresult DevicePool::copy_move(const Move& m, CUstream stream, std::uint64_t frees_before) {
+CUresult DevicePool::copy_move(Move& m, CUstream stream, std::uint64_t frees_before) {
   // Freed before the caller's point in stream order, and not allocated again (Pending or Cached now:
   // an allocation taking it from here on is behind the point, its work after the commit): no work
   // may read its bytes. A prepare cannot tell this alone: with a hold placed before it, work queued
@@ -180,7 +180,7 @@ CUresult DevicePool::copy_move(const Move& m, CUstream stream, std::uint64_t fre
   if (const Block* b = as_block(m.owner); b != nullptr && frees_before != 0) {
     const int state = base_state(b->state.load(std::memory_order_acquire));
     if ((state == kPending || state == kCached) && b->freed_at.load(std::memory_order_relaxed) < frees_before) {
-      fig_.moved_uncopied.fetch_add(m.bytes, std::memory_order_relaxed);
+      m.uncopied = true;
       return CUDA_SUCCESS;
     }
   }
@@ -340,6 +340,7 @@ CUresult DevicePool::commit_locked(Move* m, bool quiesced) {
   fig_.moves_in_flight.fetch_sub(1, std::memory_order_relaxed);
   fig_.moves.fetch_add(1, std::memory_order_relaxed);
   m->staging = 0;
+  m->uncopied = false;
   m->staged.clear();
   m->target.clear();
   fig_.move_commit_ns.fetch_add(nanoseconds(std::chrono::steady_clock::now() - began), std::memory_order_relaxed);
@@ -352,6 +353,7 @@ void DevicePool::abort_locked(Move* m) {
   end_move(m->owner);
   fig_.moves_in_flight.fetch_sub(1, std::memory_order_relaxed);
   m->staging = 0;
+  m->uncopied = false;
   m->staged.clear();
   m->target.clear();
 }
@@ -575,6 +577,7 @@ void DevicePool::swap_pieces(const Move& m, std::size_t first, std::span<const C
   (m.to == Tier::Device ? fig_.moved_to_device : fig_.moved_to_host).fetch_add(m.bytes, std::memory_order_relaxed);
   (m.to == Tier::Device ? fig_.moved_live_to_device : fig_.moved_live_to_host)
       .fetch_add(static_cast<std::uint64_t>(live_host_delta < 0 ? -live_host_delta : live_host_delta), std::memory_order_relaxed);
+  if (m.uncopied) fig_.moved_uncopied.fetch_add(m.bytes, std::memory_order_relaxed);
   if (counters_) {
     const std::uint64_t live = fig_.live_bytes.load(std::memory_order_relaxed);
     raise_peak(fig_.peak_live_host, live_host);

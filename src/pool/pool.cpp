@@ -279,7 +279,7 @@ namespace {
 DevicePool* mover(const Move& m) { return m.owner != 0 ? owner_of(m.owner) : nullptr; }
 }  // namespace
 
-CUresult Pool::copy_move(const Move& move, CUstream stream, std::uint64_t frees_before) {
+CUresult Pool::copy_move(Move& move, CUstream stream, std::uint64_t frees_before) {
   if (move.staging == 0) return CUDA_SUCCESS;  // nothing to move
   DevicePool* p = mover(move);
   return p != nullptr ? p->copy_move(move, stream, frees_before) : CUDA_ERROR_INVALID_VALUE;

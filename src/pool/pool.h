@@ -87,6 +87,7 @@ struct Move {
   CUdeviceptr staging = 0;  // where the first new piece is mapped too (its staging mapping): the
                             // copy's target. 0: nothing to move (already in `to`), and nothing held
   std::vector<CUdeviceptr> staged;  // each new piece's staging address (Vmm::staging), in order
+  bool uncopied = false;  // copy_move left its copy out (freed memory): counted at the commit
   // The pool's own.
   int device = -1;
   std::uintptr_t owner = 0;              // the address map's entry: a mapping or a slab
@@ -296,7 +297,7 @@ class Pool {
   // Until the commit or abort, a free of that memory waits (so does exporting it). With
   // MoveWaits::NoWait, room that only a fence could free counts as none (OUT_OF_MEMORY).
   CUresult prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Move* out, MoveWaits waits = MoveWaits::Allowed);
-  CUresult copy_move(const Move& move, CUstream stream, std::uint64_t frees_before = 0);
+  CUresult copy_move(Move& move, CUstream stream, std::uint64_t frees_before = 0);
   // A count of the frees of stitched mappings begun so far in the process, for copy_move.
   static std::uint64_t free_mark();
   CUresult commit_move(Move* move);

@@ -55,7 +55,7 @@ Phases move_all(pool::Pool& pool, CUdeviceptr p, std::uint64_t bytes, std::uint6
   for (std::size_t i = 0; i < moves.size(); ++i) check(pool.prepare_move(p + i * unit, unit, to, &moves[i]), "prepare_move");
   t.prepare = w.seconds();
   w.restart();
-  for (const pool::Move& m : moves) check(pool.copy_move(m, stream), "copy_move");
+  for (pool::Move& m : moves) check(pool.copy_move(m, stream), "copy_move");
   check(drv().cuStreamSynchronize(stream), "cuStreamSynchronize");
   t.copy = w.seconds();
   w.restart();

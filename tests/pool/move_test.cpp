@@ -169,7 +169,7 @@ TEST_F(Moves, SeveralRangesOfOneMappingMoveAtOnce) {
   std::vector<Move> moves(3);
   for (std::size_t i = 0; i < moves.size(); ++i) ASSERT_CU(pool->prepare_move(p + 2 * i * gran, gran, Tier::Host, &moves[i]));
   EXPECT_EQ(pool->stats(0).moves_in_flight, 3u);
-  for (const Move& m : moves) ASSERT_CU(pool->copy_move(m, stream));
+  for (Move& m : moves) ASSERT_CU(pool->copy_move(m, stream));
   ASSERT_CU(drv().cuStreamSynchronize(stream));
   // Out of order: each finds its pieces again by address.
   ASSERT_CU(pool->commit_move(&moves[2]));
@@ -604,6 +604,13 @@ TEST_F(Moves, AMappingFreedBeforeTheMarkIsRemappedWithoutACopy) {
 
   ASSERT_NO_FATAL_FAILURE(move_marked(unmarked, Tier::Host, 0));
   EXPECT_EQ(uncopied(), 0u) << "no mark: copied";
+  {  // left out, then aborted: nothing moved, nothing counted
+    Move m;
+    ASSERT_CU(pool->prepare_move(cached, bytes, Tier::Host, &m));
+    ASSERT_CU(pool->copy_move(m, stream, mark));
+    pool->abort_move(&m);
+    EXPECT_EQ(uncopied(), 0u) << "counted at the commit only";
+  }
   ASSERT_NO_FATAL_FAILURE(move_marked(cached, Tier::Host, mark));
   EXPECT_EQ(uncopied(), bytes) << "freed before the mark: remapped, not copied";
   ASSERT_NO_FATAL_FAILURE(move_marked(live, Tier::Host, mark));
