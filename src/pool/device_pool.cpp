@@ -104,14 +104,19 @@ CUresult DevicePool::deallocate_async(Entry entry, CUdeviceptr p, const StreamKe
     }
     const int freed = capturing ? kQuarantined : kPending;
     note_free_begun(b);
+    bool unpublished = false;
     for (int expected = kLive; !b->state.compare_exchange_strong(expected, freed, std::memory_order_acq_rel); expected = kLive) {
       if (expected != (kLive | kMoving)) {
         log::error("free of {:#x}: already freed (double free); ignored", p);
         return CUDA_ERROR_INVALID_VALUE;
       }
-      wait_while_moving(b);  // pieces of it are changing tier (move.cpp)
+      // Pieces of it are changing tier (move.cpp). Outside a capture the free does not wait for the
+      // move, which may stand until the program's work reaches a hold placed ahead: it becomes a
+      // pending free of a mapping being moved (free_while_moving). In a capture it waits.
+      if (!capturing && (unpublished = free_while_moving(b))) break;
+      wait_while_moving(b);
     }
-    unpublish(b, false);
+    if (!unpublished) unpublish(b, false);
     item.block = b;
   }
   if (capturing) {
@@ -122,6 +127,18 @@ CUresult DevicePool::deallocate_async(Entry entry, CUdeviceptr p, const StreamKe
   }
   add_pending(stream, item);
   return CUDA_SUCCESS;
+}
+
+bool DevicePool::free_while_moving(Block* b) {
+  // Under mu_, which kMoving and the pieces change under: the commit, before or after, and the live
+  // figures agree on its host bytes (swap_pieces counts a live mapping's only). The move goes on with
+  // a pending mapping; its copy is made (the free's stamp is past the hold's mark: work held before
+  // the free may read it), and release_pending and end_move bin it once both are done.
+  MutexLock lock(mu_);
+  int moving = kLive | kMoving;
+  if (!b->state.compare_exchange_strong(moving, kPending | kMoving, std::memory_order_acq_rel)) return false;
+  unpublish(b, false);
+  return true;
 }
 
 std::optional<AllocationInfo> DevicePool::describe(Entry entry, CUdeviceptr p) {
