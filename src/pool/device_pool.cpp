@@ -113,8 +113,17 @@ CUresult DevicePool::deallocate_async(Entry entry, CUdeviceptr p, const StreamKe
       // Pieces of it are changing tier (move.cpp). Outside a capture the free does not wait for the
       // move, which may stand until the program's work reaches a hold placed ahead: it becomes a
       // pending free of a mapping being moved (free_while_moving). In a capture it waits.
-      if (!capturing && (unpublished = free_while_moving(b))) break;
-      wait_while_moving(b);
+      if (capturing) {
+        wait_while_moving(b);
+        continue;
+      }
+      if ((unpublished = free_while_moving(b))) break;
+      // Not Live | kMoving any more: its move ended (Live: freed as any), or another free came first
+      // (told at once: a free waiting out the move could free the next allocation given it).
+      if (base_state(b->state.load(std::memory_order_acquire)) != kLive) {
+        log::error("free of {:#x}: already freed (double free); ignored", p);
+        return CUDA_ERROR_INVALID_VALUE;
+      }
     }
     if (!unpublished) unpublish(b, false);
     item.block = b;
@@ -132,8 +141,8 @@ CUresult DevicePool::deallocate_async(Entry entry, CUdeviceptr p, const StreamKe
 bool DevicePool::free_while_moving(Block* b) {
   // Under mu_, which kMoving and the pieces change under: the commit, before or after, and the live
   // figures agree on its host bytes (swap_pieces counts a live mapping's only). The move goes on with
-  // a pending mapping; its copy is made (the free's stamp is past the hold's mark: work held before
-  // the free may read it), and release_pending and end_move bin it once both are done.
+  // a pending mapping; its copy is made unless the free began before the hold's mark (copy_move: then
+  // no work may read it), and release_pending and end_move bin it once both are done.
   MutexLock lock(mu_);
   int moving = kLive | kMoving;
   if (!b->state.compare_exchange_strong(moving, kPending | kMoving, std::memory_order_acq_rel)) return false;

@@ -68,7 +68,8 @@ bool process_exiting();
 
 enum BlockState : int { kDead, kLive, kCached, kPending, kQuarantined };
 // Or-ed into a mapping's state while pieces of it move between tiers (move.cpp): a free waits for it
-// to clear, and a stream-freed mapping whose work completes meanwhile becomes Cached | kMoving.
+// to clear (a stream-ordered one outside a capture makes it Pending | kMoving instead), and a
+// stream-freed mapping whose work completes meanwhile becomes Cached | kMoving.
 constexpr int kMoving = 0x10;
 inline int base_state(int state) { return state & ~kMoving; }
 constexpr std::uint64_t kNeverFreed = ~std::uint64_t{0};

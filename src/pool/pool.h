@@ -294,7 +294,8 @@ class Pool {
   //   commit_move: the new pieces mapped at the address, in place of the old, which go back to their
   //     tier. Failing, the old mapping stands and the move stays prepared (commit again, or abort).
   //   abort_move: gives the target back; the old mapping was never touched.
-  // Until the commit or abort, a free of that memory waits (so does exporting it). With
+  // Until the commit or abort, a free of that memory waits (so does exporting it), but for a
+  // stream-ordered free of a mapping outside a capture, which leaves it a pending free being moved. With
   // MoveWaits::NoWait, room that only a fence could free counts as none (OUT_OF_MEMORY).
   CUresult prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Move* out, MoveWaits waits = MoveWaits::Allowed);
   CUresult copy_move(Move& move, CUstream stream, std::uint64_t frees_before = 0);

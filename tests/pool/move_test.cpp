@@ -945,6 +945,9 @@ TEST_P(MoveWait, AFreeWaitsForTheMove) {
   if (kind == "async") {
     EXPECT_TRUE(done.load()) << "the stream-ordered free waited for the move";
     EXPECT_EQ(pool->stats(0).live_bytes, 0u) << "freed while it moves";
+    CUresult again = CUDA_SUCCESS;
+    pool->deallocate_async(p, stream, &again);
+    EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, again) << "a second free while it moves: a double free, told at once";
   } else {
     EXPECT_FALSE(done.load()) << "the free did not wait for the move";
   }
