@@ -105,7 +105,8 @@ CUresult DevicePool::deallocate_async(Entry entry, CUdeviceptr p, const StreamKe
     const int freed = capturing ? kQuarantined : kPending;
     note_free_begun(b);
     bool unpublished = false;
-    for (int expected = kLive; !b->state.compare_exchange_strong(expected, freed, std::memory_order_acq_rel); expected = kLive) {
+    for (int expected = kLive; !b->state.compare_exchange_strong(expected, freed | kFreeing, std::memory_order_acq_rel);
+         expected = kLive) {
       if (expected != (kLive | kMoving)) {
         log::error("free of {:#x}: already freed (double free); ignored", p);
         return CUDA_ERROR_INVALID_VALUE;
@@ -125,7 +126,11 @@ CUresult DevicePool::deallocate_async(Entry entry, CUdeviceptr p, const StreamKe
         return CUDA_ERROR_INVALID_VALUE;
       }
     }
-    if (!unpublished) unpublish(b, false);
+    if (!unpublished) {
+      if (auto* hook = testing::in_free_window.load(std::memory_order_relaxed)) hook(p);
+      unpublish(b, false);
+      b->state.store(freed, std::memory_order_release);  // a move may claim it from here on
+    }
     item.block = b;
   }
   if (capturing) {

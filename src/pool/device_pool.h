@@ -71,8 +71,18 @@ enum BlockState : int { kDead, kLive, kCached, kPending, kQuarantined };
 // to clear (a stream-ordered one outside a capture makes it Pending | kMoving instead), and a
 // stream-freed mapping whose work completes meanwhile becomes Cached | kMoving.
 constexpr int kMoving = 0x10;
+// Or-ed into the state a stream-ordered free gives a live mapping (Pending or Quarantined) until its
+// live figures are taken back (unpublish, outside mu_): a move may not claim it meanwhile, as its
+// commit would change the host bytes the free is about to take back from the live figures.
+constexpr int kFreeing = 0x20;
 inline int base_state(int state) { return state & ~kMoving; }
 constexpr std::uint64_t kNeverFreed = ~std::uint64_t{0};
+
+namespace testing {
+// Tests only: when set, called by a stream-ordered free of a live mapping in the window kFreeing
+// closes (between its state leaving Live and its live figures taken back), with its address.
+inline std::atomic<void (*)(CUdeviceptr)> in_free_window{nullptr};
+}  // namespace testing
 
 // cudaMalloc's alignment, which every pool pointer keeps; under UVMPOOL_GUARD also the most slack
 // between an allocation's end and the unmapped guard after it.

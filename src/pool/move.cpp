@@ -373,7 +373,7 @@ CUresult DevicePool::claim_block(Block* b) {
     } else if (state == kQuarantined) {
       return CUDA_ERROR_NOT_PERMITTED;  // freed in a graph capture: the graph may run it, never remapped
     } else {
-      return CUDA_ERROR_NOT_READY;  // being built or published (Dead until then)
+      return CUDA_ERROR_NOT_READY;  // being built or published (Dead until then), or freed (kFreeing)
     }
     break;
   }

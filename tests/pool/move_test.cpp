@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "move_test.h"
+#include "pool/device_pool.h"  // testing::in_free_window
 
 namespace pooltest {
 namespace {
@@ -570,6 +571,56 @@ TEST_F(Moves, AMappingFreedOnAStreamMovesAndIsCachedWhenItsWorkEnds) {
   must_free(*pool, q);
   EXPECT_EQ(pool->check_invariants(), "");
   drv().cuStreamDestroy_v2(a);
+}
+
+// A stream-ordered free takes the mapping's host bytes back from the live figures after its state
+// left Live: a move committed in between would change those bytes under it (the live figure kept 4
+// granules for good before kFreeing). In that window the mapping cannot be claimed; after it, it moves.
+TEST_F(Moves, AMappingIsNotClaimedBetweenItsStreamOrderedFreeAndItsFiguresTakenBack) {
+  PoolConfig config = spill_config(128 * kMiB);
+  config.extent_size = 0;
+  auto pool = make_pool(config);
+  pool->stop_background();
+  const std::size_t bytes = 8 * gran;
+  CUdeviceptr p = 0;
+  ASSERT_CU(pool->allocate_async(&p, bytes, stream));
+  ASSERT_CU(move(*pool, p + 4 * gran, 4 * gran, Tier::Host));
+  ASSERT_EQ(pool->stats(0).live_host_bytes, 4 * gran);
+
+  // In the window: try the whole move (a promotion of the host half) from the freeing thread.
+  static Pool* in_window_pool = nullptr;
+  static CUresult in_window = CUDA_ERROR_UNKNOWN;
+  static int windows = 0;
+  static std::size_t half = 0;
+  in_window_pool = pool.get();
+  half = 4 * gran;
+  in_window = CUDA_ERROR_UNKNOWN;
+  windows = 0;
+  uvmpool::pool::testing::in_free_window.store(+[](CUdeviceptr at) {
+    ++windows;
+    Move m;
+    in_window = in_window_pool->prepare_move(at + half, half, Tier::Device, &m);
+    if (in_window != CUDA_SUCCESS) return;
+    CUresult r = in_window_pool->copy_move(m, nullptr);
+    if (r == CUDA_SUCCESS) r = drv().cuCtxSynchronize();
+    if (r == CUDA_SUCCESS) r = in_window_pool->commit_move(&m);
+    if (r != CUDA_SUCCESS) in_window_pool->abort_move(&m);
+  });
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  const Ownership owned = pool->deallocate_async(p, stream, &r);
+  uvmpool::pool::testing::in_free_window.store(nullptr);
+  ASSERT_EQ(owned, Ownership::Ours);
+  ASSERT_CU(r);
+  EXPECT_EQ(windows, 1);
+  EXPECT_EQ(in_window, CUDA_ERROR_NOT_READY) << "claimed while its free was taking its figures back";
+  EXPECT_EQ(pool->stats(0).live_host_bytes, 0u);
+  EXPECT_EQ(tiers(p, bytes, gran), "DDDDHHHH");
+
+  ASSERT_CU(move(*pool, p + 4 * gran, 4 * gran, Tier::Device)) << "a pending mapping moves once its free is done";
+  EXPECT_EQ(tiers(p, bytes, gran), "DDDDDDDD");
+  EXPECT_EQ(pool->stats(0).live_host_bytes, 0u);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(pool->check_invariants(), "");
 }
 
 // A mapping whose free began before the caller's mark (Pool::free_mark, taken before a point in
