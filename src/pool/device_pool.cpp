@@ -118,7 +118,7 @@ CUresult DevicePool::deallocate_async(Entry entry, CUdeviceptr p, const StreamKe
         wait_while_moving(b);
         continue;
       }
-      if ((unpublished = free_while_moving(b))) break;
+      if ((unpublished = free_while_moving(b, kPending))) break;
       // Not Live | kMoving any more: its move ended (Live: freed as any), or another free came first
       // (told at once: a free waiting out the move could free the next allocation given it).
       if (base_state(b->state.load(std::memory_order_acquire)) != kLive) {
@@ -143,15 +143,18 @@ CUresult DevicePool::deallocate_async(Entry entry, CUdeviceptr p, const StreamKe
   return CUDA_SUCCESS;
 }
 
-bool DevicePool::free_while_moving(Block* b) {
+bool DevicePool::free_while_moving(Block* b, int freed) {
   // Under mu_, which kMoving and the pieces change under: the commit, before or after, and the live
   // figures agree on its host bytes (swap_pieces counts a live mapping's only). The move goes on with
-  // a pending mapping; its copy is made unless the free began before the hold's mark (copy_move: then
-  // no work may read it), and release_pending and end_move bin it once both are done.
+  // a freed mapping; its copy is made unless the free began before the hold's mark (copy_move: then
+  // no work may read it). A pending one is binned by release_pending and end_move once both are done,
+  // a cached one by end_move.
   MutexLock lock(mu_);
   int moving = kLive | kMoving;
-  if (!b->state.compare_exchange_strong(moving, kPending | kMoving, std::memory_order_acq_rel)) return false;
-  unpublish(b, false);
+  if (!b->state.compare_exchange_strong(moving, freed | kMoving, std::memory_order_acq_rel)) return false;
+  // Work queued before a synchronous free may still use it: taking it apart once binned fences first.
+  if (freed == kCached) note_sync_free(b->context.load(std::memory_order_relaxed));
+  unpublish(b, false);  // the free is counted here, not by the bin end_move puts it in
   return true;
 }
 

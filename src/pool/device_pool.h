@@ -205,9 +205,10 @@ class DevicePool {
   CUresult copy_move(Move& move, CUstream stream, std::uint64_t frees_before);
   // Stamps a mapping's free with the next free_mark (Block::freed_at), before its state leaves Live.
   static void note_free_begun(Block* b);
-  // A stream-ordered free of a live mapping being moved: Pending | kMoving under mu_, unpublished;
-  // false when it is not (its move ended, or another free came first).
-  bool free_while_moving(Block* b);
+  // A free of a live mapping being moved, without waiting for the move: `freed` (Pending for a
+  // stream-ordered free, Cached for a synchronous one) | kMoving under mu_, unpublished; end_move bins
+  // a Cached one. False when it is not moving (its move ended, or another free came first).
+  bool free_while_moving(Block* b, int freed);
   CUresult commit_move(Move* move);
   void abort_move(Move* move);
   void commit_quiesced(std::span<Move* const> moves, const Quiesce& quiesce, std::span<CUresult> results,

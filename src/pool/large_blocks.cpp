@@ -92,11 +92,15 @@ CUresult DevicePool::free_large(Block* b, CUdeviceptr p) {
   }
   note_free_begun(b);
   for (int expected = kLive; !b->state.compare_exchange_strong(expected, kCached, std::memory_order_acq_rel); expected = kLive) {
-    if (expected != (kLive | kMoving)) {
+    // Pieces of it are changing tier (move.cpp). The free does not wait for the move, which may stand
+    // until the program's work reaches a hold placed ahead: the mapping is cached when the move ends.
+    if (expected == (kLive | kMoving) && free_while_moving(b, kCached)) return CUDA_SUCCESS;
+    // Not Live | kMoving: freed already (told at once: a free waiting out the move could free the
+    // next allocation given it), or its move just ended and it is Live again.
+    if (base_state(b->state.load(std::memory_order_acquire)) != kLive) {
       log::error("free of {:#x}: already freed (double free); ignored", p);
       return CUDA_ERROR_INVALID_VALUE;
     }
-    wait_while_moving(b);  // pieces of it are changing tier (move.cpp)
   }
   note_sync_free(b->context.load(std::memory_order_relaxed));
   unpublish(b, /*counted=*/b->host_chunks == 0);  // a device-only mapping's bin counts the free

@@ -28,9 +28,10 @@
 // one mapping may be in flight over disjoint ranges (a large tensor moves as many extents, pipelined):
 // Block::moving lists their ranges, the first claims, the last releases, and a commit finds its
 // pieces again by address, since a commit before it may have split an extent into chunks. While claimed:
-//   - a free (cuMemFree, a slot's) of it waits for the move to end (wait_while_moving); a
-//     cuMemFreeAsync of a mapping outside a capture does not: it becomes Pending | kMoving under mu_
-//     (free_while_moving), as tiering's moves may stand until the program's work reaches a hold;
+//   - a free of a slab's slot, or a cuMemFreeAsync in a capture, waits for the move to end
+//     (wait_while_moving); any other free of a mapping does not, as tiering's moves may stand until
+//     the program's work reaches a hold: under mu_ (free_while_moving) it becomes Pending | kMoving
+//     (cuMemFreeAsync) or Cached | kMoving (cuMemFree), which end_move bins;
 //   - a mapping freed on a stream whose work completes becomes Cached | kMoving, and end_move bins it;
 //   - stream-ordered reuse and exporting to CUDA IPC skip or wait for it; but a stream-ordered
 //     allocation at its place (repeat_places.h) takes a freed mapping there while it moves (Cached,

@@ -970,13 +970,14 @@ TEST_F(Moves, NoWaitLeavesRoomBehindAFenceAloneUntilFenced) {
   EXPECT_EQ(pool->check_invariants(), "");
 }
 
-// A free that meets a moving allocation waits for the move to end, then frees it. A stream-ordered
-// free of a mapping does not wait (DevicePool::free_while_moving: tiering's moves may stand until the
-// program's work reaches a hold placed ahead, and the program's thread would stall behind them): the
-// mapping is a pending free being moved, cached once the move and its stream's work are both done.
+// A free of a mapping being moved does not wait for the move (DevicePool::free_while_moving:
+// tiering's moves may stand until the program's work reaches a hold placed ahead, and the program's
+// thread would stall behind them): freed synchronously, the mapping is cached when the move ends; on a
+// stream, it is a pending free being moved, cached once the move and its stream's work are both done.
+// A second free meanwhile is a double free, told at once. A slab's slot waits for its slab's move.
 class MoveWait : public Moves, public ::testing::WithParamInterface<const char*> {};
 
-TEST_P(MoveWait, AFreeWaitsForTheMove) {
+TEST_P(MoveWait, AFreeMeetingAMove) {
   const std::string kind = GetParam();
   auto pool = make_pool(spill_config(128 * kMiB));
   pool->stop_background();
@@ -993,12 +994,15 @@ TEST_P(MoveWait, AFreeWaitsForTheMove) {
     done = true;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  if (kind == "async") {
-    EXPECT_TRUE(done.load()) << "the stream-ordered free waited for the move";
+  if (kind != "slot") {
+    EXPECT_TRUE(done.load()) << "the free of a mapping waited for the move";
     EXPECT_EQ(pool->stats(0).live_bytes, 0u) << "freed while it moves";
     CUresult again = CUDA_SUCCESS;
     pool->deallocate_async(p, stream, &again);
     EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, again) << "a second free while it moves: a double free, told at once";
+    pool->deallocate(p, &again);
+    EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, again) << "a second free while it moves: a double free, told at once";
+    EXPECT_EQ(pool->stats(0).chunks_cached, 0u) << "binned only when the move ends";
   } else {
     EXPECT_FALSE(done.load()) << "the free did not wait for the move";
   }
@@ -1012,6 +1016,11 @@ TEST_P(MoveWait, AFreeWaitsForTheMove) {
   ASSERT_CU(drv().cuStreamSynchronize(stream));
   EXPECT_EQ(pool->check_invariants(), "");
   EXPECT_FALSE(pool->find(p).has_value()) << "freed";
+  if (kind == "large") {  // counted once, and cached when the move ended, in host memory now
+    const auto s = pool->stats(0);
+    EXPECT_EQ(s.frees, 1u);
+    EXPECT_EQ(s.host_chunks_cached + s.host_chunks_premapped, 4u);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, MoveWait, ::testing::Values("large", "async", "slot"),
