@@ -67,13 +67,14 @@ inline void raise_peak(std::atomic<std::uint64_t>& peak, std::uint64_t value) {
 bool process_exiting();
 
 enum BlockState : int { kDead, kLive, kCached, kPending, kQuarantined };
-// Or-ed into a mapping's state while pieces of it move between tiers (move.cpp): a free waits for it
-// to clear (a stream-ordered one outside a capture makes it Pending | kMoving instead), and a
-// stream-freed mapping whose work completes meanwhile becomes Cached | kMoving.
+// Or-ed into a mapping's state while pieces of it move between tiers (move.cpp): a free makes it
+// Cached | kMoving (cuMemFree) or Pending | kMoving (cuMemFreeAsync; one in a capture waits for it to
+// clear), and a stream-freed mapping whose work completes meanwhile becomes Cached | kMoving.
 constexpr int kMoving = 0x10;
 // Or-ed into the state a stream-ordered free gives a live mapping (Pending or Quarantined) until its
 // live figures are taken back (unpublish, outside mu_): a move may not claim it meanwhile, as its
 // commit would change the host bytes the free is about to take back from the live figures.
+// base_state keeps it: no reader may take such a mapping for Pending.
 constexpr int kFreeing = 0x20;
 inline int base_state(int state) { return state & ~kMoving; }
 constexpr std::uint64_t kNeverFreed = ~std::uint64_t{0};

@@ -115,7 +115,7 @@ void DevicePool::unpublish(Block* b, bool counted) {
 
 void DevicePool::cache_block(Block* b, bool count_free) {
   // The caller owns it (freed, its move ended, or cut from another): its pieces change only under a
-  // move's claim, which a free waits out (or, stream-ordered, leaves to end_move to bin).
+  // move's claim, and a mapping freed while claimed is left to end_move to bin.
   UVMPOOL_CHECK(b->granules == granules_of(b->chunks) && b->host_chunks == host_granules_of(b->chunks),
                 "a cached mapping's pieces cover it and its host count is theirs");
   b->state.store(kCached, std::memory_order_release);

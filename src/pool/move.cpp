@@ -408,7 +408,7 @@ void DevicePool::end_move(Entry owner) {
     int state = b->state.load(std::memory_order_acquire);
     while (!b->state.compare_exchange_weak(state, state & ~kMoving, std::memory_order_acq_rel)) {
     }
-    if (base_state(state) == kCached) cache_block(b);  // withdrawn, or freed on a stream meanwhile
+    if (base_state(state) == kCached) cache_block(b);  // withdrawn, or freed (cuMemFree, or on a stream) meanwhile
   }
   { MutexLock lock(move_mu_); }  // a waiter has either seen the claim gone or is waiting: wake it
   move_cv_.notify_all();

@@ -1003,6 +1003,9 @@ TEST_P(MoveWait, AFreeMeetingAMove) {
     pool->deallocate(p, &again);
     EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, again) << "a second free while it moves: a double free, told at once";
     EXPECT_EQ(pool->stats(0).chunks_cached, 0u) << "binned only when the move ends";
+    if (kind == "large") {
+      EXPECT_TRUE(pool->fence_due()) << "work queued before the free may still use it";
+    }
   } else {
     EXPECT_FALSE(done.load()) << "the free did not wait for the move";
   }
@@ -1021,6 +1024,26 @@ TEST_P(MoveWait, AFreeMeetingAMove) {
     EXPECT_EQ(s.frees, 1u);
     EXPECT_EQ(s.host_chunks_cached + s.host_chunks_premapped, 4u);
   }
+}
+
+// The move of a mapping freed meanwhile is aborted: the mapping is cached where it was, once.
+TEST_F(Moves, AMappingFreedWhileItsMoveIsAbortedIsCachedWhereItWas) {
+  auto pool = make_pool(spill_config(128 * kMiB));
+  pool->stop_background();
+  const std::size_t bytes = 4 * gran;
+  const CUdeviceptr p = must_allocate(*pool, bytes);
+  Move m;
+  ASSERT_CU(pool->prepare_move(p, bytes, Tier::Host, &m));
+  must_free(*pool, p);
+  EXPECT_EQ(pool->stats(0).chunks_cached, 0u) << "binned only when the move ends";
+  pool->abort_move(&m);
+  EXPECT_EQ(pool->stats(0).chunks_cached, 4u);
+  EXPECT_EQ(pool->stats(0).frees, 1u);
+  EXPECT_EQ(pool->check_invariants(), "");
+  EXPECT_EQ(must_allocate(*pool, bytes), p) << "the cached mapping serves the next allocation";
+  EXPECT_EQ(tiers(p, bytes, gran), "DDDD");
+  must_free(*pool, p);
+  EXPECT_EQ(pool->check_invariants(), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, MoveWait, ::testing::Values("large", "async", "slot"),
@@ -1143,8 +1166,9 @@ TEST_F(Moves, RandomMovesAndFreesKeepEveryFigureExact) {
 
 // A mover thread moves allocations that worker threads allocate and free meanwhile. The mover only
 // picks memory a worker has filled and published, and checks the copy in the staging mapping before
-// committing; a worker frees what it published whether or not a move holds it (racing it: the free
-// waits), and checks the bytes of what no move held. Then the figures add up and nothing leaked.
+// committing; a worker frees what it published whether or not a move holds it (racing it: the
+// mapping is cached when the move ends), and checks the bytes of what no move held. Then the figures
+// add up and nothing leaked.
 TEST_F(Moves, MovesRaceFreesAndAllocationsOnOtherThreads) {
   auto pool = make_pool(spill_config(64 * kMiB, 256 * kMiB, 8 * kMiB));
   pool->stop_background();
@@ -1170,7 +1194,7 @@ TEST_F(Moves, MovesRaceFreesAndAllocationsOnOtherThreads) {
       CUresult r = CUDA_ERROR_UNKNOWN;
       {
         // Prepared under the lock under which workers unpublish (and only then free): the move is in
-        // flight before the free, which then waits for it, or is never made. Prepared after the lock
+        // flight before the free, which leaves the mapping to be cached when it ends, or is never made. Prepared after the lock
         // was let go, it could claim memory already freed and handed to another worker's allocation,
         // whose own copies it would then race (a caller's duty the pool leaves to tiering): the test
         // failed so about one run in five. Only allocations of a mapping of their own are moved: a
