@@ -754,6 +754,40 @@ TEST_P(MovesAtPlaces, AStreamOrderedAllocationTakesItsCachedPlaceWhileItMoves) {
   EXPECT_EQ(pool->check_invariants(), "");
 }
 
+// The same for a live mapping freed (cuMemFree) while it moves: cached when the move ends, and taken
+// at its place before then.
+TEST_P(MovesAtPlaces, AStreamOrderedAllocationTakesItsPlaceFreedWhileItMoves) {
+  auto pool = places_pool();
+  const std::size_t bytes = 8 * gran;
+  CUdeviceptr p = 0;
+  ASSERT_CU(pool->allocate_async(&p, bytes, a));
+  ASSERT_CU(drv().cuStreamSynchronize(a));
+  Move m;
+  ASSERT_NO_FATAL_FAILURE(start_move(*pool, p, bytes, Tier::Host, &m));
+  must_free(*pool, p);  // does not wait for the move
+  CUdeviceptr q = 0;
+  ASSERT_CU(pool->allocate_async(&q, bytes, a));
+  ASSERT_CU(pool->commit_move(&m));
+  const DeviceStats s = pool->stats(0);
+  if (!GetParam()) {
+    EXPECT_NE(q, p) << "a mapping being moved was handed out";
+    EXPECT_EQ(s.host_chunks_premapped, 8u) << "cached when the move ended";
+    EXPECT_EQ(s.live_host_bytes, 0u);
+  } else {
+    EXPECT_EQ(q, p) << "the place's mapping, though it moves";
+    EXPECT_EQ(tiers(q, bytes, gran), "HHHHHHHH");
+    EXPECT_EQ(s.live_host_bytes, bytes) << "the commit moved a live mapping";
+    EXPECT_EQ(s.host_chunks_premapped, 0u) << "not cached when the move ended: it is live";
+    fill(q, bytes, 7);
+    EXPECT_TRUE(holds(q, bytes, 7));
+  }
+  EXPECT_EQ(s.frees, 1u);
+  EXPECT_EQ(pool->check_invariants(), "");
+  free_async_and_wait(*pool, q, a);
+  EXPECT_EQ(pool->stats(0).live_host_bytes, 0u);
+  EXPECT_EQ(pool->check_invariants(), "");
+}
+
 // The same for a mapping freed on the allocation's stream whose work has not ended (stream order
 // makes taking it back safe, as for any open free): taken while it moves.
 TEST_P(MovesAtPlaces, AStreamOrderedAllocationTakesItsOpenFreeBackWhileItMoves) {
