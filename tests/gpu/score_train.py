@@ -176,7 +176,7 @@ def main():
         ratio = soc["step_s"] / capped["step_s"]
         learning = capped.get("warmup_times") or []
         learned = (f"steady, after {len(learning)} steps of learning at {statistics.mean(learning) * 1e3:.0f} ms/step "
-                   f"on average (the first two included)" if learning else "")
+                   f"on average" if learning else "")
         excess = max(0, native["max_reserved"] - soc["max_reserved"])
         floor_s = max(native["step_s"], excess / (args.pcie_gbs * 1e9))
         host = capped.get("peak_live_host") or 0
