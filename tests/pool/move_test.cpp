@@ -1060,6 +1060,46 @@ TEST_P(MoveWait, AFreeMeetingAMove) {
   }
 }
 
+// Two threads free one mapping while it moves, each synchronously or on a stream: one free
+// succeeds, the other is told a double free at once, and the mapping is freed and counted once.
+TEST_F(Moves, TwoFreesRacingOverAMovingMappingFreeItOnce) {
+  auto pool = make_pool(spill_config(128 * kMiB));
+  pool->stop_background();
+  const std::size_t bytes = 4 * gran;
+  std::uint64_t frees = 0;
+  for (int round = 0; round < 40; ++round) {
+    const bool first_async = round % 2 == 1, second_async = round % 4 >= 2;
+    const CUdeviceptr p = must_allocate(*pool, bytes);
+    Move m;
+    ASSERT_CU(pool->prepare_move(p, bytes, Tier::Host, &m));
+    std::atomic<int> ready{0};
+    CUresult results[2] = {CUDA_ERROR_UNKNOWN, CUDA_ERROR_UNKNOWN};
+    const auto free_it = [&](int who, bool async) {
+      drv().cuCtxSetCurrent(ctx);
+      ready.fetch_add(1);
+      while (ready.load() < 2) {
+      }
+      const Ownership o = async ? pool->deallocate_async(p, stream, &results[who]) : pool->deallocate(p, &results[who]);
+      EXPECT_EQ(o, Ownership::Ours);
+    };
+    std::thread a(free_it, 0, first_async), b(free_it, 1, second_async);
+    a.join();
+    b.join();
+    const int ok = (results[0] == CUDA_SUCCESS) + (results[1] == CUDA_SUCCESS);
+    EXPECT_EQ(ok, 1) << "round " << round << ": results " << results[0] << ", " << results[1];
+    EXPECT_TRUE(results[0] == CUDA_ERROR_INVALID_VALUE || results[1] == CUDA_ERROR_INVALID_VALUE);
+    ASSERT_CU(pool->copy_move(m, stream));
+    ASSERT_CU(drv().cuStreamSynchronize(stream));
+    ASSERT_CU(pool->commit_move(&m));
+    ++frees;
+    const DeviceStats s = pool->stats(0);
+    EXPECT_EQ(s.live_bytes, 0u) << "round " << round;
+    EXPECT_EQ(s.live_host_bytes, 0u) << "round " << round;
+    EXPECT_EQ(s.frees, frees) << "round " << round << ": counted once";
+    ASSERT_EQ(pool->check_invariants(), "") << "round " << round;
+  }
+}
+
 // The move of a mapping freed meanwhile is aborted: the mapping is cached where it was, once.
 TEST_F(Moves, AMappingFreedWhileItsMoveIsAbortedIsCachedWhereItWas) {
   auto pool = make_pool(spill_config(128 * kMiB));
