@@ -147,6 +147,7 @@ bench() {  # name args...
   done < <(grep '^UVMPOOL_BENCH ' "$log" | sed 's/^UVMPOOL_BENCH //')
 }
 bench uvmpool-bench-alloc
+bench uvmpool-trace-cost  # the recorder alone, per event: what the alloc bench's trace figure is made of
 bench uvmpool-bench-stitch
 bench uvmpool-bench-bandwidth
 bench uvmpool-bench-fragmentation --scale=4
