@@ -15,11 +15,13 @@
 // modeled (the virtual clock, the H200 call costs of docs/simulator.md), not measured.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "bench_common.h"
 #include "kernels/catalog_ptx.h"
@@ -73,6 +75,10 @@ void traced_pair(benchmark::State& state, std::size_t bytes) {
   const auto status = uvmpool::trace::status();
   state.counters["events"] = static_cast<double>(status.events);
   state.counters["dropped"] = static_cast<double>(status.dropped);
+  // Unlinked now, its dirty pages are dropped instead of written back while the next benchmark runs
+  // (the pool without counters, first in each round, read 20-40% slower than the default pool on a
+  // 2-core machine while the kernel wrote out the last traced run's 250 MiB).
+  std::filesystem::remove(g_trace_path);
 }
 
 void native_pair(benchmark::State& state, std::size_t bytes) {
@@ -113,6 +119,9 @@ void native_async_pair(benchmark::State& state, std::size_t bytes) {
 }
 
 std::string key(const char* kind, std::uint64_t bytes) { return std::string(kind) + "/" + std::to_string(bytes); }
+std::string round_key(const char* kind, std::uint64_t bytes, int round) {
+  return key(kind, bytes) + "/round:" + std::to_string(round);
+}
 
 // --- UVMPOOL_GUARD's cost ---------------------------------------------------------------------
 
@@ -219,7 +228,7 @@ int main(int argc, char** argv) {
   options.add("min-time", "0.2", "seconds each benchmark runs at least");
   options.add("device", "0", "device ordinal");
   options.add("overhead-sizes", "256,64K,2M,64M", "sizes at which observability's cost is measured");
-  options.add("repetitions", "5", "repetitions of each observability benchmark (the median counts)");
+  options.add("repetitions", "5", "rounds of the observability benchmarks (the median round's ratios count)");
   options.add("stats-interval", "250", "milliseconds between two updates of the published statistics");
   options.add("trace-file", "", "where the traced runs write (default: a file in the temporary directory, removed after)");
   options.add("guard", "on", "UVMPOOL_GUARD's cost, after the rest: on, off, or only (nothing else)");
@@ -264,13 +273,17 @@ int main(int argc, char** argv) {
   // (both fresh), so the pair compares counters and publishing, not two pools' layouts (run after the
   // speed pairs, the default pool's carved range had taken every size up to 1 GiB, and a 64 MiB pair
   // cost it 15% more with or without counters).
-  for (std::uint64_t bytes : overhead_sizes) {
-    // A few percent is the figure: medians of several repetitions, so one noisy run does not decide it.
-    using Fn = void (*)(benchmark::State&, std::size_t);
-    const std::pair<const char*, Fn> variants[] = {{"bare", bare_pair}, {"stats", pool_pair}, {"traced", traced_pair}};
-    for (const auto& [kind, fn] : variants) {
-      benchmark::RegisterBenchmark(key(kind, bytes).c_str(), fn, bytes)->MinTime(min_time)->Repetitions(repetitions)
-          ->ReportAggregatesOnly(true);
+  // A few percent is the figure, and a machine's speed drifts by more than that over the seconds the
+  // runs take (on an H200 host the statistics' cost read -23% to +35% from one suite to the next when
+  // each variant's repetitions ran back to back). So the variants run in rounds, bare, statistics and
+  // traced one after the other at each size, and each round gives its own ratios; the median round
+  // decides, so drift between rounds cancels and one noisy round does not decide it.
+  using Fn = void (*)(benchmark::State&, std::size_t);
+  const std::pair<const char*, Fn> variants[] = {{"bare", bare_pair}, {"stats", pool_pair}, {"traced", traced_pair}};
+  for (int round = 0; round < repetitions; ++round) {
+    for (std::uint64_t bytes : overhead_sizes) {
+      for (const auto& [kind, fn] : variants)
+        benchmark::RegisterBenchmark(round_key(kind, bytes, round).c_str(), fn, bytes)->MinTime(min_time);
     }
   }
   // Names are "<kind>/<bytes>"; native and pool alternate per size so drift hits both alike.
@@ -324,14 +337,21 @@ int main(int argc, char** argv) {
   Figures costs("observability on the pool's alloc+free pair (extra time per pair)");
   double worst_stats = -1, worst_trace = -1;
   for (std::uint64_t bytes : overhead_sizes) {
-    const double bare_s = recorder.seconds(key("bare", bytes));
-    const double stats_s = recorder.seconds(key("stats", bytes));
-    const double traced_s = recorder.seconds(key("traced", bytes));
-    if (bare_s <= 0 || stats_s <= 0 || traced_s <= 0) {
+    std::vector<double> bare_t, stats_t, traced_t, stats_ratio, trace_ratio;
+    for (int round = 0; round < repetitions; ++round) {
+      const double b = recorder.seconds(round_key("bare", bytes, round));
+      const double st = recorder.seconds(round_key("stats", bytes, round));
+      const double tr = recorder.seconds(round_key("traced", bytes, round));
+      if (b <= 0 || st <= 0 || tr <= 0) continue;  // a round that failed gives no ratio
+      bare_t.push_back(b), stats_t.push_back(st), traced_t.push_back(tr);
+      stats_ratio.push_back(st / b), trace_ratio.push_back(tr / st);
+    }
+    if (stats_ratio.empty()) {
       costs.row("pair " + format_size(bytes), "not run");
       continue;
     }
-    const double stats_cost = stats_s / bare_s - 1, trace_cost = traced_s / stats_s - 1;
+    const double bare_s = median(bare_t), stats_s = median(stats_t), traced_s = median(traced_t);
+    const double stats_cost = median(stats_ratio) - 1, trace_cost = median(trace_ratio) - 1;
     costs.row("statistics, " + format_size(bytes) + " (bare " + format_seconds(bare_s) + ", with " + format_seconds(stats_s) + ")",
               percent_change(stats_cost), "<= 2%");
     costs.row("trace, " + format_size(bytes) + " (" + format_seconds(traced_s) + ")", percent_change(trace_cost), "<= 10%");
@@ -343,6 +363,9 @@ int main(int argc, char** argv) {
              std::to_string(trace_status.dropped) + " dropped (a full ring or the file's bound), " +
              std::to_string(trace_status.bytes >> 20) + " MiB");
   costs.note("statistics published every " + options.text("stats-interval") + " ms by their thread during the whole run");
+  costs.note("each figure: the median over " + std::to_string(repetitions) +
+             " rounds of that round's ratio (bare, statistics and traced run one after the other in each round); "
+             "the times shown are the medians of each variant's");
   costs.print();
   if (publisher) publisher->stop();
   std::filesystem::remove(g_trace_path);
