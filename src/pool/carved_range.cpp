@@ -26,6 +26,12 @@ CarvedRange::~CarvedRange() {
   bool fenced = false;
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     if (slots_[i].pieces.empty() || slots_[i].group_index != 0) continue;  // a group from its first slot
+    if (slots_[i].retired) {  // partly mapped: not unmapped again; its handles go (a handle may be mapped twice)
+      const std::vector<Chunk> pieces = mapping_pieces(i);
+      source_.unmapped(slot_va(i), pieces);
+      source_.give_back(pieces);
+      continue;
+    }
     if (!std::exchange(fenced, true)) source_.before_unmap();
     if (const std::vector<Chunk> pieces = unmap_slot(i); !pieces.empty()) source_.give_back(pieces);
   }
@@ -161,7 +167,7 @@ CUresult CarvedRange::grow(const Window& w, std::size_t bytes, Lane lane) {
     if (!std::exchange(fenced, true)) source_.before_unmap();
     std::vector<Chunk> moved = unmap_slot(first);
     if (moved.empty()) {  // the driver kept it mapped: it stays, free, where it was
-      for (std::size_t k = first; k < first + n; ++k) free_of_slot(k).give_back(slot_va(k), extent_);
+      keep_mapped(first, n);
       continue;
     }
     if (n == 1) {
@@ -263,11 +269,22 @@ bool CarvedRange::take_idle(std::size_t first) {
 
 std::vector<Chunk> CarvedRange::unmap_slot(std::size_t first) {
   std::vector<Chunk> pieces = mapping_pieces(first);
-  if (!vmm_.unmap(slot_va(first), pieces, chunk_)) {
-    log::warn("carved range at {:#x}: slot {} stayed mapped", base_, first);
-    return {};
-  }
   const std::size_t n = slots_[first].group_slots;
+  switch (vmm_.unmap(slot_va(first), pieces, chunk_)) {
+    case Vmm::Unmapped::Whole: break;
+    case Vmm::Unmapped::StillMapped:
+      log::warn("carved range at {:#x}: slot {} stayed mapped", base_, first);
+      return {};
+    case Vmm::Unmapped::Partly:
+      log::error("carved range at {:#x}: slot {} is partly mapped and out of use for good", base_, first);
+      for (std::size_t k = first; k < first + n; ++k) {
+        const Idle was = idle_kind(slots_[k]);
+        slots_[k].retired = true;
+        ++figures_.retired;
+        recount(k, was);
+      }
+      return {};
+  }
   for (std::size_t k = 0; k < n; ++k) {
     Slot& s = slots_[first + k];
     const Idle was = idle_kind(s);
@@ -281,6 +298,12 @@ std::vector<Chunk> CarvedRange::unmap_slot(std::size_t first) {
   }
   source_.unmapped(slot_va(first), pieces);
   return pieces;
+}
+
+void CarvedRange::keep_mapped(std::size_t first, std::size_t n) {
+  for (std::size_t k = first; k < first + n; ++k) {
+    if (!slots_[k].retired) free_of_slot(k).give_back(slot_va(k), extent_);
+  }
 }
 
 void CarvedRange::recount(std::size_t i, Idle was) {
@@ -310,7 +333,7 @@ std::vector<std::pair<CUdeviceptr, std::size_t>> CarvedRange::gaps(std::size_t i
 
 std::uint64_t CarvedRange::withheld_bytes() const {
   std::uint64_t n = 0;
-  for (const Slot& s : slots_) n += s.on_host() ? extent_ - s.used : 0;
+  for (const Slot& s : slots_) n += s.on_host() && !s.retired ? extent_ - s.used : 0;
   return n;
 }
 
@@ -420,7 +443,7 @@ std::size_t CarvedRange::release_idle(std::size_t wanted) {
     if (!std::exchange(fenced, true)) source_.before_unmap();
     const std::vector<Chunk> pieces = unmap_slot(first);
     if (pieces.empty()) {
-      for (std::size_t k = first; k < first + n; ++k) free_of_slot(k).give_back(slot_va(k), extent_);
+      keep_mapped(first, n);
       continue;
     }
     source_.give_back(pieces);
@@ -503,7 +526,7 @@ std::string CarvedRange::check_invariants() const {
                               slots_[first].pieces.front().handle != s.pieces.front().handle))
       out += fmt::format("slot {}: not a member of the group it names\n", i);
     if (used[i] != slots_[i].used) out += fmt::format("slot {}: {} bytes used, counted {}\n", i, used[i], slots_[i].used);
-    if (slots_[i].pieces.empty()) continue;
+    if (slots_[i].pieces.empty() || slots_[i].retired) continue;  // a retired slot holds nothing, frees nothing
     mapped += extent_;
     if (granules_of(slots_[i].pieces) * chunk_ != extent_) out += fmt::format("slot {}: pieces do not cover it\n", i);
   }
@@ -528,7 +551,7 @@ std::string CarvedRange::check_invariants() const {
   // is in its lane's list.
   std::array<std::uint64_t, 2> lane_free{};
   for (const Slot& s : slots_) {
-    if (!s.pieces.empty() && !s.on_host()) lane_free[static_cast<std::size_t>(s.lane)] += extent_ - s.used;
+    if (!s.pieces.empty() && !s.on_host() && !s.retired) lane_free[static_cast<std::size_t>(s.lane)] += extent_ - s.used;
   }
   for (const Lane lane : {Lane::Small, Lane::Large}) {
     if (lane_free[static_cast<std::size_t>(lane)] != free_in(lane).free_bytes())

@@ -200,6 +200,7 @@ class CarvedRange {
     std::uint64_t released = 0;     // idle slots given back (release_idle)
     std::uint64_t relaned = 0;      // idle slots that changed lane
     std::uint64_t groups = 0;       // groups grown (one handle for several slots)
+    std::uint64_t retired = 0;      // slots out of use after a failed unmap (Slot::retired)
   };
   // Slots a group holds at most, by default (UVMPOOL_CARVE_GROUP). Why 4 (128 MiB with 32 MiB slots),
   // on the churn replay (modeled): with 2, 1.19x the caching allocator's time; with 4, 1.04x; with 8,
@@ -216,6 +217,10 @@ class CarvedRange {
     std::uint64_t used = 0;     // bytes of live allocations inside it
     bool moving = false;        // claimed by a move
     bool exported = false;      // its handles handed to CUDA IPC (until it is unmapped)
+    // Out of use for good: an unmap failed and mapping back failed too (Vmm::Unmapped::Partly), so
+    // its range is partly mapped. It keeps its pieces (given back only with the range) and no free
+    // space: nothing is placed in it, it is never idle and never grown over.
+    bool retired = false;
     Lane lane = Lane::Large;    // which requests its free space serves (while mapped)
     // A group's members ("Groups" above): how many, and this one's place; 1 and 0 for a slot alone.
     std::uint32_t group_slots = 1, group_index = 0;
@@ -225,7 +230,7 @@ class CarvedRange {
   // (to give back).
   enum class Idle : std::uint8_t { No, Device, Host };
   static Idle idle_kind(const Slot& s) {
-    if (s.pieces.empty() || s.used != 0) return Idle::No;
+    if (s.pieces.empty() || s.used != 0 || s.retired) return Idle::No;
     return s.on_host() ? Idle::Host : Idle::Device;
   }
   // Keeps idle_ and idle_host_ right across a change to slot `i` (`was`: its idle_kind before).
@@ -245,8 +250,12 @@ class CarvedRange {
   // when there is none.
   bool relane_idle(Lane lane);
   // Unmaps the mapping whose first slot is `first` (a group's members with it): its pieces, to give
-  // back, or none when the driver kept it mapped.
+  // back, or none when the driver kept it mapped (whole: its free space may be given back to its
+  // lane) or partly (the slots are retired: their free space is gone with them).
   std::vector<Chunk> unmap_slot(std::size_t first);
+  // After unmap_slot gave nothing: the free space taken from mapping `first`'s slots (take_idle) back
+  // to their lanes, unless they were retired.
+  void keep_mapped(std::size_t first, std::size_t n);
   // Takes a mapping of idle device slots whole, its first slot `first` (the free space of each), unless
   // one of them is claimed or not wholly free after all: whether taken.
   bool take_idle(std::size_t first);

@@ -282,7 +282,7 @@ void DevicePool::destroy_block(Block* b) {
   fence_unmap();
   const std::size_t bytes = b->granules * chunk_;
   map_.set(b->base, bytes, 0);
-  const bool unmapped = vmm_.unmap(b->base, b->chunks, chunk_);
+  const bool unmapped = vmm_.unmap(b->base, b->chunks, chunk_) == Vmm::Unmapped::Whole;
   trace::record(trace::Kind::Unmap, device_, b->base, bytes, b->host_chunks * chunk_);
   if (b->guard != 0) {
     retire_guarded(b->base, bytes + b->guard);
@@ -315,7 +315,7 @@ std::size_t DevicePool::shrink_block(Block* b, std::size_t n) {
   const CUdeviceptr tail = b->base + keep * chunk_;
   const std::span<const Chunk> gone = std::span<const Chunk>(b->chunks).subspan(cut);
   map_.set(tail, freed * chunk_, 0);
-  const bool unmapped = vmm_.unmap(tail, gone, chunk_);
+  const bool unmapped = vmm_.unmap(tail, gone, chunk_) == Vmm::Unmapped::Whole;
   if (trace::recording()) {
     trace::record(trace::Kind::Unmap, device_, tail, freed * chunk_, host_granules_of(gone) * chunk_);
   }

@@ -161,7 +161,7 @@ CUresult DevicePool::new_slab(int cls, Slab** out) {
 void DevicePool::destroy_slab(Slab* s) {
   fence_unmap();
   map_.set(s->base, chunk_, 0);
-  const bool unmapped = vmm_.unmap(s->base, {&s->chunk, 1}, chunk_);
+  const bool unmapped = vmm_.unmap(s->base, {&s->chunk, 1}, chunk_) == Vmm::Unmapped::Whole;
   trace::record(trace::Kind::Unmap, device_, s->base, chunk_, s->chunk.tier == Tier::Host ? chunk_ : 0);
   if (unmapped) ranges_.give_back(s->base, chunk_);  // else still mapped: kept out of use (destroy_block)
   return_chunks({&s->chunk, 1});

@@ -193,22 +193,31 @@ CUresult Vmm::map(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chu
   return CUDA_SUCCESS;
 }
 
-bool Vmm::unmap(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk_size) const {
-  PeerAccess::get().forget(va, granules_of(pieces) * chunk_size);
+Vmm::Unmapped Vmm::unmap(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk_size) const {
   // One call per piece: each was mapped by its own cuMemMap, and the driver unmaps whole mappings.
   std::size_t at = 0;
-  bool all = true;
-  for (const Chunk& c : pieces) {
-    const std::size_t bytes = c.granules * chunk_size;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const std::size_t bytes = pieces[i].granules * chunk_size;
+    PeerAccess::get().forget(va + at, bytes);
     CUresult r = d_.cuMemUnmap(va + at, bytes);
     if (r != CUDA_SUCCESS) r = d_.cuMemUnmap(va + at, bytes);  // once more: a passing failure
-    if (r != CUDA_SUCCESS) {
-      log::warn("cuMemUnmap of a pool chunk failed ({}); its range stays out of use", static_cast<int>(r));
-      all = false;
+    if (r == CUDA_SUCCESS) {
+      at += bytes;
+      continue;
     }
-    at += bytes;
+    // This piece stays mapped, with its access; the ones before it go back where they were.
+    if (PeerAccess::get().grant(d_, device_, va + at, bytes) != CUDA_SUCCESS)
+      log::warn("device {}: access to {:#x} could not be noted again after a failed unmap", device_, va + at);
+    if (i != 0 && map(va, pieces.first(i), chunk_size) != CUDA_SUCCESS) {
+      log::error("device {}: cuMemUnmap at {:#x} failed ({}) and the pieces before it could not be mapped back: "
+                 "{} bytes at {:#x} are partly mapped and stay out of use",
+                 device_, va + at, static_cast<int>(r), granules_of(pieces) * chunk_size, va);
+      return Unmapped::Partly;
+    }
+    log::warn("device {}: cuMemUnmap at {:#x} failed ({}); the range stays mapped", device_, va + at, static_cast<int>(r));
+    return Unmapped::StillMapped;
   }
-  return all;
+  return Unmapped::Whole;
 }
 
 CUresult Vmm::remap(CUdeviceptr va, std::span<const Chunk> old, std::span<const Chunk> fresh,

@@ -92,9 +92,12 @@ class Vmm {
   CUresult map(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk_size,
                RemapTimes* times = nullptr) const;
   // Unmaps the pieces mapped one after another from va, asking once more where the driver refuses.
-  // Errors are logged, not rolled back (there is nothing to roll back to); false when any piece
-  // stayed mapped, so the caller keeps that address range out of reuse.
-  bool unmap(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk_size) const;
+  // All or nothing, as remap(): a piece the driver keeps mapped stops it, and the pieces before it
+  // are mapped back (with their access), so that a range said to be still mapped is mapped whole:
+  // CarvedRange leaves such a slot's free space in use. Only where mapping back fails too is it
+  // partly mapped, and then out of use for good. Errors are logged.
+  enum class Unmapped : std::uint8_t { Whole, StillMapped, Partly };
+  Unmapped unmap(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk_size) const;
   // The pieces mapped one after another from va (`old`) replaced by `fresh`, which cover the same
   // bytes, at the same addresses, with access set as map() sets it: the last step of a move
   // (move.cpp). All or nothing: a failing step is undone and `old` is mapped there again, as before.

@@ -30,6 +30,14 @@ class TestSource : public CarvedRange::Source {
     for (const Chunk& c : spare_) vmm_.release_chunks({&c.handle, 1});
   }
   CUresult take(std::size_t granules, std::vector<Chunk>* pieces) override {
+    if (split) {  // one piece a chunk, as the pool maps a slot when its free memory has no extent
+      for (std::size_t i = 0; i < granules; ++i) {
+        Handle h = 0;
+        if (const CUresult r = vmm_.create_chunks({&h, 1}, chunk_); r != CUDA_SUCCESS) return r;
+        pieces->push_back(Chunk{h, uvmpool::pool::Tier::Device, 1});
+      }
+      return CUDA_SUCCESS;
+    }
     if (!spare_.empty()) {
       pieces->push_back(spare_.back());
       spare_.pop_back();
@@ -53,7 +61,9 @@ class TestSource : public CarvedRange::Source {
   }
   void give_back(std::span<const Chunk> pieces) override {
     for (const Chunk& c : pieces) {
-      if (c.granules * chunk_ > kExtent) {  // a group's handle: no slot takes it alone
+      if (c.granules * chunk_ < kExtent) {  // a split slot's piece
+        vmm_.release_chunks({&c.handle, 1});
+      } else if (c.granules * chunk_ > kExtent) {  // a group's handle: no slot takes it alone
         vmm_.release_chunks({&c.handle, 1});
         ++groups_given_back;
       } else if (c.tier == uvmpool::pool::Tier::Host) {
@@ -77,6 +87,7 @@ class TestSource : public CarvedRange::Source {
   std::size_t fences = 0;
   std::size_t host_given_back = 0;
   bool groups = false;
+  bool split = false;  // slots mapped with one piece a chunk
   std::size_t groups_made = 0, groups_given_back = 0;
   std::uint64_t mapped_bytes = 0;  // as told by mapped / unmapped
 
@@ -486,6 +497,48 @@ TEST_F(CarvedRangeTest, AFailingMapGivesEverythingBackAndTheRangeStaysUsable) {
     check();
   }
   EXPECT_EQ(carve(3 * kExtent, 2), base_ + kExtent);
+  check();
+}
+
+// An idle slot mapped in pieces whose unmap the driver refuses for one piece (twice: Vmm::unmap asks
+// again) is mapped back whole: it stays, free, where it was, and what is carved there next holds its
+// bytes. Before, the other pieces stayed unmapped and the slot's free space was handed out.
+TEST_F(CarvedRangeTest, AnIdleSlotWhoseUnmapFailsForOnePieceIsMappedWholeAgain) {
+  source_->split = true;
+  const CUdeviceptr p = carve(4 * kMiB, 1);
+  ASSERT_EQ(range_->slot_pieces(0).size(), kExtent / gran);
+  uncarve(p);
+  ASSERT_EQ(sim().fail("cuMemUnmap", 2, CUDA_ERROR_UNKNOWN), 0);  // the second piece, and the retry
+  ASSERT_EQ(sim().fail("cuMemUnmap", 3, CUDA_ERROR_UNKNOWN), 0);
+  EXPECT_EQ(range_->release_idle(1), 0u);
+  sim().clear_failures();
+  EXPECT_EQ(range_->figures().slots_mapped, 1u);
+  EXPECT_EQ(range_->figures().retired, 0u);
+  check();
+  EXPECT_EQ(carve(kExtent, 2), base_) << "the slot's free space, mapped whole";
+  check();  // the data of every allocation, read back
+  uncarve(base_);
+  EXPECT_EQ(range_->release_idle(1), 1u) << "given back once the driver unmaps it";
+}
+
+// Where mapping back fails too, the slot is partly mapped: retired for good, nothing placed in it,
+// never idle, its pieces given back with the range.
+TEST_F(CarvedRangeTest, AnIdleSlotLeftPartlyMappedIsRetiredAndNothingIsPlacedInIt) {
+  source_->split = true;
+  uncarve(carve(4 * kMiB, 1));
+  ASSERT_EQ(sim().fail("cuMemUnmap", 2, CUDA_ERROR_UNKNOWN), 0);
+  ASSERT_EQ(sim().fail("cuMemUnmap", 3, CUDA_ERROR_UNKNOWN), 0);
+  ASSERT_EQ(sim().fail("cuMemMap", 1, CUDA_ERROR_UNKNOWN), 0);  // mapping the first piece back
+  EXPECT_EQ(range_->release_idle(1), 0u);
+  sim().clear_failures();
+  EXPECT_EQ(range_->figures().retired, 1u);
+  EXPECT_EQ(range_->figures().slots_idle, 0u) << "a retired slot is not idle memory";
+  EXPECT_EQ(range_->release_idle(1), 0u) << "nor given back";
+  check();
+  const CUdeviceptr q = carve(kExtent, 2);
+  EXPECT_GE(q, base_ + kExtent) << "placed in the retired slot";
+  const CUdeviceptr r = carve(4 * kMiB, 3);
+  EXPECT_GE(r, base_ + kExtent) << "placed in the retired slot";
   check();
 }
 
