@@ -103,10 +103,11 @@ CUcontext DevicePool::carved_pending_within(CUdeviceptr from, CUdeviceptr to) {
   return nullptr;
 }
 
-void DevicePool::release_idle_host_slots() {
-  if (!carve_range_ || carve_range_->idle_host_slots() == 0) return;
+std::size_t DevicePool::release_idle_host_slots() {
+  if (!carve_range_ || carve_range_->idle_host_slots() == 0) return 0;
   const std::size_t released = carve_range_->release_idle_host();
   if (released != 0) log::debug("device {}: {} carved slots in host memory held no allocation; given back", device_, released);
+  return released;
 }
 
 }  // namespace uvmpool::pool

@@ -317,7 +317,10 @@ class DevicePool {
   // commit_move and abort_move under mu_; `quiesced`: the caller has stopped all work that could
   // touch the memory (commit_quiesced), so the pool waits for none.
   CUresult commit_locked(Move* m, bool quiesced) UVMPOOL_REQUIRES(mu_);
-  void abort_locked(Move* m) UVMPOOL_REQUIRES(mu_);
+  void abort_locked(Move* m, bool quiesced = false) UVMPOOL_REQUIRES(mu_);
+  // After a move of a carved slot ended: the slot given back if it lies in host memory holding nothing
+  // (not under a hold: `quiesced`).
+  void release_emptied_slot(const Move& m, bool quiesced) UVMPOOL_REQUIRES(mu_);
   // The owner's pieces [first, first + old.size()) replaced by `fresh`, and every figure a move changes,
   // here and nowhere else.
   void swap_pieces(const Move& m, std::size_t first, std::span<const Chunk> old) UVMPOOL_REQUIRES(mu_);
@@ -366,7 +369,7 @@ class DevicePool {
   // A context with carved memory freed on it, its work not known done, in [from, to) (nullptr: none).
   CUcontext carved_pending_within(CUdeviceptr from, CUdeviceptr to) UVMPOOL_REQUIRES(mu_);
   // Slots in host memory that hold no allocation any more given back (after a free).
-  void release_idle_host_slots() UVMPOOL_REQUIRES(mu_);
+  std::size_t release_idle_host_slots() UVMPOOL_REQUIRES(mu_);  // slots given back
 
   // slabs.cpp
   CUresult allocate_small(CUdeviceptr* out, std::size_t bytes, CUcontext context);

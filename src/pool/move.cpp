@@ -236,7 +236,7 @@ void DevicePool::commit_quiesced(std::span<Move* const> moves, const Quiesce& qu
     }
     const bool now = go_on && commit[i] != 0 && (!ready || (go_on = ready(i)));
     results[i] = now ? commit_locked(m, true) : CUDA_ERROR_NOT_READY;
-    if (results[i] != CUDA_SUCCESS) abort_locked(m);
+    if (results[i] != CUDA_SUCCESS) abort_locked(m, true);
   }
 }
 
@@ -340,6 +340,7 @@ CUresult DevicePool::commit_locked(Move* m, bool quiesced) {
   return_chunks(old);
   forget_range(*m);
   end_move(m->owner);
+  release_emptied_slot(*m, quiesced);
   fig_.moves_in_flight.fetch_sub(1, std::memory_order_relaxed);
   fig_.moves.fetch_add(1, std::memory_order_relaxed);
   m->staging = 0;
@@ -350,10 +351,11 @@ CUresult DevicePool::commit_locked(Move* m, bool quiesced) {
   return CUDA_SUCCESS;
 }
 
-void DevicePool::abort_locked(Move* m) {
+void DevicePool::abort_locked(Move* m, bool quiesced) {
   return_chunks(m->target);  // their staging mappings stay with them
   forget_range(*m);
   end_move(m->owner);
+  release_emptied_slot(*m, quiesced);
   fig_.moves_in_flight.fetch_sub(1, std::memory_order_relaxed);
   m->staging = 0;
   m->uncopied = false;
@@ -393,6 +395,15 @@ CUresult DevicePool::claim_slab(Slab* s) {
   if (s->exported) return CUDA_ERROR_NOT_PERMITTED;
   slabs_->claim(c, s);
   return CUDA_SUCCESS;
+}
+
+void DevicePool::release_emptied_slot(const Move& m, bool quiesced) {
+  // A carved slot whose last allocation was freed while it moved (a free keeps a claimed slot) may now
+  // lie in host memory holding nothing; the frees that give such slots back had passed it by. Given
+  // back now, unless under a hold: unmapping waits for the device first (fence_unmap), which a hold
+  // would keep from ending. Then the next carved free, or placement short of host memory
+  // (PoolStock::reclaim), gives it back.
+  if (!quiesced && as_carved(m.owner) != nullptr) release_idle_host_slots();
 }
 
 void DevicePool::end_move(Entry owner) {

@@ -48,8 +48,12 @@ std::size_t DevicePool::PoolStock::reclaim(placement::Idle source, std::size_t g
       p_.unmap_host_runs(sat_add(before, granules));
       return p_.host_->size() - before;
     }
-    case Idle::AllHostMappings:
-      return p_.host_ ? p_.evict_spilled(false) : 0;
+    case Idle::AllHostMappings: {
+      if (!p_.host_) return 0;
+      // And carved slots left in host memory holding nothing (DevicePool::release_emptied_slot).
+      const std::size_t slots = p_.release_idle_host_slots();
+      return p_.evict_spilled(false) + (slots != 0 ? slots * (p_.carve_range_->extent() / p_.chunk_) : 0);
+    }
   }
   return 0;
 }

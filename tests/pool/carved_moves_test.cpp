@@ -103,6 +103,62 @@ TEST_F(CarvedMoves, AHostSlotThatHoldsNothingIsGivenBack) {
   EXPECT_TRUE(host_memory_whole());
 }
 
+// A slot whose last allocations are freed while it is demoted (a free keeps a claimed slot) lies in
+// host memory holding nothing once the move commits: given back then, not at some later free.
+TEST_F(CarvedMoves, ASlotEmptiedWhileItIsDemotedIsGivenBackAtTheCommit) {
+  auto pool = carving_pool();
+  const CUdeviceptr a = must_allocate(*pool, 4 * kMiB), b = must_allocate(*pool, 6 * kMiB);
+  ASSERT_EQ(slot_of(a), slot_of(b));
+  Move m;
+  ASSERT_NO_FATAL_FAILURE(start_move(*pool, a, 1, Tier::Host, &m));
+  must_free(*pool, a);
+  must_free(*pool, b);
+  ASSERT_CU(pool->commit_move(&m));
+  EXPECT_EQ(pool->stats(0).host_chunks_mapped, 0u) << "an empty host slot kept pinned";
+  EXPECT_EQ(pool->stats(0).live_host_bytes, 0u);
+  EXPECT_EQ(pool->check_invariants(), "");
+  pool.reset();
+  EXPECT_TRUE(host_memory_whole());
+}
+
+// The same with a promotion aborted after the slot emptied: it stays in host memory, holding nothing.
+TEST_F(CarvedMoves, ASlotEmptiedWhileItsPromotionIsAbortedIsGivenBack) {
+  auto pool = carving_pool();
+  const CUdeviceptr a = must_allocate(*pool, 4 * kMiB);
+  ASSERT_CU(move(*pool, a, 1, Tier::Host));
+  Move m;
+  ASSERT_NO_FATAL_FAILURE(start_move(*pool, a, 1, Tier::Device, &m));
+  must_free(*pool, a);
+  EXPECT_EQ(pool->stats(0).host_chunks_mapped, kExtent / gran) << "claimed: kept while it moves";
+  pool->abort_move(&m);
+  EXPECT_EQ(pool->stats(0).host_chunks_mapped, 0u) << "an empty host slot kept pinned after the abort";
+  EXPECT_EQ(pool->check_invariants(), "");
+}
+
+// Under a hold (a quiesced commit) the slot cannot be unmapped, which waits for the device first; it
+// is given back when placement runs short of host memory, with no carved free in between.
+TEST_F(CarvedMoves, ASlotEmptiedUnderAHoldIsGivenBackWhenHostMemoryRunsShort) {
+  auto pool = carving_pool();
+  const CUdeviceptr a = must_allocate(*pool, 4 * kMiB);
+  Move m;
+  ASSERT_NO_FATAL_FAILURE(start_move(*pool, a, 1, Tier::Host, &m));
+  must_free(*pool, a);
+  Move* moves[] = {&m};
+  CUresult results[1] = {CUDA_ERROR_UNKNOWN};
+  pool->commit_quiesced(0, moves, [](std::span<char> commit) { std::fill(commit.begin(), commit.end(), 1); return true; },
+                        results);
+  ASSERT_CU(results[0]);
+  EXPECT_EQ(pool->stats(0).host_chunks_mapped, kExtent / gran) << "under a hold: left for later";
+  // Past the device budget (128 MiB) by 240 MiB: more host memory than the 256 MiB limit leaves
+  // beside the slot's 32 MiB.
+  const CUdeviceptr big = must_allocate(*pool, 368 * kMiB);
+  EXPECT_NE(big, 0u);
+  EXPECT_EQ(pool->check_invariants(), "");
+  must_free(*pool, big);
+  pool.reset();
+  EXPECT_TRUE(host_memory_whole());
+}
+
 // A carved allocation freed on a stream is taken back by the same stream without the pool's lock
 // (stream_reuse.cpp): in a slot in host memory it counts as host memory again.
 TEST_F(CarvedMoves, AnAllocationTakenBackOnItsStreamInAHostSlotCountsAsHost) {
