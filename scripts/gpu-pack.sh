@@ -12,6 +12,10 @@ build=${1:-build}
 cmake --build "$build" --target uvmpool-trace-cost >/dev/null
 rm -rf .carry/build && mkdir -p .carry/build
 cp -a "$build/bin" "$build/lib" "$build/dropin" "$build/sim" "$build/share" .carry/build/
+# The unit tests run on the simulator (CI); of them the suite runs only the fidelity and driver
+# tests on the GPU. The rest stay here: with them the carried tree passed the device tool's 64 MiB.
+find .carry/build/bin -maxdepth 1 -type f \( -name '*-tests' -o -name '*_tests' -o -name 'hello_*' -o -name '*_child' \) \
+  ! -name uvmpool-fidelity-tests ! -name uvmpool-driver-tests -delete
 benches=(.carry/build/bin/uvmpool-bench-*)
 if [ -e "${benches[0]}" ]; then
   # The library the build linked them with, by its soname (libbenchmark.so.1debian on Debian).
