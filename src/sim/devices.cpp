@@ -3,8 +3,11 @@
 // not provide (GPUDirect RDMA, fabric handles, multicast, compression, dma-buf) are reported absent.
 #include "sim/devices.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <cstdio>
 #include <cstring>
 
@@ -178,6 +181,9 @@ bool attribute_value(CUdevice_attribute attribute, int device, int* value) {
 
 bool initialized() { return g_initialized.load(std::memory_order_acquire); }
 
+std::atomic<bool> g_forked_after_init{false};
+bool forked_after_init() { return g_forked_after_init.load(std::memory_order_relaxed); }
+
 int device_count() { return settings().devices; }
 
 bool valid_device(int ordinal) { return ordinal >= 0 && ordinal < device_count(); }
@@ -187,6 +193,12 @@ CUresult impl::cuInit(unsigned int Flags) {
   if (device_count() == 0) return CUDA_ERROR_NO_DEVICE;
   if (!AddressSpace::create()) return CUDA_ERROR_OPERATING_SYSTEM;
   profile::arm();  // the report at exit, if UVMPOOL_SIM_PROFILE asks for one
+  static std::once_flag fork_watch;
+  std::call_once(fork_watch, [] {
+    pthread_atfork(nullptr, nullptr, [] {
+      if (g_initialized.load(std::memory_order_relaxed)) g_forked_after_init.store(true, std::memory_order_relaxed);
+    });
+  });
   g_initialized.store(true, std::memory_order_release);
   return CUDA_SUCCESS;
 }

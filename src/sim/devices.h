@@ -5,6 +5,10 @@ namespace uvmpool::sim {
 
 // True once cuInit(0) has succeeded; nearly every call refuses to run before.
 bool initialized();
+// In a child forked after cuInit: the driver refuses it, as NVIDIA's does (CUDA does not survive fork;
+// the child's calls answer CUDA_ERROR_NOT_INITIALIZED). The simulator's locks may also have
+// been held by a thread the child does not have.
+bool forked_after_init();
 
 // Number of simulated devices (UVMPOOL_SIM_DEVICES).
 int device_count();

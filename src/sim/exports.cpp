@@ -114,6 +114,8 @@ CUresult sticky_error(Fn fn) {
 
 template <typename Call>
 CUresult dispatch(Fn fn, Call&& call) noexcept {
+  // Before anything that may take a lock: the child of an initialized process has only its own thread.
+  if (forked_after_init() && (fn == Fn::cuInit || !works_before_init(fn))) return CUDA_ERROR_NOT_INITIALIZED;
   if (CUresult injected = on_call(fn); injected != CUDA_SUCCESS) return injected;
   if (!works_before_init(fn) && !initialized()) return CUDA_ERROR_NOT_INITIALIZED;
   // The call's own modeled time: its base cost, what it charges for its work, its waits (not the

@@ -1,5 +1,7 @@
 #include "tiering/host_wait_gate.h"
 
+#include <new>
+
 namespace uvmpool::tiering {
 
 void HostWaitGate::enter() {
@@ -40,6 +42,14 @@ bool HostWaitGate::close(std::chrono::milliseconds timeout) {
   lock.unlock();
   open();
   return false;
+}
+
+void HostWaitGate::reset_in_child() {
+  closed_.store(false, std::memory_order_relaxed);
+  inside_.store(0, std::memory_order_relaxed);
+  waiting_.store(0, std::memory_order_relaxed);
+  new (&mu_) Mutex;
+  new (&cv_) std::condition_variable;
 }
 
 void HostWaitGate::open() {

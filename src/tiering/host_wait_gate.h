@@ -95,6 +95,10 @@ class HostWaitGate {
   // Calls that waited at a closed gate since the start.
   std::uint64_t waited() const { return waited_.load(std::memory_order_relaxed); }
 
+  // In a forked child (one thread, the parent's others gone): open, nothing inside or waiting, its
+  // lock new (it may have been held by a thread that is not there).
+  void reset_in_child();
+
  private:
   // Dekker's order, both seq_cst: a call counts itself in, then looks at closed_; the mover sets
   // closed_, then looks at inside_. One of the two sees the other.

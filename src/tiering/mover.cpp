@@ -305,13 +305,15 @@ bool Mover::record_on_streams(bool gate, std::uint32_t value, Held* held) {
                                                   std::vector<StreamRegistry::Retiring>& retiring) {
     // Destroyed streams whose queued work may still run: waited for like the listed streams' (their
     // later work cannot exist), then forgotten once complete.
-    std::erase_if(retiring, [&](const StreamRegistry::Retiring& r) {
+    std::erase_if(retiring, [&](StreamRegistry::Retiring& r) {
       ContextScope in(d_, r.context);
       const CUresult q = in.status() == CUDA_SUCCESS ? d_.cuEventQuery(r.event) : in.status();
       if (q == CUDA_ERROR_NOT_READY) {
+        ++r.lent;  // given back by wait_for or forget
         held->events.push_back({r.context, r.event, false});
         return false;
       }
+      if (r.lent != 0) return false;  // complete, but an earlier hold still has it
       d_.cuEventDestroy_v2(r.event);
       return true;
     });
@@ -359,7 +361,11 @@ bool Mover::wait_for(Held* held) {
   for (const Held::Recorded& e : held->events) {
     ContextScope in(d_, e.context);
     const CUresult r = d_.cuEventSynchronize(e.event);
-    if (e.owned) d_.cuEventDestroy_v2(e.event);
+    if (e.owned) {
+      d_.cuEventDestroy_v2(e.event);
+    } else {
+      streams_.returned(e.event);
+    }
     if (r != CUDA_SUCCESS && !context_gone(r)) {
       log::warn("tiering: waiting for the program's work before a move failed (error {}); the moves are dropped",
                 static_cast<int>(r));
@@ -372,7 +378,10 @@ bool Mover::wait_for(Held* held) {
 
 void Mover::forget(Held* held) {
   for (const Held::Recorded& e : held->events) {
-    if (!e.owned) continue;
+    if (!e.owned) {
+      streams_.returned(e.event);
+      continue;
+    }
     ContextScope in(d_, e.context);
     d_.cuEventDestroy_v2(e.event);  // released by the driver once its work is done
   }
@@ -1077,8 +1086,24 @@ void Mover::prepare_waiting() {
 }
 
 CUresult Mover::place_epoch() {
-  MutexLock epoch(epoch_mu_);
-  return place_locked();
+  CUresult r = CUDA_ERROR_NOT_READY;
+  {
+    MutexLock epoch(epoch_mu_);
+    {
+      // Once stopped (the exit handler), nothing would complete a hold placed now: its flag would
+      // never be written. Read under epoch_mu_: the thread gives up what stands under it as it ends.
+      MutexLock lock(queue_mu_);
+      if (stopping_) return CUDA_ERROR_NOT_READY;
+    }
+    r = place_locked();
+  }
+  // The mover's thread completes what the launching thread places (ordered epochs); asleep with
+  // nothing queued, it would not look until the next request.
+  if (standing_.load(std::memory_order_relaxed) != 0) {
+    { MutexLock lock(queue_mu_); }
+    queue_cv_.notify_all();
+  }
+  return r;
 }
 
 CUresult Mover::complete_placed(bool wait) {
@@ -1114,8 +1139,10 @@ CUresult Mover::place_locked() {
   p.value = ++epoch_;
   p.standing = record_on_streams(true, p.value, &p.hold);
   if (!p.standing && placed_.empty()) {  // nothing earlier stands: released now, as finish() would
-    wait_for(&p.hold);
+    // Not waited for first: with no watchdog here, work on a stream that took the partial hold may
+    // wait for work behind it (a value the program writes later), and nothing was copied to drain.
     release(p.value);
+    forget(&p.hold);
     std::vector<Request> taken = e.taken;
     taken.insert(taken.end(), e.waiting.begin(), e.waiting.end());
     abort_all();

@@ -267,7 +267,7 @@ class Mover {
     struct Recorded {
       CUcontext context;
       CUevent event;
-      bool owned = true;  // false: a retiring stream's, the registry's to destroy
+      bool owned = true;  // false: a retiring stream's, lent by the registry (given back by wait_for, forget)
     };
     std::vector<Recorded> events;
     // Pool::free_mark(), read before the first event is recorded: a mapping whose free began before

@@ -1,6 +1,9 @@
 #include "tiering/streams.h"
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <new>
 
 #include "driver/context_scope.h"
 
@@ -28,8 +31,25 @@ bool in_context(const driver::Table& d, CUcontext context, Fn&& fn) {
 }  // namespace
 
 StreamRegistry& StreamRegistry::process() {
-  static StreamRegistry* const instance = new StreamRegistry;  // never destroyed: hooks may run during exit
+  static StreamRegistry* const instance = [] {
+    auto* r = new StreamRegistry;  // never destroyed: hooks may run during exit
+    // A forked child has none of the parent's streams, holds or threads (CUDA refuses it anyway; what
+    // it calls must fail as the driver says, not wait at a gate the parent's mover closed).
+    pthread_atfork(nullptr, nullptr, [] { process().reset_in_child(); });
+    return r;
+  }();
   return *instance;
+}
+
+void StreamRegistry::reset_in_child() UVMPOOL_NO_THREAD_SAFETY_ANALYSIS {
+  new (&mu_) Mutex;  // it may have been held by a thread the child does not have
+  targets_.clear();
+  hold_ = {};
+  retiring_.clear();  // the parent's events: not the child's to destroy
+  generation_.fetch_add(1, std::memory_order_relaxed);
+  host_waits_.reset_in_child();
+  submissions_.reset_in_child();
+  remaps_.reset_in_child();
 }
 
 void StreamRegistry::add_context_locked(CUcontext context) {
@@ -62,7 +82,7 @@ void StreamRegistry::destroying(CUstream stream, const driver::Table* driver) {
   std::erase_if(retiring_, [&](const Retiring& r) {
     bool done = false;
     const bool reachable = in_context(d, r.context, [&] {
-      done = d.cuEventQuery(r.event) != CUDA_ERROR_NOT_READY;
+      done = r.lent == 0 && d.cuEventQuery(r.event) != CUDA_ERROR_NOT_READY;  // a hold's: not yet
       if (done) d.cuEventDestroy_v2(r.event);
     });
     return done || !reachable;
@@ -78,6 +98,16 @@ void StreamRegistry::destroying(CUstream stream, const driver::Table* driver) {
     }
   });
   if (recorded != nullptr) retiring_.push_back({gone.context, recorded});
+}
+
+void StreamRegistry::returned(CUevent event) {
+  MutexLock lock(mu_);
+  for (Retiring& r : retiring_) {
+    if (r.event == event && r.lent != 0) {
+      --r.lent;
+      return;
+    }
+  }
 }
 
 void StreamRegistry::saw_context(CUcontext context) {
@@ -99,6 +129,11 @@ void StreamRegistry::forget_context(CUcontext context) {
 std::size_t StreamRegistry::size() const {
   MutexLock lock(mu_);
   return targets_.size();
+}
+
+std::size_t StreamRegistry::retiring_count() const {
+  MutexLock lock(mu_);
+  return retiring_.size();
 }
 
 }  // namespace uvmpool::tiering

@@ -62,6 +62,10 @@ class StreamRegistry {
   struct Retiring {
     CUcontext context = nullptr;
     CUevent event = nullptr;  // the registry's: the mover queries it, the registry destroys it
+    // Holds that wait for it (Mover::Held, the event lent, not owned): destroyed only once complete and
+    // given back by every one, or the next hold or destroy could free a handle a standing hold still
+    // waits on (the driver may hand it out again at once: the simulator did).
+    std::uint32_t lent = 0;
   };
   // Runs fn(const std::vector<Target>&, Hold&, std::vector<Retiring>&) with the registry locked: no
   // listed stream is destroyed, and none is made unseen, meanwhile. The mover sets the Hold when it
@@ -75,8 +79,14 @@ class StreamRegistry {
     MutexLock lock(mu_);
     hold_ = {};
   }
+  // A retiring stream's event lent to a hold (with_targets) is given back: the hold waited for it or
+  // forgot it. Destroyed later, by the registry.
+  void returned(CUevent event);
 
   std::size_t size() const;
+  std::size_t retiring_count() const;  // destroyed streams' events kept (for tests)
+  // In a forked child: empty, no hold, every gate open (pthread_atfork, registered by process()).
+  void reset_in_child();
 
   // The program's calls that wait on the host for queued work pass it; the mover closes it around
   // each hold (host_wait_gate.h says why).

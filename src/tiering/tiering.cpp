@@ -1,12 +1,16 @@
 #include "tiering/tiering.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <mutex>
+#include <new>
 #include <thread>
 
+#include "config/leak_marker.h"
 #include "config/log.h"
 #include "config/options.h"
 #include "driver/real_driver.h"
@@ -230,6 +234,15 @@ Tiering* Tiering::process() {
   // the pool's handler, so it runs first: the thread is out of the pool before the pool stops).
   auto* t = new Tiering(real->table, *pool, mode, StreamRegistry::process(), configured_mover(), configured_policy());
   g_process.store(t, std::memory_order_release);
+  // A forked child drops the parent's Tiering untouched (its pool was dropped too, its threads are not
+  // there) and makes its own over the child's pool, as Pool::process does.
+  static std::once_flag registered;
+  std::call_once(registered, [] {
+    pthread_atfork(nullptr, nullptr, [] {
+      if (Tiering* p = g_process.exchange(nullptr)) config::intentionally_leaked(p);
+      new (&g_process_mu) std::mutex;
+    });
+  });
   std::atexit([] {
     if (Tiering* p = g_process.load(std::memory_order_acquire)) p->stop();
   });

@@ -7,6 +7,11 @@
 //          the hook must answer OUT_OF_MEMORY, and the next allocation must work.
 //   fork   the parent allocates and forks; the child calls cuInit, takes a context, allocates and
 //          frees an inherited pointer. Whatever each call answers is fine; the child must not die.
+//   fork-launch  as fork, once tiering runs in the parent (a kernel launched on pool memory with
+//          some of it in host memory): the child loads the module and launches on its own memory, on
+//          an inherited pointer, and with the parent's function (the simulator, as a GPU's driver,
+//          refuses a child of an initialized process, but the hooks see each launch first). The child dropped the parent's tiering (its pool is gone, its
+//          threads are not there); whatever the calls answer, the child must not die or hang.
 //   init   cuInit only, printing its answer (for settings that leave no driver to reach).
 //   stream-destroy  memory freed with cuMemFreeAsync on a stream whose work is held (simulator), then
 //          the stream destroyed: uvmpool must record its event on the stream before it goes.
@@ -55,6 +60,31 @@ int throw_in_hook() {
   return 0;
 }
 
+// In a forked child: cuInit, the device and its primary context made current, each answer printed.
+void child_context() {
+  std::printf("child: cuInit %d\n", int(cuInit(0)));
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  std::printf("child: cuDeviceGet %d\n", int(cuDeviceGet(&dev, 0)));
+  std::printf("child: cuDevicePrimaryCtxRetain %d\n", int(cuDevicePrimaryCtxRetain(&ctx, dev)));
+  std::printf("child: cuCtxSetCurrent %d\n", int(cuCtxSetCurrent(ctx)));
+}
+
+// The child's last words; it exits without the atexit handlers (as a worker process may).
+[[noreturn]] void child_done() {
+  std::printf("child: done\n");
+  std::fflush(stdout);
+  _exit(0);
+}
+
+// The parent: the child must have exited 0, not died.
+void wait_for_child(pid_t pid) {
+  int status = 0;
+  CLIENT_CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
+  CLIENT_CHECK(!WIFSIGNALED(status), "the child died of signal %d", WTERMSIG(status));
+  CLIENT_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child exited with %d", WEXITSTATUS(status));
+}
+
 int fork_child() {
   use_primary_context();
   CUdeviceptr small = 0, large = 0;
@@ -65,12 +95,7 @@ int fork_child() {
   CLIENT_CHECK(pid >= 0, "fork failed");
   if (pid == 0) {
     // The child: every answer is acceptable; only dying is not.
-    std::printf("child: cuInit %d\n", int(cuInit(0)));
-    CUdevice dev = 0;
-    CUcontext ctx = nullptr;
-    std::printf("child: cuDeviceGet %d\n", int(cuDeviceGet(&dev, 0)));
-    std::printf("child: cuDevicePrimaryCtxRetain %d\n", int(cuDevicePrimaryCtxRetain(&ctx, dev)));
-    std::printf("child: cuCtxSetCurrent %d\n", int(cuCtxSetCurrent(ctx)));
+    child_context();
     CUdeviceptr p = 0;
     const CUresult a = cuMemAlloc(&p, 8 << 20);
     std::printf("child: cuMemAlloc %d\n", int(a));
@@ -87,18 +112,58 @@ int fork_child() {
     std::printf("child: cuMemFreeAsync(inherited) %d\n", int(cuMemFreeAsync(small, nullptr)));
     if (a == CUDA_SUCCESS) std::printf("child: cuMemFree(own) %d\n", int(cuMemFree(p)));
     if (b == CUDA_SUCCESS) std::printf("child: cuMemFree(own small) %d\n", int(cuMemFree(q)));
-    std::printf("child: done\n");
-    std::fflush(stdout);
-    _exit(0);
+    child_done();
   }
-  int status = 0;
-  CLIENT_CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
-  CLIENT_CHECK(!WIFSIGNALED(status), "the child died of signal %d", WTERMSIG(status));
-  CLIENT_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child exited with %d", WEXITSTATUS(status));
+  wait_for_child(pid);
   // The parent's pool is untouched by the child.
   CU(cuMemFree(large));
   CU(cuMemFree(small));
   std::printf("fork: ok\n");
+  return 0;
+}
+
+// The simulator's kernel catalog (docs/simulator.md): fill [p, p + 4 * count) with `value`.
+CUresult launch_fill(CUfunction fill, CUdeviceptr p, std::uint64_t count, std::uint32_t value) {
+  void* params[] = {&p, &count, &value};
+  return cuLaunchKernel(fill, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr);
+}
+
+int fork_launch() {
+  use_primary_context();
+  CUmodule module = nullptr;
+  CU(cuModuleLoadData(&module, "uvmpool-sim-module 1\n"));
+  CUfunction fill = nullptr;
+  CU(cuModuleGetFunction(&fill, module, "uvmpool_fill_u32"));
+  // Past UVMPOOL_DEVICE_LIMIT (set by the test): part of it in host memory, so launches are seen.
+  CUdeviceptr big = 0;
+  CU(cuMemAlloc(&big, 96 << 20));
+  CU(launch_fill(fill, big, (96 << 20) / 4, 7));
+  CU(cuCtxSynchronize());
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  CLIENT_CHECK(pid >= 0, "fork failed");
+  if (pid == 0) {
+    child_context();
+    CUmodule m = nullptr;
+    CUfunction f = nullptr;
+    const CUresult loaded = cuModuleLoadData(&m, "uvmpool-sim-module 1\n");
+    std::printf("child: cuModuleLoadData %d\n", int(loaded));
+    if (loaded == CUDA_SUCCESS) std::printf("child: cuModuleGetFunction %d\n", int(cuModuleGetFunction(&f, m, "uvmpool_fill_u32")));
+    CUdeviceptr own = 0;
+    const CUresult a = cuMemAlloc(&own, 96 << 20);
+    std::printf("child: cuMemAlloc %d\n", int(a));
+    if (f != nullptr && a == CUDA_SUCCESS) std::printf("child: launch on its own %d\n", int(launch_fill(f, own, (96 << 20) / 4, 3)));
+    if (f != nullptr) std::printf("child: launch on the inherited %d\n", int(launch_fill(f, big, 16, 5)));
+    // The parent's function on the parent's memory: the hooks see a pool pointer whatever the driver says.
+    std::printf("child: the parent's launch %d\n", int(launch_fill(fill, big, 16, 5)));
+    std::printf("child: cuCtxSynchronize %d\n", int(cuCtxSynchronize()));
+    child_done();
+  }
+  wait_for_child(pid);
+  CU(launch_fill(fill, big, (96 << 20) / 4, 9));  // the parent goes on
+  CU(cuCtxSynchronize());
+  CU(cuMemFree(big));
+  std::printf("fork-launch: ok\n");
   return 0;
 }
 
@@ -179,10 +244,11 @@ int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
   if (std::strcmp(mode, "huge") == 0) return huge();
   if (std::strcmp(mode, "fork") == 0) return fork_child();
+  if (std::strcmp(mode, "fork-launch") == 0) return fork_launch();
   if (std::strcmp(mode, "throw") == 0) return throw_in_hook();
   if (std::strcmp(mode, "init") == 0) return init_only();
   if (std::strcmp(mode, "stream-destroy") == 0) return stream_destroy();
   if (std::strcmp(mode, "race") == 0) return race(argc > 2 ? std::atoi(argv[2]) : 0);
-  std::fprintf(stderr, "usage: client_hardening huge|throw|fork|init|stream-destroy|race US\n");
+  std::fprintf(stderr, "usage: client_hardening huge|throw|fork|fork-launch|init|stream-destroy|race US\n");
   return 2;
 }

@@ -212,6 +212,23 @@ class Mover_ : public TieringTest {
     EXPECT_FALSE(pool->fence_due());
   }
 
+  // Overlapped copies with the epochs on the launching thread (UVMPOOL_TIERING_COPY=overlap,
+  // UVMPOOL_TIERING_EPOCHS=launch, as configured_mover() makes them: the mover's thread completes what
+  // the launching thread places), in_host filled with 2, and a first request, which starts the thread.
+  void start_ordered_on_launch(std::chrono::milliseconds hold_timeout) {
+    allocate_both_tiers();
+    ASSERT_CU(fill_on_stream(on_device, 4, 0));
+    fill(in_host, 16 * kMiB, 2);
+    MoverConfig config;
+    config.overlap = true;
+    config.on_launch = true;
+    config.launches_per_epoch = 1;
+    config.holds_ahead = 8;
+    config.hold_timeout = hold_timeout;
+    mover = std::make_unique<Mover>(drv(), *pool, streams, config);
+    ASSERT_TRUE(mover->request(in_host, 2 * kMiB, Tier::Device));
+  }
+
   StreamRegistry streams;
   std::unique_ptr<Mover> mover;
   CUfunction fill_kernel = nullptr, touch_kernel = nullptr, gather_kernel = nullptr;
@@ -1662,6 +1679,114 @@ TEST_F(Mover_, WorkOfADestroyedStreamStillQueuedIsWaitedFor) {
   ASSERT_CU(mover->run_epoch());
   EXPECT_EQ(tiers(on_device, 8 * kMiB, gran), "HHHH");
   EXPECT_TRUE(holds(on_device, 8 * kMiB, 13));
+}
+
+// A destroyed stream's event, lent to a standing hold, outlives the registry's entry: placing a second
+// hold once that work completed destroyed it while the first still waited on it (the simulator then
+// handed the handle to the second hold's own event, behind the first hold: the first was given up at
+// its timeout and its move dropped).
+TEST_F(Mover_, ADestroyedStreamsEventLentToAStandingHoldIsNotDestroyedUnderIt) {
+  MoverConfig config;
+  config.holds_ahead = 2;
+  config.hold_timeout = std::chrono::milliseconds(3000);
+  make_mover(config);
+  allocate_both_tiers();
+  ASSERT_CU(fill_on_stream(on_device, 4, 0));  // loaded before any hold
+  fill(in_host, 16 * kMiB, 2);
+  release_idle_room();
+  HostSignal gone_work, program_work;
+  CUcontext context = nullptr;
+  ASSERT_CU(drv().cuCtxGetCurrent(&context));
+  CUstream temporary = nullptr;
+  ASSERT_CU(drv().cuStreamCreate(&temporary, CU_STREAM_NON_BLOCKING));
+  streams.created(temporary, context, true);
+  ASSERT_CU(drv().cuStreamWaitValue32_v2(temporary, gone_work.device, 1, CU_STREAM_WAIT_VALUE_GEQ));
+  streams.keep_retiring();
+  streams.destroying(temporary, &drv());  // its event, behind gone_work
+  ASSERT_CU(drv().cuStreamDestroy_v2(temporary));
+  ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, program_work.device, 1, CU_STREAM_WAIT_VALUE_GEQ));
+  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+  ASSERT_CU(mover->place_epoch());  // the first hold takes the event (not complete)
+  gone_work.write(1);               // now complete
+  ASSERT_TRUE(mover->request(in_host + 4 * kMiB, 4 * kMiB, Tier::Device));
+  ASSERT_CU(mover->place_epoch());  // the second finds it complete: not destroyed, the first has it
+  EXPECT_EQ(mover->standing_holds(), 2u);
+  program_work.write(1);
+  ASSERT_CU(mover->complete_placed(true));
+  ASSERT_CU(mover->complete_placed(true));
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  const auto s = mover->stats();
+  EXPECT_EQ(s.holds_given_up, 0u);
+  EXPECT_EQ(s.moves, 2u);
+  EXPECT_EQ(s.moves_failed, 0u);
+  EXPECT_EQ(tiers(in_host, 8 * kMiB, gran), "DDDD");
+  EXPECT_TRUE(holds(in_host, 16 * kMiB, 2));
+  // Given back by the first hold, it goes at the registry's next look (a stream destroyed: `stream`,
+  // listed again after, whose own event is the one left).
+  EXPECT_EQ(streams.retiring_count(), 1u);
+  streams.destroying(stream, &drv());
+  streams.created(stream, context, true);
+  EXPECT_EQ(streams.retiring_count(), 1u) << "the lent event was never given back";
+}
+
+// A first hold one stream refused after another took its wait is released at once, not waited for:
+// no watchdog stands there, and work queued before it may wait for work the program queues later.
+TEST_F(Mover_, APartialFirstHoldIsReleasedWithoutWaitingForItsWork) {
+  allocate_both_tiers();
+  ASSERT_CU(fill_on_stream(on_device, 4, 0));
+  fill(in_host, 16 * kMiB, 2);
+  release_idle_room();
+  HostSignal signal;
+  MoverConfig config;
+  config.holds_ahead = 2;
+  make_mover(config);
+  // Work before the hold on `stream` waits for a value the program writes on the legacy stream later.
+  ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, signal.device, 1, CU_STREAM_WAIT_VALUE_GEQ));
+  ASSERT_TRUE(mover->request(in_host, 4 * kMiB, Tier::Device));
+  ASSERT_EQ(sim().fail("cuStreamWaitValue32_v2", 2, CUDA_ERROR_UNKNOWN), 0);  // the legacy stream takes it, `stream` refuses
+  std::atomic<bool> placed{false};
+  std::thread placing([&] {
+    (void)mover->place_epoch();
+    placed = true;
+  });
+  EXPECT_TRUE(eventually([&] { return placed.load(); })) << "place_epoch waits for the partial hold's work";
+  ASSERT_CU(drv().cuStreamWriteValue32_v2(CU_STREAM_LEGACY, signal.device, 1, 0));  // the program's later work
+  placing.join();
+  sim().clear_failures();
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(mover->standing_holds(), 0u);
+  EXPECT_EQ(tiers(in_host, 4 * kMiB, gran), "HH") << "nothing moved";
+  EXPECT_TRUE(holds(in_host, 16 * kMiB, 2));
+}
+
+// Overlapped copies with epochs placed by the launching thread (UVMPOOL_TIERING_COPY=overlap,
+// UVMPOOL_TIERING_EPOCHS=launch): the mover's thread completes what the launching thread places, and
+// the placement wakes it (asleep with nothing queued, it used to wait for the next request, and the
+// stall guard gave the hold up after two hold timeouts).
+TEST_F(Mover_, AnOrderedEpochPlacedByTheLaunchingThreadWakesTheMoversThread) {
+  ASSERT_NO_FATAL_FAILURE(start_ordered_on_launch(std::chrono::milliseconds(1000)));  // the thread waits (on_launch)
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_CU(mover->place_epoch());  // as Tiering::after_launch
+  const auto s = stats_once([](const uvmpool::tiering::MoverStats& m) { return m.moves == 1; }, std::chrono::seconds(1));
+  EXPECT_EQ(s.moves, 1u) << "not completed within 1 s (its copy takes microseconds)";
+  EXPECT_EQ(s.holds_given_up, 0u);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_TRUE(holds(in_host, 16 * kMiB, 2));
+}
+
+// Once stopped (Tiering's exit handler), an epoch is no longer placed: nothing would complete it, and
+// its gate and flag would stay as they were for good.
+TEST_F(Mover_, NoEpochIsPlacedAfterTheMoverStopped) {
+  ASSERT_NO_FATAL_FAILURE(start_ordered_on_launch(std::chrono::seconds(10)));
+  ASSERT_CU(mover->place_epoch());
+  EXPECT_EQ(wait_for_moves(1), 1u);
+  mover->stop();
+  ASSERT_TRUE(mover->request(in_host + 2 * kMiB, 2 * kMiB, Tier::Device));  // the policy goes on asking
+  EXPECT_EQ(mover->place_epoch(), CUDA_ERROR_NOT_READY);
+  EXPECT_EQ(mover->standing_holds(), 0u);
+  EXPECT_FALSE(streams.host_waits().closed());
+  EXPECT_FALSE(mover->copying()) << "owners published: ordered work would wait for a flag never raised";
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
 }
 
 TEST_F(Mover_, AGraphCapturePutsTheEpochOff) {
