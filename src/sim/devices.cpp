@@ -7,9 +7,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 
 #include "sim/address_space.h"
 #include "sim/entry_points.h"
@@ -20,6 +20,7 @@ namespace uvmpool::sim {
 namespace {
 
 std::atomic<bool> g_initialized{false};
+std::atomic<bool> g_forked_after_init{false};  // set in a child forked after cuInit (pthread_atfork)
 
 // H100 SXM values where the attribute describes the hardware; the sim's own choices otherwise.
 bool attribute_value(CUdevice_attribute attribute, int device, int* value) {
@@ -181,7 +182,6 @@ bool attribute_value(CUdevice_attribute attribute, int device, int* value) {
 
 bool initialized() { return g_initialized.load(std::memory_order_acquire); }
 
-std::atomic<bool> g_forked_after_init{false};
 bool forked_after_init() { return g_forked_after_init.load(std::memory_order_relaxed); }
 
 int device_count() { return settings().devices; }
