@@ -57,9 +57,13 @@ CUresult begin(CUresult began) {
   return began;
 }
 
-CUresult end(const driver::Table& d, CUresult ended, std::uint64_t id, CUgraph* graph) {
+CUresult end(const driver::Table& d, CUresult ended, CUstream stream, std::uint64_t id, CUgraph* graph) {
   // UNMATCHED: not the stream that began it (the capture goes on); ILLEGAL_STATE: none under way.
   if (id == 0 || ended == CUDA_ERROR_STREAM_CAPTURE_UNMATCHED || ended == CUDA_ERROR_ILLEGAL_STATE) return ended;
+  // Any other refusal may leave it going on too (a null graph pointer, the wrong thread): then it has
+  // not ended, and its later launches must still be recorded. A capture the driver ended for good
+  // (spoiled: INVALIDATED) no longer answers to its id.
+  if (ended != CUDA_SUCCESS && GraphTouches::capture_id(d, stream, false) == id) return ended;
   const CUgraph made = ended == CUDA_SUCCESS && graph != nullptr ? *graph : nullptr;
   const std::vector<CUgraphNode> nodes = nodes_of(d, made);
   graphs().capture_ended(id, made, nodes);
@@ -108,14 +112,14 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream s, CUgraph* g) {
   stats::count_hook(driver::Fn::cuStreamEndCapture);
   UVMPOOL_DRIVER_OR_NO_DEVICE(cuStreamEndCapture);
   const std::uint64_t id = GraphTouches::capture_id(*d, s, false);  // spoiled ones end too
-  return end(*d, d->cuStreamEndCapture(s, g), id, g);
+  return end(*d, d->cuStreamEndCapture(s, g), s, id, g);
 }
 
 CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream s, CUgraph* g) {
   stats::count_hook(driver::Fn::cuStreamEndCapture_ptsz);
   UVMPOOL_DRIVER_OR_NO_DEVICE(cuStreamEndCapture_ptsz);
   const std::uint64_t id = GraphTouches::capture_id(*d, per_thread(s), false);
-  return end(*d, d->cuStreamEndCapture_ptsz(s, g), id, g);
+  return end(*d, d->cuStreamEndCapture_ptsz(s, g), per_thread(s), id, g);
 }
 
 CUresult CUDAAPI cuGraphDestroy(CUgraph g) {

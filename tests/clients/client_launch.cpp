@@ -165,6 +165,8 @@ int main() {
     std::uint32_t value = 300;
     void* params[] = {&dst, &count, &value};
     CU(launch(fill, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
+    // Refused (no graph pointer), the capture goes on: what follows is still captured, not run.
+    CLIENT_CHECK(end_capture(stream, nullptr) == CUDA_ERROR_INVALID_VALUE, "an end of capture with no graph pointer");
     CU(memset32_async(graphed + 4096, 301, 1024, stream));
   }
   CUgraph graph = nullptr;
