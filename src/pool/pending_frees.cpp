@@ -67,7 +67,8 @@ std::vector<PendingItem> PendingFrees::collect(bool wait) {
   if (wait && !batches_.empty()) waiting.emplace(device_waits_);
   for (auto it = batches_.begin(); it != batches_.end();) {
     const CUresult r = wait ? d_.cuEventSynchronize(it->event) : d_.cuEventQuery(it->event);
-    if (r == CUDA_ERROR_NOT_READY) {
+    // Not known done: still running, or (recorded into a capture after all) not an answer about it.
+    if (r == CUDA_ERROR_NOT_READY || r == CUDA_ERROR_CAPTURED_EVENT || r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) {
       ++it;
       continue;
     }
@@ -98,9 +99,23 @@ void PendingFrees::seal_streams_locked(const CUstream* only, std::vector<Pending
       ++it;
       continue;
     }
+    // A stream capturing a graph since its frees: an event recorded on it now would go into the
+    // graph, not after the work queued before the capture, and answer as done. Left open until the
+    // capture ends (the stream's destruction seals it all the same).
+    if (only == nullptr && capturing(it->first)) {
+      ++it;
+      continue;
+    }
     seal_locked(it->first, it->second, ready);
     it = open_.erase(it);  // streams come and go; keep no entry for an idle one
   }
+}
+
+bool PendingFrees::capturing(const StreamKey& key) const {
+  if (d_.cuStreamIsCapturing == nullptr) return false;
+  ScopedContext in(d_, key.context);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return d_.cuStreamIsCapturing(key.stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 void PendingFrees::seal_locked(const StreamKey& key, std::vector<PendingItem>& open, std::vector<PendingItem>* ready) {

@@ -93,7 +93,10 @@ class PendingFrees {
   // waited for and added to `ready`.
   void seal_locked(const StreamKey& key, std::vector<PendingItem>& open, std::vector<PendingItem>* ready)
       UVMPOOL_REQUIRES(mu_);
-  // seal_locked for every stream's open frees (`only`: that stream's), their entries dropped.
+  // Whether the stream of `key` is capturing a graph now (its frees are then left open).
+  bool capturing(const StreamKey& key) const;
+  // seal_locked for every stream's open frees (`only`: that stream's; else not those of a stream
+  // capturing a graph), their entries dropped.
   void seal_streams_locked(const CUstream* only, std::vector<PendingItem>* ready) UVMPOOL_REQUIRES(mu_);
 
   const driver::Table& d_;

@@ -121,6 +121,30 @@ TEST_F(StreamOrder, FreedOnAHeldStreamIsNotReusedOnAnotherStream) {
   }
 }
 
+// The freeing stream then begins a graph capture: an event recorded on it now would be recorded into
+// the capture, not queued after the work before it, and then answer as done (on a GPU,
+// CUDA_ERROR_CAPTURED_EVENT). Its frees stay open until the capture ends.
+TEST_F(StreamOrder, FreedOnAHeldStreamThatThenCapturesIsNotReusedOnAnotherStream) {
+  for (std::size_t bytes : {gran, 3 * gran + 1}) {  // whole mappings (a slot's reuse is another path)
+    SCOPED_TRACE(std::to_string(bytes) + " bytes");
+    auto pool = make_pool();
+    CUdeviceptr p = alloc_on(*pool, bytes, a);
+    hold_stream(a, true);
+    EXPECT_CU(drv().cuMemsetD8Async(p, 7, bytes, a));  // work before the free, held back
+    free_on(*pool, p, a);
+    ASSERT_CU(drv().cuStreamBeginCapture_v2(a, CU_STREAM_CAPTURE_MODE_RELAXED));
+    const unsigned long long waits = wait_calls();
+    const CUdeviceptr q = alloc_on(*pool, bytes, b);
+    EXPECT_TRUE(disjoint({{p, bytes}, {q, bytes}}) || wait_calls() > waits)
+        << "memory freed on held stream A, capturing since, was handed to stream B without waiting for A";
+    CUgraph graph = nullptr;
+    ASSERT_CU(drv().cuStreamEndCapture(a, &graph));
+    if (graph != nullptr) drv().cuGraphDestroy(graph);
+    hold_stream(a, false);
+    free_on(*pool, q, b);
+  }
+}
+
 TEST_F(StreamOrder, FreedOnAHeldStreamIsNotReusedByASynchronousAllocation) {
   for (std::size_t bytes : sizes()) {
     SCOPED_TRACE(std::to_string(bytes) + " bytes");
