@@ -280,19 +280,29 @@ void Tiering::before_launch(CUfunction f, CUstream stream, void** params, void**
   if (first) {
     streams_.host_waits().enter();
   }
-  const ParamLayout& layout = kept != nullptr ? *kept : *layouts_.find(f);
-  if (first) seen->first_launch = &layout;
+  // Out of memory below (a new layout, a capture's record): the gate is left before the hook answers
+  // OUT_OF_MEMORY, or every later hold would wait for this thread for good.
+  const ParamLayout* layout = nullptr;
+  try {
+    layout = kept != nullptr ? kept : layouts_.find(f);
+    if (capture != 0) {
+      std::vector<GraphTouches::Range> ranges;
+      const bool readable = for_each_word(*layout, params, extra, [&](std::uint64_t word) {
+        if (pool_.probe(static_cast<CUdeviceptr>(word)).owner != 0) ranges.emplace_back(word, 1);
+      });
+      graphs_.record(capture, readable ? &ranges : nullptr);
+    }
+  } catch (...) {
+    if (first) streams_.host_waits().leave();
+    throw;
+  }
+  if (first) seen->first_launch = layout;
   if (capture != 0) {
-    std::vector<GraphTouches::Range> ranges;
-    const bool readable = for_each_word(layout, params, extra, [&](std::uint64_t word) {
-      if (pool_.probe(static_cast<CUdeviceptr>(word)).owner != 0) ranges.emplace_back(word, 1);
-    });
-    graphs_.record(capture, readable ? &ranges : nullptr);
     captured_.fetch_add(1, std::memory_order_relaxed);
     seen->captured = true;
     return;  // Skipped: nothing runs until the graph does
   }
-  const bool read = for_each_word(layout, params, extra, [&](std::uint64_t word) {
+  const bool read = for_each_word(*layout, params, extra, [&](std::uint64_t word) {
     const pool::Pool::Probe hit = pool_.probe(static_cast<CUdeviceptr>(word));
     if (hit.owner != 0) touches.add({static_cast<CUdeviceptr>(word), hit.owner, hit.host});
   });
@@ -456,7 +466,13 @@ const ParamLayout* Tiering::begin_loading_call(CUfunction f) {
   const ParamLayout* kept = layouts_.kept(f);
   if (kept != nullptr && kept->loaded.load(std::memory_order_acquire)) return nullptr;
   streams_.host_waits().enter();  // before asking the driver for the layout, which may load it too
-  return kept != nullptr ? kept : layouts_.find(f);
+  if (kept != nullptr) return kept;
+  try {
+    return layouts_.find(f);
+  } catch (...) {  // out of memory: the hook answers so, and the gate must not stay entered
+    streams_.host_waits().leave();
+    throw;
+  }
 }
 
 void Tiering::end_loading_call(const ParamLayout* layout, CUresult result) {
@@ -478,11 +494,27 @@ void Tiering::order_behind_moves(const LaunchSeen& seen, CUstream stream) {
   mover_.wait_released(value);
 }
 
-void Tiering::after_launch(const LaunchSeen& seen, CUstream stream) {
+void Tiering::after_launch(const LaunchSeen& seen, CUstream stream) noexcept {
   if (seen.first_launch != nullptr) {
     seen.first_launch->loaded.store(true, std::memory_order_release);
     streams_.host_waits().leave();
   }
+  // Called from a destructor after the driver took the launch: nothing may escape (std::terminate).
+  // What can throw below is the policy's bookkeeping running out of memory: this launch goes unseen.
+  try {
+    after_launch_seen(seen, stream);
+  } catch (...) {
+    static std::atomic<bool> told{false};
+    if (!told.exchange(true)) {
+      try {
+        log::warn("tiering: out of memory showing a launch to the policy; it goes unseen (said once)");
+      } catch (...) {
+      }
+    }
+  }
+}
+
+void Tiering::after_launch_seen(const LaunchSeen& seen, CUstream stream) {
   if (seen.read == LaunchSeen::Read::Read && seen.touches.count != 0 &&
       (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)) {
     CUcontext context = nullptr;

@@ -143,7 +143,8 @@ class Tiering {
   void order_behind_moves(const LaunchSeen& seen, CUstream stream);
   // After the driver took the launch (whatever it answered): a default stream's context is noted for
   // the mover's holds, and the policy is shown what it touched.
-  void after_launch(const LaunchSeen& seen, CUstream stream);
+  // Never throws (Shown's destructor calls it).
+  void after_launch(const LaunchSeen& seen, CUstream stream) noexcept;
   // A call that may load `f` lazily besides its launch (cuFuncGetAttribute / cuFuncSetAttribute,
   // cuKernelGetAttribute / cuKernelSetAttribute, cuFuncSetCacheConfig, the occupancy calls, cuFuncLoad;
   // src/hooks/host_wait_hooks.cpp): under `auto`, until the function is known to be loaded, it passes
@@ -224,6 +225,7 @@ class Tiering {
   bool ask_moves(CUdeviceptr from, CUdeviceptr end, pool::Tier to, int device);
   AdviceTable advice_;
   void trace_launch(const LaunchSeen& seen);  // UVMPOOL_TRACE's Launch and Touch events
+  void after_launch_seen(const LaunchSeen& seen, CUstream stream);  // after_launch past the gate, may throw
   // The capture `stream` records into (its id), or 0; asks the driver only while a capture is under way.
   std::uint64_t capture_of(CUstream stream);
   // Adds the pool memory of [address, address + bytes) to `touches`, one touch per mapping or slab

@@ -5,6 +5,10 @@
 //   throw  (with tests/clients/malloc_fail_shim.c preloaded) every malloc of this thread fails during
 //          the program's first cuMemAlloc, so uvmpool's pool throws std::bad_alloc inside the hook:
 //          the hook must answer OUT_OF_MEMORY, and the next allocation must work.
+//   throw-launch  (malloc_fail_shim.c preloaded, UVMPOOL_TIERING=auto, a small UVMPOOL_DEVICE_LIMIT)
+//          malloc fails during launches on spilled memory, a new kernel's first one included: the
+//          policy's and the layout cache's bookkeeping throw inside the hooks, one from a destructor
+//          after the driver took the launch. Must not abort, and later launches and holds go on.
 //   fork   the parent allocates and forks; the child calls cuInit, takes a context, allocates and
 //          frees an inherited pointer. Whatever each call answers is fine; the child must not die.
 //   fork-launch  as fork, once tiering runs in the parent (a kernel launched on pool memory with
@@ -41,6 +45,53 @@ int huge() {
   // The process goes on working.
   CU(cuMemAlloc(&p, 1 << 20));
   CU(cuMemFree(p));
+  return 0;
+}
+
+// The simulator's kernel catalog (docs/simulator.md): fill [p, p + 4 * count) with `value`.
+CUresult launch_fill(CUfunction fill, CUdeviceptr p, std::uint64_t count, std::uint32_t value) {
+  void* params[] = {&p, &count, &value};
+  return cuLaunchKernel(fill, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr);
+}
+
+int throw_in_launch() {
+  use_primary_context();
+  auto fail = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "shim_fail_malloc"));
+  CLIENT_CHECK(fail != nullptr, "preload tests/clients/malloc_fail_shim.c first");
+  CUmodule module = nullptr;
+  CU(cuModuleLoadData(&module, "uvmpool-sim-module 1\n"));
+  CUfunction fill = nullptr, touch = nullptr;
+  CU(cuModuleGetFunction(&fill, module, "uvmpool_fill_u32"));
+  CU(cuModuleGetFunction(&touch, module, "uvmpool_touch"));
+  constexpr std::size_t kBytes = 32 << 20;
+  CUdeviceptr buffers[4] = {};
+  for (CUdeviceptr& b : buffers) CU(cuMemAlloc(&b, kBytes));  // past the limit: some in host memory
+  CU(launch_fill(fill, buffers[0], 16, 1));  // fill's layout known, the policy seen the first buffer
+  CU(cuCtxSynchronize());
+  // Buffers the policy has not seen, and a kernel launched for the first time: each launch's
+  // bookkeeping allocates, and fails.
+  fail(1);
+  const CUresult a = launch_fill(fill, buffers[3], 16, 2);
+  CUdeviceptr p = buffers[2];
+  std::uint64_t n = 16;
+  std::uint32_t passes = 1, write = 0;
+  void* params[] = {&p, &n, &passes, &write};
+  const CUresult b = cuLaunchKernel(touch, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr);
+  fail(0);
+  std::printf("throw-launch: launches with malloc failing returned %d and %d\n", int(a), int(b));
+  // Everything goes on: launches, a synchronization (which waits at the host-wait gate while a hold
+  // closes it: it must not have been left entered), the data.
+  for (int round = 0; round < 4; ++round)
+    for (CUdeviceptr x : buffers) CU(launch_fill(fill, x, kBytes / 4, 100 + round));
+  CU(cuCtxSynchronize());
+  std::uint32_t word = 0;
+  for (CUdeviceptr x : buffers) {
+    CU(cuMemcpyDtoH(&word, x + kBytes - 4, 4));
+    CLIENT_CHECK(word == 103, "a buffer holds %u after the last fill", word);
+  }
+  for (CUdeviceptr x : buffers) CU(cuMemFree(x));
+  CU(cuModuleUnload(module));
+  std::printf("throw-launch: ok\n");
   return 0;
 }
 
@@ -122,11 +173,6 @@ int fork_child() {
   return 0;
 }
 
-// The simulator's kernel catalog (docs/simulator.md): fill [p, p + 4 * count) with `value`.
-CUresult launch_fill(CUfunction fill, CUdeviceptr p, std::uint64_t count, std::uint32_t value) {
-  void* params[] = {&p, &count, &value};
-  return cuLaunchKernel(fill, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr);
-}
 
 int fork_launch() {
   use_primary_context();
@@ -246,9 +292,10 @@ int main(int argc, char** argv) {
   if (std::strcmp(mode, "fork") == 0) return fork_child();
   if (std::strcmp(mode, "fork-launch") == 0) return fork_launch();
   if (std::strcmp(mode, "throw") == 0) return throw_in_hook();
+  if (std::strcmp(mode, "throw-launch") == 0) return throw_in_launch();
   if (std::strcmp(mode, "init") == 0) return init_only();
   if (std::strcmp(mode, "stream-destroy") == 0) return stream_destroy();
   if (std::strcmp(mode, "race") == 0) return race(argc > 2 ? std::atoi(argv[2]) : 0);
-  std::fprintf(stderr, "usage: client_hardening huge|throw|fork|fork-launch|init|stream-destroy|race US\n");
+  std::fprintf(stderr, "usage: client_hardening huge|throw|throw-launch|fork|fork-launch|init|stream-destroy|race US\n");
   return 2;
 }
