@@ -28,6 +28,9 @@ bool is_launch_hook(driver::Fn fn) {
     case Fn::cuLaunchCooperativeKernel_ptsz:
     case Fn::cuModuleUnload:
     case Fn::cuLibraryUnload:
+    case Fn::cuCtxDestroy_v2:
+    case Fn::cuDevicePrimaryCtxRelease_v2:
+    case Fn::cuDevicePrimaryCtxReset_v2:
     case Fn::cuStreamCreate:
     case Fn::cuStreamCreateWithPriority:
     // The calls that may wait inside the driver (host_wait_hooks.cpp, transfer_hooks.cpp).
@@ -152,6 +155,9 @@ const driver::Table* real_table() {
 CUstream config_stream(const CUlaunchConfig* config) { return config != nullptr ? config->hStream : nullptr; }
 
 // After an unload the driver may reuse its function handles: tiering forgets every parameter layout.
+// So after a context goes (destroyed, or a primary context released or reset, as cudaDeviceReset
+// does), which unloads its modules with it: a layout kept for a handle the driver hands out again
+// would read another kernel's parameters past their end.
 CUresult forget_layouts_if(CUresult unloaded) {
   if (unloaded == CUDA_SUCCESS)
     if (tiering::Tiering* t = tiering::Tiering::existing()) t->unloaded();
@@ -218,6 +224,27 @@ CUresult CUDAAPI cuModuleUnload(CUmodule module) {
   const driver::Table* d = real_table();
   if (d == nullptr || d->cuModuleUnload == nullptr) return CUDA_ERROR_NO_DEVICE;
   return forget_layouts_if(d->cuModuleUnload(module));
+}
+
+CUresult CUDAAPI cuCtxDestroy_v2(CUcontext context) {
+  stats::count_hook(Fn::cuCtxDestroy_v2);
+  const driver::Table* d = real_table();
+  if (d == nullptr || d->cuCtxDestroy_v2 == nullptr) return CUDA_ERROR_NO_DEVICE;
+  return forget_layouts_if(d->cuCtxDestroy_v2(context));
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice device) {
+  stats::count_hook(Fn::cuDevicePrimaryCtxRelease_v2);
+  const driver::Table* d = real_table();
+  if (d == nullptr || d->cuDevicePrimaryCtxRelease_v2 == nullptr) return CUDA_ERROR_NO_DEVICE;
+  return forget_layouts_if(d->cuDevicePrimaryCtxRelease_v2(device));
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice device) {
+  stats::count_hook(Fn::cuDevicePrimaryCtxReset_v2);
+  const driver::Table* d = real_table();
+  if (d == nullptr || d->cuDevicePrimaryCtxReset_v2 == nullptr) return CUDA_ERROR_NO_DEVICE;
+  return forget_layouts_if(d->cuDevicePrimaryCtxReset_v2(device));
 }
 
 CUresult CUDAAPI cuLibraryUnload(CUlibrary library) {

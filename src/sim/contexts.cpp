@@ -12,6 +12,7 @@
 
 #include "sim/address_space.h"
 #include "sim/devices.h"
+#include "sim/launch.h"
 #include "sim/entry_points.h"
 #include "sim/timeline.h"
 #include "sim/settings.h"
@@ -69,6 +70,7 @@ void release_resources(Context* context) {
   for (auto& links : g_peers) links.fetch_and(~(1u << device), std::memory_order_acq_rel);
   release_context_memory(context);
   timeline::release_context(context);
+  release_context_modules(context);
 }
 
 // Scheduling flags are exclusive; the rest must be known context flags.

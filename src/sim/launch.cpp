@@ -432,6 +432,16 @@ constexpr bool kPerThread = true;
 
 }  // namespace
 
+void release_context_modules(const Context* context) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  std::erase_if(r.functions, [&](const auto& f) { return f.second->context == context; });
+  std::erase_if(r.modules, [&](const auto& m) { return !m.second->library && m.second->context == context; });
+  for (auto& [handle, module] : r.modules) {
+    if (module->library) std::erase_if(module->in_context, [&](const auto& f) { return f.first.second == context; });
+  }
+}
+
 CUresult kernel_work(const KernelLaunch& l, const Context* context, WorkSpec* out) {
   Function* function = nullptr;
   {

@@ -9,6 +9,11 @@
 //          malloc fails during launches on spilled memory, a new kernel's first one included: the
 //          policy's and the layout cache's bookkeeping throw inside the hooks, one from a destructor
 //          after the driver took the launch. Must not abort, and later launches and holds go on.
+//   ctx-reset  (UVMPOOL_TIERING=auto, a small UVMPOOL_DEVICE_LIMIT) a kernel launched on spilled
+//          memory, the primary context reset (cudaDeviceReset), then the old function's handle
+//          launched again (the driver may hand the same handle to another kernel): the layout kept for
+//          it must have been forgotten with the context, so the hook asks the driver again (which
+//          refuses the handle) instead of reading the arguments by the old kernel's layout.
 //   fork   the parent allocates and forks; the child calls cuInit, takes a context, allocates and
 //          frees an inherited pointer. Whatever each call answers is fine; the child must not die.
 //   fork-launch  as fork, once tiering runs in the parent (a kernel launched on pool memory with
@@ -92,6 +97,37 @@ int throw_in_launch() {
   for (CUdeviceptr x : buffers) CU(cuMemFree(x));
   CU(cuModuleUnload(module));
   std::printf("throw-launch: ok\n");
+  return 0;
+}
+
+int ctx_reset() {
+  void* libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  CLIENT_CHECK(libcuda != nullptr, "libcuda.so.1 not loaded");
+  CUfunction old = nullptr;
+  for (int round = 0; round < 2; ++round) {
+    use_primary_context();
+    CUdeviceptr buffers[3] = {};
+    for (CUdeviceptr& b : buffers) CU(cuMemAlloc(&b, 32 << 20));  // past the limit: some in host memory
+    if (round == 0) {
+      CUmodule module = nullptr;
+      CU(cuModuleLoadData(&module, "uvmpool-sim-module 1\n"));
+      CU(cuModuleGetFunction(&old, module, "uvmpool_fill_u32"));
+      for (CUdeviceptr b : buffers) CU(launch_fill(old, b, 16, 1));
+      CU(cuCtxSynchronize());
+    } else {
+      const CUresult r = launch_fill(old, buffers[2], 16, 1);
+      std::printf("ctx-reset: the old handle after the reset: %d\n", int(r));
+      CLIENT_CHECK(r != CUDA_SUCCESS, "a function of a reset context launched");
+    }
+    std::printf("ctx-reset: round %d, layouts asked %lld\n", round, uvmpool_figure(libcuda, "param_layouts_asked"));
+    for (CUdeviceptr b : buffers) CU(cuMemFree(b));
+    CUdevice dev = 0;
+    CU(cuDeviceGet(&dev, 0));
+    if (round == 0) CU(cuDevicePrimaryCtxReset(dev));  // unloads the module with the context
+  }
+  const long long asked = uvmpool_figure(libcuda, "param_layouts_asked");
+  CLIENT_CHECK(asked == 2, "layouts asked %lld times: the first context's was kept past its reset", asked);
+  std::printf("ctx-reset: ok\n");
   return 0;
 }
 
@@ -293,9 +329,10 @@ int main(int argc, char** argv) {
   if (std::strcmp(mode, "fork-launch") == 0) return fork_launch();
   if (std::strcmp(mode, "throw") == 0) return throw_in_hook();
   if (std::strcmp(mode, "throw-launch") == 0) return throw_in_launch();
+  if (std::strcmp(mode, "ctx-reset") == 0) return ctx_reset();
   if (std::strcmp(mode, "init") == 0) return init_only();
   if (std::strcmp(mode, "stream-destroy") == 0) return stream_destroy();
   if (std::strcmp(mode, "race") == 0) return race(argc > 2 ? std::atoi(argv[2]) : 0);
-  std::fprintf(stderr, "usage: client_hardening huge|throw|throw-launch|fork|fork-launch|init|stream-destroy|race US\n");
+  std::fprintf(stderr, "usage: client_hardening huge|throw|throw-launch|ctx-reset|fork|fork-launch|init|stream-destroy|race US\n");
   return 2;
 }
