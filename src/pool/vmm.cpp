@@ -194,24 +194,26 @@ CUresult Vmm::map(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chu
 }
 
 Vmm::Unmapped Vmm::unmap(CUdeviceptr va, std::span<const Chunk> pieces, std::size_t chunk_size) const {
+  const std::size_t total = granules_of(pieces) * chunk_size;
+  PeerAccess::get().forget(va, total);
   // One call per piece: each was mapped by its own cuMemMap, and the driver unmaps whole mappings.
   std::size_t at = 0;
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     const std::size_t bytes = pieces[i].granules * chunk_size;
-    PeerAccess::get().forget(va + at, bytes);
     CUresult r = d_.cuMemUnmap(va + at, bytes);
     if (r != CUDA_SUCCESS) r = d_.cuMemUnmap(va + at, bytes);  // once more: a passing failure
     if (r == CUDA_SUCCESS) {
       at += bytes;
       continue;
     }
-    // This piece stays mapped, with its access; the ones before it go back where they were.
-    if (PeerAccess::get().grant(d_, device_, va + at, bytes) != CUDA_SUCCESS)
+    // This piece and the ones after it stay mapped, with their access (noted again); the ones before
+    // it go back where they were.
+    if (PeerAccess::get().grant(d_, device_, va + at, total - at) != CUDA_SUCCESS)
       log::warn("device {}: access to {:#x} could not be noted again after a failed unmap", device_, va + at);
     if (i != 0 && map(va, pieces.first(i), chunk_size) != CUDA_SUCCESS) {
       log::error("device {}: cuMemUnmap at {:#x} failed ({}) and the pieces before it could not be mapped back: "
                  "{} bytes at {:#x} are partly mapped and stay out of use",
-                 device_, va + at, static_cast<int>(r), granules_of(pieces) * chunk_size, va);
+                 device_, va + at, static_cast<int>(r), total, va);
       return Unmapped::Partly;
     }
     log::warn("device {}: cuMemUnmap at {:#x} failed ({}); the range stays mapped", device_, va + at, static_cast<int>(r));
