@@ -237,7 +237,14 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice device) {
   stats::count_hook(Fn::cuDevicePrimaryCtxRelease_v2);
   const driver::Table* d = real_table();
   if (d == nullptr || d->cuDevicePrimaryCtxRelease_v2 == nullptr) return CUDA_ERROR_NO_DEVICE;
-  return forget_layouts_if(d->cuDevicePrimaryCtxRelease_v2(device));
+  const CUresult released = d->cuDevicePrimaryCtxRelease_v2(device);
+  // Only the last release destroys the context (and unloads its modules); the others keep every layout.
+  unsigned flags = 0;
+  int active = 0;
+  if (released == CUDA_SUCCESS && d->cuDevicePrimaryCtxGetState != nullptr &&
+      d->cuDevicePrimaryCtxGetState(device, &flags, &active) == CUDA_SUCCESS && active != 0)
+    return released;
+  return forget_layouts_if(released);
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice device) {

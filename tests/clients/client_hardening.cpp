@@ -114,6 +114,15 @@ int ctx_reset() {
       CU(cuModuleGetFunction(&old, module, "uvmpool_fill_u32"));
       for (CUdeviceptr b : buffers) CU(launch_fill(old, b, 16, 1));
       CU(cuCtxSynchronize());
+      // A release that is not the last leaves the context, its modules and their layouts alone.
+      CUdevice dev = 0;
+      CUcontext again = nullptr;
+      CU(cuDeviceGet(&dev, 0));
+      CU(cuDevicePrimaryCtxRetain(&again, dev));
+      CU(cuDevicePrimaryCtxRelease(dev));
+      CU(launch_fill(old, buffers[0], 16, 1));
+      const long long kept = uvmpool_figure(libcuda, "param_layouts_asked");
+      CLIENT_CHECK(kept == 1, "layouts asked %lld times after a release that was not the last", kept);
     } else {
       const CUresult r = launch_fill(old, buffers[2], 16, 1);
       std::printf("ctx-reset: the old handle after the reset: %d\n", int(r));
