@@ -22,13 +22,14 @@ PendingFrees::PendingFrees(const driver::Table& driver, int device, const std::a
 PendingFrees::~PendingFrees() {
   MutexLock lock(mu_);
   for (const Batch& b : batches_) d_.cuEventDestroy_v2(b.event);
-  for (CUevent e : spare_events_) d_.cuEventDestroy_v2(e);
+  for (const Spare& s : spare_events_) d_.cuEventDestroy_v2(s.event);
 }
 
-CUevent PendingFrees::take_event() {
-  if (!spare_events_.empty()) {
-    CUevent e = spare_events_.back();
-    spare_events_.pop_back();
+CUevent PendingFrees::take_event(CUcontext context) {
+  for (auto it = spare_events_.rbegin(); it != spare_events_.rend(); ++it) {
+    if (it->context != context) continue;
+    CUevent e = it->event;
+    spare_events_.erase(std::next(it).base());
     return e;
   }
   CUevent e = nullptr;
@@ -44,13 +45,13 @@ std::optional<PendingItem> PendingFrees::add(const StreamKey& stream, PendingIte
     return std::nullopt;
   }
   UniqueMutexLock lock(mu_);
-  CUevent e = take_event();
+  CUevent e = take_event(stream.context);
   if (e != nullptr && d_.cuEventRecord(e, CU_STREAM_PER_THREAD) == CUDA_SUCCESS) {
     // No stream to reuse it early on: the key names the thread, whose id the next thread may get.
-    batches_.push_back(Batch{e, {item}, std::nullopt});
+    batches_.push_back(Batch{e, stream.context, {item}, std::nullopt});
     return std::nullopt;
   }
-  if (e != nullptr) spare_events_.push_back(e);
+  if (e != nullptr) spare_events_.push_back(Spare{stream.context, e});
   lock.unlock();
   // No event: wait for the stream here rather than risk reusing memory it may still touch.
   d_.cuStreamSynchronize(CU_STREAM_PER_THREAD);
@@ -74,7 +75,7 @@ std::vector<PendingItem> PendingFrees::collect(bool wait) {
     }
     if (r != CUDA_SUCCESS) log::warn("device {}: waiting for freed stream memory: event error {}", device_, static_cast<int>(r));
     ready.insert(ready.end(), it->items.begin(), it->items.end());
-    spare_events_.push_back(it->event);
+    spare_events_.push_back(Spare{it->context, it->event});
     it = batches_.erase(it);
   }
   count_.fetch_sub(ready.size(), std::memory_order_relaxed);
@@ -121,13 +122,13 @@ bool PendingFrees::capturing(const StreamKey& key) const {
 void PendingFrees::seal_locked(const StreamKey& key, std::vector<PendingItem>& open, std::vector<PendingItem>* ready) {
   if (open.empty()) return;
   ScopedContext in(d_, key.context);
-  CUevent e = take_event();
+  CUevent e = take_event(key.context);
   if (e != nullptr && d_.cuEventRecord(e, key.stream) == CUDA_SUCCESS) {
-    batches_.push_back(Batch{e, std::move(open), key});
+    batches_.push_back(Batch{e, key.context, std::move(open), key});
   } else {
     // Events fail (or the stream is already gone): its work may still run, so wait for the whole
     // context before reusing what was freed on it.
-    if (e != nullptr) spare_events_.push_back(e);
+    if (e != nullptr) spare_events_.push_back(Spare{key.context, e});
     const DeviceWaitScope waiting(device_waits_);  // mu_ is held
     d_.cuCtxSynchronize();
     ready->insert(ready->end(), open.begin(), open.end());

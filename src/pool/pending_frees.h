@@ -85,10 +85,17 @@ class PendingFrees {
  private:
   struct Batch {
     CUevent event = nullptr;
+    CUcontext context = nullptr;  // the event's
     std::vector<PendingItem> items;
     std::optional<StreamKey> stream;  // the stream it was freed on, until that stream is destroyed
   };
-  CUevent take_event() UVMPOOL_REQUIRES(mu_);
+  // An event is recorded only on a stream of its own context, so spare events are kept by context.
+  struct Spare {
+    CUcontext context = nullptr;
+    CUevent event = nullptr;
+  };
+  // A spare event of `context`, else one made now (`context` is current).
+  CUevent take_event(CUcontext context) UVMPOOL_REQUIRES(mu_);
   // Moves one stream's open frees into a batch behind an event on it; what cannot get an event is
   // waited for and added to `ready`.
   void seal_locked(const StreamKey& key, std::vector<PendingItem>& open, std::vector<PendingItem>* ready)
@@ -106,7 +113,7 @@ class PendingFrees {
   Mutex mu_;
   std::unordered_map<StreamKey, std::vector<PendingItem>, StreamKeyHash> open_ UVMPOOL_GUARDED_BY(mu_);
   std::deque<Batch> batches_ UVMPOOL_GUARDED_BY(mu_);
-  std::vector<CUevent> spare_events_ UVMPOOL_GUARDED_BY(mu_);
+  std::vector<Spare> spare_events_ UVMPOOL_GUARDED_BY(mu_);
   std::atomic<std::size_t> count_{0};  // items in open_ and batches_ (and one being added)
 };
 

@@ -14,6 +14,7 @@
 #include "config/leak_marker.h"
 #include "config/log.h"
 #include "config/thread_safety.h"
+#include "driver/context_scope.h"
 #include "driver/real_driver.h"
 #include "pool/device_pool.h"
 #include "pool/host_tier.h"
@@ -195,18 +196,37 @@ bool Pool::capturing(CUstream stream) {
   return status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
+CUresult Pool::stream_context(CUstream stream, CUcontext* context) {
+  if (stream != nullptr && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD && driver_.cuStreamGetCtx != nullptr)
+    return driver_.cuStreamGetCtx(stream, context);
+  return driver_.cuCtxGetCurrent(context);
+}
+
+namespace {
+// The key pending frees (pending_frees.h) know `stream` by, in `context`.
+StreamKey stream_key(CUstream stream, CUcontext context) {
+  StreamKey key{stream, context, {}};
+  if (stream == nullptr) key.stream = CU_STREAM_LEGACY;  // 0 and CU_STREAM_LEGACY name one stream
+  if (stream == CU_STREAM_PER_THREAD) key.thread = std::this_thread::get_id();
+  return key;
+}
+}  // namespace
+
 CUresult Pool::allocate_async(CUdeviceptr* out, std::size_t bytes, CUstream stream) {
   if (out == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   if (capturing(stream)) return CUDA_ERROR_NOT_SUPPORTED;
-  int device = -1;
   CUcontext ctx = nullptr;
+  if (const CUresult r = stream_context(stream, &ctx); r != CUDA_SUCCESS) return r;
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  // A stream of another device than the current context's: its device serves it, and what the
+  // allocation asks the driver (its free memory, for one) is asked in the stream's context.
+  const driver::ContextScope in(driver_, ctx);
+  if (in.status() != CUDA_SUCCESS) return in.status();
+  int device = -1;
   if (const CUresult r = current_device(&device, &ctx); r != CUDA_SUCCESS) return r;
   DevicePool* p = device_pool(device);
   if (p == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
-  StreamKey key{stream, ctx, {}};
-  if (stream == nullptr) key.stream = CU_STREAM_LEGACY;  // 0 and CU_STREAM_LEGACY name one stream
-  if (stream == CU_STREAM_PER_THREAD) key.thread = std::this_thread::get_id();
-  return p->allocate_async(out, bytes, ctx, key);
+  return p->allocate_async(out, bytes, ctx, stream_key(stream, ctx));
 }
 
 namespace {
@@ -232,12 +252,13 @@ Ownership Pool::deallocate_async(CUdeviceptr p, CUstream stream, CUresult* resul
   if (e == 0) return guard_refuses_free(config_.guard, devices_->map, p, result) ? Ownership::Ours : Ownership::Foreign;
   DevicePool* owner = owner_of(e);
   if (owner == nullptr) return Ownership::Foreign;
+  // The free's event is recorded on the stream, which takes an event of the stream's own context.
   CUcontext ctx = nullptr;
-  driver_.cuCtxGetCurrent(&ctx);
-  StreamKey key{stream, ctx, {}};
-  if (stream == nullptr) key.stream = CU_STREAM_LEGACY;
-  if (stream == CU_STREAM_PER_THREAD) key.thread = std::this_thread::get_id();
-  *result = owner->deallocate_async(e, p, key, capturing(stream));
+  if (const CUresult r = stream_context(stream, &ctx); r != CUDA_SUCCESS || ctx == nullptr) {
+    *result = r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_CONTEXT;  // nothing freed, as the driver would
+    return Ownership::Ours;
+  }
+  *result = owner->deallocate_async(e, p, stream_key(stream, ctx), capturing(stream));
   return Ownership::Ours;
 }
 

@@ -222,7 +222,9 @@ class Pool {
 
   // cuMemAllocAsync / cuMemFreeAsync: memory freed on a stream is reused at once on that stream,
   // on others only once the freeing stream's work has completed. A capturing stream is not served
-  // (the caller passes the call to the driver): see `capturing`.
+  // (the caller passes the call to the driver): see `capturing`. Memory comes from the stream's
+  // device, whatever context is current (as the driver's pools serve it), and a free's event goes on
+  // the stream in the stream's context.
   CUresult allocate_async(CUdeviceptr* out, std::size_t bytes, CUstream stream);
   Ownership deallocate_async(CUdeviceptr p, CUstream stream, CUresult* result);
   // Before cuStreamDestroy(stream): what was freed on it and waits for its work is covered by an
@@ -361,6 +363,10 @@ class Pool {
  private:
   DevicePool* device_pool(int device);  // made on first use
   CUresult current_device(int* device, CUcontext* context);
+  // The context `stream`'s work runs in: its own for a created stream, the current one for the
+  // default streams (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD). The driver's error for a stream it
+  // does not know.
+  CUresult stream_context(CUstream stream, CUcontext* context);
 
   const driver::Table& driver_;
   PoolConfig config_;

@@ -97,6 +97,7 @@ constexpr bool passes_the_door(Fn fn) {
     case Fn::cuStreamSynchronize_ptsz:
     case Fn::cuStreamQuery:
     case Fn::cuStreamQuery_ptsz:
+    case Fn::cuStreamGetCtx:
     case Fn::cuEventQuery:
     case Fn::cuEventSynchronize:
       return true;

@@ -42,6 +42,15 @@ CUresult impl::cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned int Flags)
   return timeline::wait_event(s, kPerThread, e);
 }
 
+// The legacy and per-thread handles name the current context's streams.
+CUresult impl::cuStreamGetCtx(CUstream s, CUcontext* pctx) {
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Context* context = nullptr;
+  if (CUresult status = timeline::stream_context(s, kLegacy, &context); status != CUDA_SUCCESS) return status;
+  *pctx = to_handle(context);
+  return CUDA_SUCCESS;
+}
+
 CUresult impl::cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* status) {
   return timeline::capture_status(s, kLegacy, status);
 }

@@ -751,7 +751,8 @@ CUresult record_event(CUevent event, CUstream handle, bool per_thread) {
   Stream* s = nullptr;
   if (CUresult status = resolve(st, handle, per_thread, &s); status != CUDA_SUCCESS) return status;
   Event* e = st.objects.find_event(event);
-  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  // "event and stream must be on the same CUDA context" (cudaEventRecord's documentation).
+  if (e == nullptr || e->context != s->context) return CUDA_ERROR_INVALID_HANDLE;
   if (implicit_in_capture(st, *s)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
   if (s->capturing) {  // a node of the graph: other streams' waits on it join the capture
     e->captured_in = s->capturing;

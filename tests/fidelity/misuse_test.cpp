@@ -186,6 +186,35 @@ TEST_F(NoContext, ContextIsRestoredAfterwards) {
   EXPECT_EQ(current, ctx);
 }
 
+// cudaEventRecord's documentation: "event and stream must be on the same CUDA context". The pool
+// records its events for stream-ordered frees on the freeing stream, in that stream's context
+// (cuStreamGetCtx), which the simulator checks by refusing an event of another context.
+TEST_F(Misuse, AnEventIsRecordedOnlyOnAStreamOfItsOwnContext) {
+  CUcontext other = nullptr;
+  ASSERT_CU(CU(cuCtxCreate_v2, &other, 0u, dev));  // current now
+  CUstream theirs = nullptr;
+  const CUresult made = CU(cuStreamCreate, &theirs, static_cast<unsigned>(CU_STREAM_NON_BLOCKING));
+  CUcontext popped = nullptr;
+  ASSERT_CU(CU(cuCtxPopCurrent_v2, &popped));
+  EXPECT_EQ(popped, other);
+  if (made == CUDA_SUCCESS) {
+    CUcontext of = nullptr;
+    EXPECT_CU(CU(cuStreamGetCtx, theirs, &of));
+    EXPECT_EQ(of, other) << "cuStreamGetCtx names the stream's own context";
+    EXPECT_CU(CU(cuStreamGetCtx, CUstream{nullptr}, &of));
+    EXPECT_EQ(of, ctx) << "cuStreamGetCtx names the current context for the default stream";
+    CUevent ours = nullptr;
+    ASSERT_CU(CU(cuEventCreate, &ours, static_cast<unsigned>(CU_EVENT_DISABLE_TIMING)));
+    EXPECT_CU_EQ(CUDA_ERROR_INVALID_HANDLE, CU(cuEventRecord, ours, theirs));
+    EXPECT_CU(CU(cuEventRecord, ours, CUstream{nullptr}));
+    EXPECT_CU(CU(cuEventSynchronize, ours));
+    EXPECT_CU(CU(cuEventDestroy_v2, ours));
+    EXPECT_CU(CU(cuStreamDestroy_v2, theirs));
+  }
+  EXPECT_CU(made);
+  EXPECT_CU(CU(cuCtxDestroy_v2, other));
+}
+
 // Last on purpose (see the top of the file): a driver that let this copy reach the hardware would
 // fault the context.
 using MisuseLast = DriverTest;  // its own suite, so it runs after Misuse and NoContext

@@ -151,6 +151,72 @@ TEST_F(MultiDevice, AsyncFreeOnAnotherDevicesStreamWorks) {
   EXPECT_CU(drv().cuStreamDestroy_v2(s0));
 }
 
+// cuMemAllocAsync serves "from the memory pool current to the stream's device": a stream of device 1
+// gets device 1's memory while a context of device 0 is current, and the current context stays.
+TEST_F(MultiDevice, AsyncAllocationOnAnotherDevicesStreamComesFromThatDevice) {
+  auto pool = make_pool();
+  use(1);
+  CUstream s1 = nullptr;
+  ASSERT_CU(drv().cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+  use(0);
+  for (std::size_t bytes : {std::size_t{256}, std::size_t{70000}, 3 * gran + 1}) {
+    SCOPED_TRACE(std::to_string(bytes) + " bytes");
+    CUdeviceptr p = 0;
+    ASSERT_CU(pool->allocate_async(&p, bytes, s1));
+    const auto info = pool->find(p);
+    ASSERT_TRUE(info.has_value());
+    EXPECT_EQ(info->device, 1);
+    EXPECT_EQ(info->context, context(1));
+    EXPECT_EQ(physical_device(p), 1) << "the memory itself is on the current context's device";
+    CUcontext current = nullptr;
+    ASSERT_CU(drv().cuCtxGetCurrent(&current));
+    EXPECT_EQ(current, context(0)) << "the current context changed";
+    CUresult r = CUDA_ERROR_UNKNOWN;
+    EXPECT_EQ(pool->deallocate_async(p, s1, &r), Ownership::Ours);
+    EXPECT_CU(r);
+  }
+  EXPECT_EQ(pool->stats(0).live_allocations, 0u);
+  EXPECT_EQ(pool->stats(1).live_allocations, 0u);
+  EXPECT_CU(drv().cuStreamDestroy_v2(s1));
+}
+
+// A free on a stream of another context than the current one is put behind an event of the
+// stream's context (the simulator, as the driver, refuses an event of another context): not
+// reused elsewhere while that stream's work is held, and no context is waited for instead. Device 1's
+// memory is freed on streams of both contexts in turn, so its spare events of one context are offered
+// to the other's streams unless they are kept apart.
+TEST_F(MultiDevice, AsyncFreeOnAnotherContextsStreamIsFencedOnThatStream) {
+  REQUIRE_SIM_CONTROL(hold_stream, "uvmpool_sim_hold_stream");
+  auto pool = make_pool();
+  CUstream s[2] = {};
+  for (int device : {0, 1}) {
+    use(device);
+    ASSERT_CU(drv().cuStreamCreate(&s[device], CU_STREAM_NON_BLOCKING));
+  }
+  sim().reset_counts();
+  for (int round = 0; round < 2; ++round) {
+    for (int stream_device : {0, 1}) {
+      SCOPED_TRACE("round " + std::to_string(round) + ", a stream of device " + std::to_string(stream_device));
+      use(1);  // device 1's memory, freed on a stream of either device
+      CUdeviceptr p = must_allocate(*pool, 3 * gran);
+      hold_stream(s[stream_device], true);
+      CUresult r = CUDA_ERROR_UNKNOWN;
+      ASSERT_EQ(pool->deallocate_async(p, s[stream_device], &r), Ownership::Ours);
+      ASSERT_CU(r);
+      CUdeviceptr q = must_allocate(*pool, 3 * gran);  // collects: the free gets its event now
+      EXPECT_NE(q, p) << "memory freed on a held stream was handed out";
+      hold_stream(s[stream_device], false);
+      ASSERT_CU(drv().cuStreamSynchronize(s[stream_device]));
+      CUdeviceptr again = must_allocate(*pool, 3 * gran);  // collects: the event done, a spare
+      EXPECT_EQ(again, p) << "the free's event completed, yet its memory was not reused";
+      must_free(*pool, q);
+      must_free(*pool, again);
+    }
+  }
+  EXPECT_EQ(sim().call_count("cuCtxSynchronize"), 0u) << "an event could not be recorded: a context was waited for instead";
+  for (CUstream stream : s) EXPECT_CU(drv().cuStreamDestroy_v2(stream));
+}
+
 TEST_F(MultiDevice, EachDeviceHasItsOwnBudgetAndMemoryInfo) {
   auto pool = make_pool(limited_config(64 * kMiB));
   std::vector<std::pair<CUdeviceptr, int>> made;
