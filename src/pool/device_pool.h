@@ -481,7 +481,11 @@ class DevicePool {
   std::uint64_t budget_ = 0;
 
   std::atomic<bool> unfenced_{false};             // a cuMemFree since the last fence_unmap
-  std::atomic<CUcontext> unfenced_context_{nullptr};  // the context that freed (its work to wait for)
+  std::atomic<CUcontext> unfenced_context_{nullptr};  // the context last noted (note_sync_free's fast path)
+  // The contexts whose allocations were freed since the last fence_unmap: each one's work is waited
+  // for (two contexts of one device are two queues of work; one's synchronize is not the other's).
+  Mutex unfenced_mu_;  // a leaf
+  std::vector<CUcontext> unfenced_contexts_ UVMPOOL_GUARDED_BY(unfenced_mu_);
 
   // The slow path.
   mutable Mutex mu_;

@@ -3,6 +3,7 @@
 // order makes that safe) and by others only once an event recorded on the freeing stream has
 // completed (the part that keeps such frees: pending_frees.h). Here: the pool's side of it, and the
 // fences and waits for the device that frees and moves need.
+#include <algorithm>
 #include <optional>
 
 #include "config/log.h"
@@ -13,9 +14,12 @@ namespace uvmpool::pool {
 using ScopedContext = driver::ContextScope;
 
 void DevicePool::note_sync_free(CUcontext context) {
-  // On every free: a shared load, and stores only when the flag turns on (once per fence), so that
-  // threads freeing at once do not bounce this cache line between them.
-  if (unfenced_.load(std::memory_order_relaxed)) return;
+  // On every free: shared loads, and the lock only when the flag turns on or another context frees
+  // (once per fence and context), so that threads freeing at once do not bounce this cache line.
+  if (unfenced_.load(std::memory_order_acquire) && unfenced_context_.load(std::memory_order_relaxed) == context) return;
+  MutexLock lock(unfenced_mu_);
+  if (std::find(unfenced_contexts_.begin(), unfenced_contexts_.end(), context) == unfenced_contexts_.end())
+    unfenced_contexts_.push_back(context);
   unfenced_context_.store(context, std::memory_order_relaxed);
   unfenced_.store(true, std::memory_order_release);
 }
@@ -29,11 +33,20 @@ void DevicePool::wait_for_context(CUcontext context) {
 
 void DevicePool::fence_unmap() {
   if (!unfenced_.load(std::memory_order_acquire) || !unfenced_.exchange(false, std::memory_order_acq_rel)) return;
+  std::vector<CUcontext> contexts;
+  {
+    // A free noted after the exchange is fenced by this wait or the next (it turned the flag on again).
+    MutexLock lock(unfenced_mu_);
+    contexts.swap(unfenced_contexts_);
+  }
   if (process_exiting()) return;  // the driver may be going away; nothing runs after exit anyway
-  ScopedContext in(d_, unfenced_context_.load(std::memory_order_relaxed));
   const DeviceWaitScope waiting(device_waits_);  // mu_ is held: no hold may stand meanwhile
-  if (const CUresult r = d_.cuCtxSynchronize(); r != CUDA_SUCCESS)
-    log::debug("device {}: waiting for the device before unmapping freed memory: error {}", device_, static_cast<int>(r));
+  for (CUcontext context : contexts) {
+    ScopedContext in(d_, context);
+    if (in.status() != CUDA_SUCCESS) continue;  // destroyed since: its work is gone with it
+    if (const CUresult r = d_.cuCtxSynchronize(); r != CUDA_SUCCESS)
+      log::debug("device {}: waiting for the device before unmapping freed memory: error {}", device_, static_cast<int>(r));
+  }
 }
 
 void DevicePool::fence_freed() {

@@ -273,6 +273,32 @@ TEST_F(StreamOrder, MemoryFreedWithWorkInFlightIsNotUnmappedBeforeTheWorkEnds) {
   }
 }
 
+// The same, with allocations of two contexts of one device freed before the unmap: each context's
+// work is its own to wait for (before, only the first context to free was synchronized).
+TEST_F(StreamOrder, UnmappingFreedMemoryWaitsForEveryContextWhoseMemoryWasFreed) {
+  auto pool = make_pool();
+  CUcontext primary = nullptr;
+  ASSERT_CU(drv().cuCtxGetCurrent(&primary));
+  CUcontext other = nullptr;
+  ASSERT_CU(drv().cuCtxCreate_v2(&other, 0, 0));  // current now
+  CUstream theirs = nullptr;
+  ASSERT_CU(drv().cuStreamCreate(&theirs, CU_STREAM_NON_BLOCKING));
+  const CUdeviceptr q = alloc_on(*pool, 3 * gran + 1, theirs);
+  hold_stream(theirs, true);  // a kernel of the other context still running over q
+  CUcontext popped = nullptr;
+  ASSERT_CU(drv().cuCtxPopCurrent_v2(&popped));
+  const CUdeviceptr p = alloc_on(*pool, 3 * gran + 1, a);
+  must_free(*pool, p);  // the primary context's, noted first
+  must_free(*pool, q);
+  const unsigned long long unmapped = sim().call_count("cuMemUnmap");
+  pool->release_idle();
+  ASSERT_GT(sim().call_count("cuMemUnmap"), unmapped) << "the test meant to make the pool unmap freed memory";
+  EXPECT_CU(drv().cuStreamQuery(theirs)) << "q was unmapped while the other context's work on it was held";
+  hold_stream(theirs, false);
+  EXPECT_CU(drv().cuStreamDestroy_v2(theirs));
+  EXPECT_CU(drv().cuCtxDestroy_v2(other));
+}
+
 TEST_F(StreamOrder, FreesWithoutAnUnmapDoNotWait) {
   auto pool = make_pool();
   CUdeviceptr p = alloc_on(*pool, 3 * gran + 1, a);
