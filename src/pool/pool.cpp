@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "config/leak_marker.h"
@@ -164,6 +165,11 @@ CUresult Pool::current_device(int* device, CUcontext* context) {
   CUcontext ctx = nullptr;
   if (const CUresult r = driver_.cuCtxGetCurrent(&ctx); r != CUDA_SUCCESS) return r;
   if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  *context = ctx;
+  return device_of_current(ctx, device);
+}
+
+CUresult Pool::device_of_current(CUcontext ctx, int* device) {
   // Most programs use one context per thread: remember its device instead of asking each time.
   thread_local CUcontext last_context = nullptr;
   thread_local int last_device = -1;
@@ -176,7 +182,6 @@ CUresult Pool::current_device(int* device, CUcontext* context) {
     last_pool = this;
   }
   *device = last_device;
-  *context = ctx;
   return CUDA_SUCCESS;
 }
 
@@ -196,9 +201,15 @@ bool Pool::capturing(CUstream stream) {
   return status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
+namespace {
+// A stream the program created (not a default stream): it has a context of its own.
+bool created_stream(CUstream stream) {
+  return stream != nullptr && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD;
+}
+}  // namespace
+
 CUresult Pool::stream_context(CUstream stream, CUcontext* context) {
-  if (stream != nullptr && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD && driver_.cuStreamGetCtx != nullptr)
-    return driver_.cuStreamGetCtx(stream, context);
+  if (created_stream(stream) && driver_.cuStreamGetCtx != nullptr) return driver_.cuStreamGetCtx(stream, context);
   return driver_.cuCtxGetCurrent(context);
 }
 
@@ -215,15 +226,21 @@ StreamKey stream_key(CUstream stream, CUcontext context) {
 CUresult Pool::allocate_async(CUdeviceptr* out, std::size_t bytes, CUstream stream) {
   if (out == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   if (capturing(stream)) return CUDA_ERROR_NOT_SUPPORTED;
-  CUcontext ctx = nullptr;
-  if (const CUresult r = stream_context(stream, &ctx); r != CUDA_SUCCESS) return r;
+  CUcontext current = nullptr;
+  if (const CUresult r = driver_.cuCtxGetCurrent(&current); r != CUDA_SUCCESS) return r;
+  CUcontext ctx = current;
+  if (created_stream(stream) && driver_.cuStreamGetCtx != nullptr)
+    if (const CUresult r = driver_.cuStreamGetCtx(stream, &ctx); r != CUDA_SUCCESS) return r;
   if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  // A stream of another device than the current context's: its device serves it, and what the
-  // allocation asks the driver (its free memory, for one) is asked in the stream's context.
-  const driver::ContextScope in(driver_, ctx);
-  if (in.status() != CUDA_SUCCESS) return in.status();
+  // A stream of another context than the current one (of another device, say): its device serves
+  // it, and what the allocation asks the driver (its free memory, for one) is asked in its context.
+  std::optional<driver::ContextScope> in;
+  if (ctx != current) {
+    in.emplace(driver_, ctx);
+    if (in->status() != CUDA_SUCCESS) return in->status();
+  }
   int device = -1;
-  if (const CUresult r = current_device(&device, &ctx); r != CUDA_SUCCESS) return r;
+  if (const CUresult r = device_of_current(ctx, &device); r != CUDA_SUCCESS) return r;
   DevicePool* p = device_pool(device);
   if (p == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
   return p->allocate_async(out, bytes, ctx, stream_key(stream, ctx));
