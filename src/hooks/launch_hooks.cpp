@@ -59,6 +59,10 @@ bool is_launch_hook(driver::Fn fn) {
     case Fn::cuMemcpyDtoH_v2_ptds:
     case Fn::cuMemcpyDtoD_v2:
     case Fn::cuMemcpyDtoD_v2_ptds:
+    case Fn::cuMemcpyDtoA_v2:
+    case Fn::cuMemcpyDtoA_v2_ptds:
+    case Fn::cuMemcpyAtoD_v2:
+    case Fn::cuMemcpyAtoD_v2_ptds:
     case Fn::cuMemcpyAsync:
     case Fn::cuMemcpyAsync_ptsz:
     case Fn::cuMemcpyHtoDAsync_v2:

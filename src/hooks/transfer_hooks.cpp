@@ -74,6 +74,17 @@ UVMPOOL_TRANSFER(cuMemcpyDtoD_v2, (CUdeviceptr dst, CUdeviceptr src, size_t n), 
 UVMPOOL_TRANSFER(cuMemcpyDtoD_v2_ptds, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n), true, Copy,
                  CU_STREAM_PER_THREAD, {dst, n}, {src, n})
 
+// Copies between device memory and a CUDA array: synchronous, and only the device side can be the
+// pool's (an array's storage is the driver's own).
+UVMPOOL_TRANSFER(cuMemcpyDtoA_v2, (CUarray dst, size_t offset, CUdeviceptr src, size_t n), (dst, offset, src, n), true,
+                 Copy, nullptr, {src, n})
+UVMPOOL_TRANSFER(cuMemcpyDtoA_v2_ptds, (CUarray dst, size_t offset, CUdeviceptr src, size_t n), (dst, offset, src, n),
+                 true, Copy, CU_STREAM_PER_THREAD, {src, n})
+UVMPOOL_TRANSFER(cuMemcpyAtoD_v2, (CUdeviceptr dst, CUarray src, size_t offset, size_t n), (dst, src, offset, n), true,
+                 Copy, nullptr, {dst, n})
+UVMPOOL_TRANSFER(cuMemcpyAtoD_v2_ptds, (CUdeviceptr dst, CUarray src, size_t offset, size_t n), (dst, src, offset, n),
+                 true, Copy, CU_STREAM_PER_THREAD, {dst, n})
+
 // Asynchronous copies: gated when a side may be the host's (cuMemcpyAsync takes either).
 UVMPOOL_TRANSFER(cuMemcpyAsync, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s), true,
                  Copy, s, {dst, n}, {src, n})

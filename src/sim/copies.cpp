@@ -10,6 +10,7 @@
 #include <string>
 
 #include "sim/address_space.h"
+#include "sim/arrays.h"
 #include "sim/contexts.h"
 #include "sim/copy_work.h"
 #include "sim/device_memory.h"
@@ -188,6 +189,33 @@ CUresult impl::cuMemcpyDtoD_v2(CUdeviceptr_v2 dst, CUdeviceptr_v2 src, size_t n)
 CUresult impl::cuMemcpyDtoD_v2_ptds(CUdeviceptr_v2 dst, CUdeviceptr_v2 src, size_t n) {
   return copy(dst, kDev, src, kDev, n, kSyncPerThread, "cuMemcpyDtoD_v2_ptds");
 }
+namespace {
+// A copy between device memory and an array (arrays.h): device to device, synchronous.
+CUresult to_array(CUarray array, std::size_t offset, CUdeviceptr src, std::size_t n, Submission how, const char* call) {
+  CUdeviceptr at = 0;
+  if (CUresult status = array_range(array, offset, n, &at); status != CUDA_SUCCESS) return status;
+  return copy(at, kDev, src, kDev, n, how, call);
+}
+CUresult from_array(CUdeviceptr dst, CUarray array, std::size_t offset, std::size_t n, Submission how, const char* call) {
+  CUdeviceptr at = 0;
+  if (CUresult status = array_range(array, offset, n, &at); status != CUDA_SUCCESS) return status;
+  return copy(dst, kDev, at, kDev, n, how, call);
+}
+}  // namespace
+
+CUresult impl::cuMemcpyDtoA_v2(CUarray dst, size_t offset, CUdeviceptr_v2 src, size_t n) {
+  return to_array(dst, offset, src, n, kSync, "cuMemcpyDtoA_v2");
+}
+CUresult impl::cuMemcpyDtoA_v2_ptds(CUarray dst, size_t offset, CUdeviceptr_v2 src, size_t n) {
+  return to_array(dst, offset, src, n, kSyncPerThread, "cuMemcpyDtoA_v2_ptds");
+}
+CUresult impl::cuMemcpyAtoD_v2(CUdeviceptr_v2 dst, CUarray src, size_t offset, size_t n) {
+  return from_array(dst, src, offset, n, kSync, "cuMemcpyAtoD_v2");
+}
+CUresult impl::cuMemcpyAtoD_v2_ptds(CUdeviceptr_v2 dst, CUarray src, size_t offset, size_t n) {
+  return from_array(dst, src, offset, n, kSyncPerThread, "cuMemcpyAtoD_v2_ptds");
+}
+
 CUresult impl::cuMemcpyAsync(CUdeviceptr_v2 dst, CUdeviceptr_v2 src, size_t n, CUstream s) {
   return copy(dst, kAny, src, kAny, n, on(s), "cuMemcpyAsync");
 }

@@ -2,7 +2,7 @@
 // that spills past UVMPOOL_DEVICE_LIMIT and launches a kernel on the spilled memory through each
 // launch route: cuLaunchKernel, its per-thread variant, cuLaunchKernelEx and cuLaunchCooperativeKernel,
 // in the kernelParams and the extra forms; then copies and memsets there (the transfer hooks: each
-// is a touch too), flat, strided, peer and batched (flat and 3D), and one memset on the device part; then captures a fill and a memset there on a
+// is a touch too), flat, into a CUDA array and back, strided, peer and batched (flat and 3D), and one memset on the device part; then captures a fill and a memset there on a
 // stream into a graph (cuGraphInstantiate asked by its CUDA 12 name) and launches the graph twice. It
 // checks every result, then prints what uvmpool's statistics say the hooks saw, for the hooks tests
 // (tests/hooks/CMakeLists.txt) to match:
@@ -37,6 +37,10 @@ int main() {
       resolve<s::cuMemsetD16Async_ptsz>("cuMemsetD16Async", 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
   auto memset8 = resolve<s::cuMemsetD8_v2>("cuMemsetD8", 3020);
   auto dtod_async = resolve<s::cuMemcpyDtoDAsync_v2>("cuMemcpyDtoDAsync", 3020);
+  auto array_create = resolve<s::cuArrayCreate_v2>("cuArrayCreate", 3020);
+  auto array_destroy = resolve<s::cuArrayDestroy>("cuArrayDestroy", 2000);
+  auto dtoa = resolve<s::cuMemcpyDtoA_v2>("cuMemcpyDtoA", 3020);
+  auto atod = resolve<s::cuMemcpyAtoD_v2>("cuMemcpyAtoD", 3020);
   auto memset2d_async = resolve<s::cuMemsetD2D32Async>("cuMemsetD2D32Async", 3020);
   auto copy2d = resolve<s::cuMemcpy2D_v2>("cuMemcpy2D", 3020);
   auto peer_async = resolve<s::cuMemcpyPeerAsync>("cuMemcpyPeerAsync", 4000);
@@ -109,6 +113,23 @@ int main() {
     std::vector<std::uint32_t> got(1024);
     CU(dtoh(got.data(), at + i * 4096, 4096));
     for (std::uint32_t v : got) CLIENT_CHECK(v == expected[i], "transfer %d left %#x", i, v);
+  }
+
+  // Into a CUDA array and back to the spilled tail, then a copy out to check it (3 transfers, in place).
+  {
+    CUDA_ARRAY_DESCRIPTOR desc{};
+    desc.Width = 1024;
+    desc.Format = CU_AD_FORMAT_UNSIGNED_INT32;
+    desc.NumChannels = 1;
+    CUarray array = nullptr;
+    CU(array_create(&array, &desc));
+    const CUdeviceptr back = tail + 40 * 4096;
+    CU(dtoa(array, 0, at, 4096));
+    CU(atod(back, array, 0, 4096));
+    std::vector<std::uint32_t> got(1024);
+    CU(dtoh(got.data(), back, 4096));
+    for (std::uint32_t v : got) CLIENT_CHECK(v == expected[0], "the copy through an array left %#x", v);
+    CU(array_destroy(array));
   }
 
   // The strided, peer and batched transfers (5, all in place), then one copy out to check them: 4 rows

@@ -156,5 +156,28 @@ TEST_F(AddressRange, PlainHostMemoryIsNotFound) {
                CU(cuMemGetAddressRange_v2, &base, &got, reinterpret_cast<CUdeviceptr>(plain.data())));
 }
 
+// A CUDA array as the copies between it and device memory see it (cuMemcpyDtoA / AtoD, which uvmpool
+// hooks): bytes go in at an offset and come back out, and a range past its end is refused.
+using Arrays = DriverTest;
+TEST_F(Arrays, BytesCopiedIntoAnArrayAtAnOffsetComeBackOut) {
+  CUDA_ARRAY_DESCRIPTOR desc{};
+  desc.Width = 4096;
+  desc.Format = CU_AD_FORMAT_UNSIGNED_INT32;
+  desc.NumChannels = 1;  // 16 KiB
+  CUarray array = nullptr;
+  ASSERT_CU(CU(cuArrayCreate_v2, &array, &desc));
+  CUdeviceptr src = 0, dst = 0;
+  ASSERT_CU(mem_alloc(&src, 8192));
+  ASSERT_CU(mem_alloc(&dst, 8192));
+  const std::vector<std::uint32_t> words = pattern(2048, 17);
+  ASSERT_CU(write_words(src, words));
+  EXPECT_CU(CU(cuMemcpyDtoA_v2, array, std::size_t{4096}, src, std::size_t{8192}));
+  EXPECT_CU(CU(cuMemcpyAtoD_v2, dst, array, std::size_t{4096}, std::size_t{8192}));
+  EXPECT_EQ(read_words(dst, 2048), words);
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, CU(cuMemcpyDtoA_v2, array, std::size_t{12288}, src, std::size_t{8192}));
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, CU(cuMemcpyAtoD_v2, dst, array, std::size_t{12288}, std::size_t{8192}));
+  EXPECT_CU(CU(cuArrayDestroy, array));
+}
+
 }  // namespace
 }  // namespace fidelity
