@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "config/log.h"
+#include "driver/context_scope.h"
 #include "driver/real_driver.h"
 #include "hooks/ipc.h"
 #include "hooks/ipc_socket.h"
@@ -72,7 +73,7 @@ struct Connection {
 
 // An allocation whose last importer closed it after a cuMemFreeAsync: freed once `event` completes.
 struct Waiting {
-  CUdeviceptr base = 0;
+  std::uint64_t id = 0;  // the Export's, kept (freed, no opens) until the pool frees it
   CUevent event = nullptr;
 };
 
@@ -125,9 +126,20 @@ CUresult export_chunks(const pool::ChunkView& view, std::size_t from, std::size_
   return CUDA_SUCCESS;
 }
 
-void free_by_pool(pool::Pool* pool, CUdeviceptr p) {
+// The last importer closed allocation `id`, which the program had freed: its entry goes and the pool
+// frees it, both under g->mu (the order serve takes too). Until then the entry says "freed", so a
+// second free of the pointer is told as a double free and an export of it is refused: with the entry
+// gone before the pool's free, a free or export in between saw memory the program had freed as live
+// (a second free went through, and the deferred one then freed the next allocation at that address).
+void free_by_pool_locked(std::uint64_t id) {
+  auto it = g->by_id.find(id);
+  if (it == g->by_id.end()) return;
+  const CUdeviceptr p = it->second.base;
+  g->by_base.erase(p);
+  g->by_id.erase(it);
+  g_exports.store(g->by_id.size(), std::memory_order_relaxed);
   CUresult r = CUDA_SUCCESS;
-  pool->deallocate(p, &r);
+  g->pool->deallocate(p, &r);
   log::debug("CUDA IPC: {:#x} freed by the pool now that its last importer closed it ({})", p, static_cast<int>(r));
 }
 
@@ -136,11 +148,6 @@ void free_by_pool(pool::Pool* pool, CUdeviceptr p) {
 void free_completed(std::vector<Waiting>* waiting) {
   if (waiting->empty()) return;
   const driver::RealDriver* d = driver::real();
-  pool::Pool* pool = nullptr;
-  {
-    std::lock_guard lock(g->mu);
-    pool = g->pool;
-  }
   std::vector<Waiting> still;
   for (const Waiting& w : *waiting) {
     if (d->table.cuEventQuery(w.event) == CUDA_ERROR_NOT_READY) {
@@ -148,40 +155,31 @@ void free_completed(std::vector<Waiting>* waiting) {
       continue;
     }
     d->table.cuEventDestroy_v2(w.event);
-    free_by_pool(pool, w.base);
+    std::lock_guard lock(g->mu);
+    free_by_pool_locked(w.id);
   }
   waiting->swap(still);
 }
 
 // A connection ended (the importer closed the handle, or died): if it held an allocation the program
 // has freed meanwhile and it was the last, the pool frees it now (or, after a cuMemFreeAsync, once
-// the freeing stream's work is done: it joins *waiting).
+// the freeing stream's work is done: it joins *waiting, its entry kept until then).
 void connection_ended(const Connection& c, std::vector<Waiting>* waiting) {
   close(c.fd);
   if (c.id == 0) return;
-  CUdeviceptr free_now = 0;
-  CUevent event = nullptr;
-  pool::Pool* pool = nullptr;
   {
     std::lock_guard lock(g->mu);
     auto it = g->by_id.find(c.id);
     if (it == g->by_id.end() || it->second.opens == 0) return;
-    if (--it->second.opens == 0 && it->second.freed) {
-      free_now = it->second.base;
-      event = it->second.event;
-      pool = g->pool;
-      g->by_base.erase(free_now);
-      g->by_id.erase(it);
-      g_exports.store(g->by_id.size(), std::memory_order_relaxed);
+    if (--it->second.opens != 0 || !it->second.freed) return;
+    if (it->second.event == nullptr) {
+      free_by_pool_locked(c.id);
+      return;
     }
+    waiting->push_back({c.id, it->second.event});
+    it->second.event = nullptr;  // the waiting list's to destroy
   }
-  if (free_now == 0) return;
-  if (event != nullptr) {
-    waiting->push_back({free_now, event});
-    free_completed(waiting);
-    return;
-  }
-  free_by_pool(pool, free_now);
+  free_completed(waiting);
 }
 
 // One request on a new connection. Returns false when the connection is to be closed.
@@ -520,7 +518,13 @@ bool take_free(CUdeviceptr p, CUresult* result, const AsyncFree* async) {
     if (async != nullptr) {
       // The freeing stream's work may still use the memory: the pool frees it only once this event
       // (recorded behind that work) has completed, after the last close.
+      // The event is made in the stream's context: the driver records none of another context's.
       const driver::Table& d = driver::real()->table;
+      CUcontext context = nullptr;
+      if (async->stream != nullptr && async->stream != CU_STREAM_LEGACY && async->stream != CU_STREAM_PER_THREAD &&
+          d.cuStreamGetCtx != nullptr)
+        d.cuStreamGetCtx(async->stream, &context);
+      const driver::ContextScope in(d, context);
       CUevent event = nullptr;
       if (d.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
           d.cuEventRecord(event, async->stream) != CUDA_SUCCESS) {

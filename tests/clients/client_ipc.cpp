@@ -4,8 +4,10 @@
 //     check BYTE                 all BYTES read back (cuMemcpyDtoH) equal BYTE: "check ok" / "check bad ..."
 //     pattern                    the original fill reads back: "pattern ok" / "pattern bad ..."
 //     free                       cuMemFree: "free <CUresult>"
-//     free_async held|capture    cuMemFreeAsync on a new stream that the simulator holds busy, or that
-//                                reports an active graph capture: "free_async <CUresult>"
+//     free_async held|held_elsewhere|capture
+//                                cuMemFreeAsync on a new stream that the simulator holds busy (of the
+//                                current context, or of a second context of the device made for it),
+//                                or that reports an active graph capture: "free_async <CUresult>"
 //     release                    ends the hold of that stream: "release done"
 //     alloc_same                 cuMemAlloc of BYTES more: "alloc_same same|other" (the freed address?)
 //     get                        cuIpcGetMemHandle once more: "get <CUresult>"
@@ -140,9 +142,18 @@ int exporter(size_t bytes) {
       auto hold = reinterpret_cast<Hold>(uvmpool_api(nullptr, "uvmpool_sim_hold_stream"));
       auto capture = reinterpret_cast<Hold>(uvmpool_api(nullptr, "uvmpool_sim_set_capture_status"));
       CLIENT_CHECK(hold != nullptr && capture != nullptr, "free_async needs the simulated driver");
+      // held_elsewhere: the stream is of a second context of the device, not the current one.
+      CUcontext current = nullptr, elsewhere = nullptr;
+      CU(cuCtxGetCurrent(&current));
+      if (how == "held_elsewhere") {
+        CUdevice device = 0;
+        CU(cuCtxGetDevice(&device));
+        CU(cuCtxCreate(&elsewhere, nullptr, 0, device));  // current now
+      }
       CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
       CU(cuMemsetD8Async(p, 0x22, bytes, stream));  // work of the stream on the memory, before the free
-      if (how == "held") hold(stream, 1);
+      if (elsewhere != nullptr) CU(cuCtxSetCurrent(current));
+      if (how == "held" || how == "held_elsewhere") hold(stream, 1);
       if (how == "capture") capture(stream, CU_STREAM_CAPTURE_STATUS_ACTIVE);
       say("free_async " + std::to_string(cuMemFreeAsync(p, stream)));
     } else if (cmd == "release") {

@@ -322,11 +322,37 @@ def async_free_while_open():
     live = int(e.ask("live").split()[1])
     if live != size:
         fail(f"freed on a busy stream and closed: live {live}, want {size} (freed before the stream's work ended)")
+    # Freed already, though the pool has not freed it yet: a second free is a double free, and an
+    # export of it is refused (before, the entry went at the close: both went through, and the deferred
+    # free then freed the next allocation at that address).
+    e.expect("free", "free 1")
+    e.expect("get", "get 1")
     e.expect("alloc_same", "alloc_same other")
     e.expect("release", "release done")
     wait_live(e, size)  # the first allocation went; the new one is live
     i.finish()
     e.finish()
+
+
+def async_free_on_another_contexts_stream():
+    """The same on a stream of a second context of the device while the first is current: the event
+    covering the stream's work is made in the stream's context (before, made in the current one, the
+    driver refused to record it and the exporter waited for the stream on the spot, under its lock)."""
+    size = 8 * MIB
+    e, handle, _ = exporter(size)
+    i = importer(handle)
+    e.expect("free_async held_elsewhere", "free_async 0")
+    i.expect("close", "close 0")
+    time.sleep(0.5)
+    live = int(e.ask("live").split()[1])
+    if live != size:
+        fail(f"freed on another context's busy stream and closed: live {live}, want {size}")
+    e.expect("release", "release done")
+    wait_live(e, 0)
+    i.finish()
+    err = e.finish()
+    if "no event for its work" in err:
+        fail(f"no event recorded on the other context's stream: {err}")
 
 
 def capture_free_while_open():
@@ -449,7 +475,8 @@ def stopped_exporter():
 SCENARIOS = {f.__name__: f for f in (data_both_ways, extents_and_chunks, small_allocation, free_while_open, exporter_exits_while_open,
                                      tampered_handles, double_close, driver_handles_pass_through,
                                      importer_without_uvmpool, retain_fallback, fork_keeps_server,
-                                     spilled_allocation, async_free_while_open, capture_free_while_open,
+                                     spilled_allocation, async_free_while_open, async_free_on_another_contexts_stream,
+                                     capture_free_while_open,
                                      low_descriptor_limit, slow_peers, stopped_exporter)}
 
 if __name__ == "__main__":
