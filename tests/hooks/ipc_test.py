@@ -310,18 +310,27 @@ def wait_live(e, want):
     fail(f"the exporter holds {live} live bytes, want {want}")
 
 
-def async_free_while_open():
-    """cuMemFreeAsync of memory open elsewhere, on a stream whose work is not done: after the last
-    close the pool still does not free it (nor reuse it) until that work completes."""
+def freed_on_a_held_stream_and_closed(how):
+    """An exported allocation open in an importer, freed with cuMemFreeAsync on a stream whose work
+    the simulator holds (`how`: held, or held_elsewhere, a stream of a second context), then closed:
+    still live in the exporter, since the stream's work has not completed. The exporter, importer and
+    size, for the rest of the scenario."""
     size = 8 * MIB
     e, handle, _ = exporter(size)
     i = importer(handle)
-    e.expect("free_async held", "free_async 0")
+    e.expect(f"free_async {how}", "free_async 0")
     i.expect("close", "close 0")
     time.sleep(0.5)  # the server has seen the close
     live = int(e.ask("live").split()[1])
     if live != size:
-        fail(f"freed on a busy stream and closed: live {live}, want {size} (freed before the stream's work ended)")
+        fail(f"freed on a busy stream ({how}) and closed: live {live}, want {size} (freed before the stream's work ended)")
+    return e, i, size
+
+
+def async_free_while_open():
+    """cuMemFreeAsync of memory open elsewhere, on a stream whose work is not done: after the last
+    close the pool still does not free it (nor reuse it) until that work completes."""
+    e, i, size = freed_on_a_held_stream_and_closed("held")
     # Freed already, though the pool has not freed it yet: a second free is a double free, and an
     # export of it is refused (before, the entry went at the close: both went through, and the deferred
     # free then freed the next allocation at that address).
@@ -338,15 +347,7 @@ def async_free_on_another_contexts_stream():
     """The same on a stream of a second context of the device while the first is current: the event
     covering the stream's work is made in the stream's context (before, made in the current one, the
     driver refused to record it and the exporter waited for the stream on the spot, under its lock)."""
-    size = 8 * MIB
-    e, handle, _ = exporter(size)
-    i = importer(handle)
-    e.expect("free_async held_elsewhere", "free_async 0")
-    i.expect("close", "close 0")
-    time.sleep(0.5)
-    live = int(e.ask("live").split()[1])
-    if live != size:
-        fail(f"freed on another context's busy stream and closed: live {live}, want {size}")
+    e, i, _ = freed_on_a_held_stream_and_closed("held_elsewhere")
     e.expect("release", "release done")
     wait_live(e, 0)
     i.finish()
