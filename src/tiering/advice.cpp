@@ -90,18 +90,41 @@ std::optional<CUresult> advise(pool::Pool& pool, Tiering* tiering, int devices, 
   return CUDA_SUCCESS;
 }
 
+namespace {
+// A prefetch of pool memory checked, not asked yet: the allocations it covers, or why it is refused.
+struct CheckedPrefetch {
+  CUdeviceptr p = 0;
+  std::size_t bytes = 0;
+  Place where{};
+  std::vector<pool::AllocationInfo> allocations;
+};
+CUresult check_prefetch(const pool::Pool& pool, int devices, CUdeviceptr p, std::size_t bytes,
+                        const std::optional<Place>& where, CheckedPrefetch* out) {
+  if (const CUresult r = check(devices, p, bytes, where, true); r != CUDA_SUCCESS) return r;
+  out->allocations = covering(pool, p, p + bytes);
+  if (out->allocations.empty()) {
+    log::debug("cuMemPrefetchAsync on {:#x} + {}: not all of it is live pool memory", p, bytes);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  out->p = p;
+  out->bytes = bytes;
+  out->where = *where;
+  return CUDA_SUCCESS;
+}
+// Asks tiering for a checked prefetch; whether it was asked (tiering is on).
+bool ask(Tiering* tiering, const CheckedPrefetch& c) {
+  return tiering != nullptr && tiering->prefetch(c.allocations, c.p, c.p + c.bytes, c.where);
+}
+}  // namespace
+
 std::optional<CUresult> prefetch(pool::Pool& pool, Tiering* tiering, int devices, CUdeviceptr p, std::size_t bytes,
                                  std::optional<Place> where, unsigned flags, bool* acted) {
   if (acted != nullptr) *acted = false;
   if (!pool.in_pool_space(p)) return std::nullopt;
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;  // the driver defines none yet
-  if (const CUresult r = check(devices, p, bytes, where, true); r != CUDA_SUCCESS) return r;
-  const std::vector<pool::AllocationInfo> allocations = covering(pool, p, p + bytes);
-  if (allocations.empty()) {
-    log::debug("cuMemPrefetchAsync on {:#x} + {}: not all of it is live pool memory", p, bytes);
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  const bool asked = tiering != nullptr && tiering->prefetch(allocations, p, p + bytes, *where);
+  CheckedPrefetch checked;
+  if (const CUresult r = check_prefetch(pool, devices, p, bytes, where, &checked); r != CUDA_SUCCESS) return r;
+  const bool asked = ask(tiering, checked);
   if (acted != nullptr) *acted = asked;
   return CUDA_SUCCESS;
 }
@@ -115,15 +138,18 @@ std::optional<CUresult> prefetch_batch(pool::Pool& pool, Tiering* tiering, int d
     return std::nullopt;
   for (std::size_t k = 1; k < loc_count; ++k)
     if (loc_first[k] <= loc_first[k - 1] || loc_first[k] >= count) return std::nullopt;
-  // Each range's location, and which ranges are the driver's.
+  // Each range's location; which ranges are the driver's; the pool's checked. A refused batch moves
+  // nothing: every pool range is checked before the driver is given its part, and asked only after.
   std::vector<CUdeviceptr> foreign_ptrs;
   std::vector<std::size_t> foreign_sizes, foreign_first;
   std::vector<CUmemLocation> foreign_locations;
-  std::size_t ours = 0;
+  std::vector<CheckedPrefetch> ours;
   for (std::size_t j = 0, k = 0; j < count; ++j) {
     while (k + 1 < loc_count && loc_first[k + 1] <= j) ++k;
     if (pool.in_pool_space(ptrs[j])) {
-      ++ours;
+      CheckedPrefetch& c = ours.emplace_back();
+      if (const CUresult r = check_prefetch(pool, devices, ptrs[j], sizes[j], place_of(locations[k]), &c); r != CUDA_SUCCESS)
+        return r;
       continue;
     }
     const bool same = !foreign_locations.empty() && std::memcmp(&foreign_locations.back(), &locations[k],
@@ -135,17 +161,11 @@ std::optional<CUresult> prefetch_batch(pool::Pool& pool, Tiering* tiering, int d
     foreign_ptrs.push_back(ptrs[j]);
     foreign_sizes.push_back(sizes[j]);
   }
-  if (ours == 0) return std::nullopt;
+  if (ours.empty()) return std::nullopt;
   if (!foreign_ptrs.empty())
     if (const CUresult r = forward(foreign_ptrs, foreign_sizes, foreign_locations, foreign_first); r != CUDA_SUCCESS)
       return r;
-  for (std::size_t j = 0, k = 0; j < count; ++j) {
-    while (k + 1 < loc_count && loc_first[k + 1] <= j) ++k;
-    if (!pool.in_pool_space(ptrs[j])) continue;
-    if (const std::optional<CUresult> r = prefetch(pool, tiering, devices, ptrs[j], sizes[j], place_of(locations[k]), 0);
-        r && *r != CUDA_SUCCESS)
-      return r;
-  }
+  for (const CheckedPrefetch& c : ours) ask(tiering, c);
   return CUDA_SUCCESS;
 }
 

@@ -181,6 +181,28 @@ TEST_F(Advice_, MemoryThatIsNotThePoolsIsLeftToTheDriver) {
   ASSERT_CU(drv().cuMemFree_v2(foreign));
 }
 
+// A batch one of whose pool ranges is refused (no bytes) moves none of the others, and gives the
+// driver nothing of its own part either (before, the ranges ahead of the refused one were asked).
+TEST_F(Advice_, ABatchRefusedForOneOfThePoolsRangesMovesNone) {
+  allocate_both_tiers();
+  CUdeviceptr ptrs[3] = {in_host, 0x1000, on_device};
+  std::size_t sizes[3] = {16 * kMiB, 4096, 0};
+  CUmemLocation locations[1] = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}};
+  std::size_t first[1] = {0};
+  int forwarded = 0;
+  const auto r = uvmpool::tiering::prefetch_batch(*pool, tiering.get(), 1, ptrs, sizes, 3, locations, first, 1, 0,
+                                                  [&](auto&, auto&, auto&, auto&) {
+                                                    ++forwarded;
+                                                    return CUDA_SUCCESS;
+                                                  });
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(*r, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(forwarded, 0) << "the driver's part of a refused batch was forwarded";
+  EXPECT_EQ(tiering->mover().stats().requested, 0u) << "a refused batch asked the mover anyway";
+  ASSERT_CU(tiering->mover().run_until_idle());
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "HHHHHHHH") << "a refused batch moved memory";
+}
+
 TEST_F(Advice_, ABatchOfPrefetchesAnswersThePoolsRangesAndForwardsTheRest) {
   allocate_both_tiers();
   ASSERT_CU(drv().cuMemsetD32_v2(in_host, 0xab, 16 * kMiB / 4));
