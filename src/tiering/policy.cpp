@@ -486,8 +486,14 @@ bool Policy::make_room(std::uint64_t bytes, std::uint64_t needed_at) {
 
 bool Policy::kept_by_advice(Known& k) {
   if (k.buffer.preference != Preference::Host) return false;
-  ++stats_.kept_by_advice;
-  k.kept_at = count_;  // decided for a period (recency: for kPruneEvery launches), like the thrash guard
+  // Asked again each time, not decided for a period as the thrash guard decides: advice withdrawn, or
+  // the address given to an allocation without it, lets the buffer move at its next touch. Counted
+  // once a period (recency: once in kPruneEvery launches), as a decision.
+  const std::uint64_t every = learned_.empty() ? kPruneEvery : learned_.size();
+  if (k.advice_counted_at == 0 || count_ - k.advice_counted_at >= every) {
+    ++stats_.kept_by_advice;
+    k.advice_counted_at = count_;
+  }
   return true;
 }
 

@@ -245,6 +245,7 @@ class Policy {
     std::uint64_t demotion_asked = 0;   // ... a demotion
     std::uint64_t promotion_bytes = 0;  // device bytes the promotion asked takes (a part: less than bytes)
     std::uint64_t kept_at = 0;          // launch count when the thrash guard left it in place (0: never)
+    std::uint64_t advice_counted_at = 0;  // launch count when advice last kept it in host memory, counted
     std::uint64_t refused_at = 0;       // ... when a promotion asked was seen refused or dropped (not asked
                                         // again within the lookahead: the mover would likely refuse again)
     std::uint64_t longest_gap = 0;      // the most launches between two of its uses seen

@@ -924,6 +924,33 @@ TEST_P(PolicyAdvice, KeepsHostPreferringBuffersOutAndDevicePreferringOnesIn) {
   }
 }
 
+// Host advice withdrawn (cuMemAdvise UNSET_PREFERRED_LOCATION, or the allocation freed and another
+// made at its address, which has none): the buffer is promoted at its next touches, as one never
+// advised is. Before, the advice's decision stood for kPruneEvery launches (recency) or a period.
+TEST_P(PolicyAdvice, HostAdviceWithdrawnLetsTheBufferBePromoted) {
+  const bool learns = GetParam();
+  for (const bool advised : {false, true}) {
+    SCOPED_TRACE(advised ? "advised, then withdrawn" : "never advised");
+    FakeWorld w(8 * kUnit);
+    std::vector<CUdeviceptr> b;
+    for (int i = 0; i < 4; ++i) b.push_back(w.add(kUnit, true));
+    PolicyConfig c;
+    c.lookahead = 4;
+    c.min_repeat = learns ? 6 : std::size_t{1} << 30;  // learned within four steps
+    Policy p(w, c);
+    const auto step = pairs_step(b);
+    if (advised) {
+      w.prefer(b[0], Preference::Host);
+      run(w, p, step, learns ? 4 : 1);
+      EXPECT_EQ(w.ever_promoted.count(b[0]), 0u) << "advised to lie in host memory, yet promoted";
+      w.prefer(b[0], Preference::None);
+    }
+    run(w, p, step, 4);
+    EXPECT_EQ(p.has_period(), learns);
+    EXPECT_EQ(w.ever_promoted.count(b[0]), 1u) << "kept in host memory by advice no longer given";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(PeriodOrRecency, PolicyAdvice, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "WithAPeriod" : "ByRecency"; });
 
