@@ -484,6 +484,17 @@ bool Policy::make_room(std::uint64_t bytes, std::uint64_t needed_at) {
   return room() >= bytes;
 }
 
+void Policy::advised(CUdeviceptr from, CUdeviceptr end, Preference preference) {
+  bool changed = false;
+  for (auto& [address, k] : known_) {
+    if (k.buffer.bytes == 0 || address < from || address + k.buffer.bytes > end || k.buffer.preference == preference)
+      continue;
+    k.buffer.preference = preference;
+    changed = true;
+  }
+  if (changed) victims_at_ = ~std::uint64_t{0};  // the victims found this launch are to be found again
+}
+
 bool Policy::kept_by_advice(Known& k) {
   if (k.buffer.preference != Preference::Host) return false;
   // Asked again each time, not decided for a period as the thrash guard decides: advice withdrawn, or

@@ -214,6 +214,11 @@ class Policy {
 
   // A launch of `function` touching `buffers` (in argument order), before or as it is queued.
   void on_launch(std::uint64_t function, std::span<const Buffer> buffers);
+  // Advice changed the preference of the allocation [from, end) (cuMemAdvise, uvmpool_advise): the
+  // buffers lying wholly inside it take it now rather than at their next touch, so one advised to
+  // stay is not demoted meanwhile. A buffer shared with other allocations (a carved slot) takes the
+  // preference its touches show.
+  void advised(CUdeviceptr from, CUdeviceptr end, Preference preference);
   // Whether the mover's epochs should run on the launching thread in the period under way (the
   // epochs' trial: period_trial.h; Tiering tells the mover).
   bool epochs_on_launch() const { return !epochs_.first(); }

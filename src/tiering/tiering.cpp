@@ -665,8 +665,12 @@ bool Tiering::prefetch(std::span<const pool::AllocationInfo> allocations, CUdevi
 void Tiering::advise(std::span<const pool::AllocationInfo> allocations, std::optional<Preference> preference, int device) {
   advice_calls_.fetch_add(1, std::memory_order_relaxed);
   if (!preference) return;
-  for (const pool::AllocationInfo& a : allocations)
-    advice_.prefer(a, *preference == Preference::Device && device != a.device ? Preference::None : *preference);
+  for (const pool::AllocationInfo& a : allocations) {
+    const Preference p = *preference == Preference::Device && device != a.device ? Preference::None : *preference;
+    advice_.prefer(a, p);
+    MutexLock lock(policy_mu_);
+    if (policy_) policy_->advised(a.base, a.base + a.size, p);
+  }
   advice_.prune([this](CUdeviceptr base, std::uint64_t id) {
     const std::optional<pool::AllocationInfo> live = pool_.find(base);
     return live && live->base == base && live->buffer_id == id;

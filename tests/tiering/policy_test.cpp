@@ -951,6 +951,30 @@ TEST_P(PolicyAdvice, HostAdviceWithdrawnLetsTheBufferBePromoted) {
   }
 }
 
+// Advice to stay on the device given after the buffer's last touch (Policy::advised, as
+// Tiering::advise calls it): the buffer is not demoted to make room for others meanwhile. Before,
+// the policy saw advice only in the buffers a launch touched.
+TEST(PolicyAdvice_, DeviceAdviceGivenAfterTheLastTouchKeepsTheBufferIn) {
+  for (const bool advised : {false, true}) {
+    SCOPED_TRACE(advised ? "advised after its last touch" : "not advised");
+    FakeWorld w(2 * kUnit);
+    const CUdeviceptr a = w.add(kUnit, false), b = w.add(kUnit, false), c = w.add(kUnit, true);
+    PolicyConfig cfg;
+    cfg.min_repeat = std::size_t{1} << 30;
+    cfg.cold_after = 4;
+    Policy p(w, cfg);
+    w.launch(p, 1, {a});
+    w.launch(p, 2, {b});
+    if (advised) {
+      w.prefer(a, Preference::Device);
+      p.advised(a, a + kUnit, Preference::Device);
+    }
+    for (int i = 0; i < 50; ++i) w.launch(p, 3, {c});
+    EXPECT_EQ(w.ever_demoted.count(a), advised ? 0u : 1u);
+    EXPECT_EQ(w.ever_promoted.count(c), 1u) << "room was made of the other buffer";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(PeriodOrRecency, PolicyAdvice, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "WithAPeriod" : "ByRecency"; });
 
