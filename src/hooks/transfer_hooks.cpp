@@ -16,6 +16,7 @@
 #include "tiering/tiering.h"
 #include "tiering/transfer_ranges.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace uvmpool::hooks::impl {
@@ -109,25 +110,25 @@ UVMPOOL_TRANSFER(cuMemsetD8_v2, (CUdeviceptr p, unsigned char v, size_t n), (p, 
 UVMPOOL_TRANSFER(cuMemsetD8_v2_ptds, (CUdeviceptr p, unsigned char v, size_t n), (p, v, n), false, Memset,
                  CU_STREAM_PER_THREAD, {p, n})
 UVMPOOL_TRANSFER(cuMemsetD16_v2, (CUdeviceptr p, unsigned short v, size_t n), (p, v, n), false, Memset, nullptr,
-                 {p, 2 * n})
+                 {p, tiering::bytes_of(n, 2)})
 UVMPOOL_TRANSFER(cuMemsetD16_v2_ptds, (CUdeviceptr p, unsigned short v, size_t n), (p, v, n), false, Memset,
-                 CU_STREAM_PER_THREAD, {p, 2 * n})
+                 CU_STREAM_PER_THREAD, {p, tiering::bytes_of(n, 2)})
 UVMPOOL_TRANSFER(cuMemsetD32_v2, (CUdeviceptr p, unsigned int v, size_t n), (p, v, n), false, Memset, nullptr,
-                 {p, 4 * n})
+                 {p, tiering::bytes_of(n, 4)})
 UVMPOOL_TRANSFER(cuMemsetD32_v2_ptds, (CUdeviceptr p, unsigned int v, size_t n), (p, v, n), false, Memset,
-                 CU_STREAM_PER_THREAD, {p, 4 * n})
+                 CU_STREAM_PER_THREAD, {p, tiering::bytes_of(n, 4)})
 UVMPOOL_TRANSFER(cuMemsetD8Async, (CUdeviceptr p, unsigned char v, size_t n, CUstream s), (p, v, n, s), false, Memset,
                  s, {p, n})
 UVMPOOL_TRANSFER(cuMemsetD8Async_ptsz, (CUdeviceptr p, unsigned char v, size_t n, CUstream s), (p, v, n, s), false,
                  Memset, per_thread(s), {p, n})
 UVMPOOL_TRANSFER(cuMemsetD16Async, (CUdeviceptr p, unsigned short v, size_t n, CUstream s), (p, v, n, s), false,
-                 Memset, s, {p, 2 * n})
+                 Memset, s, {p, tiering::bytes_of(n, 2)})
 UVMPOOL_TRANSFER(cuMemsetD16Async_ptsz, (CUdeviceptr p, unsigned short v, size_t n, CUstream s), (p, v, n, s), false,
-                 Memset, per_thread(s), {p, 2 * n})
+                 Memset, per_thread(s), {p, tiering::bytes_of(n, 2)})
 UVMPOOL_TRANSFER(cuMemsetD32Async, (CUdeviceptr p, unsigned int v, size_t n, CUstream s), (p, v, n, s), false,
-                 Memset, s, {p, 4 * n})
+                 Memset, s, {p, tiering::bytes_of(n, 4)})
 UVMPOOL_TRANSFER(cuMemsetD32Async_ptsz, (CUdeviceptr p, unsigned int v, size_t n, CUstream s), (p, v, n, s), false,
-                 Memset, per_thread(s), {p, 4 * n})
+                 Memset, per_thread(s), {p, tiering::bytes_of(n, 4)})
 
 // Strided copies: gated when synchronous, or when a side may be host memory.
 UVMPOOL_STRIDED_COPY(cuMemcpy2D_v2, (const CUDA_MEMCPY2D* c), (c), true, Copy, nullptr, tiering::ranges_of(c))
@@ -201,13 +202,17 @@ UVMPOOL_TRANSFER_OF(cuMemsetD2D32Async_ptsz,
 
 namespace {
 
+// Room reserved up front for a batch's ranges: a count the driver will refuse (or that wraps 2 * count)
+// must not make the hook throw or reserve the address space; longer batches grow as they are read.
+constexpr size_t kReservedCopies = 4096;
+
 // A batch of copies: each copy's two sides, any of which may be host memory (gated). Arrays the
 // driver would read anyway; null ones give no range (the driver refuses them).
 std::vector<tiering::TransferRange> batch_ranges(const CUdeviceptr* dsts, const CUdeviceptr* srcs,
                                                  const size_t* sizes, size_t count) {
   std::vector<tiering::TransferRange> out;
   if (dsts == nullptr || srcs == nullptr || sizes == nullptr) return out;
-  out.reserve(2 * count);
+  out.reserve(2 * std::min<size_t>(count, kReservedCopies));
   for (size_t i = 0; i < count; ++i) {
     if (sizes[i] == 0) continue;
     out.push_back({dsts[i], sizes[i]});
@@ -221,7 +226,7 @@ std::vector<tiering::TransferRange> batch_ranges(const CUdeviceptr* dsts, const 
 std::vector<tiering::TransferRange> batch_ranges(const CUDA_MEMCPY3D_BATCH_OP* ops, size_t count) {
   std::vector<tiering::TransferRange> out;
   if (ops == nullptr) return out;
-  out.reserve(2 * count);
+  out.reserve(2 * std::min<size_t>(count, kReservedCopies));
   for (size_t i = 0; i < count; ++i) {
     const tiering::TransferRanges ranges = tiering::ranges_of(ops[i]);  // named: span() points into it
     for (const tiering::TransferRange& r : ranges.span()) out.push_back(r);

@@ -7,10 +7,11 @@ bool may_be_pool(CUmemorytype type) { return type == CU_MEMORYTYPE_DEVICE || typ
 bool may_be_host(CUmemorytype type) { return type == CU_MEMORYTYPE_HOST || type == CU_MEMORYTYPE_UNIFIED; }
 
 // The span of one side: its first byte at (z * slice_height + y) * pitch + x from `base`, its last
-// ((depth - 1) * slice_height + height - 1) * pitch + width - 1 past that. Nothing on overflow.
+// ((depth - 1) * slice_height + height - 1) * pitch + width - 1 past that. Nothing on overflow. A base
+// of 0 is no reason to skip a side: its offsets alone may name pool memory.
 void add_side(TransferRanges& out, CUmemorytype type, CUdeviceptr base, std::size_t x, std::size_t y, std::size_t z,
               std::size_t pitch, std::size_t slice_height, std::size_t width, std::size_t height, std::size_t depth) {
-  if (!may_be_pool(type) || base == 0 || width == 0 || height == 0 || depth == 0) return;
+  if (!may_be_pool(type) || width == 0 || height == 0 || depth == 0) return;
   std::size_t first_row = 0, rows = 0, first = 0, span = 0, start = 0, end = 0;
   if (__builtin_mul_overflow(z, slice_height, &first_row) || __builtin_add_overflow(first_row, y, &first_row) ||
       __builtin_mul_overflow(first_row, pitch, &first) || __builtin_add_overflow(first, x, &first) ||

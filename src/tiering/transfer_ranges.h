@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 
 #include "driver/driver_api.h"
@@ -31,6 +32,13 @@ class TransferRanges {
   std::array<TransferRange, 2> ranges_{};
   std::size_t count_ = 0;
 };
+
+// `count` elements of `element` bytes (a memset's), or the most a size holds when that overflows: a
+// range too wide only plans more, one wrapped to a few bytes would miss memory the call writes.
+inline std::size_t bytes_of(std::size_t count, std::size_t element) {
+  std::size_t bytes = 0;
+  return __builtin_mul_overflow(count, element, &bytes) ? SIZE_MAX : bytes;
+}
 
 TransferRanges ranges_of(const CUDA_MEMCPY2D* copy);
 TransferRanges ranges_of(const CUDA_MEMCPY3D* copy);

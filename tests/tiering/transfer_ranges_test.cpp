@@ -95,6 +95,26 @@ TEST(TransferRanges, NothingWhereTheDriverWillRefuse) {
   EXPECT_TRUE(list(uvmpool::tiering::ranges_of(&c)).empty()) << "no type";
 }
 
+// A side whose base is 0 but whose offsets name an address: the span from there (the driver adds them).
+TEST(TransferRanges, ASideOfBaseZeroStartsAtItsOffsets) {
+  CUDA_MEMCPY2D c{};
+  c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.dstXInBytes = 0x100000;
+  c.dstPitch = 64;
+  c.WidthInBytes = 16;
+  c.Height = 2;
+  EXPECT_EQ(list(uvmpool::tiering::ranges_of(&c)), (Ranges{{0x100000, 64 + 16}}));
+  c.dstXInBytes = 0;
+  EXPECT_TRUE(list(uvmpool::tiering::ranges_of(&c)).empty()) << "address 0 is no one's";
+}
+
+// A memset's bytes: its elements times their size, or all a size holds when that wraps.
+TEST(TransferRanges, AMemsetsBytesSaturateRatherThanWrap) {
+  EXPECT_EQ(uvmpool::tiering::bytes_of(1024, 4), 4096u);
+  EXPECT_EQ(uvmpool::tiering::bytes_of((std::size_t{1} << 62) + 256, 4), SIZE_MAX) << "wrapped to 1024 bytes before";
+  EXPECT_EQ(uvmpool::tiering::bytes_of(std::size_t{1} << 63, 2), SIZE_MAX) << "wrapped to 0 before";
+}
+
 TEST(TransferRanges, A3DBatchCopyTouchesEachPointerOperandsSpan) {
   CUDA_MEMCPY3D_BATCH_OP op{};
   op.dst.type = op.src.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
