@@ -44,8 +44,8 @@ CUresult DevicePool::free_guarded(Block* b, CUdeviceptr p, CUcontext wait_for) {
   // Once exit has begun the pool makes no driver call: the memory stays mapped, never reused.
   if (process_exiting()) return CUDA_SUCCESS;
   MutexLock lock(mu_);
-  // Noted under mu_ and fenced at once by destroy_block, so the context waited for is this free's
-  // own even when threads of several contexts free together (a batch remembers only one context).
+  // Noted under mu_ and fenced at once by destroy_block, so this free's own context is waited for
+  // (with any other context that freed since the last fence).
   note_sync_free(wait_for != nullptr ? wait_for : b->context.load(std::memory_order_relaxed));
   destroy_block(b);  // unmaps; the range goes to retire_guarded
   return CUDA_SUCCESS;

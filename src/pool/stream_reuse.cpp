@@ -14,8 +14,10 @@ namespace uvmpool::pool {
 using ScopedContext = driver::ContextScope;
 
 void DevicePool::note_sync_free(CUcontext context) {
-  // On every free: shared loads, and the lock only when the flag turns on or another context frees
-  // (once per fence and context), so that threads freeing at once do not bounce this cache line.
+  // On every free: shared loads, and the lock only when the flag turns on or another context than the
+  // last one noted frees, so that threads freeing at once do not bounce this cache line. Under
+  // unfenced_mu_ the flag on means the last context noted is in the list (fence_unmap clears all
+  // three together), so the fast path never skips a context the next fence would not wait for.
   if (unfenced_.load(std::memory_order_acquire) && unfenced_context_.load(std::memory_order_relaxed) == context) return;
   MutexLock lock(unfenced_mu_);
   if (std::find(unfenced_contexts_.begin(), unfenced_contexts_.end(), context) == unfenced_contexts_.end())
@@ -32,11 +34,17 @@ void DevicePool::wait_for_context(CUcontext context) {
 }
 
 void DevicePool::fence_unmap() {
-  if (!unfenced_.load(std::memory_order_acquire) || !unfenced_.exchange(false, std::memory_order_acq_rel)) return;
+  if (!unfenced_.load(std::memory_order_acquire)) return;
   std::vector<CUcontext> contexts;
   {
-    // A free noted after the exchange is fenced by this wait or the next (it turned the flag on again).
+    // The flag, the last context and the list cleared together: a free noted after this is in the
+    // next fence's list. (Cleared apart, a free could turn the flag on again between the two with
+    // its context already in the list taken here, and every later free of that context pass the
+    // fast path while the next fence's list stayed empty: an unmap with no wait.)
     MutexLock lock(unfenced_mu_);
+    if (!unfenced_.load(std::memory_order_relaxed)) return;  // another fence took them
+    unfenced_.store(false, std::memory_order_relaxed);
+    unfenced_context_.store(nullptr, std::memory_order_relaxed);
     contexts.swap(unfenced_contexts_);
   }
   if (process_exiting()) return;  // the driver may be going away; nothing runs after exit anyway

@@ -143,8 +143,7 @@ int exporter(size_t bytes) {
       auto capture = reinterpret_cast<Hold>(uvmpool_api(nullptr, "uvmpool_sim_set_capture_status"));
       CLIENT_CHECK(hold != nullptr && capture != nullptr, "free_async needs the simulated driver");
       // held_elsewhere: the stream is of a second context of the device, not the current one.
-      CUcontext current = nullptr, elsewhere = nullptr;
-      CU(cuCtxGetCurrent(&current));
+      CUcontext elsewhere = nullptr;
       if (how == "held_elsewhere") {
         CUdevice device = 0;
         CU(cuCtxGetDevice(&device));
@@ -152,7 +151,10 @@ int exporter(size_t bytes) {
       }
       CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
       CU(cuMemsetD8Async(p, 0x22, bytes, stream));  // work of the stream on the memory, before the free
-      if (elsewhere != nullptr) CU(cuCtxSetCurrent(current));
+      if (elsewhere != nullptr) {
+        CUcontext popped = nullptr;
+        CU(cuCtxPopCurrent(&popped));  // the first is current again (the second lives on with its stream)
+      }
       if (how == "held" || how == "held_elsewhere") hold(stream, 1);
       if (how == "capture") capture(stream, CU_STREAM_CAPTURE_STATUS_ACTIVE);
       say("free_async " + std::to_string(cuMemFreeAsync(p, stream)));

@@ -167,7 +167,7 @@ TEST_F(MultiDevice, AsyncAllocationOnAnotherDevicesStreamComesFromThatDevice) {
     ASSERT_TRUE(info.has_value());
     EXPECT_EQ(info->device, 1);
     EXPECT_EQ(info->context, context(1));
-    EXPECT_EQ(physical_device(p), 1) << "the memory itself is on the current context's device";
+    EXPECT_EQ(physical_device(p), 1) << "the memory itself is not on the stream's device";
     CUcontext current = nullptr;
     ASSERT_CU(drv().cuCtxGetCurrent(&current));
     EXPECT_EQ(current, context(0)) << "the current context changed";
