@@ -32,4 +32,17 @@ class ContextScope {
   bool pushed_ = false;
 };
 
+// Whether `stream` is one the program created, with a context of its own (not 0, CU_STREAM_LEGACY or
+// CU_STREAM_PER_THREAD, which name the current context's default streams).
+inline bool has_own_context(CUstream stream) {
+  return stream != nullptr && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD;
+}
+
+// The context `stream`'s work runs in (an event recorded on it must be made there): its own, or the
+// current one for a default stream. The driver's error for a stream it does not know.
+inline CUresult stream_context(const Table& d, CUstream stream, CUcontext* context) {
+  if (has_own_context(stream) && d.cuStreamGetCtx != nullptr) return d.cuStreamGetCtx(stream, context);
+  return d.cuCtxGetCurrent(context);
+}
+
 }  // namespace uvmpool::driver

@@ -521,9 +521,7 @@ bool take_free(CUdeviceptr p, CUresult* result, const AsyncFree* async) {
       // The event is made in the stream's context: the driver records none of another context's.
       const driver::Table& d = driver::real()->table;
       CUcontext context = nullptr;
-      if (async->stream != nullptr && async->stream != CU_STREAM_LEGACY && async->stream != CU_STREAM_PER_THREAD &&
-          d.cuStreamGetCtx != nullptr)
-        d.cuStreamGetCtx(async->stream, &context);
+      driver::stream_context(d, async->stream, &context);  // none: the current context, as before
       const driver::ContextScope in(d, context);
       CUevent event = nullptr;
       if (d.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||

@@ -202,18 +202,6 @@ bool Pool::capturing(CUstream stream) {
 }
 
 namespace {
-// A stream the program created (not a default stream): it has a context of its own.
-bool created_stream(CUstream stream) {
-  return stream != nullptr && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD;
-}
-}  // namespace
-
-CUresult Pool::stream_context(CUstream stream, CUcontext* context) {
-  if (created_stream(stream) && driver_.cuStreamGetCtx != nullptr) return driver_.cuStreamGetCtx(stream, context);
-  return driver_.cuCtxGetCurrent(context);
-}
-
-namespace {
 // The key pending frees (pending_frees.h) know `stream` by, in `context`.
 StreamKey stream_key(CUstream stream, CUcontext context) {
   StreamKey key{stream, context, {}};
@@ -229,7 +217,7 @@ CUresult Pool::allocate_async(CUdeviceptr* out, std::size_t bytes, CUstream stre
   CUcontext current = nullptr;
   if (const CUresult r = driver_.cuCtxGetCurrent(&current); r != CUDA_SUCCESS) return r;
   CUcontext ctx = current;
-  if (created_stream(stream) && driver_.cuStreamGetCtx != nullptr)
+  if (driver::has_own_context(stream) && driver_.cuStreamGetCtx != nullptr)
     if (const CUresult r = driver_.cuStreamGetCtx(stream, &ctx); r != CUDA_SUCCESS) return r;
   if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   // A stream of another context than the current one (of another device, say): its device serves
@@ -271,7 +259,7 @@ Ownership Pool::deallocate_async(CUdeviceptr p, CUstream stream, CUresult* resul
   if (owner == nullptr) return Ownership::Foreign;
   // The free's event is recorded on the stream, which takes an event of the stream's own context.
   CUcontext ctx = nullptr;
-  if (const CUresult r = stream_context(stream, &ctx); r != CUDA_SUCCESS || ctx == nullptr) {
+  if (const CUresult r = driver::stream_context(driver_, stream, &ctx); r != CUDA_SUCCESS || ctx == nullptr) {
     *result = r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_CONTEXT;  // nothing freed, as the driver would
     return Ownership::Ours;
   }

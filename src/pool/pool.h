@@ -365,10 +365,6 @@ class Pool {
   CUresult current_device(int* device, CUcontext* context);
   // The device of `ctx`, which is current (asked of the driver once a thread and context).
   CUresult device_of_current(CUcontext ctx, int* device);
-  // The context `stream`'s work runs in: its own for a created stream, the current one for the
-  // default streams (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD). The driver's error for a stream it
-  // does not know.
-  CUresult stream_context(CUstream stream, CUcontext* context);
 
   const driver::Table& driver_;
   PoolConfig config_;
