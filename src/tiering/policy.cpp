@@ -484,12 +484,17 @@ bool Policy::make_room(std::uint64_t bytes, std::uint64_t needed_at) {
   return room() >= bytes;
 }
 
-void Policy::advised(CUdeviceptr from, CUdeviceptr end, Preference preference) {
+void Policy::advised(std::span<const Advised> allocations) {
+  if (allocations.empty()) return;
   bool changed = false;
   for (auto& [address, k] : known_) {
-    if (k.buffer.bytes == 0 || address < from || address + k.buffer.bytes > end || k.buffer.preference == preference)
-      continue;
-    k.buffer.preference = preference;
+    // The last allocation starting at or before the buffer: the only one that may hold it.
+    const auto after = std::upper_bound(allocations.begin(), allocations.end(), address,
+                                        [](CUdeviceptr a, const Advised& x) { return a < x.from; });
+    if (after == allocations.begin() || k.buffer.bytes == 0) continue;
+    const Advised& a = *std::prev(after);
+    if (address + k.buffer.bytes > a.end || k.buffer.preference == a.preference) continue;
+    k.buffer.preference = a.preference;
     changed = true;
   }
   if (changed) victims_at_ = ~std::uint64_t{0};  // the victims found this launch are to be found again

@@ -214,11 +214,15 @@ class Policy {
 
   // A launch of `function` touching `buffers` (in argument order), before or as it is queued.
   void on_launch(std::uint64_t function, std::span<const Buffer> buffers);
-  // Advice changed the preference of the allocation [from, end) (cuMemAdvise, uvmpool_advise): the
-  // buffers lying wholly inside it take it now rather than at their next touch, so one advised to
-  // stay is not demoted meanwhile. A buffer shared with other allocations (a carved slot) takes the
-  // preference its touches show.
-  void advised(CUdeviceptr from, CUdeviceptr end, Preference preference);
+  // Advice changed the preference of allocations (cuMemAdvise, uvmpool_advise), given in address order
+  // without overlap: the buffers lying wholly inside one take it now rather than at their next touch,
+  // so one advised to stay is not demoted meanwhile. A buffer shared with other allocations (a carved
+  // slot) takes the preference its touches show. One pass over the known buffers, whatever the count.
+  struct Advised {
+    CUdeviceptr from = 0, end = 0;
+    Preference preference = Preference::None;
+  };
+  void advised(std::span<const Advised> allocations);
   // Whether the mover's epochs should run on the launching thread in the period under way (the
   // epochs' trial: period_trial.h; Tiering tells the mover).
   bool epochs_on_launch() const { return !epochs_.first(); }

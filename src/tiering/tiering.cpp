@@ -665,11 +665,16 @@ bool Tiering::prefetch(std::span<const pool::AllocationInfo> allocations, CUdevi
 void Tiering::advise(std::span<const pool::AllocationInfo> allocations, std::optional<Preference> preference, int device) {
   advice_calls_.fetch_add(1, std::memory_order_relaxed);
   if (!preference) return;
+  std::vector<Policy::Advised> told;  // `allocations` are in address order (advice.cpp: covering)
+  told.reserve(allocations.size());
   for (const pool::AllocationInfo& a : allocations) {
     const Preference p = *preference == Preference::Device && device != a.device ? Preference::None : *preference;
     advice_.prefer(a, p);
+    told.push_back({a.base, a.base + a.size, p});
+  }
+  {
     MutexLock lock(policy_mu_);
-    if (policy_) policy_->advised(a.base, a.base + a.size, p);
+    if (policy_) policy_->advised(told);
   }
   advice_.prune([this](CUdeviceptr base, std::uint64_t id) {
     const std::optional<pool::AllocationInfo> live = pool_.find(base);

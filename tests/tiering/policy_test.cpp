@@ -967,7 +967,11 @@ TEST(PolicyAdvice_, DeviceAdviceGivenAfterTheLastTouchKeepsTheBufferIn) {
     w.launch(p, 2, {b});
     if (advised) {
       w.prefer(a, Preference::Device);
-      p.advised(a, a + kUnit, Preference::Device);
+      // Among others, in address order, that hold no known buffer: each buffer is matched to its own.
+      const CUdeviceptr past = std::max({a, b, c}) + 4 * kUnit;
+      const Policy::Advised told[] = {
+          {1, 2, Preference::Host}, {a, a + kUnit, Preference::Device}, {past, past + kUnit, Preference::Host}};
+      p.advised(told);
     }
     for (int i = 0; i < 50; ++i) w.launch(p, 3, {c});
     EXPECT_EQ(w.ever_demoted.count(a), advised ? 0u : 1u);
