@@ -298,6 +298,7 @@ CUresult impl::cuCtxDisablePeerAccess(CUcontext peer) {
 CUresult impl::cuCtxSynchronize() {
   Context* context = nullptr;
   if (CUresult status = current_context(&context); status != CUDA_SUCCESS) return status;
+  if (const CUresult unsafe = timeline::unsafe_call(); unsafe != CUDA_SUCCESS) return unsafe;
   return timeline::synchronize_context(context);
 }
 

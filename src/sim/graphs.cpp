@@ -188,6 +188,10 @@ constexpr bool kPerThread = true;
 
 }  // namespace
 
+CUresult impl::cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  return timeline::exchange_capture_mode(mode);
+}
+
 CUresult impl::cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
   return begin_capture(s, kLegacy, mode, nullptr);
 }

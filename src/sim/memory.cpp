@@ -104,6 +104,7 @@ CUresult alloc_host(void** pp, size_t bytesize) {
 CUresult impl::cuMemAlloc_v2(CUdeviceptr_v2* dptr, size_t bytesize) {
   Context* context = nullptr;
   if (CUresult status = current_context(&context); status != CUDA_SUCCESS) return status;
+  if (const CUresult unsafe = timeline::unsafe_call(); unsafe != CUDA_SUCCESS) return unsafe;
   const CUresult status = alloc_device(dptr, bytesize, context);
   if (status == CUDA_SUCCESS) charge_alloc(bytesize);
   return status;
@@ -129,6 +130,7 @@ CUresult impl::cuMemAllocPitch_v2(CUdeviceptr_v2* dptr, size_t* pPitch, size_t W
 CUresult impl::cuMemFree_v2(CUdeviceptr_v2 dptr) {
   Context* context = nullptr;
   if (CUresult status = current_context(&context); status != CUDA_SUCCESS) return status;
+  if (const CUresult unsafe = timeline::unsafe_call(); unsafe != CUDA_SUCCESS) return unsafe;
   if (dptr == 0) return CUDA_SUCCESS;
   return free_synchronously(context, dptr, MemoryKind::Device);
 }
@@ -158,19 +160,24 @@ CUresult impl::cuMemGetAddressRange_v2(CUdeviceptr_v2* pbase, size_t* psize, CUd
   return CUDA_SUCCESS;
 }
 
-CUresult impl::cuMemAllocHost_v2(void** pp, size_t bytesize) { return alloc_host(pp, bytesize); }
+CUresult impl::cuMemAllocHost_v2(void** pp, size_t bytesize) {
+  if (const CUresult unsafe = timeline::unsafe_call(); unsafe != CUDA_SUCCESS) return unsafe;
+  return alloc_host(pp, bytesize);
+}
 
 // Every pinned allocation is portable and mapped, with one address for host and device (UVA), so
 // the flags are only checked. Write-combined memory is ordinary memory here.
 CUresult impl::cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
   constexpr unsigned kKnown = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
   if ((Flags & ~kKnown) != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (const CUresult unsafe = timeline::unsafe_call(); unsafe != CUDA_SUCCESS) return unsafe;
   return alloc_host(pp, bytesize);
 }
 
 CUresult impl::cuMemFreeHost(void* p) {
   Context* context = nullptr;
   if (CUresult status = current_context(&context); status != CUDA_SUCCESS) return status;
+  if (const CUresult unsafe = timeline::unsafe_call(); unsafe != CUDA_SUCCESS) return unsafe;
   return free_synchronously(context, reinterpret_cast<std::uintptr_t>(p), MemoryKind::PinnedHost);
 }
 

@@ -28,10 +28,22 @@ CUresult impl::cuStreamCreateWithPriority(CUstream* phStream, unsigned int flags
 }
 CUresult impl::cuStreamDestroy_v2(CUstream hStream) { return timeline::destroy_stream(hStream); }
 
-CUresult impl::cuStreamSynchronize(CUstream s) { return timeline::synchronize_stream(s, kLegacy); }
-CUresult impl::cuStreamSynchronize_ptsz(CUstream s) { return timeline::synchronize_stream(s, kPerThread); }
-CUresult impl::cuStreamQuery(CUstream s) { return timeline::query_stream(s, kLegacy); }
-CUresult impl::cuStreamQuery_ptsz(CUstream s) { return timeline::query_stream(s, kPerThread); }
+CUresult impl::cuStreamSynchronize(CUstream s) {
+  if (const CUresult unsafe = timeline::unsafe_call(); unsafe != CUDA_SUCCESS) return unsafe;
+  return timeline::synchronize_stream(s, kLegacy);
+}
+CUresult impl::cuStreamSynchronize_ptsz(CUstream s) {
+  if (const CUresult unsafe = timeline::unsafe_call(); unsafe != CUDA_SUCCESS) return unsafe;
+  return timeline::synchronize_stream(s, kPerThread);
+}
+CUresult impl::cuStreamQuery(CUstream s) {
+  if (const CUresult unsafe = timeline::unsafe_call(); unsafe != CUDA_SUCCESS) return unsafe;
+  return timeline::query_stream(s, kLegacy);
+}
+CUresult impl::cuStreamQuery_ptsz(CUstream s) {
+  if (const CUresult unsafe = timeline::unsafe_call(); unsafe != CUDA_SUCCESS) return unsafe;
+  return timeline::query_stream(s, kPerThread);
+}
 
 CUresult impl::cuStreamWaitEvent(CUstream s, CUevent e, unsigned int Flags) {
   if ((Flags & ~static_cast<unsigned>(CU_EVENT_WAIT_EXTERNAL)) != 0) return CUDA_ERROR_INVALID_VALUE;
@@ -62,8 +74,14 @@ CUresult impl::cuEventCreate(CUevent* phEvent, unsigned int Flags) { return time
 CUresult impl::cuEventDestroy_v2(CUevent e) { return timeline::destroy_event(e); }
 CUresult impl::cuEventRecord(CUevent e, CUstream s) { return timeline::record_event(e, s, kLegacy); }
 CUresult impl::cuEventRecord_ptsz(CUevent e, CUstream s) { return timeline::record_event(e, s, kPerThread); }
-CUresult impl::cuEventQuery(CUevent e) { return timeline::query_event(e); }
-CUresult impl::cuEventSynchronize(CUevent e) { return timeline::synchronize_event(e); }
+CUresult impl::cuEventQuery(CUevent e) {
+  if (const CUresult unsafe = timeline::unsafe_call(); unsafe != CUDA_SUCCESS) return unsafe;
+  return timeline::query_event(e);
+}
+CUresult impl::cuEventSynchronize(CUevent e) {
+  if (const CUresult unsafe = timeline::unsafe_call(); unsafe != CUDA_SUCCESS) return unsafe;
+  return timeline::synchronize_event(e);
+}
 CUresult impl::cuEventElapsedTime_v2(float* ms, CUevent start, CUevent end) {
   return timeline::elapsed_time(ms, start, end);
 }

@@ -428,6 +428,50 @@ CUresult submit_all(CUstream handle, bool per_thread, std::vector<WorkSpec> work
   return CUDA_SUCCESS;
 }
 
+namespace {
+thread_local CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;  // the thread's interaction mode
+std::atomic<bool> g_ever_captured{false};  // until the first capture, no call is looked at
+}  // namespace
+
+CUresult exchange_capture_mode(CUstreamCaptureMode* mode) {
+  if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL && *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+      *mode != CU_STREAM_CAPTURE_MODE_RELAXED)
+    return CUDA_ERROR_INVALID_VALUE;
+  std::swap(*mode, t_capture_mode);
+  return CUDA_SUCCESS;
+}
+
+CUresult unsafe_call() {
+  if (!g_ever_captured.load(std::memory_order_acquire) || t_capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+    return CUDA_SUCCESS;
+  State& st = state();
+  std::lock_guard lock(st.mutex);
+  const std::thread::id me = std::this_thread::get_id();
+  bool forbidden = false;
+  st.objects.for_each_stream([&](Stream& s) {
+    if (!s.capturing || !s.capture_origin || s.capturing->ended) return;
+    CaptureSeq& c = *s.capturing;
+    const bool own = c.thread == me && c.mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+    const bool others = c.thread != me && c.mode == CU_STREAM_CAPTURE_MODE_GLOBAL &&
+                        t_capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
+    if (!own && !others) return;
+    c.invalidated = true;
+    forbidden = true;
+  });
+  return forbidden ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+CUresult not_capturing(CUstream handle, bool per_thread) {
+  State& st = state();
+  std::lock_guard lock(st.mutex);
+  Stream* s = nullptr;
+  if (CUresult status = resolve(st, handle, per_thread, &s); status != CUDA_SUCCESS) return status;
+  if (!s->capturing) return CUDA_SUCCESS;
+  s->capturing->invalidated = true;
+  return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
 CUresult begin_capture(CUstream handle, bool per_thread, CUstreamCaptureMode mode) {
   if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
       mode != CU_STREAM_CAPTURE_MODE_RELAXED)
@@ -440,6 +484,9 @@ CUresult begin_capture(CUstream handle, bool per_thread, CUstreamCaptureMode mod
   if (s->capturing) return CUDA_ERROR_ILLEGAL_STATE;
   auto capture = std::make_shared<CaptureSeq>();
   capture->id = st.next_capture_id++;
+  capture->mode = mode;
+  capture->thread = std::this_thread::get_id();
+  g_ever_captured.store(true, std::memory_order_release);
   s->capturing = std::move(capture);
   s->capture_origin = true;
   return CUDA_SUCCESS;
@@ -578,6 +625,15 @@ CUresult stream_context(CUstream handle, bool per_thread, Context** out) {
 CUresult synchronize_context(const Context* context) {
   State& st = state();
   std::unique_lock lock(st.mutex);
+  // A capturing stream cannot be waited for: refused in every interaction mode, spoiling its capture
+  // (measured on an H200).
+  bool capturing = false;
+  st.objects.for_each_stream([&](Stream& s) {
+    if (s.context != context || !s.capturing) return;
+    s.capturing->invalidated = true;
+    capturing = true;
+  });
+  if (capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (CUresult status = wait_for_queues(st, lock, [&](const Stream& s) { return s.context == context; });
       status != CUDA_SUCCESS)
     return status;

@@ -73,6 +73,19 @@ CUresult submit_all(CUstream stream, bool per_thread, std::vector<WorkSpec> work
 // blocking stream of its context captures (IMPLICIT). Not modeled: a joined stream that never rejoins
 // the origin (the driver's UNJOINED); every stream of a capture leaves it when it ends.
 CUresult begin_capture(CUstream stream, bool per_thread, CUstreamCaptureMode mode);
+// Capture modes (measured on an H200, driver 580): a thread may not make a potentially unsafe call
+// (cuEventQuery, cuEventSynchronize, cuStreamQuery and cuStreamSynchronize of any stream,
+// cuCtxSynchronize, cuMemAlloc, cuMemFree, pinned host allocations, cuMemAdvise) while it captures in
+// global or thread-local mode itself, or while another thread captures in global mode and its own
+// interaction mode (cuThreadExchangeStreamCaptureMode) is global, the default. Such a call answers
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and spoils the captures that forbid it. Virtual memory calls
+// and cuEventCreate are not unsafe. CUDA_SUCCESS: the call may go on. (cuCtxSynchronize is refused
+// in every mode while a stream of the context captures: synchronize_context.)
+CUresult unsafe_call();
+// cuMemPrefetchAsync's first check: on a capturing stream (any mode) it answers
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and spoils the capture, whatever the memory (H200).
+CUresult not_capturing(CUstream stream, bool per_thread);
+CUresult exchange_capture_mode(CUstreamCaptureMode* mode);
 // The capture's work in the order given, and its id. CUDA_ERROR_STREAM_CAPTURE_INVALIDATED when the
 // capture was spoiled (it ends anyway), ILLEGAL_STATE when `stream` does not capture, UNMATCHED when
 // it joined a capture another stream began.

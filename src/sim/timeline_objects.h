@@ -33,7 +33,10 @@ struct Queued {
 // given (a graph launch replays it on one stream, in that order: a valid order of the captured graph).
 // The stream that began it ends it; streams that waited for an event recorded in it joined it.
 struct CaptureSeq {
-  std::uint64_t id = 0;  // capture modes (global, thread-local, relaxed) are accepted, not modeled
+  std::uint64_t id = 0;
+  // The mode it began in and the thread that began it: what they forbid other calls (unsafe_call).
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  std::thread::id thread{};
   std::vector<WorkSpec> work;
   bool invalidated = false;  // an operation not allowed in a capture was tried: ending it fails
   bool ended = false;
