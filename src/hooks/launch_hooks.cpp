@@ -7,6 +7,7 @@
 #include "driver/real_driver.h"
 #include "hooks/hooks.h"
 #include "hooks/shown.h"
+#include "pool/pool.h"
 #include "stats/counters.h"
 #include "tiering/tiering.h"
 
@@ -168,6 +169,27 @@ CUresult forget_layouts_if(CUresult unloaded) {
   return unloaded;
 }
 
+// Before a context may be destroyed: the pool waits for what was freed on it and drops its events
+// (Pool::context_destroying), while the context still exists to wait on.
+void context_going(CUcontext context) {
+  if (context == nullptr) return;
+  if (pool::Pool* p = pool::Pool::existing()) p->context_destroying(context);
+}
+
+// The primary context of `device` while it is active, without a reference more or less afterwards;
+// null when inactive (a retain would make it).
+CUcontext active_primary(const driver::Table& d, CUdevice device) {
+  unsigned flags = 0;
+  int active = 0;
+  if (d.cuDevicePrimaryCtxGetState == nullptr || d.cuDevicePrimaryCtxRetain == nullptr ||
+      d.cuDevicePrimaryCtxGetState(device, &flags, &active) != CUDA_SUCCESS || active == 0)
+    return nullptr;
+  CUcontext context = nullptr;
+  if (d.cuDevicePrimaryCtxRetain(&context, device) != CUDA_SUCCESS) return nullptr;
+  d.cuDevicePrimaryCtxRelease_v2(device);
+  return context;
+}
+
 }  // namespace
 
 // As the exported hooks answer without a driver. A null function (or launch configuration) is answered
@@ -234,6 +256,7 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext context) {
   stats::count_hook(Fn::cuCtxDestroy_v2);
   const driver::Table* d = real_table();
   if (d == nullptr || d->cuCtxDestroy_v2 == nullptr) return CUDA_ERROR_NO_DEVICE;
+  context_going(context);
   return forget_layouts_if(d->cuCtxDestroy_v2(context));
 }
 
@@ -241,6 +264,9 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice device) {
   stats::count_hook(Fn::cuDevicePrimaryCtxRelease_v2);
   const driver::Table* d = real_table();
   if (d == nullptr || d->cuDevicePrimaryCtxRelease_v2 == nullptr) return CUDA_ERROR_NO_DEVICE;
+  // Whether this release is the last one cannot be asked: the pool lets go of the context either way
+  // (a wait only if memory freed on it is pending; it makes new events when used again).
+  context_going(active_primary(*d, device));
   const CUresult released = d->cuDevicePrimaryCtxRelease_v2(device);
   // Only the last release destroys the context (and unloads its modules); the others keep every layout.
   unsigned flags = 0;
@@ -255,6 +281,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice device) {
   stats::count_hook(Fn::cuDevicePrimaryCtxReset_v2);
   const driver::Table* d = real_table();
   if (d == nullptr || d->cuDevicePrimaryCtxReset_v2 == nullptr) return CUDA_ERROR_NO_DEVICE;
+  context_going(active_primary(*d, device));
   return forget_layouts_if(d->cuDevicePrimaryCtxReset_v2(device));
 }
 

@@ -193,6 +193,9 @@ class DevicePool {
   // Before cuStreamDestroy: covers what the stream's frees left pending with an event recorded on
   // it (or, failing that, waits for its context); once destroyed, its handle may name another stream.
   void seal_stream(CUstream stream);
+  // Before `context` is destroyed: its frees waited for and made ready, its events destroyed
+  // (PendingFrees::forget_context), and the next unmap's fence no longer asked to wait for it.
+  void forget_context(CUcontext context);
   std::optional<AllocationInfo> describe(Entry entry, CUdeviceptr p);
   std::optional<ChunkView> chunks_of(Entry entry, CUdeviceptr p);
 

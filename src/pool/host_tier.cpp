@@ -4,6 +4,7 @@
 
 #include "config/log.h"
 #include "config/size_math.h"
+#include "driver/capture_mode.h"
 #include "pool/device_pool.h"
 
 namespace uvmpool::pool {
@@ -47,6 +48,7 @@ void HostTier::stop() {
 }
 
 void HostTier::run() {
+  driver::relax_capture_mode(d_);  // its pinning must not spoil a program's graph capture
   UniqueMutexLock lock(mu_);
   while (!stopping_) {
     // Woken for a spill, or once a second to give back what has been idle.

@@ -30,7 +30,9 @@ class HostReserve;
 // Process-wide: the host limit and the thread that keeps every device's reserve (started on first need).
 class HostTier {
  public:
-  HostTier(std::uint64_t limit, std::chrono::milliseconds idle) : limit_(limit), idle_(idle) {}
+  // `driver`: the thread takes the relaxed capture mode on it (driver/capture_mode.h).
+  HostTier(const driver::Table& driver, std::uint64_t limit, std::chrono::milliseconds idle)
+      : d_(driver), limit_(limit), idle_(idle) {}
   ~HostTier() { stop(); }
   HostTier(const HostTier&) = delete;
   HostTier& operator=(const HostTier&) = delete;
@@ -55,6 +57,7 @@ class HostTier {
  private:
   void run();
 
+  const driver::Table& d_;
   const std::uint64_t limit_;
   const std::chrono::milliseconds idle_;
   std::atomic<std::uint64_t> charged_{0};

@@ -1,9 +1,11 @@
 // Memory freed on streams, not yet known done with (pending_frees.h).
 #include "pool/pending_frees.h"
 
+#include <algorithm>
 #include <functional>
 
 #include "config/log.h"
+#include "driver/capture_mode.h"
 #include "driver/context_scope.h"
 #include "pool/device_pool.h"  // process_exiting
 
@@ -66,6 +68,9 @@ std::vector<PendingItem> PendingFrees::collect(bool wait) {
   seal_streams_locked(nullptr, &ready);
   std::optional<DeviceWaitScope> waiting;  // mu_ is held, which an allocation under the pool's mu_ may wait for
   if (wait && !batches_.empty()) waiting.emplace(device_waits_);
+  // The queries are the pool's, not the program's: made relaxed, they spoil no other thread's capture.
+  std::optional<driver::RelaxedCapture> relaxed;
+  if (!batches_.empty()) relaxed.emplace(d_);
   for (auto it = batches_.begin(); it != batches_.end();) {
     const CUresult r = wait ? d_.cuEventSynchronize(it->event) : d_.cuEventQuery(it->event);
     // Not known done: still running, or (recorded into a capture after all) not an answer about it.
@@ -90,6 +95,44 @@ std::vector<PendingItem> PendingFrees::seal(CUstream stream) {
   // Its handle may name another stream once it is destroyed: its batches are no one's to reuse early.
   for (Batch& b : batches_)
     if (b.stream && b.stream->stream == stream) b.stream.reset();
+  count_.fetch_sub(ready.size(), std::memory_order_relaxed);
+  return ready;
+}
+
+std::vector<PendingItem> PendingFrees::forget_context(CUcontext context) {
+  std::vector<PendingItem> ready;
+  if (context == nullptr || process_exiting()) return ready;
+  MutexLock lock(mu_);
+  const bool frees = std::any_of(open_.begin(), open_.end(), [&](const auto& o) { return o.first.context == context; }) ||
+                     std::any_of(batches_.begin(), batches_.end(), [&](const Batch& b) { return b.context == context; });
+  if (frees) {
+    // The destruction would wait for the context's work too; waited for here, the frees are known done.
+    ScopedContext in(d_, context);
+    const DeviceWaitScope waiting(device_waits_);  // mu_ is held
+    if (in.status() == CUDA_SUCCESS) d_.cuCtxSynchronize();
+  }
+  for (auto it = open_.begin(); it != open_.end();) {
+    if (it->first.context != context) {
+      ++it;
+      continue;
+    }
+    ready.insert(ready.end(), it->second.begin(), it->second.end());
+    it = open_.erase(it);
+  }
+  for (auto it = batches_.begin(); it != batches_.end();) {
+    if (it->context != context) {
+      ++it;
+      continue;
+    }
+    ready.insert(ready.end(), it->items.begin(), it->items.end());
+    d_.cuEventDestroy_v2(it->event);
+    it = batches_.erase(it);
+  }
+  std::erase_if(spare_events_, [&](const Spare& s) {
+    if (s.context != context) return false;
+    d_.cuEventDestroy_v2(s.event);
+    return true;
+  });
   count_.fetch_sub(ready.size(), std::memory_order_relaxed);
   return ready;
 }

@@ -81,6 +81,11 @@ class PendingFrees {
   // Before cuStreamDestroy: the stream's open frees put behind an event (or, failing that, its context
   // waited for: those come back ready); once destroyed, its handle may name another stream.
   std::vector<PendingItem> seal(CUstream stream);
+  // Before `context` is destroyed (cuCtxDestroy, a primary context's reset or last release): its
+  // streams and events go with it, and its handle may name the next context made. Its frees are
+  // waited for (one cuCtxSynchronize, only if it has any) and come back ready; its events, pending
+  // and spare, are destroyed while it exists. Nothing of another context is touched.
+  std::vector<PendingItem> forget_context(CUcontext context);
 
  private:
   struct Batch {

@@ -94,7 +94,7 @@ Pool::Pool(const driver::Table& driver, PoolConfig config)
     const std::uint64_t physical = physical_memory();
     std::uint64_t limit = config_.host_limit.resolve(physical);
     if (physical != 0) limit = std::min(limit, physical);
-    host_ = std::make_unique<HostTier>(limit,
+    host_ = std::make_unique<HostTier>(driver_, limit,
                                        std::chrono::milliseconds(config_.host_idle_ms));
   }
 }
@@ -272,6 +272,12 @@ void Pool::stream_destroying(CUstream stream) {
   if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return;
   for (auto& slot : devices_->pools) {
     if (DevicePool* p = slot.load(std::memory_order_acquire)) p->seal_stream(stream);
+  }
+}
+
+void Pool::context_destroying(CUcontext context) {
+  for (auto& slot : devices_->pools) {
+    if (DevicePool* p = slot.load(std::memory_order_acquire)) p->forget_context(context);
   }
 }
 

@@ -230,6 +230,10 @@ class Pool {
   // Before cuStreamDestroy(stream): what was freed on it and waits for its work is covered by an
   // event recorded on it now, while the handle still names that stream.
   void stream_destroying(CUstream stream);
+  // Before `context` is destroyed (cuCtxDestroy, cuDevicePrimaryCtxReset, a primary context's last
+  // release): what was freed on its streams is waited for and reused, and the pool keeps none of its
+  // events, whose handles would outlive it (and might name the next context's).
+  void context_destroying(CUcontext context);
   // Whether `stream` is capturing a graph (then allocations on it take the driver's own path).
   bool capturing(CUstream stream);
 

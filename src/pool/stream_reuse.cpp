@@ -166,6 +166,24 @@ void DevicePool::seal_stream(CUstream stream) {
   for (const PendingItem& item : pending_.seal(stream)) release_pending(item);
 }
 
+void DevicePool::forget_context(CUcontext context) {
+  if (context == nullptr || process_exiting()) return;
+  bool unfenced = false;
+  {
+    MutexLock lock(unfenced_mu_);
+    unfenced = std::find(unfenced_contexts_.begin(), unfenced_contexts_.end(), context) != unfenced_contexts_.end();
+  }
+  // Memory it freed at once may be read by its queued work until the destruction, which waits for
+  // that work only once it is called: waited for here, before the next fence forgets the context.
+  if (unfenced) wait_for_context(context);
+  for (const PendingItem& item : pending_.forget_context(context)) release_pending(item);
+  // The flag stays as it is; with the last context noted cleared, the next free of any context takes
+  // the lock, so the fast path never skips a context missing from the list.
+  MutexLock lock(unfenced_mu_);
+  std::erase(unfenced_contexts_, context);
+  if (unfenced_context_.load(std::memory_order_relaxed) == context) unfenced_context_.store(nullptr, std::memory_order_relaxed);
+}
+
 void DevicePool::release_pending(const PendingItem& item) {
   if (item.carved != 0) {
     release_carved(item.carved);

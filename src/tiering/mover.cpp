@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "config/log.h"
+#include "driver/capture_mode.h"
 #include "driver/context_scope.h"
 #include "trace/trace.h"
 
@@ -127,6 +128,7 @@ void Mover::set_step(MoverStep step) {
 }
 
 void Mover::guard_main() {
+  driver::relax_capture_mode(d_);  // its queries must not spoil a program's graph capture
   const auto limit = std::chrono::duration_cast<std::chrono::nanoseconds>(2 * config_.hold_timeout).count();
   const auto period = std::max<std::chrono::milliseconds>(config_.hold_timeout / 4, std::chrono::milliseconds(1));
   for (;;) {
@@ -153,6 +155,7 @@ void Mover::guard_main() {
 }
 
 void Mover::thread_main() {
+  driver::relax_capture_mode(d_);  // its queries and waits must not spoil a program's graph capture
   for (;;) {
     {
       UniqueMutexLock lock(queue_mu_);

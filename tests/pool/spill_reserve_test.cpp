@@ -257,7 +257,7 @@ TEST_F(SpillReserve, AHoldWaitsForTheBatchInFlightAndLetsTheThreadStartNothingUn
   using uvmpool::pool::Chunk;
   using uvmpool::pool::HostReserve;
   auto pool = make_pool(spill_config(64 * kMiB));  // the driver, loaded and with a context
-  uvmpool::pool::HostTier tier(64 * kMiB, std::chrono::milliseconds(60'000));
+  uvmpool::pool::HostTier tier(drv(), 64 * kMiB, std::chrono::milliseconds(60'000));
   const uvmpool::pool::Vmm vmm(uvmpool::driver::fn(), 0);
   HostReserve reserve(vmm, tier, gran, 32 * gran);
   ASSERT_CU(reserve.fill(8));

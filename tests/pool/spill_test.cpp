@@ -359,7 +359,7 @@ TEST_F(Spill, AHostLimitOfTwoToThe64BytesDoesNotWrapTheBudget) {
 
 // charge() compared now + bytes with the limit: a huge request wrapped past it and was counted.
 TEST(HostTierCharge, AChargeThatWouldWrapIsRefusedAndNotCounted) {
-  uvmpool::pool::HostTier tier(100, std::chrono::milliseconds(5000));
+  uvmpool::pool::HostTier tier(drv(), 100, std::chrono::milliseconds(5000));
   EXPECT_TRUE(tier.charge(60));
   EXPECT_FALSE(tier.charge(std::numeric_limits<std::uint64_t>::max() - 10));
   EXPECT_FALSE(tier.charge(41));

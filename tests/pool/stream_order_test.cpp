@@ -6,6 +6,10 @@
 // A pool may either pick other memory or wait for the freeing stream before reusing its memory
 // elsewhere; both are correct. What is checked: memory freed on a held stream is never handed to
 // another stream (or a synchronous allocation) unless the pool waited for it (a wait call was made).
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "pool_test.h"
 
 namespace pooltest {
@@ -297,6 +301,91 @@ TEST_F(StreamOrder, UnmappingFreedMemoryWaitsForEveryContextWhoseMemoryWasFreed)
   hold_stream(theirs, false);
   EXPECT_CU(drv().cuStreamDestroy_v2(theirs));
   EXPECT_CU(drv().cuCtxDestroy_v2(other));
+}
+
+// A context destroyed with memory freed on its streams (cuCtxDestroy's hook calls context_destroying
+// first): the pool waits for that work while the context exists, reuses the memory at once, and
+// destroys the context's events, spare ones included, so that none outlives it (before, they stayed,
+// and a handle of the next context made at the same address would have been given them).
+TEST_F(StreamOrder, DestroyingAContextWaitsForItsFreesAndKeepsNoneOfItsEvents) {
+  auto pool = make_pool();
+  CUcontext other = nullptr;
+  ASSERT_CU(drv().cuCtxCreate_v2(&other, 0, 0));  // current now
+  CUstream theirs = nullptr;
+  ASSERT_CU(drv().cuStreamCreate(&theirs, CU_STREAM_NON_BLOCKING));
+  // A spare event of the other context: a free on its stream, sealed and collected.
+  free_on(*pool, alloc_on(*pool, 5000, theirs), theirs);
+  pool->release_idle();
+  // Memory freed on its stream while a kernel of it still runs over it.
+  const CUdeviceptr p = alloc_on(*pool, 3 * gran + 1, theirs);
+  hold_stream(theirs, true);
+  free_on(*pool, p, theirs);
+  CUcontext popped = nullptr;
+  ASSERT_CU(drv().cuCtxPopCurrent_v2(&popped));
+  const unsigned long long destroyed = sim().call_count("cuEventDestroy_v2");
+  pool->context_destroying(other);
+  EXPECT_CU(drv().cuStreamQuery(theirs)) << "its work was not waited for";
+  EXPECT_EQ(sim().call_count("cuEventDestroy_v2"), destroyed + 1) << "its spare event was kept";
+  const unsigned long long waits = wait_calls();
+  const CUdeviceptr q = alloc_on(*pool, 3 * gran + 1, a);
+  EXPECT_EQ(q, p) << "memory its stream freed, waited for, was not reused";
+  EXPECT_EQ(wait_calls(), waits);
+  hold_stream(theirs, false);
+  EXPECT_CU(drv().cuStreamDestroy_v2(theirs));
+  EXPECT_CU(drv().cuCtxDestroy_v2(other));
+  // Nothing of it is left to ask the driver about.
+  const unsigned long long records = sim().call_count("cuEventRecord"), queries = sim().call_count("cuEventQuery");
+  must_free(*pool, q);
+  pool->release_idle();
+  EXPECT_EQ(sim().call_count("cuEventRecord"), records);
+  EXPECT_EQ(sim().call_count("cuEventQuery"), queries);
+}
+
+// Memory freed on a stream, collected by an allocation of this thread while another thread captures
+// a graph in global mode (PyTorch's default): the pool's query of its event is its own, made in the
+// relaxed mode, so the other thread's capture stands (in the thread's default mode the driver would
+// refuse the query and spoil the capture: tests/fidelity/capture_test.cpp).
+TEST_F(StreamOrder, CollectingFreedMemoryLeavesAnotherThreadsGlobalCaptureIntact) {
+  auto pool = make_pool();
+  CUcontext context = nullptr;
+  ASSERT_CU(drv().cuCtxGetCurrent(&context));
+  const CUdeviceptr p = alloc_on(*pool, 3 * gran + 1, a);
+  free_on(*pool, p, a);  // open on a: the next allocation elsewhere seals it and queries its event
+  std::mutex mu;
+  std::condition_variable cv;
+  int step = 0;  // 1: the capture has begun; 2: the allocation is made
+  CUresult ended = CUDA_ERROR_UNKNOWN;
+  std::thread capturer([&] {
+    drv().cuCtxSetCurrent(context);
+    CUstream c = nullptr;
+    EXPECT_CU(drv().cuStreamCreate(&c, CU_STREAM_NON_BLOCKING));
+    EXPECT_CU(drv().cuStreamBeginCapture_v2(c, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    {
+      std::unique_lock lock(mu);
+      step = 1;
+      cv.notify_all();
+      cv.wait(lock, [&] { return step == 2; });
+    }
+    CUgraph graph = nullptr;
+    ended = drv().cuStreamEndCapture(c, &graph);
+    if (graph != nullptr) drv().cuGraphDestroy(graph);
+    drv().cuStreamDestroy_v2(c);
+  });
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return step == 1; });
+  }
+  const unsigned long long queries = sim().call_count("cuEventQuery");
+  const CUdeviceptr q = alloc_on(*pool, 3 * gran + 1, b);
+  EXPECT_GT(sim().call_count("cuEventQuery"), queries) << "the test meant the pool to query its event";
+  {
+    std::lock_guard lock(mu);
+    step = 2;
+  }
+  cv.notify_all();
+  capturer.join();
+  EXPECT_CU(ended) << "the other thread's capture was spoiled";
+  must_free(*pool, q);
 }
 
 TEST_F(StreamOrder, FreesWithoutAnUnmapDoNotWait) {

@@ -1050,6 +1050,33 @@ TEST_F(Mover_, TheMoversThreadOrdersTheProgramsWritesBehindOverlappedMoves) {
   EXPECT_GT(ordered, 0) << "no write was queued while a move was published";
 }
 
+// A program thread capturing a graph in global mode (PyTorch's default) while the mover's thread
+// moves: the mover's queries and waits on its copies must not spoil the capture, as they would in
+// the default interaction mode (tests/fidelity/capture_test.cpp; driver/capture_mode.h).
+TEST_F(Mover_, TheMoversThreadLeavesAProgramsGlobalCaptureIntact) {
+  allocate_both_tiers();
+  ASSERT_CU(fill_on_stream(on_device, 4, 0));  // the kernel loaded before any hold stands
+  fill(in_host, 16 * kMiB, 9);
+  CUstream capturing = nullptr;  // not one the mover holds: the capture's stream waits for nothing
+  ASSERT_CU(drv().cuStreamCreate(&capturing, CU_STREAM_NON_BLOCKING));
+  mover = std::make_unique<Mover>(drv(), *pool, streams, MoverConfig{});  // with its thread
+  // The room's synchronous free fenced first: the fence's cuCtxSynchronize is refused during any
+  // capture in the context (a gap docs/architecture.md names), and this test is about the rest.
+  pool->fence_freed();
+  ASSERT_CU(drv().cuStreamBeginCapture_v2(capturing, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_TRUE(mover->request(in_host, 16 * kMiB, Tier::Device));
+  EXPECT_EQ(wait_for_moves(1), 1u) << "moves failed: " << mover->stats().moves_failed;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  EXPECT_CU(drv().cuStreamIsCapturing(capturing, &status));
+  CUgraph graph = nullptr;
+  EXPECT_CU(drv().cuStreamEndCapture(capturing, &graph)) << "the program's capture was spoiled";
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  if (graph != nullptr) EXPECT_CU(drv().cuGraphDestroy(graph));
+  EXPECT_CU(drv().cuStreamDestroy_v2(capturing));
+  EXPECT_EQ(tiers(in_host, 16 * kMiB, gran), "DDDDDDDD");
+  EXPECT_TRUE(window_holds(in_host, 0, 16 * kMiB, 9));
+}
+
 TEST_F(Mover_, TheMoversThreadPlacesHoldsAheadAndCompletesThemInOrder) {
   // As in a program: the mover's own thread, requests coming while the program's work is queued
   // around them; every move lands, with the writes queued after each request on the new pieces.
