@@ -1,6 +1,6 @@
 // Hooks of cuMemAdvise and cuMemPrefetchAsync, both forms, and cuMemPrefetchBatchAsync: uvmpool answers
 // them for pool memory (src/tiering/advice.h says how), the driver for the rest (managed memory keeps
-// its hints).
+// its hints) and for what a graph capture forbids.
 #include "driver/real_driver.h"
 #include "hooks/hooks.h"
 #include "stats/counters.h"
@@ -16,13 +16,31 @@ const driver::Table* real_table() {
   return d != nullptr ? &d->table : nullptr;
 }
 
+// Whether `stream` captures a graph (or did, and the capture was spoiled): a batch on it is the
+// driver's to refuse, as a single prefetch is, before any of its ranges is looked at.
+bool capturing(const driver::Table& d, CUstream stream, bool per_thread) {
+  const auto is_capturing = per_thread ? d.cuStreamIsCapturing_ptsz : d.cuStreamIsCapturing;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return is_capturing != nullptr && is_capturing(stream, &status) == CUDA_SUCCESS &&
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+constexpr bool kPerThread_cuMemPrefetchBatchAsync = false;
+constexpr bool kPerThread_cuMemPrefetchBatchAsync_ptsz = true;
+
 }  // namespace
 
-#define UVMPOOL_ANSWER_OR_FORWARD(answer, symbol, ...)                    \
-  if (const std::optional<CUresult> r = (answer)) return *r;              \
-  const driver::Table* d = real_table();                                  \
-  if (d == nullptr || d->symbol == nullptr) return CUDA_ERROR_NO_DEVICE;  \
-  return d->symbol(__VA_ARGS__)
+// The driver is asked first. It takes managed memory; and before it looks at the memory it refuses
+// what a capture forbids, spoiling the capture as it does so (measured on an H200,
+// tests/fidelity/capture_test.cpp): a prefetch on a capturing stream in any mode, advice while the
+// thread may make no unsafe call. Only memory it does not know (CUDA_ERROR_INVALID_VALUE) may be the
+// pool's, which then answers. One driver call more for pool memory; these calls are rare.
+#define UVMPOOL_ANSWER_OR_FORWARD(answer, symbol, ...)                                 \
+  const driver::Table* d = real_table();                                               \
+  if (d == nullptr || d->symbol == nullptr) return CUDA_ERROR_NO_DEVICE;               \
+  const CUresult driver_says = d->symbol(__VA_ARGS__);                                 \
+  if (driver_says != CUDA_ERROR_INVALID_VALUE) return driver_says;                     \
+  const std::optional<CUresult> r = (answer);                                          \
+  return r ? *r : driver_says
 
 CUresult CUDAAPI cuMemAdvise(CUdeviceptr p, size_t bytes, CUmem_advise advice, CUdevice device) {
   stats::count_hook(Fn::cuMemAdvise);
@@ -73,6 +91,8 @@ CUresult CUDAAPI cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t bytes, CUmemLo
     stats::count_hook(Fn::symbol);                                                                        \
     const driver::Table* d = real_table();                                                                \
     if (d == nullptr || d->symbol == nullptr) return CUDA_ERROR_NO_DEVICE;                                \
+    if (capturing(*d, stream, kPerThread_##symbol)) /* the driver refuses it and spoils the capture */    \
+      return d->symbol(ptrs, sizes, count, locations, first, loc_count, flags, stream);                   \
     const std::optional<CUresult> r = tiering::prefetch_batch(                                            \
         ptrs, sizes, count, locations, first, loc_count, flags,                                           \
         [&](std::vector<CUdeviceptr>& p, std::vector<size_t>& n, std::vector<CUmemLocation>& l,          \

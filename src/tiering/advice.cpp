@@ -11,16 +11,14 @@
 namespace uvmpool::tiering {
 namespace {
 
-// A range longer than this many allocations is refused rather than walked (a hook must not take
-// unbounded time); no program advises more than a few at once.
-constexpr std::size_t kMostAllocations = 4096;
-
 // The live pool allocations covering [p, end) in order, without a gap; empty when a byte lies in none.
+// The walk is as long as the range has allocations, as the driver's own walk of a managed range is:
+// a range of any length the driver would take is taken.
 std::vector<pool::AllocationInfo> covering(const pool::Pool& pool, CUdeviceptr p, CUdeviceptr end) {
   std::vector<pool::AllocationInfo> found;
   for (CUdeviceptr at = p; at < end;) {
     const std::optional<pool::AllocationInfo> info = pool.find(at);
-    if (!info || found.size() == kMostAllocations) return {};
+    if (!info) return {};
     found.push_back(*info);
     at = info->base + std::max<std::size_t>(info->size, 1);
   }

@@ -4,7 +4,8 @@
 //      and a spilled one in, with their bytes; advice (cuMemAdvise, both forms) on pool memory is
 //      answered by uvmpool, on the driver's own memory by the driver; a batch of prefetches
 //      (cuMemPrefetchBatchAsync) with the driver's memory in it is the driver's; the C API (uvmpool_prefetch,
-//      uvmpool_advise) refuses what is not pool memory;
+//      uvmpool_advise) refuses what is not pool memory; a prefetch on a capturing stream, and advice
+//      where a capture forbids it, are refused by the driver, spoiling the capture;
 //   2. a kernel cycling over three 32 MiB buffers (more than the device holds) repeats long enough for
 //      the policy to learn the sequence and move buffers ahead of the launches, and every value the
 //      kernels wrote is read back.
@@ -54,6 +55,12 @@ int main() {
   auto memset32 = resolve<s::cuMemsetD32_v2>("cuMemsetD32", 3020);
   auto dtoh = resolve<s::cuMemcpyDtoH_v2>("cuMemcpyDtoH", 3020);
   auto sync = resolve<s::cuCtxSynchronize>("cuCtxSynchronize", 2000);
+  auto stream_create = resolve<s::cuStreamCreate>("cuStreamCreate", 2000);
+  auto stream_destroy = resolve<s::cuStreamDestroy_v2>("cuStreamDestroy", 4000);
+  auto begin_capture = resolve<s::cuStreamBeginCapture_v2>("cuStreamBeginCapture", 10010);
+  auto end_capture = resolve<s::cuStreamEndCapture>("cuStreamEndCapture", 10000);
+  auto is_capturing = resolve<s::cuStreamIsCapturing>("cuStreamIsCapturing", 10000);
+  auto graph_destroy = resolve<s::cuGraphDestroy>("cuGraphDestroy", 10000);
   auto prefetch = resolve<s::cuMemPrefetchAsync_v2>("cuMemPrefetchAsync", 12020);
   auto prefetch_v1_ptsz =
       resolve<s::cuMemPrefetchAsync_ptsz>("cuMemPrefetchAsync", 8000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
@@ -108,6 +115,37 @@ int main() {
     CU(prefetch_batch(ptrs, sizes, 1, &where, &first, 1, 0, nullptr));
   }
   CU(free_host(pinned));
+  // What a graph capture forbids is the driver's to refuse, pool memory or not, and the refusal
+  // spoils the capture as it would without uvmpool (tests/fidelity/capture_test.cpp): a prefetch on
+  // the capturing stream, advice from the capturing thread in global mode. In relaxed mode advice is
+  // uvmpool's to answer.
+  {
+    CUstream st = nullptr;
+    CU(stream_create(&st, CU_STREAM_NON_BLOCKING));
+    const auto spoiled = [&](CUstreamCaptureMode capture_mode, auto&& call, const char* what) {
+      CU(begin_capture(st, capture_mode));
+      const CUresult got = call();
+      CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+      CU(is_capturing(st, &status));
+      CUgraph graph = nullptr;
+      const CUresult ended = end_capture(st, &graph);
+      if (graph != nullptr) CU(graph_destroy(graph));
+      CLIENT_CHECK(got == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED && status == CU_STREAM_CAPTURE_STATUS_INVALIDATED &&
+                       ended == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+                   "%s during a capture: answered %d, status %d, the capture ended with %d", what, int(got),
+                   int(status), int(ended));
+    };
+    spoiled(CU_STREAM_CAPTURE_MODE_RELAXED, [&] { return prefetch(b, 32 * kMiB, device, 0, st); },
+            "a prefetch on the capturing stream");
+    spoiled(CU_STREAM_CAPTURE_MODE_GLOBAL, [&] { return advise(b, 32 * kMiB, CU_MEM_ADVISE_SET_READ_MOSTLY, device); },
+            "advice in global mode");
+    CU(begin_capture(st, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CU(advise(b, 32 * kMiB, CU_MEM_ADVISE_SET_READ_MOSTLY, device));
+    CUgraph graph = nullptr;
+    CU(end_capture(st, &graph));
+    if (graph != nullptr) CU(graph_destroy(graph));
+    CU(stream_destroy(st));
+  }
   const int advised = uvmpool_advise(b, 32 * kMiB, UVMPOOL_TIER_DEVICE);  // 0: kept; 1: tiering off
   CLIENT_CHECK(uvmpool_prefetch(b, 32 * kMiB, 7) == -1, "uvmpool_prefetch took tier 7");
   CLIENT_CHECK(uvmpool_prefetch(4096, 4096, UVMPOOL_TIER_HOST) == -1, "uvmpool_prefetch took memory not the pool's");

@@ -4,6 +4,7 @@
 // driver; a preferred location reaches the policy's view and ends with its allocation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "tiering_test.h"  // first: the driver's declarations come before cuda.h's
@@ -284,6 +285,29 @@ TEST_F(Advice_, APreferredLocationReachesThePolicyAndEndsWithItsAllocation) {
   ASSERT_EQ(b, a) << "the pool handed the address out again (the test relies on it)";
   EXPECT_EQ(preference(b), Preference::None);
   EXPECT_EQ(tiering->stats().advice, 5u);
+}
+
+// Advice over a range of many allocations is taken, however many (it was refused past 4096, a limit
+// the driver does not have).
+TEST_F(Advice_, AdviceOverARangeOfManyAllocationsIsTaken) {
+  constexpr std::size_t kSize = 512, kCount = 6000;
+  std::vector<CUdeviceptr> got;
+  for (std::size_t i = 0; i < kCount; ++i) got.push_back(allocate(kSize));
+  std::sort(got.begin(), got.end());
+  // The longest run of allocations that follow one another without a gap.
+  std::size_t best_first = 0, best_length = 1;
+  for (std::size_t first = 0, i = 1; i <= got.size(); ++i) {
+    if (i < got.size() && got[i] == got[i - 1] + kSize) continue;
+    if (i - first > best_length) best_first = first, best_length = i - first;
+    first = i;
+  }
+  ASSERT_GT(best_length, 4096u) << "the pool placed small allocations apart (the test relies on runs)";
+  const CUdeviceptr first = got[best_first], last = got[best_first + best_length - 1];
+  ASSERT_CU(advise(first, last + kSize - first, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, kHost));
+  EXPECT_EQ(preference(first), Preference::Host);
+  EXPECT_EQ(preference(last), Preference::Host);
+  bool acted = false;
+  EXPECT_CU(prefetch(first, last + kSize - first, kDevice, 0, &acted));
 }
 
 }  // namespace
