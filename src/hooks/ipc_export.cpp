@@ -46,11 +46,13 @@
 #include <vector>
 
 #include "config/log.h"
+#include "driver/capture_mode.h"
 #include "driver/context_scope.h"
 #include "driver/real_driver.h"
 #include "hooks/ipc.h"
 #include "hooks/ipc_socket.h"
 #include "pool/pool.h"
+#include "stats/counters.h"
 
 namespace uvmpool::ipc {
 namespace {
@@ -68,6 +70,7 @@ struct Export {
 struct Connection {
   int fd = -1;
   std::uint64_t id = 0;  // 0: no request yet; else the allocation it holds open
+  bool served = false;   // the open was sent whole (counted in ipc_opens_served)
   Deadline deadline{};   // without a request: dropped then
 };
 
@@ -164,9 +167,7 @@ void free_completed(std::vector<Waiting>* waiting) {
 // A connection ended (the importer closed the handle, or died): if it held an allocation the program
 // has freed meanwhile and it was the last, the pool frees it now (or, after a cuMemFreeAsync, once
 // the freeing stream's work is done: it joins *waiting, its entry kept until then).
-void connection_ended(const Connection& c, std::vector<Waiting>* waiting) {
-  close(c.fd);
-  if (c.id == 0) return;
+void end_open(const Connection& c, std::vector<Waiting>* waiting) {
   {
     std::lock_guard lock(g->mu);
     auto it = g->by_id.find(c.id);
@@ -180,6 +181,14 @@ void connection_ended(const Connection& c, std::vector<Waiting>* waiting) {
     it->second.event = nullptr;  // the waiting list's to destroy
   }
   free_completed(waiting);
+}
+
+void connection_ended(const Connection& c, std::vector<Waiting>* waiting) {
+  close(c.fd);
+  if (c.id == 0) return;
+  end_open(c, waiting);
+  // Counted once the close is dealt with: a reader who sees it sees the deferred free decided.
+  if (c.served) stats::count_ipc_close();
 }
 
 // One request on a new connection. Returns false when the connection is to be closed.
@@ -255,6 +264,8 @@ bool serve(Connection& c) {
     if (reply.status == CUDA_SUCCESS) log::warn("CUDA IPC: sending allocation {}'s chunks failed; the open is undone", c.id);
     return false;  // connection_ended undoes the open (c.id set only if counted)
   }
+  c.served = true;
+  stats::count_ipc_open();
   return true;
 }
 
@@ -315,10 +326,12 @@ void accept_one(std::vector<Connection>* conns, Deadline* accept_paused_until) {
     close(fd);
     return;
   }
-  conns->push_back({fd, 0, std::chrono::steady_clock::now() + kRequestDeadline});
+  conns->push_back({.fd = fd, .deadline = std::chrono::steady_clock::now() + kRequestDeadline});
 }
 
 void run_server() {
+  // Its frees' event queries must not spoil a program's graph capture.
+  if (const driver::RealDriver* real = driver::real()) driver::relax_capture_mode(real->table);
   std::vector<Connection> conns;
   std::vector<Waiting> waiting;
   Deadline accept_paused_until{};

@@ -122,6 +122,9 @@ constexpr ProcessField kProcessFields[] = {
     {"pool_allocations", "Allocations the pool served", &Counters::pool_allocations},
     {"driver_allocations", "Allocations passed through to the driver (explicit memory pools, graph capture, no VMM, UVMPOOL_POOL=0)",
      &Counters::driver_allocations},
+    {"ipc_opens_served", "CUDA IPC opens of this process's pool memory served to other processes", &Counters::ipc_opens},
+    {"ipc_closes_seen", "Of those, the ones ended (closed, or the importer gone) and dealt with: open now is served - seen",
+     &Counters::ipc_closes},
 };
 
 // What the launch hooks saw (src/tiering): process-wide, since a launch names no device up front.

@@ -19,6 +19,8 @@ struct Counters {
   std::atomic<std::uint64_t> bytes_allocated{0};
   std::atomic<std::uint64_t> pool_allocations{0};    // served by the pool
   std::atomic<std::uint64_t> driver_allocations{0};  // handed to the driver (not the pool's to serve)
+  std::atomic<std::uint64_t> ipc_opens{0};   // CUDA IPC opens of the pool's memory served to importers
+  std::atomic<std::uint64_t> ipc_closes{0};  // of those, ended (closed, or the importer gone) and dealt with
 };
 
 Counters& counters();
@@ -37,6 +39,8 @@ inline void count_served(bool by_pool) {
   (by_pool ? counters().pool_allocations : counters().driver_allocations).fetch_add(1, std::memory_order_relaxed);
 }
 inline void count_free() { counters().frees.fetch_add(1, std::memory_order_relaxed); }
+inline void count_ipc_open() { counters().ipc_opens.fetch_add(1, std::memory_order_relaxed); }
+inline void count_ipc_close() { counters().ipc_closes.fetch_add(1, std::memory_order_relaxed); }
 
 // Calls of one hooked symbol, or of every variant of a base name.
 std::uint64_t hook_calls(const char* function);

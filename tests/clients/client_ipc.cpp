@@ -13,6 +13,8 @@
 //     get                        cuIpcGetMemHandle once more: "get <CUresult>"
 //     churn N                    allocates N more of BYTES and fills them with 0x11: "churn done"
 //     live                       uvmpool's live pool bytes: "live <bytes> <in host memory>"
+//     ipc                        opens of its exports served, closes dealt with: "ipc opens <n> closes <n>"
+//                                (-1: no such figure)
 //     again                      cuIpcGetMemHandle once more: "again same" / "again different"
 //     retain                     NCCL's registration decision (p2p.cc ipcRegisterBuffer) on the
 //                                allocation: "retain legacy_capable <0|1> retain <CUresult> path <legacy|vmm|none>"
@@ -182,6 +184,9 @@ int exporter(size_t bytes) {
       say("churn done");
     } else if (cmd == "live") {
       say("live " + live_bytes());
+    } else if (cmd == "ipc") {
+      say("ipc opens " + std::to_string(uvmpool_figure(nullptr, "ipc_opens_served")) + " closes " +
+          std::to_string(uvmpool_figure(nullptr, "ipc_closes_seen")));
     } else if (cmd == "again") {
       CUipcMemHandle again;
       CU(cuIpcGetMemHandle(&again, p));

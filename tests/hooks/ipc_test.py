@@ -94,11 +94,14 @@ def share_both_ways(size):
     if not handle.startswith("55564d5049504331"):
         fail(f"not a uvmpool handle: {handle}")
     e.expect("again", "again same")  # the same handle each time it is asked for
+    e.expect("ipc", "ipc opens 0 closes 0")
     i = importer(handle)
+    wait_ipc(e, 1, 0)
     i.expect(f"pattern {size}", "pattern ok")
     i.expect(f"write 77 {size}", "write done")
     e.expect("check 77", "check ok")
     i.expect("close", "close 0")
+    wait_ipc(e, 1, 1)
     i.finish()
     e.finish()
 
@@ -310,6 +313,20 @@ def wait_live(e, want):
     fail(f"the exporter holds {live} live bytes, want {want}")
 
 
+def wait_ipc(e, opens, closes):
+    """Until the exporter has served `opens` opens of its exports and dealt with `closes` closes in
+    all (ipc_opens_served, ipc_closes_seen: its server thread counts them after the importer's call
+    returned)."""
+    for _ in range(200):
+        got = e.ask("ipc")
+        if got == f"ipc opens {opens} closes {closes}":
+            return
+        if "-1" in got.split():
+            fail(f"the exporter lacks a figure: {got}")
+        time.sleep(0.01)
+    fail(f"the exporter says '{got}', want {opens} opens and {closes} closes")
+
+
 def freed_on_a_held_stream_and_closed(how):
     """An exported allocation open in an importer, freed with cuMemFreeAsync on a stream whose work
     the simulator holds (`how`: held, or held_elsewhere, a stream of a second context), then closed:
@@ -320,7 +337,7 @@ def freed_on_a_held_stream_and_closed(how):
     i = importer(handle)
     e.expect(f"free_async {how}", "free_async 0")
     i.expect("close", "close 0")
-    time.sleep(0.5)  # the server has seen the close
+    wait_ipc(e, 1, 1)
     live = int(e.ask("live").split()[1])
     if live != size:
         fail(f"freed on a busy stream ({how}) and closed: live {live}, want {size} (freed before the stream's work ended)")
@@ -364,7 +381,7 @@ def capture_free_while_open():
     i = importer(handle)
     e.expect("free_async capture", "free_async 0")
     i.expect("close", "close 0")
-    time.sleep(0.5)
+    wait_ipc(e, 1, 1)
     e.expect("alloc_same", "alloc_same other")
     i.finish()
     e.finish()
