@@ -103,13 +103,17 @@ std::vector<PendingItem> PendingFrees::forget_context(CUcontext context) {
   std::vector<PendingItem> ready;
   if (context == nullptr || process_exiting()) return ready;
   MutexLock lock(mu_);
-  const bool frees = std::any_of(open_.begin(), open_.end(), [&](const auto& o) { return o.first.context == context; }) ||
-                     std::any_of(batches_.begin(), batches_.end(), [&](const Batch& b) { return b.context == context; });
-  if (frees) {
+  const auto its = [&](const auto& o) { return o.first.context == context; };
+  const auto of_it = [&](const Batch& b) { return b.context == context; };
+  if (std::any_of(open_.begin(), open_.end(), its) || std::any_of(batches_.begin(), batches_.end(), of_it)) {
     // The destruction would wait for the context's work too; waited for here, the frees are known done.
+    // (Not current any more, it has been destroyed already: its work is gone with it.)
     ScopedContext in(d_, context);
     const DeviceWaitScope waiting(device_waits_);  // mu_ is held
-    if (in.status() == CUDA_SUCCESS) d_.cuCtxSynchronize();
+    if (in.status() == CUDA_SUCCESS)
+      if (const CUresult r = d_.cuCtxSynchronize(); r != CUDA_SUCCESS)
+        log::warn("device {}: waiting for a context before its destruction: error {}; its freed memory is reused all "
+                  "the same", device_, static_cast<int>(r));
   }
   for (auto it = open_.begin(); it != open_.end();) {
     if (it->first.context != context) {
