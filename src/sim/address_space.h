@@ -93,6 +93,9 @@ class AddressSpace {
 
   // mmap of the memfd at `at` (MAP_SHARED | MAP_FIXED).
   bool map_physical(std::uintptr_t at, const Physical& physical, std::size_t size, int prot);
+  // Fills the page tables of [at, +size), mapped from `physical` with `prot`, if every page of the
+  // memory already exists (never allocates one): see address_space.cpp.
+  void populate(std::uintptr_t at, std::size_t size, const Physical& physical, int prot);
   // Turns [at, at + size) back into reserved, inaccessible address space.
   void unmap_range(std::uintptr_t at, std::size_t size);
 

@@ -283,6 +283,8 @@ CUresult impl::cuMemSetAccess(CUdeviceptr_v2 ptr, size_t size, const CUmemAccess
     }
     m->prot = protection(m->access);
     mprotect(reinterpret_cast<void*>(m->base), m->size, m->prot);
+    if (m->prot != PROT_NONE)
+      if (const Physical* physical = space.find_physical(m->physical)) space.populate(m->base, m->size, *physical, m->prot);
   }
   const std::size_t mappings = covered.size();
   lock.unlock();
