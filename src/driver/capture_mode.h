@@ -5,7 +5,7 @@
 // cuStreamSynchronize, cuMemAlloc, cuMemFree or a pinned host allocation gets
 // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and the program's capture is invalidated. In relaxed mode
 // those calls run and the capture stands. (cuCtxSynchronize is refused in every mode while a stream of
-// the context captures.)
+// the context captures, from any thread: the pool keeps its own out of captures, src/pool/captures.h.)
 #pragma once
 
 #include "driver/driver_api.h"

@@ -4,13 +4,16 @@
 // unchanged; what it made is noted only when the driver answered CUDA_SUCCESS. A capture begins only
 // outside the mover's holds (it passes the host-wait gate): a hold placed on a capturing stream would
 // be recorded into the graph, and the mover checks for captures only before it holds. Handed out only
-// while tiering watches launches (hands_out).
+// while tiering watches launches (hands_out), but for the capture's begin and end, which the pool
+// needs whatever tiering does: its wait before unmapping freed memory would spoil a capture
+// (src/pool/captures.h).
 #include <algorithm>
 #include <vector>
 
 #include "driver/real_driver.h"
 #include "hooks/hooks.h"
 #include "hooks/shown.h"
+#include "pool/pool.h"
 #include "stats/counters.h"
 #include "tiering/graph_touches.h"
 #include "tiering/streams.h"
@@ -52,12 +55,21 @@ const std::vector<GraphTouches::Range>* node_ranges(const CUDA_KERNEL_NODE_PARAM
   return t->node_ranges(*params, out) ? out : nullptr;
 }
 
-CUresult begin(CUresult began) {
-  if (began == CUDA_SUCCESS) graphs().capture_began();
+// Before a capture of `stream` begins: the pool waits for what was freed so far, which it could not
+// wait for during the capture, and counts it under way from here (src/pool/captures.h).
+void capture_beginning(CUstream stream) {
+  if (pool::Pool* p = pool::Pool::existing()) p->capture_beginning(stream);
+}
+
+CUresult begin(CUresult began, CUstream stream) {
+  if (pool::Pool* p = pool::Pool::existing()) p->capture_begun(stream, began);
+  if (began == CUDA_SUCCESS && watches_launches()) graphs().capture_began();
   return began;
 }
 
 CUresult end(const driver::Table& d, CUresult ended, CUstream stream, std::uint64_t id, CUgraph* graph) {
+  if (pool::Pool* p = pool::Pool::existing()) p->capture_ended(stream);
+  if (!watches_launches()) return ended;
   // UNMATCHED: not the stream that began it (the capture goes on); ILLEGAL_STATE: none under way.
   if (id == 0 || ended == CUDA_ERROR_STREAM_CAPTURE_UNMATCHED || ended == CUDA_ERROR_ILLEGAL_STATE) return ended;
   // Any other refusal may leave it going on too (a null graph pointer, the wrong thread): then it has
@@ -81,44 +93,48 @@ tiering::HostWaitGate& gate() { return tiering::StreamRegistry::process().host_w
 CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
   stats::count_hook(driver::Fn::cuStreamBeginCapture_v2);
   UVMPOOL_DRIVER_OR_NO_DEVICE(cuStreamBeginCapture_v2);
+  capture_beginning(s);
   const tiering::HostWaitGate::Pass pass(gate());
-  return begin(d->cuStreamBeginCapture_v2(s, mode));
+  return begin(d->cuStreamBeginCapture_v2(s, mode), s);
 }
 
 CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode) {
   stats::count_hook(driver::Fn::cuStreamBeginCapture_v2_ptsz);
   UVMPOOL_DRIVER_OR_NO_DEVICE(cuStreamBeginCapture_v2_ptsz);
+  capture_beginning(per_thread(s));
   const tiering::HostWaitGate::Pass pass(gate());
-  return begin(d->cuStreamBeginCapture_v2_ptsz(s, mode));
+  return begin(d->cuStreamBeginCapture_v2_ptsz(s, mode), per_thread(s));
 }
 
 CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode* deps,
                                              const CUgraphEdgeData* data, size_t n, CUstreamCaptureMode mode) {
   stats::count_hook(driver::Fn::cuStreamBeginCaptureToGraph);
   UVMPOOL_DRIVER_OR_NO_DEVICE(cuStreamBeginCaptureToGraph);
+  capture_beginning(s);
   const tiering::HostWaitGate::Pass pass(gate());
-  return begin(d->cuStreamBeginCaptureToGraph(s, g, deps, data, n, mode));
+  return begin(d->cuStreamBeginCaptureToGraph(s, g, deps, data, n, mode), s);
 }
 
 CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode* deps,
                                                   const CUgraphEdgeData* data, size_t n, CUstreamCaptureMode mode) {
   stats::count_hook(driver::Fn::cuStreamBeginCaptureToGraph_ptsz);
   UVMPOOL_DRIVER_OR_NO_DEVICE(cuStreamBeginCaptureToGraph_ptsz);
+  capture_beginning(per_thread(s));
   const tiering::HostWaitGate::Pass pass(gate());
-  return begin(d->cuStreamBeginCaptureToGraph_ptsz(s, g, deps, data, n, mode));
+  return begin(d->cuStreamBeginCaptureToGraph_ptsz(s, g, deps, data, n, mode), per_thread(s));
 }
 
 CUresult CUDAAPI cuStreamEndCapture(CUstream s, CUgraph* g) {
   stats::count_hook(driver::Fn::cuStreamEndCapture);
   UVMPOOL_DRIVER_OR_NO_DEVICE(cuStreamEndCapture);
-  const std::uint64_t id = GraphTouches::capture_id(*d, s, false);  // spoiled ones end too
+  const std::uint64_t id = watches_launches() ? GraphTouches::capture_id(*d, s, false) : 0;  // spoiled ones end too
   return end(*d, d->cuStreamEndCapture(s, g), s, id, g);
 }
 
 CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream s, CUgraph* g) {
   stats::count_hook(driver::Fn::cuStreamEndCapture_ptsz);
   UVMPOOL_DRIVER_OR_NO_DEVICE(cuStreamEndCapture_ptsz);
-  const std::uint64_t id = GraphTouches::capture_id(*d, per_thread(s), false);
+  const std::uint64_t id = watches_launches() ? GraphTouches::capture_id(*d, per_thread(s), false) : 0;
   return end(*d, d->cuStreamEndCapture_ptsz(s, g), per_thread(s), id, g);
 }
 

@@ -29,9 +29,8 @@ bool is_launch_hook(driver::Fn fn) {
     case Fn::cuLaunchCooperativeKernel_ptsz:
     case Fn::cuModuleUnload:
     case Fn::cuLibraryUnload:
-    case Fn::cuCtxDestroy_v2:
-    case Fn::cuDevicePrimaryCtxRelease_v2:
-    case Fn::cuDevicePrimaryCtxReset_v2:
+    // (A context's destruction, cuCtxDestroy and the primary context's release and reset, is the
+    // pool's too, Pool::context_destroying: handed out always.)
     case Fn::cuStreamCreate:
     case Fn::cuStreamCreateWithPriority:
     // The calls that may wait inside the driver (host_wait_hooks.cpp, transfer_hooks.cpp).
@@ -123,13 +122,7 @@ bool is_launch_hook(driver::Fn fn) {
     case Fn::cuMemcpy3DBatchAsync_ptsz:
     case Fn::cuMemcpy3DBatchAsync_v2:
     case Fn::cuMemcpy3DBatchAsync_v2_ptsz:
-    // Capture and graphs (graph_hooks.cpp).
-    case Fn::cuStreamBeginCapture_v2:
-    case Fn::cuStreamBeginCapture_v2_ptsz:
-    case Fn::cuStreamBeginCaptureToGraph:
-    case Fn::cuStreamBeginCaptureToGraph_ptsz:
-    case Fn::cuStreamEndCapture:
-    case Fn::cuStreamEndCapture_ptsz:
+    // Graphs (graph_hooks.cpp; a capture's begin and end are the pool's too: handed out always).
     case Fn::cuGraphDestroy:
     case Fn::cuGraphClone:
     case Fn::cuGraphAddKernelNode_v2:

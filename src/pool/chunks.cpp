@@ -17,8 +17,9 @@ std::uint64_t next_buffer_id() {
 }
 
 DevicePool::DevicePool(const driver::Table& driver, int device, const PoolConfig& config, AddressMap& map,
-                       HostTier* host, const std::atomic<DeviceWaits*>& waits)
-    : d_(driver), device_(device), config_(config), map_(map), device_waits_(waits), vmm_(driver, device),
+                       HostTier* host, const std::atomic<DeviceWaits*>& waits, Captures& captures)
+    : d_(driver), device_(device), config_(config), map_(map), device_waits_(waits), captures_(captures),
+      vmm_(driver, device),
       counters_(config.counters), pending_(driver, device, waits), host_tier_(host) {}
 
 DevicePool::~DevicePool() {

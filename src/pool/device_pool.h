@@ -33,6 +33,7 @@
 #include "config/size_math.h"
 #include "config/thread_safety.h"
 #include "pool/address_map.h"
+#include "pool/captures.h"
 #include "pool/carved_range.h"
 #include "pool/device_figures.h"
 #include "pool/device_waits.h"
@@ -172,9 +173,10 @@ inline DevicePool* as_carved(Entry e) { return (e & kTagMask) == kCarvedTag ? re
 class DevicePool {
  public:
   // `host` is the process's host tier, nullptr when spilling is off; `waits`, who is told of the pool's
-  // own waits for the device (device_waits.h; the pointer may be null and may change).
+  // own waits for the device (device_waits.h; the pointer may be null and may change); `captures`, the
+  // process's graph captures under way (captures.h), during which a context is not waited for.
   DevicePool(const driver::Table& driver, int device, const PoolConfig& config, AddressMap& map, HostTier* host,
-             const std::atomic<DeviceWaits*>& waits);
+             const std::atomic<DeviceWaits*>& waits, Captures& captures);
   ~DevicePool();  // gives every chunk back (tests); the process's pool is never destroyed
   DevicePool(const DevicePool&) = delete;
   DevicePool& operator=(const DevicePool&) = delete;
@@ -445,7 +447,9 @@ class DevicePool {
   // same stream runs after the work that used it. Unmapping it is not: work queued before the free
   // may still read it, and cuMemUnmap does not wait. So a free notes that it happened (note_sync_free)
   // and destroy_block / shrink_block / destroy_slab first wait for the device (fence_unmap): the wait
-  // cuMemFree skipped, paid only when freed memory is unmapped, once per batch of frees.
+  // cuMemFree skipped, paid only when freed memory is unmapped, once per batch of frees. Not in a
+  // context where a graph capture is under way, which the wait would spoil (captures.h): that context
+  // stays listed, and is waited for by the first fence after the capture.
   void note_sync_free(CUcontext context);
   void fence_unmap();
   void wait_for_context(CUcontext context);  // cuCtxSynchronize in `context`
@@ -471,6 +475,7 @@ class DevicePool {
   PoolConfig config_;
   AddressMap& map_;
   const std::atomic<DeviceWaits*>& device_waits_;  // Pool's: told before each wait for the device
+  Captures& captures_;                             // Pool's: fence_unmap leaves a capturing context alone
   Vmm vmm_;
   bool abandoned_ = false;
   const bool counters_;

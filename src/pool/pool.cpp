@@ -70,8 +70,10 @@ PoolConfig PoolConfig::from_options(const config::Options& o) {
 }
 
 struct Pool::Devices {
+  explicit Devices(const driver::Table& d) : captures(d) {}
   AddressMap map;
   std::atomic<DeviceWaits*> waits{nullptr};  // set_device_waits
+  Captures captures;                         // the graph captures under way (captures.h)
   std::array<std::atomic<DevicePool*>, kMaxDevices> pools{};
   std::array<std::atomic<bool>, kMaxDevices> unsupported{};
   Mutex init_mu;  // one DevicePool made per device
@@ -87,7 +89,7 @@ struct Pool::Devices {
 };
 
 Pool::Pool(const driver::Table& driver, PoolConfig config)
-    : driver_(driver), config_(config), devices_(std::make_unique<Devices>()) {
+    : driver_(driver), config_(config), devices_(std::make_unique<Devices>(driver)) {
   if (config_.spill) {
     // A limit in bytes is clamped to the memory the machine has: more can never be pinned, and a
     // figure near 2^64 would only make the arithmetic of every check harder.
@@ -150,7 +152,8 @@ DevicePool* Pool::device_pool(int device) {
   if (devices_->unsupported[device].load(std::memory_order_relaxed)) return nullptr;
   MutexLock lock(devices_->init_mu);
   if (DevicePool* p = devices_->pools[device].load(std::memory_order_relaxed)) return p;
-  auto pool = std::make_unique<DevicePool>(driver_, device, config_, devices_->map, host_.get(), devices_->waits);
+  auto pool = std::make_unique<DevicePool>(driver_, device, config_, devices_->map, host_.get(), devices_->waits,
+                                           devices_->captures);
   if (const CUresult r = pool->init(); r != CUDA_SUCCESS) {
     log::info("device {}: no virtual memory management ({}); the driver serves its allocations", device,
               static_cast<int>(r));
@@ -274,6 +277,22 @@ void Pool::stream_destroying(CUstream stream) {
     if (DevicePool* p = slot.load(std::memory_order_acquire)) p->seal_stream(stream);
   }
 }
+
+void Pool::capture_beginning(CUstream stream) {
+  // First the wait for what was freed, while no capture of this one's is under way to spoil.
+  fence_freed();
+  CUcontext context = nullptr;
+  // The legacy and per-thread streams are the current context's; a stream's own is asked.
+  const bool named = stream != nullptr && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD;
+  const CUresult r = named && driver_.cuStreamGetCtx != nullptr ? driver_.cuStreamGetCtx(stream, &context)
+                                                                  : driver_.cuCtxGetCurrent(&context);
+  if (r != CUDA_SUCCESS || context == nullptr) return;  // no capture will begin: the driver refuses the stream
+  devices_->captures.beginning(context, stream);
+}
+
+void Pool::capture_begun(CUstream stream, CUresult began) { devices_->captures.begun(stream, began == CUDA_SUCCESS); }
+
+void Pool::capture_ended(CUstream stream) { devices_->captures.ended(stream); }
 
 void Pool::context_destroying(CUcontext context) {
   for (auto& slot : devices_->pools) {

@@ -234,6 +234,15 @@ class Pool {
   // release): what was freed on its streams is waited for and reused, and the pool keeps none of its
   // events, whose handles would outlive it (and might name the next context's).
   void context_destroying(CUcontext context);
+  // Around a graph capture of `stream` (the hooks of cuStreamBeginCapture*, cuStreamEndCapture*): the
+  // driver refuses the pool's wait before an unmap (cuCtxSynchronize) during one, spoiling it, so
+  // what was freed is waited for before it begins, and during it that wait is left for after it
+  // (captures.h). capture_beginning just before the begin is forwarded, capture_begun with the
+  // driver's answer (on the same thread); capture_ended after an end was forwarded, whatever the
+  // driver answered.
+  void capture_beginning(CUstream stream);
+  void capture_begun(CUstream stream, CUresult began);
+  void capture_ended(CUstream stream);
   // Whether `stream` is capturing a graph (then allocations on it take the driver's own path).
   bool capturing(CUstream stream);
 

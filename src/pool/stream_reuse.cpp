@@ -48,13 +48,30 @@ void DevicePool::fence_unmap() {
     contexts.swap(unfenced_contexts_);
   }
   if (process_exiting()) return;  // the driver may be going away; nothing runs after exit anyway
-  const DeviceWaitScope waiting(device_waits_);  // mu_ is held: no hold may stand meanwhile
-  for (CUcontext context : contexts) {
-    ScopedContext in(d_, context);
-    if (in.status() != CUDA_SUCCESS) continue;  // destroyed since: its work is gone with it
-    if (const CUresult r = d_.cuCtxSynchronize(); r != CUDA_SUCCESS)
-      log::debug("device {}: waiting for the device before unmapping freed memory: error {}", device_, static_cast<int>(r));
+  std::vector<CUcontext> capturing;
+  {
+    const DeviceWaitScope waiting(device_waits_);  // mu_ is held: no hold may stand meanwhile
+    for (CUcontext context : contexts) {
+      ScopedContext in(d_, context);
+      if (in.status() != CUDA_SUCCESS) continue;  // destroyed since: its work is gone with it
+      // The wait would spoil the capture (captures.h): left for the first fence after it.
+      if (captures_.under_way(context)) {
+        capturing.push_back(context);
+        continue;
+      }
+      if (const CUresult r = d_.cuCtxSynchronize(); r != CUDA_SUCCESS)
+        log::debug("device {}: waiting for the device before unmapping freed memory: error {}", device_, static_cast<int>(r));
+    }
   }
+  if (capturing.empty()) return;
+  log::debug("device {}: {} context(s) capturing a graph: their wait before an unmap is left for after the capture",
+             device_, capturing.size());
+  MutexLock lock(unfenced_mu_);
+  for (CUcontext context : capturing)
+    if (std::find(unfenced_contexts_.begin(), unfenced_contexts_.end(), context) == unfenced_contexts_.end())
+      unfenced_contexts_.push_back(context);
+  unfenced_context_.store(unfenced_contexts_.back(), std::memory_order_relaxed);
+  unfenced_.store(true, std::memory_order_release);
 }
 
 void DevicePool::fence_freed() {

@@ -84,9 +84,8 @@ TEST_F(Capture, AdviceWhileTheThreadCapturesIsRefusedAndSpoilsTheCaptureUnlessRe
 }
 
 // In every mode, even relaxed, and from any thread, even one in the relaxed interaction mode: the
-// context's capturing stream cannot be waited for. (So the pool's wait before unmapping freed memory,
-// a cuCtxSynchronize, must not run while a stream of the context captures: measured on the H200,
-// 2026-12-02, not yet kept from doing so.)
+// context's capturing stream cannot be waited for. So the pool's wait before unmapping freed memory, a
+// cuCtxSynchronize, is kept out of captures (src/pool/captures.h).
 TEST_F(Capture, SynchronizingTheContextOfACapturingStreamIsRefusedInEveryMode) {
   const auto sync_elsewhere_relaxed = [&] {
     CUresult got = CUDA_ERROR_UNKNOWN;

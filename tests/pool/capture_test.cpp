@@ -1,6 +1,10 @@
 // Streams that capture a graph (the simulator answers cuStreamIsCapturing as a test sets it with
 // uvmpool_sim_set_capture_status). pool.h: "A capturing stream is not served (the caller passes the
 // call to the driver)". FACTS.md: "an address baked into a captured graph must stay mapped".
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "pool_test.h"
 
 namespace pooltest {
@@ -80,6 +84,125 @@ TEST_F(Capture, MemoryFreedWhileCapturingIsNeverReusedAndStaysMapped) {
     EXPECT_CU(drv().cuMemcpyHtoD_v2(p, data.data(), bytes)) << " (memory freed in a capture was unmapped)";
   }
   EXPECT_CU(drv().cuStreamDestroy_v2(other));
+}
+
+// The driver refuses cuCtxSynchronize while a stream of the context captures, spoiling the capture
+// (tests/fidelity/capture_test.cpp), and the pool's wait before an unmap is that call: what was freed
+// is waited for as a capture begins, and what is freed during it is unmapped without the wait, which
+// is left for the first fence after it (src/pool/captures.h).
+class CaptureWaits : public Capture {
+ protected:
+  CUstreamCaptureStatus status_of(CUstream stream) {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    EXPECT_CU(drv().cuStreamIsCapturing(stream, &status));
+    return status;
+  }
+  // A block of three chunks allocated and freed at once: its unmap needs a wait.
+  void free_one(Pool& pool) { must_free(pool, must_allocate(pool, 3 * gran)); }
+  unsigned long long syncs() { return sim().call_count("cuCtxSynchronize"); }
+  void end(CUstream stream) {
+    CUgraph graph = nullptr;
+    EXPECT_CU(drv().cuStreamEndCapture(stream, &graph));
+    if (graph != nullptr) drv().cuGraphDestroy(graph);
+  }
+};
+
+TEST_F(CaptureWaits, AnUnmapDuringACaptureLeavesItIntactAndTheWaitComesAfterIt) {
+  auto pool = make_pool();
+  free_one(*pool);
+  ASSERT_TRUE(pool->fence_due());
+  sim().reset_counts();
+  pool->capture_beginning(s);
+  EXPECT_EQ(syncs(), 1u) << "what was freed before the capture is waited for as it begins";
+  EXPECT_FALSE(pool->fence_due());
+  const CUresult began = drv().cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED);
+  pool->capture_begun(s, began);
+  ASSERT_CU(began);
+  free_one(*pool);  // a program capturing in relaxed mode may free
+  pool->release_idle();
+  EXPECT_EQ(syncs(), 1u) << "the pool waited for the context during its capture";
+  EXPECT_EQ(status_of(s), CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  EXPECT_TRUE(pool->fence_due()) << "the wait is left for after the capture";
+  end(s);
+  pool->capture_ended(s);
+  pool->fence_freed();
+  EXPECT_EQ(syncs(), 2u);
+  EXPECT_FALSE(pool->fence_due());
+}
+
+// Its end not told (the program ended it by a route not hooked): the driver, asked at the next wait,
+// says it is over, and the wait is made.
+TEST_F(CaptureWaits, ACaptureWhoseEndThePoolWasNotToldOfIsForgottenAtTheNextWait) {
+  auto pool = make_pool();
+  pool->capture_beginning(s);
+  const CUresult began = drv().cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED);
+  pool->capture_begun(s, began);
+  ASSERT_CU(began);
+  end(s);
+  free_one(*pool);
+  sim().reset_counts();
+  pool->fence_freed();
+  EXPECT_EQ(syncs(), 1u);
+  EXPECT_FALSE(pool->fence_due());
+}
+
+// A begin the driver refused leaves nothing under way.
+TEST_F(CaptureWaits, ARefusedBeginLeavesNoCaptureUnderWay) {
+  auto pool = make_pool();
+  pool->capture_beginning(s);
+  pool->capture_begun(s, CUDA_ERROR_INVALID_VALUE);
+  free_one(*pool);
+  sim().reset_counts();
+  pool->fence_freed();
+  EXPECT_EQ(syncs(), 1u);
+}
+
+// Another thread's per-thread default stream cannot be asked about from here: its capture counts as
+// under way until that thread ends it and says so.
+TEST_F(CaptureWaits, AnotherThreadsPerThreadStreamCaptureIsUnderWayUntilItsThreadEndsIt) {
+  auto pool = make_pool();
+  CUcontext context = nullptr;
+  ASSERT_CU(drv().cuCtxGetCurrent(&context));
+  std::mutex m;
+  std::condition_variable cv;
+  int stage = 0;  // 1: capturing; 2: the test has fenced; 3: ended
+  std::thread capturer([&] {
+    drv().cuCtxSetCurrent(context);
+    pool->capture_beginning(CU_STREAM_PER_THREAD);
+    const CUresult began = drv().cuStreamBeginCapture_v2_ptsz(CU_STREAM_PER_THREAD, CU_STREAM_CAPTURE_MODE_RELAXED);
+    pool->capture_begun(CU_STREAM_PER_THREAD, began);
+    EXPECT_CU(began);
+    std::unique_lock lock(m);
+    stage = 1;
+    cv.notify_all();
+    cv.wait(lock, [&] { return stage == 2; });
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    EXPECT_CU(drv().cuStreamIsCapturing_ptsz(CU_STREAM_PER_THREAD, &status));
+    EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    CUgraph graph = nullptr;
+    EXPECT_CU(drv().cuStreamEndCapture_ptsz(CU_STREAM_PER_THREAD, &graph));
+    if (graph != nullptr) drv().cuGraphDestroy(graph);
+    pool->capture_ended(CU_STREAM_PER_THREAD);
+    stage = 3;
+    cv.notify_all();
+  });
+  {
+    std::unique_lock lock(m);
+    cv.wait(lock, [&] { return stage == 1; });
+  }
+  free_one(*pool);
+  sim().reset_counts();
+  pool->fence_freed();
+  EXPECT_EQ(syncs(), 0u) << "waited while another thread's per-thread stream captured";
+  {
+    std::unique_lock lock(m);
+    stage = 2;
+    cv.notify_all();
+    cv.wait(lock, [&] { return stage == 3; });
+  }
+  capturer.join();
+  pool->fence_freed();
+  EXPECT_EQ(syncs(), 1u);
 }
 
 }  // namespace
