@@ -49,7 +49,8 @@ class Captures {
     std::thread::id thread;  // who began it: a per-thread stream is known only on its own thread
     bool answered;           // the driver has answered its begin (and began it)
   };
-  // Whether the driver says `c` no longer captures (or cannot be asked about it from here).
+  // Whether the driver says `c` no longer captures (or no longer names its stream). One it cannot be
+  // asked about, being begun or another thread's per-thread stream, is not over.
   bool over(const Capture& c) const;
 
   const driver::Table& d_;
