@@ -9,7 +9,7 @@
 # limit on 2 cores. UVMPOOL_TEST_TSAN_ALL=1 builds and runs everything under TSan.
 # Then the lock annotations checked by clang (-Werror=thread-safety over the library's code, in
 # build-clang/; UVMPOOL_TEST_CLANG=0 skips it) and bounded fuzzing (scripts/fuzz.sh, FUZZ_SECONDS per
-# target, 60 by default; UVMPOOL_TEST_FUZZ=0 skips it).
+# target, 30 by default; UVMPOOL_TEST_FUZZ=0 skips it).
 # Every run is made even when one fails; the status is non-zero when any did.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -95,7 +95,7 @@ fi
 if [ "$fuzz" != 0 ]; then
   start=$SECONDS
   echo "== uvmpool fuzzing (build-fuzz) =="
-  if FUZZ_SECONDS=${FUZZ_SECONDS:-60} bash scripts/fuzz.sh; then
+  if FUZZ_SECONDS=${FUZZ_SECONDS:-30} bash scripts/fuzz.sh; then
     echo "== fuzzing: passed in $((SECONDS - start)) s =="
   else
     echo "== fuzzing: FAILED after $((SECONDS - start)) s =="
