@@ -10,7 +10,10 @@
 //   - during one, the wait for its context is left for after it (fence_unmap keeps the context
 //     listed). What is unmapped meanwhile was freed during the capture, which the driver itself
 //     refuses a program in global or thread-local mode (cuMemFree spoils it) and allows in relaxed
-//     mode, where the program promises nothing that runs uses it.
+//     mode, where the program promises nothing that runs uses it;
+//   - a move's commit that must wait for memory freed on a stream of a capturing context answers
+//     NOT_READY and stays prepared until the capture ends (DevicePool::fence_move). The mover commits
+//     only with the program's streams held (no such wait), and puts off its epochs during captures.
 // Whether a capture is still under way is asked of the driver each time (cuStreamIsCapturing, which
 // any capture allows), so a capture whose end the hooks did not see (its stream destroyed, or ended
 // through a route not hooked) is forgotten at the next wait. A per-thread default stream names

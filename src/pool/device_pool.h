@@ -312,8 +312,10 @@ class DevicePool {
   // n granules of new pieces in `tier`: OUT_OF_MEMORY, nothing taken, when the tier has no room. With
   // NoWait, idle mappings are taken apart only while no fence is due (fence_due).
   CUresult take_target(std::size_t n, Tier tier, std::vector<Chunk>* out, MoveWaits waits, HostShape shape) UVMPOOL_REQUIRES(mu_);
-  // Waits for work that may still use freed memory the move is about to unmap.
-  void fence_move(const Move& m) UVMPOOL_REQUIRES(mu_);
+  // Waits for work that may still use freed memory the move is about to unmap. NOT_READY, nothing
+  // waited for: that memory was freed on a stream of a context that captures a graph, where the wait
+  // would spoil the capture (captures.h); the move stays prepared.
+  CUresult fence_move(const Move& m) UVMPOOL_REQUIRES(mu_);
   // The move's target pieces taken in m->to and staged (each mapped at a staging address too); on
   // failure nothing is held and the failure counted.
   CUresult take_staged_target(Move* m, MoveWaits waits, HostShape shape) UVMPOOL_REQUIRES(mu_);

@@ -53,6 +53,7 @@
 #include <chrono>
 
 #include "config/log.h"
+#include "driver/context_scope.h"
 #include "pool/device_pool.h"
 #include "pool/placement.h"
 #include "pool/stock.h"
@@ -315,7 +316,8 @@ CUresult DevicePool::commit_locked(Move* m, bool quiesced) {
   while (at < m->address + m->bytes) at += pieces[first + count++].granules * chunk_;
   const std::vector<Chunk> old(pieces.begin() + static_cast<std::ptrdiff_t>(first),
                                pieces.begin() + static_cast<std::ptrdiff_t>(first + count));
-  if (!quiesced) fence_move(*m);
+  if (!quiesced)
+    if (const CUresult fenced = fence_move(*m); fenced != CUDA_SUCCESS) return fenced;  // still prepared
   // The commit's time, and of it the driver's calls: under a hold the program's work waits for both,
   // and what is not the driver's is the pool's own bookkeeping (DeviceStats::move_commit_us).
   const auto began = std::chrono::steady_clock::now();
@@ -515,7 +517,7 @@ CUresult DevicePool::take_target(std::size_t n, Tier tier, std::vector<Chunk>* o
   return CUDA_SUCCESS;
 }
 
-void DevicePool::fence_move(const Move& m) {
+CUresult DevicePool::fence_move(const Move& m) {
   // Memory the program freed may still be used by work queued before the free (the pool's frees do
   // not wait): as before any unmap, wait for it. Live memory is the caller's to order.
   const Entry owner = m.owner;
@@ -525,7 +527,7 @@ void DevicePool::fence_move(const Move& m) {
     pending = carved_pending_within(m.address, m.address + m.bytes);
   } else if (Block* b = as_block(owner)) {
     const int state = base_state(b->state.load(std::memory_order_acquire));
-    if (state == kLive) return;
+    if (state == kLive) return CUDA_SUCCESS;
     if (state == kPending) pending = b->context.load(std::memory_order_relaxed);
   } else {
     Slab* s = as_slab(owner);
@@ -535,7 +537,19 @@ void DevicePool::fence_move(const Move& m) {
     }
   }
   fence_unmap();
-  if (pending != nullptr) wait_for_context(pending);
+  if (pending == nullptr) return CUDA_SUCCESS;
+  {
+    // The wait is a cuCtxSynchronize, which a capture in that context refuses and is spoiled by
+    // (captures.h). Memory freed on a stream may still be read by that stream's queued work, which
+    // only the wait would see end: none of it is unmapped until the capture ends.
+    driver::ContextScope in(d_, pending);
+    if (in.status() == CUDA_SUCCESS && captures_.under_way(pending)) {
+      log::debug("device {}: a move of {} bytes at {:#x} waits for a graph capture to end", device_, m.bytes, m.address);
+      return CUDA_ERROR_NOT_READY;
+    }
+  }
+  wait_for_context(pending);
+  return CUDA_SUCCESS;
 }
 
 void DevicePool::forget_range(const Move& m) {

@@ -100,11 +100,6 @@ class CaptureWaits : public Capture {
   // A block of three chunks allocated and freed at once: its unmap needs a wait.
   void free_one(Pool& pool) { must_free(pool, must_allocate(pool, 3 * gran)); }
   unsigned long long syncs() { return sim().call_count("cuCtxSynchronize"); }
-  void end(CUstream stream) {
-    CUgraph graph = nullptr;
-    EXPECT_CU(drv().cuStreamEndCapture(stream, &graph));
-    if (graph != nullptr) drv().cuGraphDestroy(graph);
-  }
 };
 
 TEST_F(CaptureWaits, AnUnmapDuringACaptureLeavesItIntactAndTheWaitComesAfterIt) {
@@ -112,19 +107,15 @@ TEST_F(CaptureWaits, AnUnmapDuringACaptureLeavesItIntactAndTheWaitComesAfterIt) 
   free_one(*pool);
   ASSERT_TRUE(pool->fence_due());
   sim().reset_counts();
-  pool->capture_beginning(s);
+  ASSERT_CU(begin_capture(*pool, s));
   EXPECT_EQ(syncs(), 1u) << "what was freed before the capture is waited for as it begins";
   EXPECT_FALSE(pool->fence_due());
-  const CUresult began = drv().cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED);
-  pool->capture_begun(s, began);
-  ASSERT_CU(began);
   free_one(*pool);  // a program capturing in relaxed mode may free
   pool->release_idle();
   EXPECT_EQ(syncs(), 1u) << "the pool waited for the context during its capture";
   EXPECT_EQ(status_of(s), CU_STREAM_CAPTURE_STATUS_ACTIVE);
   EXPECT_TRUE(pool->fence_due()) << "the wait is left for after the capture";
-  end(s);
-  pool->capture_ended(s);
+  EXPECT_CU(end_capture(*pool, s));
   pool->fence_freed();
   EXPECT_EQ(syncs(), 2u);
   EXPECT_FALSE(pool->fence_due());
@@ -134,11 +125,10 @@ TEST_F(CaptureWaits, AnUnmapDuringACaptureLeavesItIntactAndTheWaitComesAfterIt) 
 // says it is over, and the wait is made.
 TEST_F(CaptureWaits, ACaptureWhoseEndThePoolWasNotToldOfIsForgottenAtTheNextWait) {
   auto pool = make_pool();
-  pool->capture_beginning(s);
-  const CUresult began = drv().cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED);
-  pool->capture_begun(s, began);
-  ASSERT_CU(began);
-  end(s);
+  ASSERT_CU(begin_capture(*pool, s));
+  CUgraph graph = nullptr;  // ended without the pool's knowing
+  EXPECT_CU(drv().cuStreamEndCapture(s, &graph));
+  if (graph != nullptr) drv().cuGraphDestroy(graph);
   free_one(*pool);
   sim().reset_counts();
   pool->fence_freed();

@@ -64,6 +64,16 @@ class Moves : public SpillTest {
     ASSERT_CU(r);
   }
 
+  // No extents: memory in chunks on both tiers (a host run is made of host chunks; a host extent is
+  // never cut as one), the default host limit and reserve, no background thread.
+  std::unique_ptr<Pool> chunks_pool() {
+    PoolConfig config = spill_config(128 * kMiB);
+    config.extent_size = 0;
+    auto pool = make_pool(config);
+    pool->stop_background();
+    return pool;
+  }
+
   // 32 MiB extents, no host reserve (the host tier pins what a move needs), no background thread.
   std::unique_ptr<Pool> extents_pool() {
     PoolConfig config = spill_config(128 * kMiB, 128 * kMiB, 0);

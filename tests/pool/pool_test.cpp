@@ -181,6 +181,21 @@ void release_external(Pool& pool, CUmemGenericAllocationHandle handle) {
   pool.released_external(handle);
 }
 
+CUresult begin_capture(Pool& pool, CUstream stream) {
+  pool.capture_beginning(stream);
+  const CUresult began = drv().cuStreamBeginCapture_v2(stream, CU_STREAM_CAPTURE_MODE_RELAXED);
+  pool.capture_begun(stream, began);
+  return began;
+}
+
+CUresult end_capture(Pool& pool, CUstream stream) {
+  CUgraph graph = nullptr;
+  const CUresult ended = drv().cuStreamEndCapture(stream, &graph);
+  if (graph != nullptr) drv().cuGraphDestroy(graph);
+  pool.capture_ended(stream);
+  return ended;
+}
+
 void fill(CUdeviceptr p, std::size_t bytes, std::uint64_t seed) {
   std::vector<unsigned char> data;
   make_pattern_fast(data, bytes, seed);

@@ -70,6 +70,10 @@ CUmemAllocationProp device_prop(int device);
 // Releases a handle Pool::create_external made, as the cuMemRelease hook does: the driver first,
 // then the pool.
 void release_external(Pool& pool, CUmemGenericAllocationHandle handle);
+// A graph capture of `stream` begun in relaxed mode (which lets the test's own calls run), the pool
+// told as the hooks tell it (src/hooks/graph_hooks.cpp); and its end. Answer the driver's.
+CUresult begin_capture(Pool& pool, CUstream stream);
+CUresult end_capture(Pool& pool, CUstream stream);
 
 // Pattern of an allocation: 64-bit words derived from `seed` and the offset, so two allocations with
 // different seeds never look alike, and a shifted copy does not match either.
