@@ -307,7 +307,9 @@ class Pool {
   //     free began before the mark holds no byte any work may read (all work using it was submitted
   //     before its free, so before the point), and is not copied (moved_uncopied_bytes). 0: copy all.
   //   commit_move: the new pieces mapped at the address, in place of the old, which go back to their
-  //     tier. Failing, the old mapping stands and the move stays prepared (commit again, or abort).
+  //     tier. Failing, the old mapping stands and the move stays prepared (commit again, or abort);
+  //     NOT_READY while memory it unmaps was freed on a stream of a context capturing a graph (the
+  //     wait for that stream would spoil the capture: captures.h).
   //   abort_move: gives the target back; the old mapping was never touched.
   // Until the commit or abort, a free of that memory waits (so does exporting it), but for a
   // stream-ordered free of a mapping outside a capture, which leaves it a pending free being moved. With
