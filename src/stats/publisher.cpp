@@ -14,6 +14,7 @@
 
 #include "config/log.h"
 #include "config/options.h"
+#include "config/quiet_at_fork.h"
 #include "pool/pool.h"
 #include "stats/collect.h"
 #include "stats/shm_reader.h"
@@ -228,8 +229,11 @@ void Publisher::run() {
   pthread_setname_np(pthread_self(), "uvmpool-stats");
   const std::string& own = segment_->path();
   std::size_t removed = 0;
-  for (const SegmentInfo& s : list_segments(false, own.substr(0, own.rfind('/')))) {
-    if (s.path != own && remove_stale(s)) ++removed;
+  {
+    const config::QuietAtFork quiet;
+    for (const SegmentInfo& s : list_segments(false, own.substr(0, own.rfind('/')))) {
+      if (s.path != own && remove_stale(s)) ++removed;
+    }
   }
   if (removed != 0) log::debug("removed {} stale statistics segment(s) of ended processes", removed);
   std::unique_lock lock(mu_);
@@ -237,7 +241,10 @@ void Publisher::run() {
     wake_.wait_for(lock, std::chrono::milliseconds(interval_ms_));
     if (stopping_) break;
     lock.unlock();
-    segment_->write(collect_());
+    {
+      const config::QuietAtFork quiet;  // a fork waits for this update (config/quiet_at_fork.h)
+      segment_->write(collect_());
+    }
     lock.lock();
   }
 }

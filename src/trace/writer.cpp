@@ -23,6 +23,7 @@
 #include <climits>
 #include <cstring>
 
+#include "config/quiet_at_fork.h"
 #include "trace/session.h"
 
 namespace uvmpool::trace::detail {
@@ -354,6 +355,7 @@ void writer_main(Session* sp) {
       s.cv.wait_for(lock, std::chrono::nanoseconds(period), [&] { return s.stop_requested; });
       if (s.stop_requested) break;
     }
+    const config::QuietAtFork quiet;  // a fork waits for this round (config/quiet_at_fork.h)
     const std::size_t drained = drain_all(s);
     const std::uint64_t now = clock::monotonic_ns();
     if (now - s.last_sample_ns >= kSampleEveryNs) sample(s, now);

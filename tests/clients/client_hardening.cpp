@@ -21,6 +21,11 @@
 //          an inherited pointer, and with the parent's function (the simulator, as a GPU's driver,
 //          refuses a child of an initialized process, but the hooks see each launch first). The child dropped the parent's tiering (its pool is gone, its
 //          threads are not there); whatever the calls answer, the child must not die or hang.
+//   fork-exit N  the parent allocates (so the statistics publisher and, with UVMPOOL_TRACE, the trace
+//          writer run) and forks N children one after another, each ending at once with exit(0): the
+//          atexit handlers and library destructors run, and under ASan LeakSanitizer's exit check,
+//          which takes every lock of the allocator. A child must end within 30 s: a background thread
+//          of the parent's inside the allocator at the fork left its lock held in the child for ever.
 //   init   cuInit only, printing its answer (for settings that leave no driver to reach).
 //   stream-destroy  memory freed with cuMemFreeAsync on a stream whose work is held (simulator), then
 //          the stream destroyed: uvmpool must record its event on the stream before it goes.
@@ -28,6 +33,7 @@
 //          after it started: exit races uvmpool starting its trace and statistics segment.
 #include <cuda.h>
 #include <dlfcn.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -258,6 +264,32 @@ int fork_launch() {
   return 0;
 }
 
+int fork_exit(int forks) {
+  use_primary_context();
+  CUdeviceptr p = 0;
+  CU(cuMemAlloc(&p, 8 << 20));
+  std::fflush(stdout);
+  for (int i = 0; i < forks; ++i) {
+    const pid_t pid = fork();
+    CLIENT_CHECK(pid >= 0, "fork failed");
+    if (pid == 0) std::exit(0);
+    int status = 0;
+    pid_t got = 0;
+    for (int waited_ms = 0; (got = waitpid(pid, &status, WNOHANG)) == 0 && waited_ms < 30000; waited_ms += 10) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (got == 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      CLIENT_CHECK(false, "fork %d of %d: the child did not end in 30 s (hung at exit)", i + 1, forks);
+    }
+    CLIENT_CHECK(got == pid && !WIFSIGNALED(status), "fork %d: the child died", i + 1);
+  }
+  CU(cuMemFree(p));
+  std::printf("fork-exit: ok, %d children ended\n", forks);
+  return 0;
+}
+
 int init_only() {
   const CUresult r = cuInit(0);
   std::printf("init: cuInit returned %d\n", int(r));
@@ -336,6 +368,7 @@ int main(int argc, char** argv) {
   if (std::strcmp(mode, "huge") == 0) return huge();
   if (std::strcmp(mode, "fork") == 0) return fork_child();
   if (std::strcmp(mode, "fork-launch") == 0) return fork_launch();
+  if (std::strcmp(mode, "fork-exit") == 0) return fork_exit(argc > 2 ? std::atoi(argv[2]) : 1);
   if (std::strcmp(mode, "throw") == 0) return throw_in_hook();
   if (std::strcmp(mode, "throw-launch") == 0) return throw_in_launch();
   if (std::strcmp(mode, "ctx-reset") == 0) return ctx_reset();
