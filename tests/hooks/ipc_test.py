@@ -11,10 +11,50 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 MIB = 1 << 20
 INVALID_VALUE, INVALID_CONTEXT = 1, 201
+ANSWER_DEADLINE_S = 45  # well inside ctest's 120 s, so that a hang is told here, with its stacks
+
+
+def process_tree(pid):
+    """pid and its descendants, read from /proc."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo.extend(children.get(p, []))
+    return tree
+
+
+def report_hang(proc, what):
+    """A client gave no answer in time: print every thread's stack of it and its forked children
+    (gdb, where it can attach), then kill them all, so the read in progress sees the end."""
+    print(f"FAILED: {what}: no answer in {ANSWER_DEADLINE_S} s; the stacks of its processes follow", flush=True)
+    tree = process_tree(proc.pid)
+    for pid in tree:
+        try:
+            out = subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt"],
+                                 stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired) as e:
+            out = f"(no stacks: {e})"
+        print(f"--- process {pid} ---\n{out}", flush=True)
+    for pid in tree:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def fail(msg):
@@ -38,7 +78,12 @@ class Client:
                                      stderr=subprocess.PIPE, text=True, preexec_fn=limit if max_fds else None)
 
     def line(self):
-        out = self.proc.stdout.readline().strip()
+        watchdog = threading.Timer(ANSWER_DEADLINE_S, report_hang, (self.proc, self.args[0]))
+        watchdog.start()
+        try:
+            out = self.proc.stdout.readline().strip()
+        finally:
+            watchdog.cancel()
         if not out:
             self.proc.kill()
             fail(f"{self.args[0]}: no answer; stderr: {self.proc.stderr.read()}")
