@@ -12,6 +12,8 @@
 // work in progress (tens of microseconds) and none begins until the fork has returned.
 // Rules for the work inside: it must not fork, and must not wait for a lock that another prepare
 // handler takes (the IPC import table, the peer-access table): that handler may already hold it.
+// Two works share the lock, so neither may be joined by a thread holding a lock the other waits for
+// (stats/observers.cpp stops the publisher before the trace for that).
 // Not covered: threads that work in answer to the program's calls (the tiering mover, the IPC
 // server) are busy only while the program is, and are not held off a fork.
 #pragma once

@@ -64,6 +64,8 @@ void stop_at_exit() {
   // removed, the trace closed as valid JSON.
   std::lock_guard lock(g_mu);
   g_exiting = true;
+  // The publisher stops first: an update of its reads trace::status, whose lock trace::stop holds
+  // while it joins the writer, and the writer may be waiting for that update (config/quiet_at_fork.h).
   if (g_publisher != nullptr) g_publisher->stop(false);
   trace::stop();
 }
