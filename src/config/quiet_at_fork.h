@@ -9,7 +9,8 @@
 // LeakSanitizer's lock of the allocator; tests/hooks hardening_forked_children_end_while_publishing).
 //
 // How: the work holds a lock that a pthread_atfork prepare handler takes, so a fork waits for the
-// work in progress (tens of microseconds) and none begins until the fork has returned.
+// work in progress (an update of the figures, tens of microseconds; a round of the trace writer,
+// longer when it writes to a slow disk) and none begins until the fork has returned.
 // Rules for the work inside: it must not fork, and must not wait for a lock that another prepare
 // handler takes (the IPC import table, the peer-access table): that handler may already hold it.
 // Two works share the lock, so neither may be joined by a thread holding a lock the other waits for
