@@ -228,7 +228,8 @@ int main(int argc, char** argv) {
   options.add("min-time", "0.2", "seconds each benchmark runs at least");
   options.add("device", "0", "device ordinal");
   options.add("overhead-sizes", "256,64K,2M,64M", "sizes at which observability's cost is measured");
-  options.add("repetitions", "5", "rounds of the observability benchmarks (the median round's ratios count)");
+  options.add("repetitions", "15", "rounds of the observability benchmarks (the median round's ratios count)");
+  options.add("round-time", "0.05", "seconds each variant runs at least in one round of the observability benchmarks");
   options.add("stats-interval", "250", "milliseconds between two updates of the published statistics");
   options.add("trace-file", "", "where the traced runs write (default: a file in the temporary directory, removed after)");
   options.add("guard", "on", "UVMPOOL_GUARD's cost, after the rest: on, off, or only (nothing else)");
@@ -277,13 +278,18 @@ int main(int argc, char** argv) {
   // runs take (on an H200 host the statistics' cost read -23% to +35% from one suite to the next when
   // each variant's repetitions ran back to back). So the variants run in rounds, bare, statistics and
   // traced one after the other at each size, and each round gives its own ratios; the median round
-  // decides, so drift between rounds cancels and one noisy round does not decide it.
+  // decides, so drift between rounds cancels and one noisy round does not decide it. Rounds are short
+  // and many (15 of 50 ms a variant): an H200 host's pair time moved between about 250 and 500 ns from
+  // one 200 ms run to the next, so with 5 rounds of 200 ms the three variants of one round often ran
+  // in different states, and the trace's figure read +9.6%, +29.4% and +51.6% in three runs of one
+  // build on 2026-12-03.
+  const double round_time = options.real("round-time");
   using Fn = void (*)(benchmark::State&, std::size_t);
   const std::pair<const char*, Fn> variants[] = {{"bare", bare_pair}, {"stats", pool_pair}, {"traced", traced_pair}};
   for (int round = 0; round < repetitions; ++round) {
     for (std::uint64_t bytes : overhead_sizes) {
       for (const auto& [kind, fn] : variants)
-        benchmark::RegisterBenchmark(round_key(kind, bytes, round).c_str(), fn, bytes)->MinTime(min_time);
+        benchmark::RegisterBenchmark(round_key(kind, bytes, round).c_str(), fn, bytes)->MinTime(round_time);
     }
   }
   // Names are "<kind>/<bytes>"; native and pool alternate per size so drift hits both alike.
