@@ -101,7 +101,9 @@ struct State {
 State* g = new State;  // never destroyed: frees may come during exit
 // A forked child's State, made without the heap: another thread of the parent may have held the
 // allocator's lock at the fork, and an allocator that does not take it around fork (ASan's in GCC 12)
-// would leave the child's malloc waiting for ever (ipc_fork_keeps_server timed out so under ASan).
+// would leave the child's malloc waiting for ever. (Suspected when ipc_fork_keeps_server first timed
+// out under ASan; the timeouts went on until the statistics publisher was kept out of forks,
+// config/quiet_at_fork.h, which was their cause.)
 alignas(State) unsigned char g_child_state[sizeof(State)];
 std::atomic<std::size_t> g_exports{0};  // by_id.size(), so a free of a never-exported pointer takes no lock
 
