@@ -7,7 +7,7 @@
 // of a GPU: no mover, no clock.
 //
 //   uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB] [--unit=allocation|piece] [--slot=MiB]
-//                         [--epoch-every=N] [--batch=MiB] [--land-after=N] [--holds-ahead=N] [--second-epoch]
+//                         [--epoch-every=N] [--batch=MiB] [--land-after=N] [--holds-ahead=N] [--second-epoch] [--stream-order]
 //                         [--lookahead=N] [--in-flight=MiB]
 //
 // --unit=piece gives the policy pieces of allocations as its buffers (UVMPOOL_TIERING_UNIT=piece,
@@ -229,8 +229,8 @@ class BeladyOnDemand {
 
 constexpr const char* kUsage =
     "usage: uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB] [--unit=allocation|piece] [--slot=MiB]\n"
-    "       [--epoch-every=N] [--batch=MiB] [--land-after=N] [--holds-ahead=N] [--second-epoch]\n"
-    "       [--lookahead=N] [--in-flight=MiB]\n";
+    "       [--epoch-every=N] [--batch=MiB] [--land-after=N] [--holds-ahead=N] [--second-epoch] [--stream-order]\n"
+    "       [--lookahead=N] [--in-flight=MiB] [--guard=on|off]\n";
 
 int main(int argc, char** argv) {
   std::string path;
@@ -243,6 +243,7 @@ int main(int argc, char** argv) {
   std::uint64_t epoch_bytes = std::uint64_t{256} << 20;
   std::size_t land_after = 0, holds_ahead = 1;  // FakeWorld's
   bool second_epoch = false;
+  bool stream_order = false;
   uvmpool::tiering::PolicyConfig config;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -282,6 +283,11 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "uvmpool-policy-replay: --slot wants a power of two of MiB, not '%s'\n", arg.c_str() + 7);
         return 2;
       }
+    } else if (arg == "--guard=on" || arg == "--guard=off") {
+      // The thrash guard fixed (UVMPOOL_TIERING_THRASH_GUARD): the replay has no clock to time its trial by.
+      config.guard.setting = arg == "--guard=on" ? uvmpool::tiering::TrialSetting::First : uvmpool::tiering::TrialSetting::Second;
+    } else if (arg == "--stream-order") {
+      stream_order = true;  // the policy plans in the streams' order (UVMPOOL_TIERING_PREPARE=hold)
     } else if (arg == "--second-epoch") {
       second_epoch = true;
     } else if (arg == "--unit=piece" || arg == "--unit=allocation") {
@@ -329,6 +335,7 @@ int main(int argc, char** argv) {
   rw.world.land_after = land_after;
   rw.world.holds_ahead = holds_ahead;
   rw.world.second_epoch = second_epoch;
+  rw.world.stream_order = stream_order;
   Policy p(rw.world, config);
   BeladyOnDemand belady(by_allocation);
   BeladyOnDemand by_pieces(by_piece);
