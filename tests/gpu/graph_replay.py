@@ -110,6 +110,9 @@ def main():
     ap.add_argument("--timeout", type=int, default=240)
     ap.add_argument("--shapes", default="layers,whole")
     ap.add_argument("--runs", default="native,remote,auto")
+    # Runs of your own beside the named ones: NAME:VAR=VALUE,VAR=VALUE (UVMPOOL_* settings added to
+    # auto's), repeatable; list NAME in --runs too.
+    ap.add_argument("--setting", action="append", default=[])
     args = ap.parse_args()
     lib = os.path.abspath(args.lib)
     limited = {"UVMPOOL_DEVICE_LIMIT": args.limit}
@@ -118,6 +121,12 @@ def main():
                 # one epoch at a time, and the thrash guard fixed on as before its trial (docs/tiering.md)
                 "auto_held": ({**limited, "UVMPOOL_TIERING": "auto", "UVMPOOL_TIERING_HOLDS_AHEAD": "1"}, lib),
                 "auto_guard_on": ({**limited, "UVMPOOL_TIERING": "auto", "UVMPOOL_TIERING_THRASH_GUARD": "on"}, lib)}
+    for spec in args.setting:
+        name, _, assignments = spec.partition(":")
+        extra = dict(a.split("=", 1) for a in assignments.split(",") if a)
+        if not name or name in settings or not all(k.startswith("UVMPOOL_") for k in extra):
+            sys.exit(f"graph_replay: --setting wants NAME:UVMPOOL_VAR=VALUE,... with a new NAME, not '{spec}'")
+        settings[name] = ({**limited, "UVMPOOL_TIERING": "auto", **extra}, lib)
     ok, done = True, []
     for shape in args.shapes.split(","):
         wanted = ["remote"] + [n for n in args.runs.split(",") if n in settings and n != "remote"]
