@@ -256,7 +256,7 @@ void Tiering::before_launch(CUfunction f, CUstream stream, void** params, void**
   seen->read = LaunchSeen::Read::Skipped;
   seen->function = f;
   seen->first_launch = nullptr;
-  seen->kernel = true;
+  seen->epoch_after = LaunchSeen::EpochAfter::Counted;
   seen->captured = false;
   const bool captures = graphs_.capturing();
   if (f == nullptr || (!captures && !pool_.any_host_mapped() && !mover_.copying())) return;
@@ -378,7 +378,7 @@ void Tiering::before_transfer(Transfer kind, CUstream stream, std::span<const Tr
   seen->read = LaunchSeen::Read::Skipped;
   seen->function = reinterpret_cast<CUfunction>(static_cast<std::uintptr_t>(kind));
   seen->first_launch = nullptr;
-  seen->kernel = false;
+  seen->epoch_after = LaunchSeen::EpochAfter::Never;
   seen->captured = false;
   if (graphs_.capturing())
     if (const std::uint64_t capture = capture_of(stream); capture != 0) {
@@ -404,7 +404,7 @@ void Tiering::before_graph_launch(CUgraphExec exec, CUstream stream, LaunchSeen*
   seen->read = LaunchSeen::Read::Skipped;
   seen->function = reinterpret_cast<CUfunction>(exec);
   seen->first_launch = nullptr;
-  seen->kernel = false;
+  seen->epoch_after = LaunchSeen::EpochAfter::Each;
   seen->captured = false;
   if (exec == nullptr) return;
   if (graphs_.capturing())
@@ -529,12 +529,17 @@ void Tiering::after_launch_seen(const LaunchSeen& seen, CUstream stream) {
   // each move lands where the policy asked for it. Every launches_per_epoch-th launch while moves are
   // queued, so that one epoch carries the asks of a few launches (modeled on the training replay, an
   // epoch every 1, 2, 4, 8, 16 launches: 100.0, 92.2, 79.0, 80.5, 239.3 ms a step: past a few the
-  // moves land too late). Out of the host-wait gate here (a first launch left it above), so the
-  // epoch's closing of the gate does not wait for this thread; only after kernel launches, since a
+  // moves land too late). A graph launch is many kernels' work: an epoch after each (LaunchSeen::
+  // epoch_after). Out of the host-wait gate here (a first launch left it above), so the epoch's
+  // closing of the gate does not wait for this thread; never after a copy or memset, since a
   // synchronous copy's hook is still inside the gate here (transfer_hooks.cpp). Another thread's
   // epoch under way: this one goes on.
-  if (mode_ == Mode::Auto && seen.kernel && mover_.on_launch() && mover_.queued() &&
-      launches_since_epoch_.fetch_add(1, std::memory_order_relaxed) % std::max<std::size_t>(mover_.config().launches_per_epoch, 1) == 0) {
+  using EpochAfter = LaunchSeen::EpochAfter;
+  const auto epoch_due = [&] {
+    return seen.epoch_after == EpochAfter::Each ||
+           launches_since_epoch_.fetch_add(1, std::memory_order_relaxed) % std::max<std::size_t>(mover_.config().launches_per_epoch, 1) == 0;
+  };
+  if (mode_ == Mode::Auto && seen.epoch_after != EpochAfter::Never && mover_.on_launch() && mover_.queued() && epoch_due()) {
     // Ordered epochs (overlap): placed here, behind the mover thread's step under way if need be, so
     // that the fence lies where the policy asked; the mover's thread completes them.
     if (mover_.config().overlap) {

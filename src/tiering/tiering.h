@@ -49,10 +49,13 @@ struct LaunchSeen {
   // A function's first launch read here passes the host-wait gate (entered by before_launch, left by
   // after_launch): it may load the function's module, which waits for the device inside the driver.
   const ParamLayout* first_launch = nullptr;
-  // A kernel launch (before_launch), not a copy, memset or graph launch: only after one may the
-  // launching thread run an epoch (UVMPOOL_TIERING_EPOCHS=launch), since the transfer hooks call
-  // after_launch from inside the host-wait gate.
-  bool kernel = false;
+  // Whether the launching thread may run an epoch after it (UVMPOOL_TIERING_EPOCHS=launch). Never
+  // after a copy or memset: the transfer hooks call after_launch from inside the host-wait gate, the
+  // launch hooks from outside it (hooks/shown.h passes it around the driver call alone). After every
+  // few kernel launches (MoverConfig::launches_per_epoch), and after each graph launch, which carries
+  // many kernels' work: measured on an H200 with one graph a layer (docs/gpu-results.md), an epoch
+  // every 4 graph launches ran 1.14x slower than reading in place, one after each 5.3x faster.
+  enum class EpochAfter : std::uint8_t { Never, Counted, Each } epoch_after = EpochAfter::Never;
   // Queued into a graph capture: it runs when the graph does, nothing to order now.
   bool captured = false;
 };

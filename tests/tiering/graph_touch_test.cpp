@@ -89,6 +89,17 @@ class GraphTouches_ : public TieringTest {
     tiering->after_launch(seen, stream);
     return seen;
   }
+  // A spilled 2 MiB chunk (`*in_host`) and device room to promote it.
+  void spill_with_room(CUdeviceptr* in_host) {
+    const CUdeviceptr room = allocate(8 * kMiB);
+    const CUdeviceptr spilled = allocate(kBudget);
+    ASSERT_NE(spilled, 0u);
+    *in_host = spilled + kBudget - 2 * kMiB;
+    ASSERT_EQ(tier_at(*in_host), 'H');
+    must_free(*pool, room);
+    allocated.erase(allocated.begin());
+    pool->release_idle();
+  }
   static const Touch* find(const LaunchTouches& t, CUdeviceptr p) {
     for (std::size_t i = 0; i < t.count; ++i)
       if (t.touches[i].address == p) return &t.touches[i];
@@ -233,14 +244,8 @@ TEST_F(GraphTouches_, NodeUpdatesGrowTheUnionAndGraphsNotFollowedAreUnread) {
 }
 
 TEST_F(GraphTouches_, AGraphLaunchedDuringAnOverlappedCopyIsOrderedBehindTheCommitAndItsBytesStay) {
-  const CUdeviceptr room = allocate(8 * kMiB);
-  const CUdeviceptr spilled = allocate(kBudget);
-  ASSERT_NE(spilled, 0u);
-  const CUdeviceptr in_host = spilled + kBudget - 2 * kMiB;
-  ASSERT_EQ(tier_at(in_host), 'H');
-  must_free(*pool, room);  // room to promote the spilled chunk
-  allocated.erase(allocated.begin());
-  pool->release_idle();
+  CUdeviceptr in_host = 0;
+  ASSERT_NO_FATAL_FAILURE(spill_with_room(&in_host));
   CUgraphExec exec = nullptr;
   uvmpool::tiering::MoverConfig config;
   config.overlap = true;
@@ -265,6 +270,47 @@ TEST_F(GraphTouches_, AGraphLaunchedDuringAnOverlappedCopyIsOrderedBehindTheComm
   EXPECT_TRUE(all_equal(in_host, 2 * kMiB, 0x77)) << "the graph's write was lost";
   ASSERT_CU(drv().cuGraphExecDestroy(exec));
   ASSERT_CU(drv().cuGraphDestroy(graph));
+}
+
+// UVMPOOL_TIERING_EPOCHS=launch: each graph launch runs the epoch it finds queued before it returns
+// (its hook shows it outside the host-wait gate, as a kernel launch's), so the next launch finds the
+// memory moved; not every few launches, as kernel launches do (MoverConfig::launches_per_epoch): a
+// graph is many kernels' work. Before, only kernel launches ran epochs, and a step of one graph a
+// layer (tests/gpu/graph_replay.py) had its epochs run only at the step's few kernel launches.
+TEST_F(GraphTouches_, WithEpochsOnTheLaunchingThreadEachGraphLaunchCarriesOutTheMovesQueued) {
+  CUdeviceptr in_host = 0;
+  ASSERT_NO_FATAL_FAILURE(spill_with_room(&in_host));
+  for (const bool on_launch : {false, true}) {
+    SCOPED_TRACE(on_launch ? "epochs on the launching thread" : "epochs on no thread");
+    uvmpool::tiering::MoverConfig config;
+    config.on_launch = on_launch;
+    config.launches_per_epoch = 4;  // kernel launches' (UVMPOOL_TIERING_LOOKAHEAD / 8); not graphs'
+    make_tiering(Mode::Auto, config);  // epochs run on launches in auto only
+    begin_capture();
+    ASSERT_CU(fill_on_stream(in_host, 2 * kMiB, 0x55));
+    const CUgraph graph = end_capture();
+    const CUgraphExec exec = instantiate(graph);
+    // Two launches in a row, each after a move asked: in, then out again.
+    for (const Tier to : {Tier::Device, Tier::Host}) {
+      SCOPED_TRACE(to == Tier::Device ? "promoted" : "demoted");
+      ASSERT_TRUE(tiering->mover().request(in_host, 2 * kMiB, to));
+      CUresult r = CUDA_ERROR_UNKNOWN;
+      const LaunchSeen seen = launch_graph(exec, &r);
+      ASSERT_CU(r);
+      EXPECT_EQ(seen.read, LaunchSeen::Read::Read);
+      EXPECT_EQ(tiering->mover().queued(), !on_launch);
+      const char moved = to == Tier::Device ? 'D' : 'H';
+      EXPECT_EQ(tier_at(in_host), on_launch ? moved : 'H') << "after the graph launch returned";
+      ASSERT_CU(drv().cuStreamSynchronize(stream));
+      EXPECT_TRUE(all_equal(in_host, 2 * kMiB, 0x55)) << "the graph's write, moved with the chunk";
+    }
+    EXPECT_EQ(tiering->mover().stats().moves, on_launch ? 2u : 0u);
+    ASSERT_CU(drv().cuGraphExecDestroy(exec));
+    graphs().exec_destroyed(exec);
+    ASSERT_CU(drv().cuGraphDestroy(graph));
+    graphs().graph_destroyed(graph);
+    tiering.reset();
+  }
 }
 
 TEST_F(GraphTouches_, ReplaysBetweenMovesBothWaysKeepEveryByte) {
