@@ -32,13 +32,14 @@ bool PeriodTrial::retry(std::uint64_t n) {
   return true;
 }
 
-bool PeriodTrial::choose(bool first, std::uint64_t n) {
-  if (state_ != State::Decided) return false;
+bool PeriodTrial::choose(bool first, std::uint64_t n, const char* why) {
+  if (config_.setting != TrialSetting::Measure || (state_ != State::Decided && state_ != State::Idle)) return false;
+  state_ = State::Decided;
   first_ = first;
   stats_.second = first ? 0 : 1;
   rebase(n);
-  log::info("tiering: {} {}: chosen without a measure (the trial's arms had nothing to compare)", config_.what,
-            first ? config_.first_name : config_.second_name);
+  log::info("tiering: {} {}: chosen without a measure of its own ({})", config_.what,
+            first ? config_.first_name : config_.second_name, why);
   return true;
 }
 

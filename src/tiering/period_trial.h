@@ -103,9 +103,10 @@ class PeriodTrial {
   // Decided: a new trial from the next period (period n carries the other trial's transition), as
   // when the decided way's time drifts. False (nothing done) when not decided.
   bool retry(std::uint64_t n);
-  // Decided: the way `first` instead, untimed (the trial had nothing to compare), watched from the
-  // next period, whose time becomes the reference. False (nothing done) when not decided.
-  bool choose(bool first, std::uint64_t n);
+  // Decided, or no trial begun: the way `first` instead, untimed (another trial needs it: `why`, for
+  // the log), decided from now and watched from the next period, whose time becomes the reference.
+  // False (nothing done) while an arm is timed, or when the setting is fixed.
+  bool choose(bool first, std::uint64_t n, const char* why);
 
   PeriodTrialStats stats() const { return stats_; }
 

@@ -120,37 +120,58 @@ void Policy::period_begins() {
   // moves to time): each changes the period's time the other measures. What the guard kept stays
   // kept for this period.
   const bool guard_was = guard_.first(), epochs_were = epochs_.first(), epochs_timed = epochs_.timing();
+  const bool guard_timed = guard_.timing();
   if (!epochs_.timing()) guard_.period_started(n, time, kept);
+  if (guard_timed && !guard_.timing()) guard_decided(n);
   if (!guard_.timing()) epochs_.period_started(n, time, moved);
-  if (!epochs_timed && epochs_.timing()) moves_at_epochs_trial_ = moves;
   // A way changed changes the period's time: the other trial's watch of its decision starts anew.
   // Where the epochs run sets how late moves land, which the guard's arms compare: the first time the
   // epochs' trial moves them to the launching thread, the guard is tried again there (once a learned
-  // period: trials that each redo the other's could go back and forth). And where the guard, decided
-  // on the mover's thread, keeps everything in place, the epochs' trial that follows has nothing to
-  // compare (no move asked in either arm). Where the guard's own trial was a
-  // close call (off within the drift of on), the epochs then go to the launching thread untimed and
-  // the guard is tried again there. Modeled on the batched decode (weights read 32 times a token, one
-  // launch each): the guard's trial on the mover's thread kept every weight in place (201.9 ms a step
-  // on, 220.9 off, with moves landing late under holds ahead) and the replay read 9.5 GiB a step in
-  // place, as first-come does; tried again on the launching thread, off took 31.5 ms. A batch-1
-  // decode's guard is no close call (6.4 ms on, 29.1 off): no second trial, which would cost it
-  // periods 4.5 times as long.
+  // period: trials that each redo the other's could go back and forth).
   if (guard_.first() != guard_was) epochs_.rebase(n);
   const bool epochs_decided = epochs_timed && !epochs_.timing();
-  const PeriodTrialStats g = guard_.stats();
-  const bool close_call = g.first_ns != 0 && g.second_ns != 0 &&
-                          static_cast<double>(g.second_ns) < config_.guard.drift * static_cast<double>(g.first_ns);
-  const bool nothing_compared = epochs_decided && moves == moves_at_epochs_trial_ && guard_.first() && close_call;
-  if (nothing_compared && !guard_retried_ && epochs_.first() && epochs_.choose(false, n) && guard_.retry(n)) {
-    guard_retried_ = true;
-  } else if (epochs_decided && !epochs_.first() && !guard_retried_ && guard_.retry(n)) {
+  if (epochs_decided && !epochs_.first() && !guard_retried_ && guard_.retry(n)) {
     guard_retried_ = true;
   } else if (epochs_.first() != epochs_were) {
     guard_.rebase(n);
   }
   stats_.guard = guard_.stats();
   stats_.epochs = epochs_.stats();
+}
+
+void Policy::guard_decided(std::uint64_t n) {
+  // Moving pays only where moves land in time, and on the mover's thread they may land late (holds
+  // ahead, a program queuing a step ahead); so where the guard's trial there was a close call (off
+  // within the drift of on) and kept it on, few moves come after, and the epochs' trial, which needs
+  // moves to compare, may never begin. The two ways that pay together are then tried together: the
+  // epochs go to the launching thread untimed and the guard is tried again there. Three ways are then
+  // timed: on with the mover's thread (the first trial), on and off with the launching thread (the
+  // second). The launching thread is kept, with the guard as its trial decided, only if that way beat
+  // on with the mover's thread by the margin; else both go back (decided: the launching thread with
+  // the guard on was timed too).
+  // Measured on an H200 (one CUDA graph a layer, 16 GEMM layers at 1.5x the device:
+  // tests/gpu/graph_replay.py, docs/gpu-results.md): on the mover's thread off ran 1.05x slower than
+  // on; on the launching thread off ran 179 ms a step against on's 943. Modeled on the batched decode
+  // (weights read 32 times a token): on the mover's thread 201.9 ms a step on, 220.9 off; on the
+  // launching thread off took 31.5 ms. A batch-1 decode's guard is no close call (6.4 ms on, 29.1
+  // off): no second trial, which would cost it periods 4.5 times as long.
+  const PeriodTrialStats g = guard_.stats();
+  if (pair_tried_) {
+    pair_tried_ = false;
+    const std::uint64_t launching_ns = guard_.first() ? g.first_ns : g.second_ns;
+    if (launching_ns != 0 && static_cast<double>(launching_ns) <= config_.guard.margin * static_cast<double>(pair_reference_ns_))
+      return;
+    if (!guard_.first()) guard_.choose(true, n, "off won on the launching thread, but not against on with the mover's thread");
+    epochs_.choose(true, n, "the launching thread, tried with the guard, did not beat the mover's thread with it on");
+    return;
+  }
+  const bool close_call = g.first_ns != 0 && g.second_ns != 0 &&
+                          static_cast<double>(g.second_ns) < config_.guard.drift * static_cast<double>(g.first_ns);
+  if (!guard_.first() || !close_call || guard_retried_ || !epochs_.first() || epochs_.timing()) return;
+  if (!epochs_.choose(false, n, "the guard's trial was a close call on the mover's thread: tried again there")) return;
+  guard_.retry(n);
+  guard_retried_ = pair_tried_ = true;
+  pair_reference_ns_ = g.first_ns;
 }
 
 void Policy::prune() {
@@ -320,7 +341,7 @@ void Policy::adopt_period(const Candidate& proven, bool again) {
   }
   guard_.reset();  // another sequence: whether the guard pays, and where epochs run best, measured again
   epochs_.reset();
-  guard_retried_ = false;
+  guard_retried_ = pair_tried_ = false;
   ++stats_.periods_learned;
   stats_.period = period;
   trace::record(trace::Kind::Period, -1, 0, period);

@@ -309,6 +309,8 @@ class Policy {
   bool keyed(std::span<const Buffer> buffers) const;
   // A period of the learned sequence begins: the guard's trial hears of it.
   void period_begins();
+  // The guard's trial decided in period `n`: whether to try it with the epochs elsewhere (see there).
+  void guard_decided(std::uint64_t n);
   void drop_period();
   void plan_ahead();
   // Whether advice keeps `k` in host memory (counted, and remembered as the thrash guard's decisions are).
@@ -366,7 +368,10 @@ class Policy {
   std::uint64_t kept_at_period_ = 0;
   std::uint64_t moves_at_period_ = 0;
   bool guard_retried_ = false;  // the guard tried again since the period was learned, after the epochs moved
-  std::uint64_t moves_at_epochs_trial_ = 0;  // moves asked when the epochs' trial under way began
+  // The guard tried again with the epochs moved to the launching thread for it (guard_decided), and
+  // the period time of the guard on, on the mover's thread, that the pair must beat.
+  bool pair_tried_ = false;
+  std::uint64_t pair_reference_ns_ = 0;
 
   std::unordered_map<CUdeviceptr, Known> known_;
   std::vector<CUdeviceptr> asked_up_, asked_down_;  // buffers with a promotion / demotion asked

@@ -585,11 +585,13 @@ int main(int argc, char** argv) {
     if (measured.step_seconds != 0) {
       const tiering::PeriodTrialStats& e = measured.policy.epochs;
       std::printf("  epochs measured: %son %s after %llu trials (period on the mover's thread %s, on the launching thread %s; "
-                  "thrash guard %s after %llu)\n", e.timing != 0 ? "still timing, now " : "",
+                  "thrash guard %s after %llu, its last trial on %s, off %s)\n", e.timing != 0 ? "still timing, now " : "",
                   e.second != 0 ? "the launching thread" : "the mover's thread", static_cast<unsigned long long>(e.trials),
                   format_seconds(static_cast<double>(e.first_ns) * 1e-9).c_str(),
                   format_seconds(static_cast<double>(e.second_ns) * 1e-9).c_str(),
-                  measured.policy.guard.second != 0 ? "off" : "on", static_cast<unsigned long long>(measured.policy.guard.trials));
+                  measured.policy.guard.second != 0 ? "off" : "on", static_cast<unsigned long long>(measured.policy.guard.trials),
+                  format_seconds(static_cast<double>(measured.policy.guard.first_ns) * 1e-9).c_str(),
+                  format_seconds(static_cast<double>(measured.policy.guard.second_ns) * 1e-9).c_str());
     }
     const auto calls = [&](const char* name, const Run& r) {
       if (r.step_seconds == 0) return;  // not run (--runs)

@@ -369,12 +369,13 @@ TEST(Policy_, TheGuardsTrialAndTheEpochsTrialAreTimedOneAtATime) {
 }
 
 // Weights read `passes` times by one launch each, whose moves land late on the mover's thread (each
-// byte moved costs `late` more there, as under holds ahead; nothing more on the launching thread).
+// byte moved costs `late` more there, as under holds ahead); on the launching thread each period costs
+// `launch_ns` more (a decode's device waits for the launching thread's epochs).
 struct LateSweep {
   PolicyStats stats;
   bool on_launch = false;
 };
-LateSweep late_sweep(std::uint32_t passes, std::uint64_t late, int periods) {
+LateSweep late_sweep(std::uint32_t passes, std::uint64_t late, int periods, std::uint64_t launch_ns = 0) {
   FakeWorld w(8 * kUnit);
   const std::vector<std::vector<CUdeviceptr>> token = twelve_weights(w, passes);
   PolicyConfig c;
@@ -387,24 +388,37 @@ LateSweep late_sweep(std::uint32_t passes, std::uint64_t late, int periods) {
     for (std::size_t i = 0; i < token.size(); ++i) w.launch(p, 100 + i, token[i]);
     out.on_launch = p.epochs_on_launch();
     if (!out.on_launch) w.clock += late * (w.promoted + w.demoted - moved_before);
+    if (out.on_launch) w.clock += launch_ns;
   }
   out.stats = p.stats();
   return out;
 }
 
 TEST(Policy_, AGuardDecidedCloseOnTheMoversThreadIsTriedAgainOnTheLaunchingThread) {
-  // The batched decode's case (docs/tiering.md, "Which thread runs the epochs"): on the mover's thread
-  // moving the weights loses to reading them in place, narrowly (moves land late), so the guard stays
-  // on and keeps every weight in place; the epochs' trial then has nothing to compare (no move in
-  // either arm). The epochs go to the launching thread untimed, the guard is tried again there, and
-  // moving wins: the guard off.
+  // The batched decode's case (docs/tiering.md, "Which thread runs the epochs"), and one CUDA graph a
+  // layer's on an H200: on the mover's thread moving the weights loses to reading them in place,
+  // narrowly (moves land late), so the guard stays on and keeps every weight in place, and with no
+  // moves the epochs' trial never begins. The epochs go to the launching thread untimed, the guard is
+  // tried again there, and moving wins, also against the guard on, on the mover's thread: both kept.
   const LateSweep e = late_sweep(/*passes=*/20, /*late=*/2, 80);
-  EXPECT_EQ(e.stats.epochs.trials, 1u);
-  EXPECT_EQ(e.stats.epochs.first_ns, e.stats.epochs.second_ns) << "nothing compared";
+  EXPECT_EQ(e.stats.epochs.trials, 0u) << "chosen with the guard's second trial, not timed alone";
   EXPECT_TRUE(e.on_launch);
   EXPECT_EQ(e.stats.guard.trials, 2u);
   EXPECT_EQ(e.stats.guard.second, 1u) << "the guard off on the launching thread";
   EXPECT_LT(e.stats.guard.second_ns * 2, e.stats.guard.first_ns);
+}
+
+TEST(Policy_, ThePairTriedGoesBackWhenItDoesNotBeatTheGuardOnOnTheMoversThread) {
+  // As above, but each period on the launching thread costs the host more than moving saves (a
+  // decode's device waiting for the launching thread): off beats on there, yet both lose to the guard
+  // on, on the mover's thread. Both go back, and stay: no third trial.
+  const LateSweep base = late_sweep(/*passes=*/20, /*late=*/2, 80);
+  const LateSweep e = late_sweep(/*passes=*/20, /*late=*/2, 80, /*launch_ns=*/200 * kUnit);
+  EXPECT_EQ(e.stats.guard.trials, 2u);
+  EXPECT_EQ(e.stats.guard.second, 0u) << "the guard back on";
+  EXPECT_FALSE(e.on_launch) << "the epochs back on the mover's thread";
+  EXPECT_EQ(e.stats.epochs.trials, 0u);
+  EXPECT_EQ(e.stats.guard.second_ns, base.stats.guard.second_ns + 200 * kUnit) << "off was timed on the launching thread";
 }
 
 TEST(Policy_, AGuardDecidedByFarIsNotTriedAgain) {
