@@ -81,7 +81,9 @@
 //     Not for a kernel that reads its operand many times (a GEMM at a large batch): whether the
 //     guard pays is measured, by timing the period with it on and off (period_trial.h).
 //   - Which thread runs the mover's epochs (UVMPOOL_TIERING_EPOCHS=measure) is timed the same way,
-//     once moves come (epochs_on_launch; Tiering tells the mover). One trial is timed at a time.
+//     once moves come (epochs_on_launch; Tiering tells the mover). One trial is timed at a time. A
+//     guard kept on by a close call is tried again with the epochs on the launching thread, the two
+//     ways that may pay only together (guard_decided).
 //   - In the streams' order (World::in_stream_order: the mover prepares each move when the device
 //     reaches the launch it was asked at, UVMPOOL_TIERING_PREPARE=hold): the policy plans from where
 //     memory lies once every ask lands, which under run-ahead differs from where it lies now by up to
