@@ -8,7 +8,7 @@
 //
 //   uvmpool-policy-replay FILE.launches [--every=N] [--top=K] [--granule=MiB] [--unit=allocation|piece] [--slot=MiB]
 //                         [--epoch-every=N] [--batch=MiB] [--land-after=N] [--holds-ahead=N] [--second-epoch] [--stream-order]
-//                         [--lookahead=N] [--in-flight=MiB]
+//                         [--lookahead=N] [--in-flight=MiB] [--guard=on|off]
 //
 // --unit=piece gives the policy pieces of allocations as its buffers (UVMPOOL_TIERING_UNIT=piece,
 // src/tiering/pieces.h) instead of whole allocations; --slot=MiB carved slots of that size, as
