@@ -233,23 +233,24 @@ CUresult DevicePool::with_pressure_relief(const std::function<CUresult()>& attem
   // when anything landed since the attempt began (HostReserve::Hold). The hold lasts through the
   // retries below, so the thread cannot take again what they need. Called without mu_, which a
   // premap in flight needs to land.
-  std::optional<HostReserve::Hold> hold;
-  if (host_) {
-    hold.emplace(*host_);
-    if (host_->landings() != landed_before) r = attempt();
-  }
-  if (r != CUDA_ERROR_OUT_OF_MEMORY || pending_.empty()) return r;
-  // Out of memory while memory freed on streams waits for their work: take what has finished, then
-  // wait for the rest — a stall, but better than failing an allocation the pool can cover.
-  if (collect_pending(false)) r = attempt();
-  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-    // The wait below is for the program's work, which may be long: the reserve thread is not held
-    // off meanwhile, only again for the retry.
-    hold.reset();
-    if (collect_pending(true)) {
-      if (host_) hold.emplace(*host_);
-      r = attempt();
+  {
+    std::optional<HostReserve::Hold> hold;
+    if (host_) {
+      hold.emplace(*host_);
+      if (host_->landings() != landed_before) r = attempt();
     }
+    if (r != CUDA_ERROR_OUT_OF_MEMORY || pending_.empty()) return r;
+    // Out of memory while memory freed on streams waits for their work: take what has finished, then
+    // wait for the rest — a stall, but better than failing an allocation the pool can cover.
+    if (collect_pending(false)) r = attempt();
+  }
+  // The wait below is for the program's work, which may be long: the reserve thread is not held off
+  // meanwhile, only again for the retry. (Two holds, each made once: GCC 12 took a std::optional
+  // reset and made again for possibly uninitialized.)
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && collect_pending(true)) {
+    std::optional<HostReserve::Hold> hold;
+    if (host_) hold.emplace(*host_);
+    r = attempt();
   }
   return r;
 }
