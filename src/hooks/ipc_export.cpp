@@ -26,7 +26,6 @@
 // exit, a handler (registered, under the same lock, before the thread starts) stops the thread,
 // waiting for the driver call it may be in, and removes the socket.
 #include <poll.h>
-#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -43,9 +42,11 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <latch>
 #include <vector>
 
 #include "config/log.h"
+#include "config/quiet_at_fork.h"
 #include "driver/capture_mode.h"
 #include "driver/context_scope.h"
 #include "driver/real_driver.h"
@@ -102,8 +103,8 @@ State* g = new State;  // never destroyed: frees may come during exit
 // A forked child's State, made without the heap: another thread of the parent may have held the
 // allocator's lock at the fork, and an allocator that does not take it around fork (ASan's in GCC 12)
 // would leave the child's malloc waiting for ever. (Suspected when ipc_fork_keeps_server first timed
-// out under ASan; the timeouts went on until the statistics publisher was kept out of forks,
-// config/quiet_at_fork.h, which was their cause.)
+// out under ASan; the timeouts went on until the background threads' work was kept out of forks,
+// config/quiet_at_fork.h: the statistics publisher's first, then this server's start.)
 alignas(State) unsigned char g_child_state[sizeof(State)];
 std::atomic<std::size_t> g_exports{0};  // by_id.size(), so a free of a never-exported pointer takes no lock
 
@@ -331,7 +332,11 @@ void accept_one(std::vector<Connection>* conns, Deadline* accept_paused_until) {
   conns->push_back({.fd = fd, .deadline = std::chrono::steady_clock::now() + kRequestDeadline});
 }
 
-void run_server() {
+void run_server(std::latch* quiet_taken) {
+  // A fork waits while the server works, and comes in while it waits for its sockets
+  // (config/quiet_at_fork.h): its work allocates.
+  const config::QuietAtFork quiet;
+  quiet_taken->count_down();  // the starter waits for this: see start_locked
   // Its frees' event queries must not spoil a program's graph capture.
   if (const driver::RealDriver* real = driver::real()) driver::relax_capture_mode(real->table);
   std::vector<Connection> conns;
@@ -355,7 +360,12 @@ void run_server() {
           0, std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1));
     }
     if (!waiting.empty()) timeout = timeout < 0 ? kWaitingPollMs : std::min(timeout, kWaitingPollMs);
-    if (poll(fds.data(), fds.size(), timeout) < 0) {
+    int ready = 0;
+    {
+      const config::ForkMayLandHere waiting_for_sockets;
+      ready = poll(fds.data(), fds.size(), timeout);
+    }
+    if (ready < 0) {
       if (errno == EINTR) continue;
       log::error("CUDA IPC: the server stops: poll failed (errno {}); the next cuIpcGetMemHandle starts it again",
                  errno);
@@ -434,7 +444,7 @@ bool start_locked(pool::Pool& pool) {
   static std::once_flag registered;
   std::call_once(registered, [] {
     std::atexit(stop_at_exit);
-    pthread_atfork(nullptr, nullptr, forget_in_child);
+    config::at_fork(nullptr, nullptr, forget_in_child);
   });
   std::string error;
   const std::string path = socket_path(getpid(), &error);
@@ -454,7 +464,12 @@ bool start_locked(pool::Pool& pool) {
   g->wake_fd = wake;
   g->path = path;
   try {
-    g->thread = new std::thread(run_server);
+    // The starter returns only once the thread holds the fork lock: a thread's start allocates
+    // (under ASan, the sanitizer's own bookkeeping), and a program that forks right after its
+    // first export (ipc_fork_keeps_server) must not fork into it.
+    std::latch quiet_taken(1);
+    g->thread = new std::thread(run_server, &quiet_taken);
+    quiet_taken.wait();
   } catch (const std::exception& e) {
     log::error("CUDA IPC: cannot start the server thread ({}); cuIpcGetMemHandle of pool memory fails", e.what());
     close(fd);

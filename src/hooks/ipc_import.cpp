@@ -6,7 +6,6 @@
 // it stays valid here until closed, whatever the exporter does meanwhile (frees it, exits), as with
 // the driver's own IPC. The connection to the exporter stays open until close: while it is open the
 // exporter's pool does not reuse the chunks (ipc_export.cpp).
-#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +19,7 @@
 #include <vector>
 
 #include "config/log.h"
+#include "config/quiet_at_fork.h"
 #include "driver/real_driver.h"
 #include "hooks/ipc.h"
 #include "hooks/ipc_socket.h"
@@ -122,7 +122,7 @@ CUresult refuse(const HandleData& h, const std::string& why, CUresult r = CUDA_E
 
 CUresult open_handle(CUdeviceptr* out, const CUipcMemHandle& handle, unsigned flags) {
   static std::once_flag registered;
-  std::call_once(registered, [] { pthread_atfork(lock_for_fork, unlock_after_fork, forget_in_child); });
+  std::call_once(registered, [] { config::at_fork(lock_for_fork, unlock_after_fork, forget_in_child); });
   const HandleData h = decode(handle);
   if ((flags & ~static_cast<unsigned>(CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) != 0) return CUDA_ERROR_INVALID_VALUE;
   if (h.pid == static_cast<std::uint32_t>(getpid())) {

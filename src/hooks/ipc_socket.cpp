@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "config/quiet_at_fork.h"
 #include "hooks/ipc_handle.h"
 #include "stats/publisher.h"
 #include "stats/shm_layout.h"
@@ -39,7 +40,11 @@ bool wait_ready(int fd, short events, Deadline deadline, int abort_fd) {
     if (left.count() <= 0) return false;
     pollfd fds[2] = {{fd, events, 0}, {abort_fd, POLLIN, 0}};
     const int timeout = static_cast<int>(std::min<std::int64_t>(left.count() + 1, 60'000));
-    const int r = poll(fds, abort_fd >= 0 ? 2 : 1, timeout);
+    int r = 0;
+    {
+      const config::ForkMayLandHere waiting;  // a slow peer does not hold a fork off (the IPC server)
+      r = poll(fds, abort_fd >= 0 ? 2 : 1, timeout);
+    }
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return false;
     if (abort_fd >= 0 && fds[1].revents != 0) return false;

@@ -1,13 +1,13 @@
 // The backend that serves device memory from the pool, and passes the driver what is not the pool's:
 // pointers it did not allocate, explicit memory pools, allocations on a capturing stream (the graph
 // owns those), devices without VMM.
-#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
 #include <mutex>
 
 #include "config/options.h"
+#include "config/quiet_at_fork.h"
 #include "hooks/backend.h"
 #include "hooks/ipc.h"
 #include "pool/pool.h"
@@ -227,7 +227,7 @@ Backend& backend() {
   std::lock_guard lock(g_choose_mu);
   if (Backend* b = g_chosen.load(std::memory_order_relaxed)) return *b;
   static std::once_flag registered;
-  std::call_once(registered, [] { pthread_atfork(nullptr, nullptr, forget_backend_in_child); });
+  std::call_once(registered, [] { config::at_fork(nullptr, nullptr, forget_backend_in_child); });
   Backend* b = &driver_backend();
   if (config::options().pool) {
     if (pool::Pool* pool = pool::Pool::process()) b = new PoolBackend(*pool);  // never destroyed: frees may come during exit

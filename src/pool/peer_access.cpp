@@ -1,17 +1,17 @@
 #include "pool/peer_access.h"
 
-#include <pthread.h>
 
 #include <vector>
 
 #include "config/log.h"
+#include "config/quiet_at_fork.h"
 
 namespace uvmpool::pool {
 
 PeerAccess& PeerAccess::get() {
   static PeerAccess* table = [] {
     auto* t = new PeerAccess;  // never destroyed: hooks may run during exit
-    pthread_atfork(lock_for_fork, unlock_after_fork, empty_in_child);
+    config::at_fork(lock_for_fork, unlock_after_fork, empty_in_child);
     return t;
   }();
   return *table;

@@ -2,7 +2,6 @@
 // by the address map at free (so a free under another device's context finds the right pool).
 #include "pool/pool.h"
 
-#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 
 #include "config/leak_marker.h"
 #include "config/log.h"
+#include "config/quiet_at_fork.h"
 #include "config/thread_safety.h"
 #include "driver/context_scope.h"
 #include "driver/real_driver.h"
@@ -137,7 +137,7 @@ Pool* Pool::process() {
   static std::once_flag registered;
   std::call_once(registered, [] {
     std::atexit(on_exit);  // runs before the destructors of objects made earlier, which may free
-    pthread_atfork(nullptr, nullptr, on_fork_child);
+    config::at_fork(nullptr, nullptr, on_fork_child);
   });
   Pool* p = new Pool(real->table, PoolConfig::from_options(config::options()));  // never destroyed
   g_process.store(p, std::memory_order_release);

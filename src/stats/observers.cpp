@@ -1,12 +1,12 @@
 // The process's observers: the live-statistics publisher and the trace, started when the program
 // first reaches the pool, stopped at exit, forgotten in a forked child.
-#include <pthread.h>
 
 #include <cstdlib>
 #include <mutex>
 
 #include "config/log.h"
 #include "config/options.h"
+#include "config/quiet_at_fork.h"
 #include "driver/real_driver.h"
 #include "pool/pool.h"
 #include "stats/collect.h"
@@ -88,7 +88,7 @@ void prepare_process_observers() {
   // registered after the start: an exit during the start left a 0-byte trace and a half-made segment).
   std::call_once(once, [] {
     std::atexit(stop_at_exit);
-    pthread_atfork(nullptr, nullptr, forget_in_child);
+    config::at_fork(nullptr, nullptr, forget_in_child);
   });
 }
 

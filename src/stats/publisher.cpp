@@ -217,7 +217,11 @@ std::unique_ptr<Publisher> Publisher::start(std::function<Report()> collect, std
   p->collect_ = std::move(collect);
   p->segment_ = std::move(segment);
   p->interval_ms_ = interval_ms;
-  p->thread_ = std::thread([raw = p.get()] { raw->run(); });
+  // Returns once the thread holds the fork lock, so that a fork right after the start does not land
+  // in the thread's start, which allocates (config/quiet_at_fork.h).
+  std::latch quiet_taken(1);
+  p->thread_ = std::thread([raw = p.get(), &quiet_taken] { raw->run(&quiet_taken); });
+  quiet_taken.wait();
   return p;
 }
 
@@ -225,12 +229,13 @@ Publisher::~Publisher() {
   if (!stopped_) stop(false);
 }
 
-void Publisher::run() {
-  pthread_setname_np(pthread_self(), "uvmpool-stats");
-  const std::string& own = segment_->path();
+void Publisher::run(std::latch* quiet_taken) {
   std::size_t removed = 0;
   {
     const config::QuietAtFork quiet;
+    quiet_taken->count_down();
+    pthread_setname_np(pthread_self(), "uvmpool-stats");
+    const std::string& own = segment_->path();
     for (const SegmentInfo& s : list_segments(false, own.substr(0, own.rfind('/')))) {
       if (s.path != own && remove_stale(s)) ++removed;
     }

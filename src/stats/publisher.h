@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <latch>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -68,7 +69,7 @@ class Publisher {
 
  private:
   Publisher() = default;
-  void run();
+  void run(std::latch* quiet_taken);  // counts it down once it holds the fork lock
   std::function<Report()> collect_;
   std::unique_ptr<Segment> segment_;
   std::uint32_t interval_ms_ = 250;

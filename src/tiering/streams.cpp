@@ -1,10 +1,10 @@
 #include "tiering/streams.h"
 
-#include <pthread.h>
 
 #include <algorithm>
 #include <new>
 
+#include "config/quiet_at_fork.h"
 #include "driver/context_scope.h"
 
 namespace uvmpool::tiering {
@@ -35,7 +35,7 @@ StreamRegistry& StreamRegistry::process() {
     auto* r = new StreamRegistry;  // never destroyed: hooks may run during exit
     // A forked child has none of the parent's streams, holds or threads (CUDA refuses it anyway; what
     // it calls must fail as the driver says, not wait at a gate the parent's mover closed).
-    pthread_atfork(nullptr, nullptr, [] { process().reset_in_child(); });
+    config::at_fork(nullptr, nullptr, [] { process().reset_in_child(); });
     return r;
   }();
   return *instance;

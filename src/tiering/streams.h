@@ -85,7 +85,7 @@ class StreamRegistry {
 
   std::size_t size() const;
   std::size_t retiring_count() const;  // destroyed streams' events kept (for tests)
-  // In a forked child: empty, no hold, every gate open (pthread_atfork, registered by process()).
+  // In a forked child: empty, no hold, every gate open (config::at_fork, registered by process()).
   void reset_in_child();
 
   // The program's calls that wait on the host for queued work pass it; the mover closes it around

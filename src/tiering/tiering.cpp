@@ -1,6 +1,5 @@
 #include "tiering/tiering.h"
 
-#include <pthread.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,6 +12,7 @@
 #include "config/leak_marker.h"
 #include "config/log.h"
 #include "config/options.h"
+#include "config/quiet_at_fork.h"
 #include "driver/real_driver.h"
 #include "tiering/launch_args.h"
 #include "tiering/period_clock.h"
@@ -238,7 +238,7 @@ Tiering* Tiering::process() {
   // there) and makes its own over the child's pool, as Pool::process does.
   static std::once_flag registered;
   std::call_once(registered, [] {
-    pthread_atfork(nullptr, nullptr, [] {
+    config::at_fork(nullptr, nullptr, [] {
       if (Tiering* p = g_process.exchange(nullptr)) config::intentionally_leaked(p);
       new (&g_process_mu) std::mutex;
     });

@@ -26,6 +26,11 @@
 //          atexit handlers and library destructors run, and under ASan LeakSanitizer's exit check,
 //          which takes every lock of the allocator. A child must end within 30 s: a background thread
 //          of the parent's inside the allocator at the fork left its lock held in the child for ever.
+//          Prints the longest fork() (config::kLongestForkWait bounds its wait for uvmpool's threads).
+//   fork-exit-spilling N  as fork-exit, while a thread allocates 48 MiB past a smaller
+//          UVMPOOL_DEVICE_LIMIT and frees it over and over: the host reserve's thread pins and
+//          releases, and the pool maps host chunks, during the forks (not under ASan: see
+//          tests/sanitizer/README.md).
 //   init   cuInit only, printing its answer (for settings that leave no driver to reach).
 //   stream-destroy  memory freed with cuMemFreeAsync on a stream whose work is held (simulator), then
 //          the stream destroyed: uvmpool must record its event on the stream before it goes.
@@ -37,6 +42,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -264,13 +270,34 @@ int fork_launch() {
   return 0;
 }
 
-int fork_exit(int forks) {
-  use_primary_context();
+int fork_exit(int forks, bool spilling) {
+  const CUcontext ctx = use_primary_context();
   CUdeviceptr p = 0;
   CU(cuMemAlloc(&p, 8 << 20));
+  // With spilling, a thread allocates and frees past the device limit all along, so the host
+  // reserve's thread pins and releases, and the pool maps host chunks, while the program forks.
+  std::atomic<bool> stop{false};
+  std::atomic<int> spills{0};
+  std::thread churn;
+  if (spilling) {
+    churn = std::thread([&] {
+      CU(cuCtxSetCurrent(ctx));
+      while (!stop) {
+        CUdeviceptr q = 0;
+        CU(cuMemAlloc(&q, 48 << 20));
+        CU(cuMemsetD8(q, 7, 48 << 20));
+        CU(cuMemFree(q));
+        spills.fetch_add(1);
+      }
+    });
+    while (spills == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   std::fflush(stdout);
+  std::chrono::steady_clock::duration longest{};
   for (int i = 0; i < forks; ++i) {
+    const auto start = std::chrono::steady_clock::now();
     const pid_t pid = fork();
+    if (pid > 0) longest = std::max(longest, std::chrono::steady_clock::now() - start);
     CLIENT_CHECK(pid >= 0, "fork failed");
     if (pid == 0) std::exit(0);
     int status = 0;
@@ -285,8 +312,11 @@ int fork_exit(int forks) {
     }
     CLIENT_CHECK(got == pid && !WIFSIGNALED(status), "fork %d: the child died", i + 1);
   }
+  stop = true;
+  if (churn.joinable()) churn.join();
   CU(cuMemFree(p));
-  std::printf("fork-exit: ok, %d children ended\n", forks);
+  std::printf("fork-exit: ok, %d children ended (%d spilling allocations meanwhile), the longest fork %.1f ms\n", forks,
+              spills.load(), std::chrono::duration<double, std::milli>(longest).count());
   return 0;
 }
 
@@ -368,7 +398,8 @@ int main(int argc, char** argv) {
   if (std::strcmp(mode, "huge") == 0) return huge();
   if (std::strcmp(mode, "fork") == 0) return fork_child();
   if (std::strcmp(mode, "fork-launch") == 0) return fork_launch();
-  if (std::strcmp(mode, "fork-exit") == 0) return fork_exit(argc > 2 ? std::atoi(argv[2]) : 1);
+  if (std::strcmp(mode, "fork-exit") == 0) return fork_exit(argc > 2 ? std::atoi(argv[2]) : 1, false);
+  if (std::strcmp(mode, "fork-exit-spilling") == 0) return fork_exit(argc > 2 ? std::atoi(argv[2]) : 1, true);
   if (std::strcmp(mode, "throw") == 0) return throw_in_hook();
   if (std::strcmp(mode, "throw-launch") == 0) return throw_in_launch();
   if (std::strcmp(mode, "ctx-reset") == 0) return ctx_reset();
