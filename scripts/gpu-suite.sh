@@ -113,6 +113,12 @@ for route in preload dropin; do
   also='^[0-9]+ buffers, ' overcommit_case uvmpool-demo "$route" "tier split while live: " 120 \
     env UVMPOOL_DEVICE_LIMIT=4G "$build/bin/uvmpool-demo"
 done
+# A graph built node by node on spilled memory through every node call (client_graph_nodes.cpp):
+# each buffer it writes is one host pointer of its launches (7, then 10), every value checked.
+for route in preload dropin; do
+  overcommit_case graph-nodes "$route" "graph nodes client: ok; " 60 \
+    env UVMPOOL_DEVICE_LIMIT=64M UVMPOOL_DEVICE_HEADROOM=0 "$build/bin/client_graph_nodes"
+done
 [ -x "$work/overcommit" ] &&
   overcommit_case overcommit-12g preload "UVMPOOL_OVERCOMMIT " 120 env UVMPOOL_DEVICE_LIMIT=4G "$work/overcommit" 12288
 # PyTorch training: reference, then uvmpool at need/2.5, then uvmpool + expandable segments; the

@@ -1,6 +1,7 @@
-// Hooks of stream capture and graphs: what each graph touches is followed as it is captured, built,
-// cloned, instantiated and updated (src/tiering/graph_touches.h), and a cuGraphLaunch is shown to
-// tiering with the union, as one launch (Tiering::before_graph_launch). Each call is forwarded
+// Hooks of stream capture and graphs: what each graph touches is followed as it is captured, built
+// (the nodes' hooks: graph_node_hooks.cpp), cloned, instantiated and updated
+// (src/tiering/graph_touches.h), and a cuGraphLaunch is shown to tiering with the union, as one launch
+// (Tiering::before_graph_launch). Each call is forwarded
 // unchanged; what it made is noted only when the driver answered CUDA_SUCCESS. A capture begins only
 // outside the mover's holds (it passes the host-wait gate): a hold placed on a capturing stream would
 // be recorded into the graph, and the mover checks for captures only before it holds. Handed out only
@@ -43,16 +44,6 @@ std::vector<CUgraphNode> nodes_of(const driver::Table& d, CUgraph graph) {
   if (d.cuGraphGetNodes(graph, nodes.data(), &n) != CUDA_SUCCESS) return {};
   nodes.resize(std::min(n, nodes.size()));
   return nodes;
-}
-
-// The pool pointers a kernel node names, as graph_touches.h takes them: null when unreadable. Without
-// a pool (no tiering yet) nothing can be pool memory.
-const std::vector<GraphTouches::Range>* node_ranges(const CUDA_KERNEL_NODE_PARAMS* params,
-                                                    std::vector<GraphTouches::Range>* out) {
-  out->clear();
-  tiering::Tiering* t = tiering::Tiering::process();
-  if (t == nullptr || params == nullptr) return out;
-  return t->node_ranges(*params, out) ? out : nullptr;
 }
 
 // Before a capture of `stream` begins: the pool waits for what was freed so far, which it could not
@@ -154,25 +145,6 @@ CUresult CUDAAPI cuGraphClone(CUgraph* clone, CUgraph original) {
   return r;
 }
 
-CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* node, CUgraph g, const CUgraphNode* deps, size_t n,
-                                         const CUDA_KERNEL_NODE_PARAMS* params) {
-  stats::count_hook(driver::Fn::cuGraphAddKernelNode_v2);
-  UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphAddKernelNode_v2);
-  const CUresult r = d->cuGraphAddKernelNode_v2(node, g, deps, n, params);
-  std::vector<GraphTouches::Range> ranges;
-  if (r == CUDA_SUCCESS) graphs().add_node(g, *node, node_ranges(params, &ranges));
-  return r;
-}
-
-CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* params) {
-  stats::count_hook(driver::Fn::cuGraphKernelNodeSetParams_v2);
-  UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphKernelNodeSetParams_v2);
-  const CUresult r = d->cuGraphKernelNodeSetParams_v2(node, params);
-  std::vector<GraphTouches::Range> ranges;
-  if (r == CUDA_SUCCESS) graphs().set_node(node, node_ranges(params, &ranges));
-  return r;
-}
-
 CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode* node, CUgraph g, const CUgraphNode* deps, size_t n,
                                           CUgraph child) {
   stats::count_hook(driver::Fn::cuGraphAddChildGraphNode);
@@ -204,16 +176,6 @@ CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec* exec, CUgraph g,
   UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphInstantiateWithParams_ptsz);
   const CUresult r = d->cuGraphInstantiateWithParams_ptsz(exec, g, params);
   if (r == CUDA_SUCCESS) graphs().instantiated(g, *exec);
-  return r;
-}
-
-CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgraphNode node,
-                                                   const CUDA_KERNEL_NODE_PARAMS* params) {
-  stats::count_hook(driver::Fn::cuGraphExecKernelNodeSetParams_v2);
-  UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphExecKernelNodeSetParams_v2);
-  const CUresult r = d->cuGraphExecKernelNodeSetParams_v2(exec, node, params);
-  std::vector<GraphTouches::Range> ranges;
-  if (r == CUDA_SUCCESS) graphs().add_exec(exec, node_ranges(params, &ranges));
   return r;
 }
 

@@ -125,13 +125,27 @@ bool is_launch_hook(driver::Fn fn) {
     // Graphs (graph_hooks.cpp; a capture's begin and end are the pool's too: handed out always).
     case Fn::cuGraphDestroy:
     case Fn::cuGraphClone:
-    case Fn::cuGraphAddKernelNode_v2:
-    case Fn::cuGraphKernelNodeSetParams_v2:
     case Fn::cuGraphAddChildGraphNode:
     case Fn::cuGraphInstantiateWithFlags:
     case Fn::cuGraphInstantiateWithParams:
     case Fn::cuGraphInstantiateWithParams_ptsz:
+    // Nodes built and changed by hand (graph_node_hooks.cpp).
+    case Fn::cuGraphAddKernelNode:
+    case Fn::cuGraphAddKernelNode_v2:
+    case Fn::cuGraphKernelNodeSetParams:
+    case Fn::cuGraphKernelNodeSetParams_v2:
+    case Fn::cuGraphExecKernelNodeSetParams:
     case Fn::cuGraphExecKernelNodeSetParams_v2:
+    case Fn::cuGraphAddMemcpyNode:
+    case Fn::cuGraphMemcpyNodeSetParams:
+    case Fn::cuGraphExecMemcpyNodeSetParams:
+    case Fn::cuGraphAddMemsetNode:
+    case Fn::cuGraphMemsetNodeSetParams:
+    case Fn::cuGraphExecMemsetNodeSetParams:
+    case Fn::cuGraphAddNode:
+    case Fn::cuGraphAddNode_v2:
+    case Fn::cuGraphNodeSetParams:
+    case Fn::cuGraphExecNodeSetParams:
     case Fn::cuGraphExecUpdate_v2:
     case Fn::cuGraphExecDestroy:
     case Fn::cuGraphLaunch:

@@ -34,10 +34,14 @@ CUresult work_context(Submission how) {
                                : current_context(&context);
 }
 
-// `waits`: the call returns only once the work ended (the synchronous forms, and copies with a
+// With `how.into`: appended there for a graph node, not run. `waits`: the call returns only once the work ended (the synchronous forms, and copies with a
 // pageable side, which the real driver makes synchronous); a copy that waits so keeps other threads'
 // calls out meanwhile, as the driver's lock does (timeline::submit_and_wait).
 CUresult run(Submission how, WorkSpec work, bool waits, bool keeps_others_out) {
+  if (how.into != nullptr) {
+    how.into->push_back(std::move(work));
+    return CUDA_SUCCESS;
+  }
   if (how.stream != nullptr && !waits) return timeline::submit(*how.stream, how.per_thread, std::move(work));
   return timeline::submit_and_wait(how.stream != nullptr ? *how.stream : nullptr, how.per_thread, std::move(work),
                                    keeps_others_out);

@@ -7,20 +7,25 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "driver/driver_api.h"
 
 namespace uvmpool::sim {
+
+struct WorkSpec;  // timeline.h
 
 // Where one side of a copy may lie: device memory only, or host memory as well (unified addressing:
 // a pointer outside the device address space is host memory).
 enum class Side { Device, HostOrDevice };
 
 // How a copy or memset is submitted: on a stream (the Async forms), or on the default stream with the
-// host waiting for it. `per_thread` for the _ptds and _ptsz forms.
+// host waiting for it. `per_thread` for the _ptds and _ptsz forms. With `into`, it is made for a graph
+// node (graphs.cpp): checked as a call would be, in the current context, then appended there, not run.
 struct Submission {
   const CUstream* stream;  // nullptr: synchronous
   bool per_thread;
+  std::vector<WorkSpec>* into = nullptr;
 };
 
 // One side of a copy: row r of slice z starts at base + z * slice + r * pitch.
@@ -49,5 +54,8 @@ CUresult copy_rows(Rows dst, Rows src, Extent extent, Submission how, const char
 // multiples of `size`.
 CUresult fill_rows(CUdeviceptr dst, std::size_t pitch, std::uint32_t value, std::size_t size, std::size_t width,
                    std::size_t height, Submission how, const char* call);
+
+// A 3D copy (strided_copies.cpp: cuMemcpy3D and its forms, and graphs' memcpy nodes).
+CUresult copy_3d(const CUDA_MEMCPY3D* c, Submission how, const char* call);
 
 }  // namespace uvmpool::sim

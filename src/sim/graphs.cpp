@@ -1,5 +1,9 @@
 // Graphs: built by stream capture (timeline.h records what a capturing stream is given) or node by
-// node (kernel and child-graph nodes), instantiated, launched, and updated.
+// node, instantiated, launched, and updated. Nodes added by hand: kernel (both parameter versions),
+// memcpy, memset and child-graph nodes, and through cuGraphAddNode kernel, memcpy, memset, host,
+// child-graph and empty nodes; other types (events, semaphores, memory allocation, memory operations,
+// conditionals) are CUDA_ERROR_NOT_SUPPORTED here. A node's parameters are checked as its stream
+// call's would be (copy_work.h makes a copy's or memset's work without running it).
 //
 // A graph is its nodes in the order they were captured or added, each node the work it runs (a child
 // graph node: the child's work, copied when added, as the driver clones the child). Dependencies are
@@ -14,7 +18,9 @@
 #include <mutex>
 #include <vector>
 
+#include "driver/kernel_node_params.h"
 #include "sim/contexts.h"
+#include "sim/copy_work.h"
 #include "sim/entry_points.h"
 #include "sim/launch.h"
 #include "sim/timeline.h"
@@ -26,6 +32,7 @@ struct Graph;
 
 struct Node {
   Graph* graph;
+  CUgraphNodeType type;
   std::vector<WorkSpec> work;
 };
 
@@ -35,6 +42,7 @@ struct Graph {
 
 struct Exec {
   std::vector<std::vector<WorkSpec>> work;   // per node, in order
+  std::vector<CUgraphNodeType> types;        // per node
   std::map<const Node*, std::size_t> index;  // the nodes of the graphs it was made or updated from
 };
 
@@ -63,8 +71,8 @@ Exec* find_exec(Registry& r, CUgraphExec e) {
   return it == r.execs.end() ? nullptr : it->second.get();
 }
 
-Node* add_node(Registry& r, Graph& g, std::vector<WorkSpec> work) {
-  g.nodes.push_back(std::make_unique<Node>(Node{&g, std::move(work)}));
+Node* add_node(Registry& r, Graph& g, CUgraphNodeType type, std::vector<WorkSpec> work) {
+  g.nodes.push_back(std::make_unique<Node>(Node{&g, type, std::move(work)}));
   Node* n = g.nodes.back().get();
   r.nodes.emplace(n, n);
   return n;
@@ -103,6 +111,92 @@ CUresult kernel_node_work(const CUDA_KERNEL_NODE_PARAMS* p, WorkSpec* out) {
   return kernel_work(launch, context, out);
 }
 
+// A node's work, made by the typed calls and by the generic ones alike.
+CUresult kernel_node(const CUDA_KERNEL_NODE_PARAMS* p, std::vector<WorkSpec>* out) {
+  WorkSpec work;
+  if (CUresult status = kernel_node_work(p, &work); status != CUDA_SUCCESS) return status;
+  out->push_back(std::move(work));
+  return CUDA_SUCCESS;
+}
+CUresult known_context(CUcontext ctx) {
+  return ctx == nullptr || from_handle(ctx) != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+CUresult memcpy_node(const CUDA_MEMCPY3D* c, CUcontext ctx, std::vector<WorkSpec>* out) {
+  if (c == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult status = known_context(ctx); status != CUDA_SUCCESS) return status;
+  return copy_3d(c, Submission{nullptr, false, out}, "memcpy node");
+}
+CUresult memset_node(CUdeviceptr dst, std::size_t pitch, unsigned value, unsigned element, std::size_t width,
+                     std::size_t height, CUcontext ctx, std::vector<WorkSpec>* out) {
+  if (element != 1 && element != 2 && element != 4) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult status = known_context(ctx); status != CUDA_SUCCESS) return status;
+  return fill_rows(dst, pitch, value, element, width, height, Submission{nullptr, false, out}, "memset node");
+}
+CUresult memset_node(const CUDA_MEMSET_NODE_PARAMS* p, CUcontext ctx, std::vector<WorkSpec>* out) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return memset_node(p->dst, p->pitch, p->value, p->elementSize, p->width, p->height, ctx, out);
+}
+CUresult host_node(CUhostFn fn, void* data, std::vector<WorkSpec>* out) {
+  WorkSpec work;
+  if (CUresult status = host_work(fn, data, "host node", &work); status != CUDA_SUCCESS) return status;
+  out->push_back(std::move(work));
+  return CUDA_SUCCESS;
+}
+
+// The work of a generic node's parameters (cuGraphAddNode, cuGraphNodeSetParams,
+// cuGraphExecNodeSetParams), but for a child graph's, which the caller takes from the registry.
+CUresult generic_node(const CUgraphNodeParams* p, std::vector<WorkSpec>* out) {
+  if (p == nullptr || p->reserved0[0] != 0 || p->reserved0[1] != 0 || p->reserved0[2] != 0 || p->reserved2 != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      const CUDA_KERNEL_NODE_PARAMS k = driver::kernel_node_params(p->kernel);
+      return kernel_node(&k, out);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      if (p->memcpy.flags != 0 || p->memcpy.reserved != 0) return CUDA_ERROR_INVALID_VALUE;
+      return memcpy_node(&p->memcpy.copyParams, p->memcpy.copyCtx, out);
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+      return memset_node(p->memset.dst, p->memset.pitch, p->memset.value, p->memset.elementSize, p->memset.width,
+                         p->memset.height, p->memset.ctx, out);
+    case CU_GRAPH_NODE_TYPE_HOST: return host_node(p->host.fn, p->host.userData, out);
+    case CU_GRAPH_NODE_TYPE_EMPTY: return CUDA_SUCCESS;
+    case CU_GRAPH_NODE_TYPE_GRAPH: return CUDA_ERROR_INVALID_VALUE;  // the caller's
+    default: return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
+// A node of `type` doing `work` added to `graph` after `deps`.
+CUresult add_typed(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, std::size_t num_deps,
+                   CUgraphNodeType type, std::vector<WorkSpec> work) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  Graph* g = find_graph(r, graph);
+  if (g == nullptr || !valid_dependencies(r, *g, deps, num_deps)) return CUDA_ERROR_INVALID_VALUE;
+  *out = reinterpret_cast<CUgraphNode>(add_node(r, *g, type, std::move(work)));
+  return CUDA_SUCCESS;
+}
+
+// A node of the graph, or of an executable graph, given new work of its own type.
+CUresult set_typed(CUgraphNode node, CUgraphNodeType type, std::vector<WorkSpec> work) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.nodes.find(node);
+  if (it == r.nodes.end() || it->second->type != type) return CUDA_ERROR_INVALID_VALUE;
+  it->second->work = std::move(work);
+  return CUDA_SUCCESS;
+}
+CUresult exec_set_typed(CUgraphExec exec, CUgraphNode node, CUgraphNodeType type, std::vector<WorkSpec> work) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  Exec* e = find_exec(r, exec);
+  if (e == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto it = e->index.find(reinterpret_cast<const Node*>(node));
+  if (it == e->index.end() || e->types[it->second] != type) return CUDA_ERROR_INVALID_VALUE;
+  e->work[it->second] = std::move(work);
+  return CUDA_SUCCESS;
+}
+
 CUresult instantiate(CUgraphExec* out, CUgraph graph) {
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Registry& r = registry();
@@ -113,6 +207,7 @@ CUresult instantiate(CUgraphExec* out, CUgraph graph) {
   for (const auto& n : g->nodes) {
     e->index.emplace(n.get(), e->work.size());
     e->work.push_back(n->work);
+    e->types.push_back(n->type);
   }
   *out = reinterpret_cast<CUgraphExec>(e.get());
   r.execs.emplace(e.get(), std::move(e));
@@ -159,7 +254,14 @@ CUresult end_capture(CUstream stream, bool per_thread, CUgraph* out) {
   if (status != CUDA_SUCCESS) return status;
   CUgraph graph = target != nullptr ? reinterpret_cast<CUgraph>(target) : add_graph(r);
   Graph& g = *find_graph(r, graph);
-  for (WorkSpec& w : work) add_node(r, g, std::vector<WorkSpec>{std::move(w)});
+  for (WorkSpec& w : work) {
+    const CUgraphNodeType type = w.kind == WorkKind::Copy     ? CU_GRAPH_NODE_TYPE_MEMCPY
+                                 : w.kind == WorkKind::Memset ? CU_GRAPH_NODE_TYPE_MEMSET
+                                 : w.kind == WorkKind::Kernel ? CU_GRAPH_NODE_TYPE_KERNEL
+                                 : w.kind == WorkKind::HostFunc ? CU_GRAPH_NODE_TYPE_HOST
+                                                                : CU_GRAPH_NODE_TYPE_BATCH_MEM_OP;
+    add_node(r, g, type, std::vector<WorkSpec>{std::move(w)});
+  }
   *out = graph;
   return CUDA_SUCCESS;
 }
@@ -253,7 +355,7 @@ CUresult impl::cuGraphClone(CUgraph* out, CUgraph original) {
   if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUgraph clone = add_graph(r);
   Graph& c = *find_graph(r, clone);
-  for (const auto& n : g->nodes) add_node(r, c, n->work);
+  for (const auto& n : g->nodes) add_node(r, c, n->type, n->work);
   *out = clone;
   return CUDA_SUCCESS;
 }
@@ -275,26 +377,73 @@ CUresult impl::cuGraphGetNodes(CUgraph graph, CUgraphNode* nodes, size_t* count)
 CUresult impl::cuGraphAddKernelNode_v2(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t num_deps,
                                        const CUDA_KERNEL_NODE_PARAMS* params) {
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  WorkSpec work;
-  if (CUresult status = kernel_node_work(params, &work); status != CUDA_SUCCESS) return status;
-  Registry& r = registry();
-  std::lock_guard lock(r.mutex);
-  Graph* g = find_graph(r, graph);
-  if (g == nullptr || !valid_dependencies(r, *g, deps, num_deps)) return CUDA_ERROR_INVALID_VALUE;
-  *out = reinterpret_cast<CUgraphNode>(add_node(r, *g, std::vector<WorkSpec>{std::move(work)}));
-  return CUDA_SUCCESS;
+  std::vector<WorkSpec> work;
+  if (CUresult status = kernel_node(params, &work); status != CUDA_SUCCESS) return status;
+  return add_typed(out, graph, deps, num_deps, CU_GRAPH_NODE_TYPE_KERNEL, std::move(work));
+}
+CUresult impl::cuGraphAddKernelNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t num_deps,
+                                    const CUDA_KERNEL_NODE_PARAMS_v1* params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const CUDA_KERNEL_NODE_PARAMS p = driver::kernel_node_params(*params);
+  return impl::cuGraphAddKernelNode_v2(out, graph, deps, num_deps, &p);
 }
 
 CUresult impl::cuGraphKernelNodeSetParams_v2(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* params) {
-  WorkSpec work;
-  if (CUresult status = kernel_node_work(params, &work); status != CUDA_SUCCESS) return status;
-  Registry& r = registry();
-  std::lock_guard lock(r.mutex);
-  auto it = r.nodes.find(node);
-  if (it == r.nodes.end() || it->second->work.size() != 1 || it->second->work[0].kind != WorkKind::Kernel)
-    return CUDA_ERROR_INVALID_VALUE;
-  it->second->work[0] = std::move(work);
-  return CUDA_SUCCESS;
+  std::vector<WorkSpec> work;
+  if (CUresult status = kernel_node(params, &work); status != CUDA_SUCCESS) return status;
+  return set_typed(node, CU_GRAPH_NODE_TYPE_KERNEL, std::move(work));
+}
+CUresult impl::cuGraphKernelNodeSetParams(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1* params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const CUDA_KERNEL_NODE_PARAMS p = driver::kernel_node_params(*params);
+  return impl::cuGraphKernelNodeSetParams_v2(node, &p);
+}
+
+CUresult impl::cuGraphAddMemcpyNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t num_deps,
+                                    const CUDA_MEMCPY3D* params, CUcontext ctx) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<WorkSpec> work;
+  if (CUresult status = memcpy_node(params, ctx, &work); status != CUDA_SUCCESS) return status;
+  return add_typed(out, graph, deps, num_deps, CU_GRAPH_NODE_TYPE_MEMCPY, std::move(work));
+}
+CUresult impl::cuGraphMemcpyNodeSetParams(CUgraphNode node, const CUDA_MEMCPY3D* params) {
+  std::vector<WorkSpec> work;
+  if (CUresult status = memcpy_node(params, nullptr, &work); status != CUDA_SUCCESS) return status;
+  return set_typed(node, CU_GRAPH_NODE_TYPE_MEMCPY, std::move(work));
+}
+
+CUresult impl::cuGraphAddMemsetNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t num_deps,
+                                    const CUDA_MEMSET_NODE_PARAMS* params, CUcontext ctx) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<WorkSpec> work;
+  if (CUresult status = memset_node(params, ctx, &work); status != CUDA_SUCCESS) return status;
+  return add_typed(out, graph, deps, num_deps, CU_GRAPH_NODE_TYPE_MEMSET, std::move(work));
+}
+CUresult impl::cuGraphMemsetNodeSetParams(CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS* params) {
+  std::vector<WorkSpec> work;
+  if (CUresult status = memset_node(params, nullptr, &work); status != CUDA_SUCCESS) return status;
+  return set_typed(node, CU_GRAPH_NODE_TYPE_MEMSET, std::move(work));
+}
+
+// A child graph node's parameters name the child, whose work is copied in as cuGraphAddChildGraphNode does.
+CUresult impl::cuGraphAddNode_v2(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, const CUgraphEdgeData*,
+                                 size_t num_deps, CUgraphNodeParams* params) {
+  if (out == nullptr || params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (params->type == CU_GRAPH_NODE_TYPE_GRAPH)
+    return impl::cuGraphAddChildGraphNode(out, graph, deps, num_deps, params->graph.graph);
+  std::vector<WorkSpec> work;
+  if (CUresult status = generic_node(params, &work); status != CUDA_SUCCESS) return status;
+  return add_typed(out, graph, deps, num_deps, params->type, std::move(work));
+}
+CUresult impl::cuGraphAddNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t num_deps,
+                              CUgraphNodeParams* params) {
+  return impl::cuGraphAddNode_v2(out, graph, deps, nullptr, num_deps, params);
+}
+CUresult impl::cuGraphNodeSetParams(CUgraphNode node, CUgraphNodeParams* params) {
+  std::vector<WorkSpec> work;
+  if (params != nullptr && params->type == CU_GRAPH_NODE_TYPE_GRAPH) return CUDA_ERROR_NOT_SUPPORTED;
+  if (CUresult status = generic_node(params, &work); status != CUDA_SUCCESS) return status;
+  return set_typed(node, params->type, std::move(work));
 }
 
 CUresult impl::cuGraphAddChildGraphNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t num_deps,
@@ -307,7 +456,7 @@ CUresult impl::cuGraphAddChildGraphNode(CUgraphNode* out, CUgraph graph, const C
   if (g == nullptr || c == nullptr || g == c || !valid_dependencies(r, *g, deps, num_deps)) return CUDA_ERROR_INVALID_VALUE;
   std::vector<WorkSpec> work;
   for (const auto& n : c->nodes) work.insert(work.end(), n->work.begin(), n->work.end());
-  *out = reinterpret_cast<CUgraphNode>(add_node(r, *g, std::move(work)));
+  *out = reinterpret_cast<CUgraphNode>(add_node(r, *g, CU_GRAPH_NODE_TYPE_GRAPH, std::move(work)));
   return CUDA_SUCCESS;
 }
 
@@ -329,21 +478,38 @@ CUresult impl::cuGraphInstantiateWithParams_ptsz(CUgraphExec* out, CUgraph graph
 
 CUresult impl::cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgraphNode node,
                                                  const CUDA_KERNEL_NODE_PARAMS* params) {
-  WorkSpec work;
-  if (CUresult status = kernel_node_work(params, &work); status != CUDA_SUCCESS) return status;
-  Registry& r = registry();
-  std::lock_guard lock(r.mutex);
-  Exec* e = find_exec(r, exec);
-  if (e == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  auto it = e->index.find(reinterpret_cast<const Node*>(node));
-  if (it == e->index.end() || e->work[it->second].size() != 1 || e->work[it->second][0].kind != WorkKind::Kernel)
-    return CUDA_ERROR_INVALID_VALUE;
-  e->work[it->second][0] = std::move(work);
-  return CUDA_SUCCESS;
+  std::vector<WorkSpec> work;
+  if (CUresult status = kernel_node(params, &work); status != CUDA_SUCCESS) return status;
+  return exec_set_typed(exec, node, CU_GRAPH_NODE_TYPE_KERNEL, std::move(work));
+}
+CUresult impl::cuGraphExecKernelNodeSetParams(CUgraphExec exec, CUgraphNode node,
+                                              const CUDA_KERNEL_NODE_PARAMS_v1* params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const CUDA_KERNEL_NODE_PARAMS p = driver::kernel_node_params(*params);
+  return impl::cuGraphExecKernelNodeSetParams_v2(exec, node, &p);
+}
+CUresult impl::cuGraphExecMemcpyNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D* params,
+                                              CUcontext ctx) {
+  std::vector<WorkSpec> work;
+  if (CUresult status = memcpy_node(params, ctx, &work); status != CUDA_SUCCESS) return status;
+  return exec_set_typed(exec, node, CU_GRAPH_NODE_TYPE_MEMCPY, std::move(work));
+}
+CUresult impl::cuGraphExecMemsetNodeSetParams(CUgraphExec exec, CUgraphNode node,
+                                              const CUDA_MEMSET_NODE_PARAMS* params, CUcontext ctx) {
+  std::vector<WorkSpec> work;
+  if (CUresult status = memset_node(params, ctx, &work); status != CUDA_SUCCESS) return status;
+  return exec_set_typed(exec, node, CU_GRAPH_NODE_TYPE_MEMSET, std::move(work));
+}
+CUresult impl::cuGraphExecNodeSetParams(CUgraphExec exec, CUgraphNode node, CUgraphNodeParams* params) {
+  std::vector<WorkSpec> work;
+  if (params != nullptr && params->type == CU_GRAPH_NODE_TYPE_GRAPH) return CUDA_ERROR_NOT_SUPPORTED;
+  if (CUresult status = generic_node(params, &work); status != CUDA_SUCCESS) return status;
+  return exec_set_typed(exec, node, params->type, std::move(work));
 }
 
-// The graph must have the executable graph's shape: as many nodes, each with as much work of the same
-// kinds. Otherwise CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE with the reason, and nothing changes.
+// The graph must have the executable graph's shape: as many nodes, each of the same type (a child
+// graph's with as much work of the same kinds). Otherwise CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE with the
+// reason, and nothing changes.
 CUresult impl::cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo* info) {
   if (info == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *info = {};
@@ -354,10 +520,13 @@ CUresult impl::cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph, CUgraphExec
   if (e == nullptr || g == nullptr) return CUDA_ERROR_INVALID_VALUE;
   bool same = g->nodes.size() == e->work.size();
   for (std::size_t i = 0; same && i < g->nodes.size(); ++i) {
+    // Nodes of the same types; a child graph's work of the same kinds (its own nodes' types).
     const std::vector<WorkSpec>& now = e->work[i];
     const std::vector<WorkSpec>& next = g->nodes[i]->work;
-    same = now.size() == next.size() &&
-           std::equal(now.begin(), now.end(), next.begin(), [](const WorkSpec& a, const WorkSpec& b) { return a.kind == b.kind; });
+    const auto same_kind = [](const WorkSpec& a, const WorkSpec& b) { return a.kind == b.kind; };
+    same = g->nodes[i]->type == e->types[i] &&
+           (e->types[i] != CU_GRAPH_NODE_TYPE_GRAPH ||
+            (now.size() == next.size() && std::equal(now.begin(), now.end(), next.begin(), same_kind)));
   }
   if (!same) {
     info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
@@ -365,6 +534,7 @@ CUresult impl::cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph, CUgraphExec
   }
   for (std::size_t i = 0; i < g->nodes.size(); ++i) {
     e->work[i] = g->nodes[i]->work;
+    e->types[i] = g->nodes[i]->type;
     e->index[g->nodes[i].get()] = i;
   }
   info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;

@@ -346,12 +346,8 @@ CUresult launch_ex(const CUlaunchConfig* config, CUfunction f, void** params, vo
 }
 
 CUresult host_func(CUstream stream, CUhostFn fn, void* data, bool per_thread) {
-  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   WorkSpec work;
-  work.kind = WorkKind::HostFunc;
-  work.what = "host function";
-  work.host_fn = fn;
-  work.host_data = data;
+  if (CUresult r = host_work(fn, data, "host function", &work); r != CUDA_SUCCESS) return r;
   return timeline::submit(stream, per_thread, std::move(work));
 }
 
@@ -440,6 +436,15 @@ void release_context_modules(const Context* context) {
   for (auto& [handle, module] : r.modules) {
     if (module->library) std::erase_if(module->in_context, [&](const auto& f) { return f.first.second == context; });
   }
+}
+
+CUresult host_work(CUhostFn fn, void* data, const char* what, WorkSpec* out) {
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  out->kind = WorkKind::HostFunc;
+  out->what = what;
+  out->host_fn = fn;
+  out->host_data = data;
+  return CUDA_SUCCESS;
 }
 
 CUresult kernel_work(const KernelLaunch& l, const Context* context, WorkSpec* out) {

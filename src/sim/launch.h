@@ -21,6 +21,9 @@ struct KernelLaunch {
 // bad shape or bad arguments.
 CUresult kernel_work(const KernelLaunch& launch, const Context* context, WorkSpec* out);
 
+// The work of a host function (cuLaunchHostFunc, a graph's host node); INVALID_VALUE for a null one.
+CUresult host_work(CUhostFn fn, void* data, const char* what, WorkSpec* out);
+
 // A context destroyed (or a primary context released for the last time, or reset): the modules
 // loaded in it go, with their functions, and libraries' functions made for it, as on a GPU. Their
 // handles answer CUDA_ERROR_INVALID_HANDLE from then on.

@@ -79,14 +79,6 @@ CUresult copy_2d(const CUDA_MEMCPY2D* c, Submission how, const char* call) {
                     {c->WidthInBytes, c->Height, 1}, how, call);
 }
 
-CUresult copy_3d(const CUDA_MEMCPY3D* c, Submission how, const char* call) {
-  if (c == nullptr || c->reserved0 != nullptr || c->reserved1 != nullptr || c->srcLOD != 0 || c->dstLOD != 0)
-    return CUDA_ERROR_INVALID_VALUE;
-  return copy_sides(
-      {c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY, c->dstZ, c->dstPitch, c->dstHeight},
-      {c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, c->srcZ, c->srcPitch, c->srcHeight},
-      {c->WidthInBytes, c->Height, c->Depth}, how, call);
-}
 
 // A peer copy names the context of each side (the sim keeps one address space for all devices).
 CUresult known(CUcontext dst, CUcontext src) {
@@ -182,6 +174,15 @@ CUresult copy_batch_3d(std::size_t count, const CUDA_MEMCPY3D_BATCH_OP* ops, std
 }
 
 }  // namespace
+
+CUresult copy_3d(const CUDA_MEMCPY3D* c, Submission how, const char* call) {
+  if (c == nullptr || c->reserved0 != nullptr || c->reserved1 != nullptr || c->srcLOD != 0 || c->dstLOD != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  return copy_sides(
+      {c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY, c->dstZ, c->dstPitch, c->dstHeight},
+      {c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, c->srcZ, c->srcPitch, c->srcHeight},
+      {c->WidthInBytes, c->Height, c->Depth}, how, call);
+}
 
 CUresult impl::cuMemcpy2D_v2(const CUDA_MEMCPY2D* c) { return copy_2d(c, kSync, "cuMemcpy2D_v2"); }
 CUresult impl::cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D* c) { return copy_2d(c, kSyncPerThread, "cuMemcpy2D_v2_ptds"); }

@@ -91,6 +91,19 @@ void GraphTouches::add_child(CUgraph graph, CUgraphNode node, CUgraph child) {
   nodes_[node] = graph;
 }
 
+void GraphTouches::set_child(CUgraphNode node, CUgraph child) {
+  MutexLock lock(mu_);
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return;  // a node of a graph built by calls not followed
+  auto g = graphs_.find(it->second);
+  if (g == graphs_.end()) return;
+  auto c = graphs_.find(child);
+  if (c != graphs_.end())
+    g->second.add(c->second);
+  else
+    g->second.opaque = true;
+}
+
 void GraphTouches::cloned(CUgraph original, CUgraph clone, std::span<const CUgraphNode> nodes) {
   MutexLock lock(mu_);
   auto it = graphs_.find(original);

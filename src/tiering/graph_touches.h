@@ -4,18 +4,19 @@
 //
 // Entering a graph: a kernel launch, copy or memset on a capturing stream (Tiering::before_launch and
 // before_transfer record it under the capture's id instead of counting it as a touch: it runs only
-// when the graph does), a kernel node added or set (cuGraphAddKernelNode, cuGraphKernelNodeSetParams),
-// a child graph node (the child's union), a clone. An executable graph starts as its graph's union and
-// grows by node updates (cuGraphExecKernelNodeSetParams) and whole-graph updates (cuGraphExecUpdate):
-// a union that only grows, since a replaced node's old pointers are not told apart from the others.
+// when the graph does), a kernel, memcpy or memset node added or set (the typed calls and the generic
+// cuGraphAddNode / cuGraphNodeSetParams: src/hooks/graph_node_hooks.cpp), a child graph node (the
+// child's union), a clone. An executable graph starts as its graph's union and grows by node updates
+// (cuGraphExec*NodeSetParams) and whole-graph updates (cuGraphExecUpdate): a union that only grows,
+// since a replaced node's old pointers are not told apart from the others.
 //
 // What is recorded is each pool pointer as given (a kernel's argument word, a transfer's range),
 // looked up again in the pool at each launch: a graph keeps its memory for as long as it may run.
 // A graph is "opaque" when something in it could not be read (a kernel whose parameter layout the
-// driver does not give); a launch of an opaque or unknown graph (built only by calls not followed:
-// memcpy, memset and host nodes added by hand, the graph APIs of CUDA 11) is an unread launch, which
-// the mover treats as touching everything (mover.h). Such nodes in a graph that also has kernel nodes
-// are missing from its union (docs/tiering.md says what that costs).
+// driver does not give, a memory-operation or conditional node added by cuGraphAddNode); a launch of an
+// opaque or unknown graph (built only by calls not followed: host, event or memory-operation nodes
+// added by their own calls) is an unread launch, which the mover treats as touching everything
+// (mover.h).
 #pragma once
 
 #include <atomic>
@@ -61,6 +62,8 @@ class GraphTouches {
   // A capture launching a graph, a child graph node, a clone: `to` gets what `from` has.
   void capture_launched(std::uint64_t id, CUgraphExec exec);
   void add_child(CUgraph graph, CUgraphNode node, CUgraph child);
+  // A child graph node of a known graph given another child (cuGraphNodeSetParams): its union joins.
+  void set_child(CUgraphNode node, CUgraph child);
   void cloned(CUgraph original, CUgraph clone, std::span<const CUgraphNode> nodes);
   void instantiated(CUgraph graph, CUgraphExec exec);
   void updated(CUgraphExec exec, CUgraph graph);

@@ -383,8 +383,7 @@ void Tiering::before_transfer(Transfer kind, CUstream stream, std::span<const Tr
   if (graphs_.capturing())
     if (const std::uint64_t capture = capture_of(stream); capture != 0) {
       std::vector<GraphTouches::Range> recorded;
-      for (const TransferRange& r : ranges)
-        if (r.bytes != 0 && pool_.probe(r.address).owner != 0) recorded.emplace_back(r.address, r.bytes);
+      node_ranges(ranges, &recorded);
       graphs_.record(capture, &recorded);
       captured_.fetch_add(1, std::memory_order_relaxed);
       seen->captured = true;
@@ -445,20 +444,6 @@ void Tiering::before_graph_launch(CUgraphExec exec, CUstream stream, LaunchSeen*
       launches_in_place_.fetch_add(1, std::memory_order_relaxed);
     }
   }
-}
-
-bool Tiering::node_ranges(const CUDA_KERNEL_NODE_PARAMS& node, std::vector<GraphTouches::Range>* out) {
-  out->clear();
-  const CUfunction f = node.func != nullptr ? node.func : reinterpret_cast<CUfunction>(node.kern);
-  if (f == nullptr) return false;
-  const ParamLayout* layout = layouts_.kept(f);
-  if (layout == nullptr) {  // asking may load the function: outside any hold (before_launch)
-    HostWaitGate::Pass pass(streams_.host_waits(), mode_ == Mode::Auto);
-    layout = layouts_.find(f);
-  }
-  return for_each_word(*layout, node.kernelParams, node.extra, [&](std::uint64_t word) {
-    if (pool_.probe(static_cast<CUdeviceptr>(word)).owner != 0) out->emplace_back(word, 1);
-  });
 }
 
 const ParamLayout* Tiering::begin_loading_call(CUfunction f) {

@@ -162,9 +162,23 @@ class Tiering {
   // Before a cuGraphLaunch reaches the driver, as before_launch: the union of what the graph's work
   // touches (graph_touches.h), or an unread launch for a graph not known. after_launch follows it.
   void before_graph_launch(CUgraphExec exec, CUstream stream, LaunchSeen* seen);
-  // The pool pointers of a kernel node's arguments, for graph_touches.h; false when the function's
-  // parameter layout is not known (the node is unreadable).
+  // What a graph node names of pool memory, for graph_touches.h (src/tiering/graph_nodes.cpp). A kernel
+  // node: its argument words that are pool pointers; false when the function's parameter layout is not
+  // known (the node is unreadable).
   bool node_ranges(const CUDA_KERNEL_NODE_PARAMS& node, std::vector<GraphTouches::Range>* out);
+  // A memcpy or memset node (transfer_ranges.h made the ranges): those that start in pool memory, as a
+  // captured copy's are recorded.
+  void node_ranges(std::span<const TransferRange> ranges, std::vector<GraphTouches::Range>* out) const;
+  // A node of the generic calls (cuGraphAddNode, cuGraphNodeSetParams, cuGraphExecNodeSetParams), by its
+  // type: kernel, memcpy and memset nodes as above; host, empty, event, external semaphore and graph
+  // memory (allocation, free) nodes name none of the program's pool memory; false (unreadable) for memory
+  // operations, conditionals (their bodies are filled after the node is added) and types newer than this
+  // build. A child graph node is the caller's (GraphTouches::add_child): false here.
+  bool node_ranges(const CUgraphNodeParams& node, std::vector<GraphTouches::Range>* out);
+  // How node_ranges reads a generic node of `type` (with no tiering yet, a hook needs only to know
+  // whether it is readable).
+  enum class NodeRead { Kernel, Memcpy, Memset, Child, NamesNone, Unreadable };
+  static NodeRead node_read(CUgraphNodeType type);
   // A prefetch of [p, end), which `allocations` cover (advice.h checked the call): with Auto, its pieces
   // not in `to`'s tier are asked of the mover (none for another device's memory). False when nothing
   // was asked: all of it lies there already, tiering is not Auto, or the mover's queue is full.

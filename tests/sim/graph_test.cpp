@@ -1,6 +1,8 @@
 // Stream capture and graphs (src/sim/graphs.cpp, timeline.h): captured work runs only when the graph
 // is launched, as often as it is; node updates and whole-graph updates change what an executable
 // graph runs; what the driver refuses in a capture is refused, and spoils the capture.
+#include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "sim_test.h"
@@ -237,6 +239,123 @@ TEST_F(Graphs, NodesAddedByHandUpdatedAndClonedRunWhatTheyWereLastGiven) {
   ASSERT_CU(cuGraphDestroy(clone));
   ASSERT_CU(cuGraphDestroy(graph));
   EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, cuGraphKernelNodeSetParams(node, &p)) << "its graph is gone";
+}
+
+// Memcpy and memset nodes, the CUDA 11 kernel node calls and the generic cuGraphAddNode: each node
+// runs what it was last given, in the graph or in the executable graph, and a node's type is kept: a
+// set call of another type, or a type the simulator does not model, is refused.
+TEST_F(Graphs, MemcpyMemsetAndGenericNodesRunWhatTheyWereLastGiven) {
+  CUfunction fill = kernel("uvmpool_fill_u32");
+  CUdeviceptr a = 0, b = 0, c = 0;
+  for (CUdeviceptr* p : {&a, &b, &c}) {
+    ASSERT_CU(cuMemAlloc(p, 4096));
+    ASSERT_CU(cuMemsetD32(*p, 0, 1024));
+  }
+  std::uint64_t count = 1024;
+  std::uint32_t value = 3;
+  CUdeviceptr target = a;
+  void* params[] = {&target, &count, &value};
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  // a = 3 (CUDA 11's kernel node), b = a (a memcpy node), then c's first half = 5 (a memset node).
+  const CUDA_KERNEL_NODE_PARAMS p = fill_node(fill, params);
+  CUDA_KERNEL_NODE_PARAMS_v1 p1{};
+  std::memcpy(&p1, &p, sizeof p1);  // the CUDA 12 fields begin with CUDA 11's
+  // CUDA 11's calls, as its runtime gets them.
+  using AddKernelNode =
+      CUresult (*)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, const CUDA_KERNEL_NODE_PARAMS_v1*);
+  using ExecKernelNodeSet = CUresult (*)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS_v1*);
+  void* add_v1 = nullptr;
+  void* exec_set_v1 = nullptr;
+  constexpr cuuint64_t kDefault = CU_GET_PROC_ADDRESS_DEFAULT;
+  ASSERT_CU(cuGetProcAddress("cuGraphAddKernelNode", &add_v1, 11000, kDefault, nullptr));
+  ASSERT_CU(cuGetProcAddress("cuGraphExecKernelNodeSetParams", &exec_set_v1, 11000, kDefault, nullptr));
+  CUgraphNode k = nullptr, m = nullptr, s = nullptr;
+  ASSERT_CU(reinterpret_cast<AddKernelNode>(add_v1)(&k, graph, nullptr, 0, &p1));
+  CUDA_MEMCPY3D copy{};
+  copy.srcMemoryType = copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  copy.srcDevice = a;
+  copy.dstDevice = b;
+  copy.WidthInBytes = 4096;
+  copy.Height = copy.Depth = 1;
+  CUcontext ctx = nullptr;
+  ASSERT_CU(cuCtxGetCurrent(&ctx));
+  ASSERT_CU(cuGraphAddMemcpyNode(&m, graph, &k, 1, &copy, ctx));
+  CUDA_MEMSET_NODE_PARAMS set{};
+  set.dst = c;
+  set.value = 5;
+  set.elementSize = 4;
+  set.width = 512;
+  set.height = 1;
+  ASSERT_CU(cuGraphAddMemsetNode(&s, graph, &m, 1, &set, ctx));
+  set.elementSize = 3;
+  CUgraphNode refused = nullptr;
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, cuGraphAddMemsetNode(&refused, graph, nullptr, 0, &set, ctx));
+  set.elementSize = 4;
+  // Generic nodes: c's second half = 7 (a kernel), then an empty node.
+  CUdeviceptr half = c + 2048;
+  std::uint64_t half_count = 512;
+  std::uint32_t seven = 7;
+  void* half_params[] = {&half, &half_count, &seven};
+  CUgraphNodeParams g{};
+  g.type = CU_GRAPH_NODE_TYPE_KERNEL;
+  std::memcpy(&g.kernel, &p, sizeof p);
+  g.kernel.kernelParams = half_params;
+  CUgraphNode gk = nullptr, empty = nullptr;
+  ASSERT_CU(cuGraphAddNode(&gk, graph, &s, nullptr, 1, &g));
+  CUgraphNodeParams e{};
+  e.type = CU_GRAPH_NODE_TYPE_EMPTY;
+  ASSERT_CU(cuGraphAddNode(&empty, graph, &gk, nullptr, 1, &e));
+  CUgraphNodeParams memop{};
+  memop.type = CU_GRAPH_NODE_TYPE_BATCH_MEM_OP;
+  EXPECT_CU_EQ(CUDA_ERROR_NOT_SUPPORTED, cuGraphAddNode(&refused, graph, nullptr, nullptr, 0, &memop));
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiateWithFlags(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, nullptr));
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_EQ(read_back(a, 1024), filled(1024, 3));
+  EXPECT_EQ(read_back(b, 1024), filled(1024, 3));
+  std::vector<std::uint32_t> halves = filled(1024, 5);
+  std::fill(halves.begin() + 512, halves.end(), 7u);
+  EXPECT_EQ(read_back(c, 1024), halves);
+
+  // The executable graph's memcpy node copies into c instead, its memset node sets b to 6 (generic).
+  copy.dstDevice = c;
+  ASSERT_CU(cuGraphExecMemcpyNodeSetParams(exec, m, &copy, ctx));
+  CUgraphNodeParams gs{};
+  gs.type = CU_GRAPH_NODE_TYPE_MEMSET;
+  gs.memset = {b, 0, 6, 4, 1024, 1, ctx};
+  ASSERT_CU(cuGraphExecNodeSetParams(exec, s, &gs));
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, cuGraphExecNodeSetParams(exec, m, &gs)) << "a memcpy node set as a memset";
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, cuGraphExecMemsetNodeSetParams(exec, k, &set, ctx)) << "a kernel node";
+  value = 4;
+  ASSERT_CU(reinterpret_cast<ExecKernelNodeSet>(exec_set_v1)(exec, k, &p1));
+  ASSERT_CU(cuGraphLaunch(exec, nullptr));
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_EQ(read_back(a, 1024), filled(1024, 4));
+  EXPECT_EQ(read_back(b, 1024), filled(1024, 6));
+  halves = filled(1024, 4);
+  std::fill(halves.begin() + 512, halves.end(), 7u);
+  EXPECT_EQ(read_back(c, 1024), halves) << "the memcpy, then the generic kernel over its second half";
+
+  // The graph's own nodes set (typed and generic), then the executable graph updated from it.
+  set.value = 9;
+  ASSERT_CU(cuGraphMemsetNodeSetParams(s, &set));
+  copy.dstDevice = b;
+  ASSERT_CU(cuGraphMemcpyNodeSetParams(m, &copy));
+  seven = 8;
+  ASSERT_CU(cuGraphNodeSetParams(gk, &g));
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, cuGraphNodeSetParams(empty, &g)) << "an empty node set as a kernel";
+  CUgraphExecUpdateResultInfo info{};
+  ASSERT_CU(cuGraphExecUpdate(exec, graph, &info));
+  ASSERT_CU(cuGraphLaunch(exec, nullptr));
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_EQ(read_back(b, 1024), filled(1024, 3)) << "a copied again, filled with the graph's own 3";
+  halves = filled(1024, 9);
+  std::fill(halves.begin() + 512, halves.end(), 8u);
+  EXPECT_EQ(read_back(c, 1024), halves);
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
 }
 
 TEST_F(Graphs, ACaptureIntoTheProgramsGraphAppendsToIt) {

@@ -11,6 +11,7 @@
 
 #include "tiering_test.h"  // first: the driver's declarations come before cuda.h's
 #include "tiering/tiering.h"
+#include "tiering/transfer_ranges.h"
 
 namespace {
 
@@ -79,6 +80,21 @@ class GraphTouches_ : public TieringTest {
     const CUresult r = drv().cuLaunchKernel(fill_kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
     tiering->after_launch(seen, stream);
     return r;
+  }
+  // Tiering in remote mode (only the moves asked here) with overlapped copies: once a copy is taken,
+  // the program launches *exec through the hooks' steps, writing memory whose copy is already taken;
+  // the launch must be read.
+  void make_tiering_launching_during_copies(const CUgraphExec* exec) {
+    uvmpool::tiering::MoverConfig config;
+    config.overlap = true;
+    config.after_copy = [this, exec] {
+      ASSERT_TRUE(tiering->mover().copying());
+      CUresult r = CUDA_ERROR_UNKNOWN;
+      const LaunchSeen seen = launch_graph(*exec, &r);
+      ASSERT_CU(r);
+      EXPECT_EQ(seen.read, LaunchSeen::Read::Read);
+    };
+    make_tiering(Mode::Remote, config);
   }
   // A graph launch as the cuGraphLaunch hook makes it; what it showed.
   LaunchSeen launch_graph(CUgraphExec exec, CUresult* r) {
@@ -243,21 +259,122 @@ TEST_F(GraphTouches_, NodeUpdatesGrowTheUnionAndGraphsNotFollowedAreUnread) {
   for (CUgraph g : {graph, unknown, opaque}) ASSERT_CU(drv().cuGraphDestroy(g));
 }
 
+// The generic node calls (cuGraphAddNode and its set calls) are read by the node's type, as the typed
+// calls are: a memcpy node names both sides' ranges in pool memory, a memset node its rows; host,
+// empty, event and graph-memory nodes name nothing and leave the graph readable; memory operations,
+// conditionals and types this build does not know make it unreadable (a child graph is the hook's).
+TEST_F(GraphTouches_, GenericNodesAreReadByTheirType) {
+  make_tiering();
+  const CUdeviceptr a = allocate(2 * kMiB), b = allocate(2 * kMiB);
+  std::vector<GraphTouches::Range> ranges;
+  CUgraphNodeParams n{};
+  n.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+  CUDA_MEMCPY3D& c = n.memcpy.copyParams;
+  c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.srcDevice = a;
+  c.dstDevice = b + 4096;
+  c.WidthInBytes = 8192;
+  c.Height = c.Depth = 1;
+  ASSERT_TRUE(tiering->node_ranges(n, &ranges));
+  EXPECT_EQ(ranges, (std::vector<GraphTouches::Range>{{b + 4096, 8192}, {a, 8192}})) << "destination, then source";
+  c.srcMemoryType = CU_MEMORYTYPE_HOST;  // a host side is never pool memory
+  static char host[8192];
+  c.srcHost = host;
+  ASSERT_TRUE(tiering->node_ranges(n, &ranges));
+  EXPECT_EQ(ranges.size(), 1u);
+
+  n = {};
+  n.type = CU_GRAPH_NODE_TYPE_MEMSET;
+  n.memset = {a + 256, 1024, 0, 4, 16, 3, nullptr};  // three rows of 64 bytes, 1 KiB apart
+  ASSERT_TRUE(tiering->node_ranges(n, &ranges));
+  EXPECT_EQ(ranges, (std::vector<GraphTouches::Range>{{a + 256, 2 * 1024 + 64}}));
+
+  n = {};
+  n.type = CU_GRAPH_NODE_TYPE_KERNEL;
+  CUdeviceptr target = b;
+  std::uint64_t count = 16;
+  std::uint32_t value = 1;
+  void* params[] = {&target, &count, &value};
+  n.kernel.func = fill_kernel;
+  n.kernel.kernelParams = params;
+  ASSERT_TRUE(tiering->node_ranges(n, &ranges));
+  EXPECT_EQ(ranges, (std::vector<GraphTouches::Range>{{b, 1}}));
+
+  for (const CUgraphNodeType none : {CU_GRAPH_NODE_TYPE_HOST, CU_GRAPH_NODE_TYPE_EMPTY, CU_GRAPH_NODE_TYPE_WAIT_EVENT,
+                                     CU_GRAPH_NODE_TYPE_EVENT_RECORD, CU_GRAPH_NODE_TYPE_MEM_ALLOC,
+                                     CU_GRAPH_NODE_TYPE_MEM_FREE}) {
+    n = {};
+    n.type = none;
+    EXPECT_TRUE(tiering->node_ranges(n, &ranges)) << "type " << none;
+    EXPECT_TRUE(ranges.empty()) << "type " << none;
+  }
+  for (const int unreadable : {int(CU_GRAPH_NODE_TYPE_BATCH_MEM_OP), int(CU_GRAPH_NODE_TYPE_CONDITIONAL),
+                               int(CU_GRAPH_NODE_TYPE_GRAPH), 99}) {
+    n = {};
+    n.type = static_cast<CUgraphNodeType>(unreadable);
+    EXPECT_FALSE(tiering->node_ranges(n, &ranges)) << "type " << unreadable;
+  }
+  EXPECT_EQ(Tiering::node_read(CU_GRAPH_NODE_TYPE_CONDITIONAL), Tiering::NodeRead::Unreadable);
+  EXPECT_EQ(Tiering::node_read(CU_GRAPH_NODE_TYPE_GRAPH), Tiering::NodeRead::Child);
+}
+
+// A memcpy node added by hand next to a kernel node: before its calls were followed, the graph was
+// known by its kernel node alone, so a launch during an overlapped move of the copy's destination was
+// not ordered behind the move, and the copy's bytes were lost with the old pieces.
+TEST_F(GraphTouches_, AMemcpyNodeWritingMemoryBeingMovedIsOrderedBehindTheCommit) {
+  CUdeviceptr in_host = 0;
+  ASSERT_NO_FATAL_FAILURE(spill_with_room(&in_host));
+  const CUdeviceptr source = allocate(2 * kMiB);
+  ASSERT_EQ(tier_at(source), 'D');
+  CUgraphExec exec = nullptr;
+  make_tiering_launching_during_copies(&exec);
+  // The graph as graph_node_hooks.cpp follows it: source = 0x66 (a kernel node), then in_host = source.
+  CUgraph graph = nullptr;
+  ASSERT_CU(drv().cuGraphCreate(&graph, 0));
+  CUdeviceptr target = source;
+  std::uint64_t count = 2 * kMiB / 4;
+  std::uint32_t value = 0x66;
+  void* params[] = {&target, &count, &value};
+  CUDA_KERNEL_NODE_PARAMS k{};
+  k.func = fill_kernel;
+  k.gridDimX = k.gridDimY = k.gridDimZ = k.blockDimY = k.blockDimZ = 1;
+  k.blockDimX = 32;
+  k.kernelParams = params;
+  CUgraphNode fill_node = nullptr, copy_node = nullptr;
+  ASSERT_CU(drv().cuGraphAddKernelNode_v2(&fill_node, graph, nullptr, 0, &k));
+  std::vector<GraphTouches::Range> ranges;
+  ASSERT_TRUE(tiering->node_ranges(k, &ranges));
+  graphs().add_node(graph, fill_node, &ranges);
+  CUDA_MEMCPY3D copy{};
+  copy.srcMemoryType = copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  copy.srcDevice = source;
+  copy.dstDevice = in_host;
+  copy.WidthInBytes = 2 * kMiB;
+  copy.Height = copy.Depth = 1;
+  CUcontext context = nullptr;
+  ASSERT_CU(drv().cuCtxGetCurrent(&context));
+  ASSERT_CU(drv().cuGraphAddMemcpyNode(&copy_node, graph, &fill_node, 1, &copy, context));
+  tiering->node_ranges(uvmpool::tiering::ranges_of(&copy).span(), &ranges);
+  ASSERT_EQ(ranges.size(), 2u);
+  graphs().add_node(graph, copy_node, &ranges);
+  exec = instantiate(graph);
+  ASSERT_TRUE(tiering->mover().request(in_host, 2 * kMiB, Tier::Device));
+  ASSERT_CU(tiering->mover().run_epoch());
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(tier_at(in_host), 'D') << "the move was not committed";
+  EXPECT_EQ(tiering->stats().launches_ordered, 1u) << "the graph launch was not ordered behind the move";
+  EXPECT_TRUE(all_equal(in_host, 2 * kMiB, 0x66)) << "the memcpy node's write was lost";
+  ASSERT_CU(drv().cuGraphExecDestroy(exec));
+  graphs().exec_destroyed(exec);
+  ASSERT_CU(drv().cuGraphDestroy(graph));
+  graphs().graph_destroyed(graph);
+}
+
 TEST_F(GraphTouches_, AGraphLaunchedDuringAnOverlappedCopyIsOrderedBehindTheCommitAndItsBytesStay) {
   CUdeviceptr in_host = 0;
   ASSERT_NO_FATAL_FAILURE(spill_with_room(&in_host));
   CUgraphExec exec = nullptr;
-  uvmpool::tiering::MoverConfig config;
-  config.overlap = true;
-  config.after_copy = [&] {
-    // The program's graph launch writing memory whose copy is already taken, through the hooks' steps.
-    ASSERT_TRUE(tiering->mover().copying());
-    CUresult r = CUDA_ERROR_UNKNOWN;
-    const LaunchSeen seen = launch_graph(exec, &r);
-    ASSERT_CU(r);
-    EXPECT_EQ(seen.read, LaunchSeen::Read::Read);
-  };
-  make_tiering(Mode::Remote, config);
+  make_tiering_launching_during_copies(&exec);
   begin_capture();
   ASSERT_CU(fill_on_stream(in_host, 2 * kMiB, 0x77));
   const CUgraph graph = end_capture();
