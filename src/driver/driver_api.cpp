@@ -3,9 +3,6 @@
 namespace uvmpool::driver {
 
 int find_entry(std::string_view base, int cuda_version, cuuint64_t flags) {
-  // cuda.h renames cuGraphInstantiate to cuGraphInstantiateWithFlags from CUDA 12.0 on, and the driver
-  // answers the old name with the new function for those versions.
-  if (base == "cuGraphInstantiate" && cuda_version >= 12000) base = "cuGraphInstantiateWithFlags";
   const bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
   int best = -1;
   int best_per_thread = -1;

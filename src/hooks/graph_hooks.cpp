@@ -154,6 +154,16 @@ CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode* node, CUgraph g, const CU
   return r;
 }
 
+// CUDA 11's instantiation, which cuGetProcAddress still answers the name "cuGraphInstantiate" with.
+CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph g, CUgraphNode* error_node, char* log,
+                                       size_t log_bytes) {
+  stats::count_hook(driver::Fn::cuGraphInstantiate_v2);
+  UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphInstantiate_v2);
+  const CUresult r = d->cuGraphInstantiate_v2(exec, g, error_node, log, log_bytes);
+  if (r == CUDA_SUCCESS) graphs().instantiated(g, *exec);
+  return r;
+}
+
 CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph g, unsigned long long flags) {
   stats::count_hook(driver::Fn::cuGraphInstantiateWithFlags);
   UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphInstantiateWithFlags);

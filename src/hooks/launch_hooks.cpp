@@ -126,6 +126,7 @@ bool is_launch_hook(driver::Fn fn) {
     case Fn::cuGraphDestroy:
     case Fn::cuGraphClone:
     case Fn::cuGraphAddChildGraphNode:
+    case Fn::cuGraphInstantiate_v2:
     case Fn::cuGraphInstantiateWithFlags:
     case Fn::cuGraphInstantiateWithParams:
     case Fn::cuGraphInstantiateWithParams_ptsz:

@@ -460,6 +460,16 @@ CUresult impl::cuGraphAddChildGraphNode(CUgraphNode* out, CUgraph graph, const C
   return CUDA_SUCCESS;
 }
 
+// CUDA 11's form: no error node and an empty log on success (the simulator's instantiation does not fail
+// but for an unknown graph).
+CUresult impl::cuGraphInstantiate_v2(CUgraphExec* out, CUgraph graph, CUgraphNode* error_node, char* log,
+                                     size_t log_bytes) {
+  const CUresult status = instantiate(out, graph);
+  if (error_node != nullptr) *error_node = nullptr;
+  if (log != nullptr && log_bytes != 0) log[0] = '\0';
+  return status;
+}
+
 // Flags are accepted and change nothing here (auto-free, upload, device launch, priority).
 CUresult impl::cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph graph, unsigned long long) {
   return instantiate(out, graph);

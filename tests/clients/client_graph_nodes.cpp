@@ -1,7 +1,8 @@
 // A runtime-like program (every driver function from cuGetProcAddress) that builds a graph node by node
 // on spilled memory, through every node call that can name device memory: kernel nodes in CUDA 11's
 // and CUDA 12's parameters, memcpy and memset nodes, and cuGraphAddNode's kernel, memcpy, memset,
-// empty and host nodes; launches it, changes its nodes in the executable graph (typed and generic set
+// empty and host nodes; instantiates it through the name "cuGraphInstantiate" (the five-parameter
+// form the driver answers it with); launches it, changes its nodes in the executable graph (typed and generic set
 // calls) and launches it again. Past UVMPOOL_DEVICE_LIMIT=64M each buffer below is its own allocation
 // in host memory, so each one the hooks followed is one host pointer of the graph's launch. It checks
 // every value the graph wrote, then prints, for the hooks tests (tests/hooks/CMakeLists.txt) and the
@@ -47,7 +48,8 @@ int main() {
   auto exec_memcpy = resolve<s::cuGraphExecMemcpyNodeSetParams>("cuGraphExecMemcpyNodeSetParams", 10020);
   auto exec_node = resolve<s::cuGraphExecNodeSetParams>("cuGraphExecNodeSetParams", 12020);
   auto exec_kernel_v1 = resolve<s::cuGraphExecKernelNodeSetParams>("cuGraphExecKernelNodeSetParams", 11000);
-  auto instantiate = resolve<s::cuGraphInstantiateWithFlags>("cuGraphInstantiateWithFlags", 11040);
+  // Asked by its old name at CUDA 12, the driver answers with CUDA 11's five-parameter form.
+  auto instantiate = resolve<s::cuGraphInstantiate_v2>("cuGraphInstantiate", 12000);
   auto graph_launch = resolve<s::cuGraphLaunch>("cuGraphLaunch", 10000);
   auto exec_destroy = resolve<s::cuGraphExecDestroy>("cuGraphExecDestroy", 10000);
   auto graph_destroy = resolve<s::cuGraphDestroy>("cuGraphDestroy", 10000);
@@ -137,7 +139,7 @@ int main() {
   CU(add_node(&n[8], graph, &n[7], nullptr, 1, &g));
 
   CUgraphExec exec = nullptr;
-  CU(instantiate(&exec, graph, 0));
+  CU(instantiate(&exec, graph, nullptr, nullptr, 0));
   const long long before = host_pointers();
   CU(graph_launch(exec, nullptr));
   CU(sync());

@@ -3,7 +3,7 @@
 // launch route: cuLaunchKernel, its per-thread variant, cuLaunchKernelEx and cuLaunchCooperativeKernel,
 // in the kernelParams and the extra forms; then copies and memsets there (the transfer hooks: each
 // is a touch too), flat, into a CUDA array and back, strided, peer and batched (flat and 3D), and one memset on the device part; then captures a fill and a memset there on a
-// stream into a graph (cuGraphInstantiate asked by its CUDA 12 name) and launches the graph twice. It
+// stream into a graph (cuGraphInstantiateWithFlags) and launches the graph twice. It
 // checks every result, then prints what uvmpool's statistics say the hooks saw, for the hooks tests
 // (tests/hooks/CMakeLists.txt) to match:
 //   launch client: ok; hook calls <n>; launches_read <n>; launches_in_place <n>; launch_host_pointers <n>;
@@ -52,7 +52,7 @@ int main() {
   auto stream_destroy = resolve<s::cuStreamDestroy_v2>("cuStreamDestroy", 4000);
   auto begin_capture = resolve<s::cuStreamBeginCapture_v2>("cuStreamBeginCapture", 10010);
   auto end_capture = resolve<s::cuStreamEndCapture>("cuStreamEndCapture", 10000);
-  auto instantiate = resolve<s::cuGraphInstantiateWithFlags>("cuGraphInstantiate", 12000);
+  auto instantiate = resolve<s::cuGraphInstantiateWithFlags>("cuGraphInstantiateWithFlags", 11040);
   auto graph_launch = resolve<s::cuGraphLaunch>("cuGraphLaunch", 10000);
   auto exec_destroy = resolve<s::cuGraphExecDestroy>("cuGraphExecDestroy", 10000);
   auto graph_destroy = resolve<s::cuGraphDestroy>("cuGraphDestroy", 10000);

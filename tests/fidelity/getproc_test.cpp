@@ -59,6 +59,30 @@ TEST_F(GetProcAddress, PointersEqualTheExportedVersionedSymbols) {
             reinterpret_cast<void*>(d.cuMemcpyHtoD_v2_ptds));
 }
 
+// Measured (H200, driver 580.159.04, a cuGetProcAddress_v2 probe of each name at 10.0 to 13.0): cuda.h
+// makes cuGraphInstantiate a macro for cuGraphInstantiateWithFlags from CUDA 12.0 on, but the name
+// "cuGraphInstantiate" is answered with CUDA 11's five-parameter cuGraphInstantiate_v2 at every version
+// from 11.0, 13.0 included (uvmpool answered it with WithFlags until 2026-12-04, and a program calling
+// what it was given with five arguments would have passed its error-node pointer as the flags). The
+// node calls of two versions change at 12.0 (kernel nodes) and 12.3 (cuGraphAddNode, new in 12.2).
+TEST_F(GetProcAddress, GraphCallsOfSeveralVersionsAreTheDriversVersionedSymbols) {
+  constexpr cuuint64_t kDefault = CU_GET_PROC_ADDRESS_DEFAULT;
+  for (const int version : {11000, 12000, 12080, 13000})
+    EXPECT_EQ(lookup("cuGraphInstantiate", version, kDefault), reinterpret_cast<void*>(d.cuGraphInstantiate_v2))
+        << version;
+  EXPECT_EQ(lookup("cuGraphAddKernelNode", 11040, kDefault), reinterpret_cast<void*>(d.cuGraphAddKernelNode));
+  EXPECT_EQ(lookup("cuGraphAddKernelNode", 12000, kDefault), reinterpret_cast<void*>(d.cuGraphAddKernelNode_v2));
+  EXPECT_EQ(lookup("cuGraphExecKernelNodeSetParams", 11000, kDefault),
+            reinterpret_cast<void*>(d.cuGraphExecKernelNodeSetParams));
+  EXPECT_EQ(lookup("cuGraphAddNode", 12020, kDefault), reinterpret_cast<void*>(d.cuGraphAddNode));
+  EXPECT_EQ(lookup("cuGraphAddNode", 13000, kDefault), reinterpret_cast<void*>(d.cuGraphAddNode_v2));
+  void* pfn = nullptr;
+  CUdriverProcAddressQueryResult found{};
+  EXPECT_CU(proc("cuGraphAddNode", &pfn, 12000, kDefault, &found));
+  EXPECT_EQ(found, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+  EXPECT_EQ(pfn, nullptr);
+}
+
 TEST_F(GetProcAddress, PerThreadAndLegacyCuMemAllocAsyncAreDifferentEntries) {
   void* legacy = lookup("cuMemAllocAsync", 13000, CU_GET_PROC_ADDRESS_LEGACY_STREAM);
   void* per_thread = lookup("cuMemAllocAsync", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
