@@ -20,10 +20,12 @@ __asm__(".symver dlsym_glibc_2_2_5, dlsym@GLIBC_2.2.5");
 
 namespace {
 
-// Every hook but the launches, the batched copies and prefetches, the asynchronous peer copy and the
-// asynchronous pitched memsets takes at most five integer or pointer arguments; called with zeros it must answer with an error
-// code (or success for frees of 0), never crash.
+// Every hook but the launches, the batched copies and prefetches, the asynchronous peer copy, the
+// asynchronous pitched memsets and three graph node calls takes at most five integer or pointer
+// arguments; called with zeros it must answer with an error code (or success for frees of 0), never crash.
 using AnyHook = CUresult (*)(std::uintptr_t, std::uintptr_t, std::uintptr_t, std::uintptr_t, std::uintptr_t);
+using AnyHook6 =
+    CUresult (*)(std::uintptr_t, std::uintptr_t, std::uintptr_t, std::uintptr_t, std::uintptr_t, std::uintptr_t);
 
 // Calls `fn`, the hook of `symbol`, with every argument zero in its own arity: the launches take up to
 // eleven arguments, the batched copies nine, and a five-argument call would hand the driver register
@@ -46,6 +48,10 @@ CUresult call_with_nulls(const char* symbol, void* fn) {
     return reinterpret_cast<s::cuMemcpyPeerAsync>(fn)(0, nullptr, 0, nullptr, 0, nullptr);
   if (name.starts_with("cuMemsetD2D") && name.find("Async") != std::string_view::npos)
     return reinterpret_cast<s::cuMemsetD2D32Async>(fn)(0, 0, 0, 0, 0, nullptr);  // the value's width aside, alike
+  // Six arguments: a context last, or the generic node's edge data and parameters. Measured on the H200
+  // (driver 580.159.04): cuGraphAddMemcpyNode given five zeros and a garbage sixth crashes in the driver.
+  if (name == "cuGraphAddMemcpyNode" || name == "cuGraphAddMemsetNode" || name == "cuGraphAddNode_v2")
+    return reinterpret_cast<AnyHook6>(fn)(0, 0, 0, 0, 0, 0);
   return reinterpret_cast<AnyHook>(fn)(0, 0, 0, 0, 0);
 }
 
