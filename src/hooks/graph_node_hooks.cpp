@@ -4,11 +4,12 @@
 // driver has two (CUDA 11's kernel nodes, CUDA 12's), and the generic ones (cuGraphAddNode and its
 // set calls) by the node's type (Tiering::node_read): a node left out would be missing from a union
 // otherwise read, and an overlapped move could run under it unordered; a type that cannot be read
-// (memory operations, conditionals) makes the graph unreadable, whose launches order behind every
-// move. Each call is forwarded unchanged; what it made is noted only when the driver answered
-// CUDA_SUCCESS. Not followed: cuGraphAddBatchMemOpNode and the host, event, semaphore and graph
-// memory node calls (none names pool memory but memory operations, which stream calls do not show
-// either: docs/tiering.md "What is not seen").
+// (memory operations) makes the graph unreadable, whose launches order behind every move; a
+// conditional node's bodies join the graph's union when it is instantiated (graph_touches.h). Each
+// call is forwarded unchanged; what it made is noted only when the driver answered CUDA_SUCCESS. Not
+// followed: cuGraphAddBatchMemOpNode and the host, event, semaphore and graph memory node calls (none
+// names pool memory but memory operations, which stream calls do not show either: docs/tiering.md
+// "What is not seen").
 #include <vector>
 
 #include "driver/kernel_node_params.h"
@@ -85,6 +86,25 @@ CUresult set(CUresult r, CUgraphNode node, Read ranges) {
 template <typename Read>
 CUresult exec_set(CUresult r, CUgraphExec exec, Read ranges) {
   if (r == CUDA_SUCCESS) graphs().add_exec(exec, ranges());
+  return r;
+}
+
+// A node added by cuGraphAddNode: a child graph as cuGraphAddChildGraphNode's, a conditional node with
+// the bodies the driver made for it (filled later: graph_touches.h), any other by its type.
+CUresult added_generic(CUresult r, CUgraph graph, const CUgraphNode* node, const CUgraphNodeParams* params,
+                       Ranges* ranges) {
+  if (r != CUDA_SUCCESS || node == nullptr || params == nullptr) return r;
+  if (is_child(params)) {
+    graphs().add_child(graph, *node, params->graph.graph);
+  } else if (params->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+    const CUDA_CONDITIONAL_NODE_PARAMS& c = params->conditional;
+    if (c.phGraph_out != nullptr)
+      graphs().add_conditional(graph, *node, {c.phGraph_out, c.size});
+    else
+      graphs().add_node(graph, *node, nullptr);  // bodies not told: unreadable
+  } else {
+    graphs().add_node(graph, *node, generic_ranges(params, ranges));
+  }
   return r;
 }
 
@@ -176,23 +196,13 @@ CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphExec exec, CUgraphNode no
 CUresult CUDAAPI cuGraphAddNode(CUgraphNode* node, CUgraph g, const CUgraphNode* deps, size_t n,
                                 CUgraphNodeParams* params) {
   UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphAddNode);
-  const CUresult r = d->cuGraphAddNode(node, g, deps, n, params);
-  if (r == CUDA_SUCCESS && node != nullptr && is_child(params)) {
-    graphs().add_child(g, *node, params->graph.graph);
-    return r;
-  }
-  return added(r, g, node, [&] { return generic_ranges(params, &ranges); });
+  return added_generic(d->cuGraphAddNode(node, g, deps, n, params), g, node, params, &ranges);
 }
 
 CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* node, CUgraph g, const CUgraphNode* deps,
                                    const CUgraphEdgeData* edges, size_t n, CUgraphNodeParams* params) {
   UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphAddNode_v2);
-  const CUresult r = d->cuGraphAddNode_v2(node, g, deps, edges, n, params);
-  if (r == CUDA_SUCCESS && node != nullptr && is_child(params)) {
-    graphs().add_child(g, *node, params->graph.graph);
-    return r;
-  }
-  return added(r, g, node, [&] { return generic_ranges(params, &ranges); });
+  return added_generic(d->cuGraphAddNode_v2(node, g, deps, edges, n, params), g, node, params, &ranges);
 }
 
 CUresult CUDAAPI cuGraphNodeSetParams(CUgraphNode node, CUgraphNodeParams* params) {

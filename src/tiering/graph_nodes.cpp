@@ -3,7 +3,8 @@
 // (src/hooks/graph_node_hooks.cpp) record it for the graph, and a cuGraphLaunch shows the union.
 // A node left out here would be missing from a union that is otherwise read, so an overlapped move
 // could run under it unordered: what cannot be read makes the graph unreadable instead (its launches
-// then order behind every move).
+// then order behind every move). Child graph and conditional nodes name graphs, whose records
+// graph_touches.h joins.
 #include "tiering/tiering.h"
 
 #include "driver/kernel_node_params.h"
@@ -46,7 +47,7 @@ Tiering::NodeRead Tiering::node_read(CUgraphNodeType type) {
     case CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT:
     case CU_GRAPH_NODE_TYPE_MEM_ALLOC:  // the graph's own memory, not the pool's
     case CU_GRAPH_NODE_TYPE_MEM_FREE: return NodeRead::NamesNone;
-    default: return NodeRead::Unreadable;  // memory operations, conditionals, newer types
+    default: return NodeRead::Unreadable;  // memory operations, newer types; conditionals (the hook's)
   }
 }
 

@@ -12,8 +12,10 @@
 //
 // What is recorded is each pool pointer as given (a kernel's argument word, a transfer's range),
 // looked up again in the pool at each launch: a graph keeps its memory for as long as it may run.
+// A conditional node's bodies are graphs of their own, filled after the node is added: a graph's
+// union takes theirs when it is instantiated, updated, cloned or nested (whole()).
 // A graph is "opaque" when something in it could not be read (a kernel whose parameter layout the
-// driver does not give, a memory-operation or conditional node added by cuGraphAddNode); a launch of an
+// driver does not give, a memory-operation node added by cuGraphAddNode); a launch of an
 // opaque or unknown graph (built only by calls not followed: host, event or memory-operation nodes
 // added by their own calls) is an unread launch, which the mover treats as touching everything
 // (mover.h).
@@ -21,6 +23,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <span>
 #include <unordered_map>
@@ -64,6 +67,11 @@ class GraphTouches {
   void add_child(CUgraph graph, CUgraphNode node, CUgraph child);
   // A child graph node of a known graph given another child (cuGraphNodeSetParams): its union joins.
   void set_child(CUgraphNode node, CUgraph child);
+  // A conditional node added to `graph` (cuGraphAddNode), with the body graphs the driver made for it,
+  // empty: the program fills them afterwards (node calls, or a capture into them), so each
+  // instantiation, update, clone or nesting of `graph` takes their records as they are then, whether a
+  // launch runs a body or not.
+  void add_conditional(CUgraph graph, CUgraphNode node, std::span<const CUgraph> bodies);
   void cloned(CUgraph original, CUgraph clone, std::span<const CUgraphNode> nodes);
   void instantiated(CUgraph graph, CUgraphExec exec);
   void updated(CUgraphExec exec, CUgraph graph);
@@ -87,7 +95,11 @@ class GraphTouches {
   std::unordered_map<CUgraph, Record> graphs_ UVMPOOL_GUARDED_BY(mu_);
   std::unordered_map<CUgraphExec, Record> execs_ UVMPOOL_GUARDED_BY(mu_);
   std::unordered_map<CUgraphNode, CUgraph> nodes_ UVMPOOL_GUARDED_BY(mu_);  // the known nodes' graphs
+  std::unordered_map<CUgraph, std::vector<CUgraph>> bodies_ UVMPOOL_GUARDED_BY(mu_);  // conditional nodes' bodies
   void note_nodes(CUgraph graph, std::span<const CUgraphNode> nodes) UVMPOOL_REQUIRES(mu_);
+  // `graph`'s record with its conditional nodes' bodies', nested ones too; null for a graph not known.
+  std::optional<Record> whole(CUgraph graph) const UVMPOOL_REQUIRES(mu_);
+  void forget(CUgraph graph) UVMPOOL_REQUIRES(mu_);  // with its bodies
 };
 
 }  // namespace uvmpool::tiering

@@ -172,8 +172,8 @@ class Tiering {
   // A node of the generic calls (cuGraphAddNode, cuGraphNodeSetParams, cuGraphExecNodeSetParams), by its
   // type: kernel, memcpy and memset nodes as above; host, empty, event, external semaphore and graph
   // memory (allocation, free) nodes name none of the program's pool memory; false (unreadable) for memory
-  // operations, conditionals (their bodies are filled after the node is added) and types newer than this
-  // build. A child graph node is the caller's (GraphTouches::add_child): false here.
+  // operations and types newer than this build. Child graph and conditional nodes are the caller's
+  // (GraphTouches::add_child, add_conditional: their graphs' records): false here.
   bool node_ranges(const CUgraphNodeParams& node, std::vector<GraphTouches::Range>* out);
   // How node_ranges reads a generic node of `type` (with no tiering yet, a hook needs only to know
   // whether it is readable).

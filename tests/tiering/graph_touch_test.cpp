@@ -319,6 +319,47 @@ TEST_F(GraphTouches_, GenericNodesAreReadByTheirType) {
   EXPECT_EQ(Tiering::node_read(CU_GRAPH_NODE_TYPE_GRAPH), Tiering::NodeRead::Child);
 }
 
+// A conditional node's bodies (XLA's WHILE command) are graphs the driver makes when the node is added
+// and the program fills afterwards: the graph's union takes theirs, nested ones too, when it is
+// instantiated or updated; an unreadable body makes it unreadable; the bodies go with their graph.
+TEST_F(GraphTouches_, AConditionalNodesBodiesJoinItsGraphsUnionWhenInstantiated) {
+  GraphTouches& g = graphs();
+  const auto handle = [](std::uintptr_t v) { return reinterpret_cast<CUgraph>(v); };  // no driver needed
+  const CUgraph parent = handle(0xC0DE0), body = handle(0xC0DE1), nested = handle(0xC0DE2), other = handle(0xC0DE3);
+  const auto node = [](std::uintptr_t v) { return reinterpret_cast<CUgraphNode>(v); };
+  const auto exec = [](std::uintptr_t v) { return reinterpret_cast<CUgraphExec>(v); };
+  const std::vector<GraphTouches::Range> a{{0x1000, 1}}, b{{0x2000, 64}}, c{{0x3000, 1}};
+  g.add_node(parent, node(0xC1), &a);
+  const CUgraph bodies[] = {body};
+  g.add_conditional(parent, node(0xC2), bodies);
+  g.add_node(body, node(0xC3), &b);  // filled after the conditional node was added
+  const CUgraph inner[] = {nested};
+  g.add_conditional(body, node(0xC4), inner);
+  g.add_node(nested, node(0xC5), &c);
+  g.instantiated(parent, exec(0xE1));
+  std::vector<GraphTouches::Range> ranges;
+  ASSERT_TRUE(g.launch_ranges(exec(0xE1), &ranges));
+  EXPECT_EQ(ranges, (std::vector<GraphTouches::Range>{{0x1000, 1}, {0x2000, 64}, {0x3000, 1}}));
+  // A node the body gains later reaches an update, not the executable graph made before.
+  g.add_node(body, node(0xC6), &c);
+  g.add_node(nested, node(0xC7), nullptr);  // unreadable
+  ASSERT_TRUE(g.launch_ranges(exec(0xE1), &ranges));
+  g.updated(exec(0xE1), parent);
+  EXPECT_FALSE(g.launch_ranges(exec(0xE1), &ranges)) << "a nested body is unreadable";
+  // A clone takes the bodies' records as they are; a child graph node the whole graph's.
+  g.cloned(parent, other, {});
+  g.instantiated(other, exec(0xE2));
+  EXPECT_FALSE(g.launch_ranges(exec(0xE2), &ranges));
+  // Destroying the graph forgets its bodies: a graph at a body's address later starts empty.
+  g.graph_destroyed(parent);
+  g.add_node(body, node(0xC8), &a);
+  g.instantiated(body, exec(0xE3));
+  ASSERT_TRUE(g.launch_ranges(exec(0xE3), &ranges));
+  EXPECT_EQ(ranges, a);
+  for (const std::uintptr_t e : {0xE1, 0xE2, 0xE3}) g.exec_destroyed(exec(e));
+  for (const CUgraph gone : {body, other}) g.graph_destroyed(gone);
+}
+
 // A memcpy node added by hand next to a kernel node: before its calls were followed, the graph was
 // known by its kernel node alone, so a launch during an overlapped move of the copy's destination was
 // not ordered behind the move, and the copy's bytes were lost with the old pieces.
