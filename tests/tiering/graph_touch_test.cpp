@@ -96,6 +96,16 @@ class GraphTouches_ : public TieringTest {
     };
     make_tiering(Mode::Remote, config);
   }
+  // With make_tiering_launching_during_copies: promotes the 2 MiB at `in_host` in one epoch, during whose
+  // copy the graph launch writes `value` there; the launch must be ordered behind the commit, its bytes kept.
+  void expect_launch_ordered_behind_promotion(CUdeviceptr in_host, std::uint32_t value) {
+    ASSERT_TRUE(tiering->mover().request(in_host, 2 * kMiB, Tier::Device));
+    ASSERT_CU(tiering->mover().run_epoch());
+    ASSERT_CU(drv().cuStreamSynchronize(stream));
+    EXPECT_EQ(tier_at(in_host), 'D') << "the move was not committed";
+    EXPECT_EQ(tiering->stats().launches_ordered, 1u) << "the graph launch was not ordered behind the move";
+    EXPECT_TRUE(all_equal(in_host, 2 * kMiB, value)) << "the graph's write was lost";
+  }
   // A graph launch as the cuGraphLaunch hook makes it; what it showed.
   LaunchSeen launch_graph(CUgraphExec exec, CUresult* r) {
     LaunchSeen seen;
@@ -400,12 +410,7 @@ TEST_F(GraphTouches_, AMemcpyNodeWritingMemoryBeingMovedIsOrderedBehindTheCommit
   ASSERT_EQ(ranges.size(), 2u);
   graphs().add_node(graph, copy_node, &ranges);
   exec = instantiate(graph);
-  ASSERT_TRUE(tiering->mover().request(in_host, 2 * kMiB, Tier::Device));
-  ASSERT_CU(tiering->mover().run_epoch());
-  ASSERT_CU(drv().cuStreamSynchronize(stream));
-  EXPECT_EQ(tier_at(in_host), 'D') << "the move was not committed";
-  EXPECT_EQ(tiering->stats().launches_ordered, 1u) << "the graph launch was not ordered behind the move";
-  EXPECT_TRUE(all_equal(in_host, 2 * kMiB, 0x66)) << "the memcpy node's write was lost";
+  expect_launch_ordered_behind_promotion(in_host, 0x66);
   ASSERT_CU(drv().cuGraphExecDestroy(exec));
   graphs().exec_destroyed(exec);
   ASSERT_CU(drv().cuGraphDestroy(graph));
@@ -421,12 +426,7 @@ TEST_F(GraphTouches_, AGraphLaunchedDuringAnOverlappedCopyIsOrderedBehindTheComm
   ASSERT_CU(fill_on_stream(in_host, 2 * kMiB, 0x77));
   const CUgraph graph = end_capture();
   exec = instantiate(graph);
-  ASSERT_TRUE(tiering->mover().request(in_host, 2 * kMiB, Tier::Device));
-  ASSERT_CU(tiering->mover().run_epoch());
-  ASSERT_CU(drv().cuStreamSynchronize(stream));
-  EXPECT_EQ(tier_at(in_host), 'D') << "the move was not committed";
-  EXPECT_EQ(tiering->stats().launches_ordered, 1u) << "the graph launch was not ordered behind the move";
-  EXPECT_TRUE(all_equal(in_host, 2 * kMiB, 0x77)) << "the graph's write was lost";
+  expect_launch_ordered_behind_promotion(in_host, 0x77);
   ASSERT_CU(drv().cuGraphExecDestroy(exec));
   ASSERT_CU(drv().cuGraphDestroy(graph));
 }
