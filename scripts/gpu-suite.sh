@@ -114,7 +114,8 @@ for route in preload dropin; do
     env UVMPOOL_DEVICE_LIMIT=4G "$build/bin/uvmpool-demo"
 done
 # A graph built node by node on spilled memory through every node call (client_graph_nodes.cpp):
-# each buffer it writes is one host pointer of its launches (7, then 10), every value checked.
+# each buffer it writes is one host pointer of its launches (8, then 12), every value checked, and its
+# three stream memory operations on host memory shown.
 for route in preload dropin; do
   overcommit_case graph-nodes "$route" "graph nodes client: ok; " 60 \
     env UVMPOOL_DEVICE_LIMIT=64M UVMPOOL_DEVICE_HEADROOM=0 "$build/bin/client_graph_nodes"

@@ -4,12 +4,11 @@
 // driver has two (CUDA 11's kernel nodes, CUDA 12's), and the generic ones (cuGraphAddNode and its
 // set calls) by the node's type (Tiering::node_read): a node left out would be missing from a union
 // otherwise read, and an overlapped move could run under it unordered; a type that cannot be read
-// (memory operations) makes the graph unreadable, whose launches order behind every move; a
-// conditional node's bodies join the graph's union when it is instantiated (graph_touches.h). Each
+// (one newer than this build) makes the graph unreadable, whose launches order behind every move; a
+// conditional node's bodies join the graph's union when it is instantiated (graph_touches.h). A
+// memory-operation node names the words its waits and writes reach (tiering/transfer_ranges.h). Each
 // call is forwarded unchanged; what it made is noted only when the driver answered CUDA_SUCCESS. Not
-// followed: cuGraphAddBatchMemOpNode and the host, event, semaphore and graph memory node calls (none
-// names pool memory but memory operations, which stream calls do not show either: docs/tiering.md
-// "What is not seen").
+// followed: the host, event, semaphore and graph memory node calls, none of which names pool memory.
 #include <vector>
 
 #include "driver/kernel_node_params.h"
@@ -58,6 +57,12 @@ const Ranges* memcpy_ranges(const CUDA_MEMCPY3D* copy, Ranges* out) {
 const Ranges* memset_ranges(const CUDA_MEMSET_NODE_PARAMS* m, Ranges* out) {
   if (m == nullptr) return transfer_ranges({}, out);
   return transfer_ranges(tiering::pitched_range(m->dst, m->pitch, m->width, m->elementSize, m->height), out);
+}
+const Ranges* mem_op_ranges(const CUDA_BATCH_MEM_OP_NODE_PARAMS* m, Ranges* out) {
+  out->clear();
+  if (Tiering* t = Tiering::process(); t != nullptr && m != nullptr)
+    t->node_ranges(tiering::mem_op_ranges(m->paramArray, m->count), out);
+  return out;
 }
 // A generic node but a child graph's (the caller's).
 const Ranges* generic_ranges(const CUgraphNodeParams* params, Ranges* out) {
@@ -190,6 +195,25 @@ CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphExec exec, CUgraphNode no
   UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphExecMemsetNodeSetParams);
   return exec_set(d->cuGraphExecMemsetNodeSetParams(exec, node, params, ctx), exec,
                   [&] { return memset_ranges(params, &ranges); });
+}
+
+CUresult CUDAAPI cuGraphAddBatchMemOpNode(CUgraphNode* node, CUgraph g, const CUgraphNode* deps, size_t n,
+                                          const CUDA_BATCH_MEM_OP_NODE_PARAMS* params) {
+  UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphAddBatchMemOpNode);
+  return added(d->cuGraphAddBatchMemOpNode(node, g, deps, n, params), g, node,
+               [&] { return mem_op_ranges(params, &ranges); });
+}
+
+CUresult CUDAAPI cuGraphBatchMemOpNodeSetParams(CUgraphNode node, const CUDA_BATCH_MEM_OP_NODE_PARAMS* params) {
+  UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphBatchMemOpNodeSetParams);
+  return set(d->cuGraphBatchMemOpNodeSetParams(node, params), node, [&] { return mem_op_ranges(params, &ranges); });
+}
+
+CUresult CUDAAPI cuGraphExecBatchMemOpNodeSetParams(CUgraphExec exec, CUgraphNode node,
+                                                    const CUDA_BATCH_MEM_OP_NODE_PARAMS* params) {
+  UVMPOOL_DRIVER_OR_NO_DEVICE(cuGraphExecBatchMemOpNodeSetParams);
+  return exec_set(d->cuGraphExecBatchMemOpNodeSetParams(exec, node, params), exec,
+                  [&] { return mem_op_ranges(params, &ranges); });
 }
 
 // A child graph node added by the generic call is followed as cuGraphAddChildGraphNode's.

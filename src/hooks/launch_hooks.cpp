@@ -122,6 +122,17 @@ bool is_launch_hook(driver::Fn fn) {
     case Fn::cuMemcpy3DBatchAsync_ptsz:
     case Fn::cuMemcpy3DBatchAsync_v2:
     case Fn::cuMemcpy3DBatchAsync_v2_ptsz:
+    // The stream memory operations (mem_op_hooks.cpp).
+    case Fn::cuStreamWaitValue32_v2:
+    case Fn::cuStreamWaitValue32_v2_ptsz:
+    case Fn::cuStreamWaitValue64_v2:
+    case Fn::cuStreamWaitValue64_v2_ptsz:
+    case Fn::cuStreamWriteValue32_v2:
+    case Fn::cuStreamWriteValue32_v2_ptsz:
+    case Fn::cuStreamWriteValue64_v2:
+    case Fn::cuStreamWriteValue64_v2_ptsz:
+    case Fn::cuStreamBatchMemOp_v2:
+    case Fn::cuStreamBatchMemOp_v2_ptsz:
     // Graphs (graph_hooks.cpp; a capture's begin and end are the pool's too: handed out always).
     case Fn::cuGraphDestroy:
     case Fn::cuGraphClone:
@@ -143,6 +154,9 @@ bool is_launch_hook(driver::Fn fn) {
     case Fn::cuGraphAddMemsetNode:
     case Fn::cuGraphMemsetNodeSetParams:
     case Fn::cuGraphExecMemsetNodeSetParams:
+    case Fn::cuGraphAddBatchMemOpNode:
+    case Fn::cuGraphBatchMemOpNodeSetParams:
+    case Fn::cuGraphExecBatchMemOpNodeSetParams:
     case Fn::cuGraphAddNode:
     case Fn::cuGraphAddNode_v2:
     case Fn::cuGraphNodeSetParams:

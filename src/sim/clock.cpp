@@ -135,6 +135,8 @@ std::uint64_t base_cost(Fn fn) {
     case Fn::cuStreamWriteValue32_v2_ptsz:
     case Fn::cuStreamWriteValue64_v2:
     case Fn::cuStreamWriteValue64_v2_ptsz:
+    case Fn::cuStreamBatchMemOp_v2:
+    case Fn::cuStreamBatchMemOp_v2_ptsz:
     case Fn::cuMemcpy:
     case Fn::cuMemcpy_ptds:
     case Fn::cuMemcpyHtoD_v2:

@@ -1,8 +1,8 @@
 // Graphs: built by stream capture (timeline.h records what a capturing stream is given) or node by
 // node, instantiated, launched, and updated. Nodes added by hand: kernel (both parameter versions),
-// memcpy, memset and child-graph nodes, and through cuGraphAddNode kernel, memcpy, memset, host,
-// child-graph and empty nodes; other types (events, semaphores, memory allocation, memory operations,
-// conditionals) are CUDA_ERROR_NOT_SUPPORTED here. A node's parameters are checked as its stream
+// memcpy, memset, memory-operation and child-graph nodes, and through cuGraphAddNode kernel, memcpy,
+// memset, memory-operation, host, child-graph and empty nodes; other types (events, semaphores, memory
+// allocation, conditionals) are CUDA_ERROR_NOT_SUPPORTED here. A node's parameters are checked as its stream
 // call's would be (copy_work.h makes a copy's or memset's work without running it).
 //
 // A graph is its nodes in the order they were captured or added, each node the work it runs (a child
@@ -136,6 +136,16 @@ CUresult memset_node(const CUDA_MEMSET_NODE_PARAMS* p, CUcontext ctx, std::vecto
   if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return memset_node(p->dst, p->pitch, p->value, p->elementSize, p->width, p->height, ctx, out);
 }
+CUresult mem_op_node(CUcontext ctx, unsigned count, const CUstreamBatchMemOpParams* ops, unsigned flags,
+                     std::vector<WorkSpec>* out) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult status = known_context(ctx); status != CUDA_SUCCESS) return status;
+  return mem_op_work(count, ops, out);
+}
+CUresult mem_op_node(const CUDA_BATCH_MEM_OP_NODE_PARAMS* p, std::vector<WorkSpec>* out) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return mem_op_node(p->ctx, p->count, p->paramArray, p->flags, out);
+}
 CUresult host_node(CUhostFn fn, void* data, std::vector<WorkSpec>* out) {
   WorkSpec work;
   if (CUresult status = host_work(fn, data, "host node", &work); status != CUDA_SUCCESS) return status;
@@ -159,6 +169,8 @@ CUresult generic_node(const CUgraphNodeParams* p, std::vector<WorkSpec>* out) {
     case CU_GRAPH_NODE_TYPE_MEMSET:
       return memset_node(p->memset.dst, p->memset.pitch, p->memset.value, p->memset.elementSize, p->memset.width,
                          p->memset.height, p->memset.ctx, out);
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+      return mem_op_node(p->memOp.ctx, p->memOp.count, p->memOp.paramArray, p->memOp.flags, out);
     case CU_GRAPH_NODE_TYPE_HOST: return host_node(p->host.fn, p->host.userData, out);
     case CU_GRAPH_NODE_TYPE_EMPTY: return CUDA_SUCCESS;
     case CU_GRAPH_NODE_TYPE_GRAPH: return CUDA_ERROR_INVALID_VALUE;  // the caller's
@@ -425,6 +437,19 @@ CUresult impl::cuGraphMemsetNodeSetParams(CUgraphNode node, const CUDA_MEMSET_NO
   return set_typed(node, CU_GRAPH_NODE_TYPE_MEMSET, std::move(work));
 }
 
+CUresult impl::cuGraphAddBatchMemOpNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t num_deps,
+                                        const CUDA_BATCH_MEM_OP_NODE_PARAMS* params) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<WorkSpec> work;
+  if (CUresult status = mem_op_node(params, &work); status != CUDA_SUCCESS) return status;
+  return add_typed(out, graph, deps, num_deps, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, std::move(work));
+}
+CUresult impl::cuGraphBatchMemOpNodeSetParams(CUgraphNode node, const CUDA_BATCH_MEM_OP_NODE_PARAMS* params) {
+  std::vector<WorkSpec> work;
+  if (CUresult status = mem_op_node(params, &work); status != CUDA_SUCCESS) return status;
+  return set_typed(node, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, std::move(work));
+}
+
 // A child graph node's parameters name the child, whose work is copied in as cuGraphAddChildGraphNode does.
 CUresult impl::cuGraphAddNode_v2(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, const CUgraphEdgeData*,
                                  size_t num_deps, CUgraphNodeParams* params) {
@@ -509,6 +534,12 @@ CUresult impl::cuGraphExecMemsetNodeSetParams(CUgraphExec exec, CUgraphNode node
   std::vector<WorkSpec> work;
   if (CUresult status = memset_node(params, ctx, &work); status != CUDA_SUCCESS) return status;
   return exec_set_typed(exec, node, CU_GRAPH_NODE_TYPE_MEMSET, std::move(work));
+}
+CUresult impl::cuGraphExecBatchMemOpNodeSetParams(CUgraphExec exec, CUgraphNode node,
+                                                  const CUDA_BATCH_MEM_OP_NODE_PARAMS* params) {
+  std::vector<WorkSpec> work;
+  if (CUresult status = mem_op_node(params, &work); status != CUDA_SUCCESS) return status;
+  return exec_set_typed(exec, node, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, std::move(work));
 }
 CUresult impl::cuGraphExecNodeSetParams(CUgraphExec exec, CUgraphNode node, CUgraphNodeParams* params) {
   std::vector<WorkSpec> work;

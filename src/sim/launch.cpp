@@ -374,8 +374,10 @@ bool wait_condition(T now, T value, unsigned flags) {
   return false;
 }
 
+// The work of a wait on the `T` at `address` (cuStreamWaitValue32/64, a batch's wait): checked as the
+// driver checks it when called, the address too.
 template <typename T>
-CUresult wait_value(CUstream stream, CUdeviceptr address, T value, unsigned flags, bool per_thread) {
+CUresult wait_work(CUdeviceptr address, T value, unsigned flags, WorkSpec* out) {
   const unsigned op = flags & 0xf;
   if (op != CU_STREAM_WAIT_VALUE_GEQ && op != CU_STREAM_WAIT_VALUE_EQ && op != CU_STREAM_WAIT_VALUE_AND &&
       op != CU_STREAM_WAIT_VALUE_NOR)
@@ -385,7 +387,7 @@ CUresult wait_value(CUstream stream, CUdeviceptr address, T value, unsigned flag
     std::shared_lock lock(AddressSpace::get().mutex);
     if (!reachable(address, sizeof(T), false)) return CUDA_ERROR_INVALID_VALUE;
   }
-  WorkSpec work;
+  WorkSpec& work = *out;
   work.kind = WorkKind::WaitValue;
   work.what = sizeof(T) == 4 ? "cuStreamWaitValue32" : "cuStreamWaitValue64";
   work.address = address;
@@ -399,17 +401,18 @@ CUresult wait_value(CUstream stream, CUdeviceptr address, T value, unsigned flag
     if (!reachable(address, sizeof(T), false)) return false;
     return wait_condition<T>(__atomic_load_n(reinterpret_cast<const T*>(address), __ATOMIC_ACQUIRE), value, flags);
   };
-  return timeline::submit(stream, per_thread, std::move(work));
+  return CUDA_SUCCESS;
 }
 
+// The work of a write of `value` to the `T` at `address` (cuStreamWriteValue32/64, a batch's write).
 template <typename T>
-CUresult write_value(CUstream stream, CUdeviceptr address, T value, unsigned flags, bool per_thread) {
+CUresult write_work(CUdeviceptr address, T value, unsigned flags, WorkSpec* out) {
   if ((flags & ~static_cast<unsigned>(CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER)) != 0) return CUDA_ERROR_INVALID_VALUE;
   {
     std::shared_lock lock(AddressSpace::get().mutex);
     if (!reachable(address, sizeof(T), true)) return CUDA_ERROR_INVALID_VALUE;
   }
-  WorkSpec work;
+  WorkSpec& work = *out;
   work.kind = WorkKind::WriteValue;
   work.what = sizeof(T) == 4 ? "cuStreamWriteValue32" : "cuStreamWriteValue64";
   work.address = address;
@@ -420,7 +423,29 @@ CUresult write_value(CUstream stream, CUdeviceptr address, T value, unsigned fla
     touches.add_range(address, address + sizeof(T));
     return CUDA_SUCCESS;
   };
+  return CUDA_SUCCESS;
+}
+
+template <typename T>
+CUresult wait_value(CUstream stream, CUdeviceptr address, T value, unsigned flags, bool per_thread) {
+  WorkSpec work;
+  if (CUresult status = wait_work<T>(address, value, flags, &work); status != CUDA_SUCCESS) return status;
   return timeline::submit(stream, per_thread, std::move(work));
+}
+
+template <typename T>
+CUresult write_value(CUstream stream, CUdeviceptr address, T value, unsigned flags, bool per_thread) {
+  WorkSpec work;
+  if (CUresult status = write_work<T>(address, value, flags, &work); status != CUDA_SUCCESS) return status;
+  return timeline::submit(stream, per_thread, std::move(work));
+}
+
+CUresult batch_mem_op(CUstream stream, unsigned count, const CUstreamBatchMemOpParams* ops, unsigned flags,
+                      bool per_thread) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<WorkSpec> work;
+  if (CUresult status = mem_op_work(count, ops, &work); status != CUDA_SUCCESS) return status;
+  return timeline::submit_all(stream, per_thread, std::move(work));
 }
 
 constexpr bool kLegacy = false;
@@ -444,6 +469,45 @@ CUresult host_work(CUhostFn fn, void* data, const char* what, WorkSpec* out) {
   out->what = what;
   out->host_fn = fn;
   out->host_data = data;
+  return CUDA_SUCCESS;
+}
+
+CUresult mem_op_work(unsigned count, const CUstreamBatchMemOpParams* ops, std::vector<WorkSpec>* out) {
+  if (count == 0 || count > kMaxBatchMemOps || ops == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<WorkSpec> work;
+  for (unsigned i = 0; i < count; ++i) {
+    const CUstreamBatchMemOpParams& op = ops[i];
+    CUresult status = CUDA_SUCCESS;
+    WorkSpec w;
+    switch (op.operation) {
+      case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+        status = wait_work<std::uint32_t>(op.waitValue.address, op.waitValue.value, op.waitValue.flags, &w);
+        break;
+      case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+        status = wait_work<std::uint64_t>(op.waitValue.address, op.waitValue.value64, op.waitValue.flags, &w);
+        break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+        status = write_work<std::uint32_t>(op.writeValue.address, op.writeValue.value, op.writeValue.flags, &w);
+        break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+        status = write_work<std::uint64_t>(op.writeValue.address, op.writeValue.value64, op.writeValue.flags, &w);
+        break;
+      // Nothing to model for these two: the simulator's writes are seen everywhere at once.
+      case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+        if (op.flushRemoteWrites.flags != 0) return CUDA_ERROR_INVALID_VALUE;
+        continue;
+      case CU_STREAM_MEM_OP_BARRIER:
+        if (op.memoryBarrier.flags != CU_STREAM_MEMORY_BARRIER_TYPE_SYS &&
+            op.memoryBarrier.flags != CU_STREAM_MEMORY_BARRIER_TYPE_GPU)
+          return CUDA_ERROR_INVALID_VALUE;
+        continue;
+      default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (status != CUDA_SUCCESS) return status;
+    work.push_back(std::move(w));
+  }
+  for (WorkSpec& w : work) out->push_back(std::move(w));
   return CUDA_SUCCESS;
 }
 
@@ -670,6 +734,13 @@ CUresult impl::cuStreamWriteValue64_v2(CUstream s, CUdeviceptr a, cuuint64_t v, 
 }
 CUresult impl::cuStreamWriteValue64_v2_ptsz(CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f) {
   return write_value<std::uint64_t>(s, a, v, f, kPerThread);
+}
+CUresult impl::cuStreamBatchMemOp_v2(CUstream s, unsigned int count, CUstreamBatchMemOpParams* ops, unsigned int f) {
+  return batch_mem_op(s, count, ops, f, kLegacy);
+}
+CUresult impl::cuStreamBatchMemOp_v2_ptsz(CUstream s, unsigned int count, CUstreamBatchMemOpParams* ops,
+                                          unsigned int f) {
+  return batch_mem_op(s, count, ops, f, kPerThread);
 }
 
 }  // namespace uvmpool::sim

@@ -1,6 +1,8 @@
-// The work of one kernel launch, for the graphs (graphs.cpp): a graph's kernel node holds what
-// cuLaunchKernel would have submitted, checked as a launch is checked.
+// The work of a kernel launch, a host function or stream memory operations, for the graphs
+// (graphs.cpp): a graph's node holds what its stream call would have submitted, checked as that call is.
 #pragma once
+
+#include <vector>
 
 #include "sim/contexts.h"
 #include "sim/timeline.h"
@@ -23,6 +25,13 @@ CUresult kernel_work(const KernelLaunch& launch, const Context* context, WorkSpe
 
 // The work of a host function (cuLaunchHostFunc, a graph's host node); INVALID_VALUE for a null one.
 CUresult host_work(CUhostFn fn, void* data, const char* what, WorkSpec* out);
+
+// The work of a batch of stream memory operations (cuStreamBatchMemOp, a graph's memory-operation
+// node), one piece per wait or write, in order; barriers and flushes are checked and give none. The
+// whole batch is checked before any of it is made: INVALID_VALUE for none, more than
+// kMaxBatchMemOps, an unknown operation, bad flags, or an address a wait or write cannot reach.
+inline constexpr unsigned kMaxBatchMemOps = 255;  // cuda.h: "must be less than 256"
+CUresult mem_op_work(unsigned count, const CUstreamBatchMemOpParams* ops, std::vector<WorkSpec>* out);
 
 // A context destroyed (or a primary context released for the last time, or reset): the modules
 // loaded in it go, with their functions, and libraries' functions made for it, as on a GPU. Their

@@ -144,7 +144,9 @@ constexpr TieringField kTieringFields[] = {
     {"launch_host_pointers", "Of those pointers, the ones into host memory", &tiering::Stats::host_pointers},
     {"launches_in_place", "Launches given memory in the host tier: they read it in place over PCIe",
      &tiering::Stats::launches_in_place},
-    {"transfers_read", "Copies and memsets on pool memory seen while host memory was mapped (shown to the policy as launches)",
+    {"transfers_read",
+     "Copies, memsets and stream memory operations on pool memory seen while host memory was mapped (shown to the "
+     "policy as launches)",
      &tiering::Stats::transfers_read},
     {"transfers_in_place", "Of those, the ones reading or writing memory in the host tier, over PCIe",
      &tiering::Stats::transfers_in_place},

@@ -2,9 +2,9 @@
 // graph_touches.h: the hooks of cuGraphAdd*Node, cuGraph*NodeSetParams and cuGraphExec*NodeSetParams
 // (src/hooks/graph_node_hooks.cpp) record it for the graph, and a cuGraphLaunch shows the union.
 // A node left out here would be missing from a union that is otherwise read, so an overlapped move
-// could run under it unordered: what cannot be read makes the graph unreadable instead (its launches
-// then order behind every move). Child graph and conditional nodes name graphs, whose records
-// graph_touches.h joins.
+// could run under it unordered: what cannot be read (a node type newer than this build) makes the
+// graph unreadable instead (its launches then order behind every move). Child graph and conditional
+// nodes name graphs, whose records graph_touches.h joins.
 #include "tiering/tiering.h"
 
 #include "driver/kernel_node_params.h"
@@ -38,6 +38,7 @@ Tiering::NodeRead Tiering::node_read(CUgraphNodeType type) {
     case CU_GRAPH_NODE_TYPE_KERNEL: return NodeRead::Kernel;
     case CU_GRAPH_NODE_TYPE_MEMCPY: return NodeRead::Memcpy;
     case CU_GRAPH_NODE_TYPE_MEMSET: return NodeRead::Memset;
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: return NodeRead::MemOp;
     case CU_GRAPH_NODE_TYPE_GRAPH: return NodeRead::Child;
     case CU_GRAPH_NODE_TYPE_HOST:
     case CU_GRAPH_NODE_TYPE_EMPTY:
@@ -47,7 +48,7 @@ Tiering::NodeRead Tiering::node_read(CUgraphNodeType type) {
     case CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT:
     case CU_GRAPH_NODE_TYPE_MEM_ALLOC:  // the graph's own memory, not the pool's
     case CU_GRAPH_NODE_TYPE_MEM_FREE: return NodeRead::NamesNone;
-    default: return NodeRead::Unreadable;  // memory operations, newer types; conditionals (the hook's)
+    default: return NodeRead::Unreadable;  // newer types; conditionals (the hook's)
   }
 }
 
@@ -61,6 +62,7 @@ bool Tiering::node_ranges(const CUgraphNodeParams& node, std::vector<GraphTouche
       node_ranges(pitched_range(m.dst, m.pitch, m.width, m.elementSize, m.height).span(), out);
       return true;
     }
+    case NodeRead::MemOp: node_ranges(mem_op_ranges(node.memOp.paramArray, node.memOp.count), out); return true;
     case NodeRead::NamesNone: return true;
     case NodeRead::Child:  // the caller's
     case NodeRead::Unreadable: return false;

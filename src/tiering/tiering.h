@@ -60,9 +60,10 @@ struct LaunchSeen {
   bool captured = false;
 };
 
-// A copy or memset the hooks saw (src/hooks/transfer_hooks.cpp): the pool memory it reads or writes
-// counts as a launch's touches, under a function id of its own (no CUfunction is that small).
-enum class Transfer : std::uintptr_t { Copy = 1, Memset = 2 };
+// A copy, memset or stream memory operation the hooks saw (src/hooks/transfer_hooks.cpp,
+// mem_op_hooks.cpp): the pool memory it reads or writes counts as a launch's touches, under a function
+// id of its own (no CUfunction is that small).
+enum class Transfer : std::uintptr_t { Copy = 1, Memset = 2, MemOp = 3 };
 struct TransferRange {
   CUdeviceptr address;
   std::size_t bytes;
@@ -170,14 +171,14 @@ class Tiering {
   // captured copy's are recorded.
   void node_ranges(std::span<const TransferRange> ranges, std::vector<GraphTouches::Range>* out) const;
   // A node of the generic calls (cuGraphAddNode, cuGraphNodeSetParams, cuGraphExecNodeSetParams), by its
-  // type: kernel, memcpy and memset nodes as above; host, empty, event, external semaphore and graph
-  // memory (allocation, free) nodes name none of the program's pool memory; false (unreadable) for memory
-  // operations and types newer than this build. Child graph and conditional nodes are the caller's
+  // type: kernel, memcpy, memset and memory-operation nodes as above (a memory operation's words:
+  // transfer_ranges.h); host, empty, event, external semaphore and graph memory (allocation, free) nodes
+  // name none of the program's pool memory; false (unreadable) for types newer than this build. Child graph and conditional nodes are the caller's
   // (GraphTouches::add_child, add_conditional: their graphs' records): false here.
   bool node_ranges(const CUgraphNodeParams& node, std::vector<GraphTouches::Range>* out);
   // How node_ranges reads a generic node of `type` (with no tiering yet, a hook needs only to know
   // whether it is readable).
-  enum class NodeRead { Kernel, Memcpy, Memset, Child, NamesNone, Unreadable };
+  enum class NodeRead { Kernel, Memcpy, Memset, MemOp, Child, NamesNone, Unreadable };
   static NodeRead node_read(CUgraphNodeType type);
   // A prefetch of [p, end), which `allocations` cover (advice.h checked the call): with Auto, its pieces
   // not in `to`'s tier are asked of the mover (none for another device's memory). False when nothing

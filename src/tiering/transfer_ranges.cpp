@@ -1,5 +1,7 @@
 #include "tiering/transfer_ranges.h"
 
+#include <algorithm>
+
 namespace uvmpool::tiering {
 namespace {
 
@@ -73,6 +75,23 @@ TransferRanges pitched_range(CUdeviceptr p, std::size_t pitch, std::size_t width
   std::size_t width_bytes = 0;
   if (!__builtin_mul_overflow(width, element, &width_bytes))
     add_side(out, CU_MEMORYTYPE_DEVICE, p, 0, 0, 0, pitch, 0, width_bytes, height, 1);
+  return out;
+}
+
+std::vector<TransferRange> mem_op_ranges(const CUstreamBatchMemOpParams* ops, unsigned count) {
+  std::vector<TransferRange> out;
+  if (ops == nullptr) return out;
+  count = std::min(count, kMaxMemOpsRead);
+  for (unsigned i = 0; i < count; ++i) {
+    const CUstreamBatchMemOpParams& op = ops[i];
+    switch (op.operation) {
+      case CU_STREAM_MEM_OP_WAIT_VALUE_32: out.push_back({op.waitValue.address, 4}); break;
+      case CU_STREAM_MEM_OP_WAIT_VALUE_64: out.push_back({op.waitValue.address, 8}); break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_32: out.push_back({op.writeValue.address, 4}); break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_64: out.push_back({op.writeValue.address, 8}); break;
+      default: break;  // a barrier or a flush; an unknown one the driver refuses
+    }
+  }
   return out;
 }
 

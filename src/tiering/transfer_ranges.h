@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "driver/driver_api.h"
 #include "tiering/tiering.h"
@@ -54,6 +55,13 @@ TransferRanges ranges_of(const CUDA_MEMCPY3D_BATCH_OP& op);
 // A pitched memset: `height` rows of `width` elements of `element` bytes, `pitch` bytes apart from `p`.
 TransferRanges pitched_range(CUdeviceptr p, std::size_t pitch, std::size_t width, std::size_t element,
                              std::size_t height);
+// The words a batch of stream memory operations waits on or writes (cuStreamBatchMemOp, a graph's
+// memory-operation node): 4 or 8 bytes at each wait's and write's address, in order; barriers and
+// flushes name none. A null array gives none (the driver refuses it), and only the first
+// kMaxMemOpsRead operations are read: the driver refuses a longer batch (cuda.h: fewer than 256).
+inline constexpr unsigned kMaxMemOpsRead = 256;
+std::vector<TransferRange> mem_op_ranges(const CUstreamBatchMemOpParams* ops, unsigned count);
+
 // A flat copy's or memset's ranges, as given.
 inline TransferRanges flat_ranges(TransferRange first, TransferRange second = {0, 0}) {
   TransferRanges out;

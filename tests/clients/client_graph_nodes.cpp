@@ -1,14 +1,16 @@
 // A runtime-like program (every driver function from cuGetProcAddress) that builds a graph node by node
 // on spilled memory, through every node call that can name device memory: kernel nodes in CUDA 11's
-// and CUDA 12's parameters, memcpy and memset nodes, and cuGraphAddNode's kernel, memcpy, memset,
-// empty and host nodes; instantiates it through the name "cuGraphInstantiate" (the five-parameter
-// form the driver answers it with); launches it, changes its nodes in the executable graph (typed and generic set
-// calls) and launches it again. Past UVMPOOL_DEVICE_LIMIT=64M each buffer below is its own allocation
-// in host memory, so each one the hooks followed is one host pointer of the graph's launch. It checks
-// every value the graph wrote, then prints, for the hooks tests (tests/hooks/CMakeLists.txt) and the
-// GPU suite (scripts/gpu-suite.sh):
+// and CUDA 12's parameters, memcpy, memset and memory-operation nodes, and cuGraphAddNode's kernel,
+// memcpy, memset, empty and host nodes; instantiates it through the name "cuGraphInstantiate" (the
+// five-parameter form the driver answers it with); launches it, changes its nodes in the executable
+// graph (typed and generic set calls) and launches it again. Past UVMPOOL_DEVICE_LIMIT=64M each buffer
+// below is its own allocation in host memory, so each one the hooks followed is one host pointer of the
+// graph's launch. Then the stream memory operations (cuStreamWriteValue32, cuStreamWaitValue64 and a
+// cuStreamBatchMemOp) on those buffers, each shown to tiering as a transfer. It checks every value
+// written, then prints, for the hooks tests (tests/hooks/CMakeLists.txt) and the GPU suite
+// (scripts/gpu-suite.sh):
 //   graph nodes client: ok; node hook calls <n>; graph_launches_read <n>; graph_launches_unread <n>;
-//   host pointers <first launch> then <second launch>
+//   host pointers <first launch> then <second launch>; memory operations shown <n> in place <n>
 #include <dlfcn.h>
 
 #include <cstdint>
@@ -44,6 +46,11 @@ int main() {
   auto add_kernel = resolve<s::cuGraphAddKernelNode_v2>("cuGraphAddKernelNode", 12000);
   auto add_memcpy = resolve<s::cuGraphAddMemcpyNode>("cuGraphAddMemcpyNode", 10000);
   auto add_memset = resolve<s::cuGraphAddMemsetNode>("cuGraphAddMemsetNode", 10000);
+  auto add_mem_op = resolve<s::cuGraphAddBatchMemOpNode>("cuGraphAddBatchMemOpNode", 11070);
+  auto exec_mem_op = resolve<s::cuGraphExecBatchMemOpNodeSetParams>("cuGraphExecBatchMemOpNodeSetParams", 11070);
+  auto write_value = resolve<s::cuStreamWriteValue32_v2>("cuStreamWriteValue32", 11070);
+  auto wait_value64 = resolve<s::cuStreamWaitValue64_v2>("cuStreamWaitValue64", 11070);
+  auto batch_mem_op = resolve<s::cuStreamBatchMemOp_v2>("cuStreamBatchMemOp", 11070);
   auto add_node = resolve<s::cuGraphAddNode_v2>("cuGraphAddNode", 12030);
   auto exec_memcpy = resolve<s::cuGraphExecMemcpyNodeSetParams>("cuGraphExecMemcpyNodeSetParams", 10020);
   auto exec_node = resolve<s::cuGraphExecNodeSetParams>("cuGraphExecNodeSetParams", 12020);
@@ -54,10 +61,10 @@ int main() {
   auto exec_destroy = resolve<s::cuGraphExecDestroy>("cuGraphExecDestroy", 10000);
   auto graph_destroy = resolve<s::cuGraphDestroy>("cuGraphDestroy", 10000);
 
-  // The device's 64 MiB taken, then ten buffers in host memory.
+  // The device's 64 MiB taken, then twelve buffers in host memory.
   CUdeviceptr device_part = 0;
   CU(mem_alloc(&device_part, 64u << 20));
-  std::vector<CUdeviceptr> b(10);
+  std::vector<CUdeviceptr> b(12);
   for (CUdeviceptr& p : b) {
     CU(mem_alloc(&p, kBuffer));
     CU(memset32(p, 0, kWords));
@@ -95,10 +102,11 @@ int main() {
   };
 
   // One chain: b0 = 10 (CUDA 12 kernel node), b1 = 11 (CUDA 11's), b2 = b0 (memcpy), b3 = 13 (memset);
-  // generic: b4 = 14 (kernel), b5 = b4 (memcpy), b6 = 16 (memset), an empty node, a host node.
+  // generic: b4 = 14 (kernel), b5 = b4 (memcpy), b6 = 16 (memset), an empty node, a host node; then
+  // b10's first word = 20 (a memory-operation node).
   CUgraph graph = nullptr;
   CU(graph_create(&graph, 0));
-  std::vector<CUgraphNode> n(9);
+  std::vector<CUgraphNode> n(10);
   k.kernelParams = params[0];
   CU(add_kernel(&n[0], graph, nullptr, 0, &k));
   k.kernelParams = params[1];
@@ -137,6 +145,12 @@ int main() {
   g.host.fn = [](void* runs) { ++*static_cast<int*>(runs); };
   g.host.userData = &host_runs;
   CU(add_node(&n[8], graph, &n[7], nullptr, 1, &g));
+  CUstreamBatchMemOpParams op{};
+  op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+  op.writeValue.address = b[10];
+  op.writeValue.value = 20;
+  CUDA_BATCH_MEM_OP_NODE_PARAMS m{ctx, 1, &op, 0};
+  CU(add_mem_op(&n[9], graph, &n[8], 1, &m));
 
   CUgraphExec exec = nullptr;
   CU(instantiate(&exec, graph, nullptr, nullptr, 0));
@@ -151,9 +165,13 @@ int main() {
     for (std::uint32_t v : got) CLIENT_CHECK(v == want[i], "the first launch left %u in buffer %d", v, i);
   }
   CLIENT_CHECK(host_runs == 1, "the host node ran %d times", host_runs);
+  std::uint32_t word = 0;
+  CU(dtoh(&word, b[10], 4));
+  CLIENT_CHECK(word == 20, "the memory-operation node left %u", word);
 
-  // In the executable graph: the memcpy node copies b1 into b7, the generic memset sets b8, and the
-  // CUDA 11 kernel node fills b9; each new buffer joins the union (the old ones stay in it).
+  // In the executable graph: the memcpy node copies b1 into b7, the generic memset sets b8, the CUDA 11
+  // kernel node fills b9, and the memory-operation node writes 21 to b11; each new buffer joins the
+  // union (the old ones stay in it).
   const CUDA_MEMCPY3D copy7 = copy_of(b[7], b[1]);
   CU(exec_memcpy(exec, n[2], &copy7, ctx));
   g = {};
@@ -163,6 +181,9 @@ int main() {
   dst[1] = b[9];
   value[1] = 19;
   CU(exec_kernel_v1(exec, n[1], &k1));
+  op.writeValue.address = b[11];
+  op.writeValue.value = 21;
+  CU(exec_mem_op(exec, n[9], &m));
   const long long before_second = host_pointers();
   CU(graph_launch(exec, nullptr));
   CU(sync());
@@ -172,18 +193,46 @@ int main() {
     CU(dtoh(got.data(), b[7 + i], kWords * 4));
     for (std::uint32_t v : got) CLIENT_CHECK(v == want_after[i], "the second launch left %u in buffer %d", v, 7 + i);
   }
+  CU(dtoh(&word, b[11], 4));
+  CLIENT_CHECK(word == 21, "the changed memory-operation node left %u", word);
   CU(exec_destroy(exec));
   CU(graph_destroy(graph));
 
+  // The stream memory operations on host memory: a write of b0's first word; a batch that writes b1's
+  // first eight bytes and then waits for b0's word (written: it returns at once); a wait for b1's.
+  const long long shown_before = uvmpool_figure(libcuda, "transfers_read");
+  const long long in_place_before = uvmpool_figure(libcuda, "transfers_in_place");
+  CU(write_value(nullptr, b[0], 30, 0));
+  CUstreamBatchMemOpParams batch[2] = {};
+  batch[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+  batch[0].writeValue.address = b[1];
+  batch[0].writeValue.value64 = 0x3100000031ull;
+  batch[1].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+  batch[1].waitValue.address = b[0];
+  batch[1].waitValue.value = 30;
+  batch[1].waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
+  CU(batch_mem_op(nullptr, 2, batch, 0));
+  CU(wait_value64(nullptr, b[1], 0x3100000031ull, CU_STREAM_WAIT_VALUE_EQ));
+  CU(sync());
+  const long long mem_ops_shown = uvmpool_figure(libcuda, "transfers_read") - shown_before;
+  const long long mem_ops_in_place = uvmpool_figure(libcuda, "transfers_in_place") - in_place_before;
+  std::uint32_t words[2] = {};
+  CU(dtoh(&word, b[0], 4));
+  CU(dtoh(words, b[1], 8));
+  CLIENT_CHECK(word == 30 && words[0] == 0x31 && words[1] == 0x31, "the memory operations left %u, %u %u", word,
+               words[0], words[1]);
+
   // By base name: each counts both versions of its call.
-  const char* node_calls[] = {"cuGraphAddKernelNode", "cuGraphAddMemcpyNode",
-                              "cuGraphAddMemsetNode", "cuGraphAddNode_v2", "cuGraphExecMemcpyNodeSetParams",
-                              "cuGraphExecNodeSetParams", "cuGraphExecKernelNodeSetParams"};
+  const char* node_calls[] = {"cuGraphAddKernelNode",           "cuGraphAddMemcpyNode",
+                              "cuGraphAddMemsetNode",           "cuGraphAddNode_v2",
+                              "cuGraphExecMemcpyNodeSetParams", "cuGraphExecNodeSetParams",
+                              "cuGraphExecKernelNodeSetParams", "cuGraphAddBatchMemOpNode",
+                              "cuGraphExecBatchMemOpNodeSetParams"};
   unsigned long long calls = 0;
   for (const char* name : node_calls) calls += uvmpool_calls(libcuda, name);
   std::printf("graph nodes client: ok; node hook calls %llu; graph_launches_read %lld; graph_launches_unread %lld; "
-              "host pointers %lld then %lld\n",
+              "host pointers %lld then %lld; memory operations shown %lld in place %lld\n",
               calls, uvmpool_figure(libcuda, "graph_launches_read"), uvmpool_figure(libcuda, "graph_launches_unread"),
-              first, second);
+              first, second, mem_ops_shown, mem_ops_in_place);
   return 0;
 }

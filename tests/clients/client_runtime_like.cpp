@@ -48,6 +48,10 @@ CUresult call_with_nulls(const char* symbol, void* fn) {
     return reinterpret_cast<s::cuMemcpyPeerAsync>(fn)(0, nullptr, 0, nullptr, 0, nullptr);
   if (name.starts_with("cuMemsetD2D") && name.find("Async") != std::string_view::npos)
     return reinterpret_cast<s::cuMemsetD2D32Async>(fn)(0, 0, 0, 0, 0, nullptr);  // the value's width aside, alike
+  // A wait or write of a word: given flags no driver takes, so nothing is queued on address 0 (a zero
+  // flags word is a valid wait, and a wait or write reaching address 0 would fault the context later).
+  if (name.starts_with("cuStreamWaitValue") || name.starts_with("cuStreamWriteValue"))
+    return reinterpret_cast<AnyHook>(fn)(0, 0, 0, 0xffffffffu, 0);
   // Six arguments: a context last, or the generic node's edge data and parameters. Measured on the H200
   // (driver 580.159.04): cuGraphAddMemcpyNode given five zeros and a garbage sixth crashes in the driver.
   if (name == "cuGraphAddMemcpyNode" || name == "cuGraphAddMemsetNode" || name == "cuGraphAddNode_v2")

@@ -106,6 +106,21 @@ class GraphTouches_ : public TieringTest {
     EXPECT_EQ(tiering->stats().launches_ordered, 1u) << "the graph launch was not ordered behind the move";
     EXPECT_TRUE(all_equal(in_host, 2 * kMiB, value)) << "the graph's write was lost";
   }
+  // A kernel node filling the 2 MiB at `target` with `value`, added to `graph` first and recorded as
+  // graph_node_hooks.cpp records it.
+  void add_fill_node(CUgraph graph, CUdeviceptr target, std::uint32_t value, CUgraphNode* node) {
+    std::uint64_t count = 2 * kMiB / 4;
+    void* params[] = {&target, &count, &value};  // the driver copies them when the node is added
+    CUDA_KERNEL_NODE_PARAMS k{};
+    k.func = fill_kernel;
+    k.gridDimX = k.gridDimY = k.gridDimZ = k.blockDimY = k.blockDimZ = 1;
+    k.blockDimX = 32;
+    k.kernelParams = params;
+    ASSERT_CU(drv().cuGraphAddKernelNode_v2(node, graph, nullptr, 0, &k));
+    std::vector<GraphTouches::Range> ranges;
+    ASSERT_TRUE(tiering->node_ranges(k, &ranges));
+    graphs().add_node(graph, *node, &ranges);
+  }
   // A graph launch as the cuGraphLaunch hook makes it; what it showed.
   LaunchSeen launch_graph(CUgraphExec exec, CUresult* r) {
     LaunchSeen seen;
@@ -319,8 +334,17 @@ TEST_F(GraphTouches_, GenericNodesAreReadByTheirType) {
     EXPECT_TRUE(ranges.empty()) << "type " << none;
   }
   // 15: a type newer than this build (within the enum's range of values: UBSan checks a load of one).
-  for (const int unreadable : {int(CU_GRAPH_NODE_TYPE_BATCH_MEM_OP), int(CU_GRAPH_NODE_TYPE_CONDITIONAL),
-                               int(CU_GRAPH_NODE_TYPE_GRAPH), 15}) {
+  n = {};
+  n.type = CU_GRAPH_NODE_TYPE_BATCH_MEM_OP;  // the words its waits and writes reach, pool memory's only
+  CUstreamBatchMemOpParams ops[3] = {};
+  ops[0].writeValue = {CU_STREAM_MEM_OP_WRITE_VALUE_64, b + 64, {1}, 0, 0};
+  ops[1].memoryBarrier = {CU_STREAM_MEM_OP_BARRIER, CU_STREAM_MEMORY_BARRIER_TYPE_SYS};
+  ops[2].waitValue = {CU_STREAM_MEM_OP_WAIT_VALUE_32, 4096, {1}, 0, 0};  // not pool memory
+  n.memOp = {nullptr, 3, ops, 0};
+  ASSERT_TRUE(tiering->node_ranges(n, &ranges));
+  EXPECT_EQ(ranges, (std::vector<GraphTouches::Range>{{b + 64, 8}}));
+
+  for (const int unreadable : {int(CU_GRAPH_NODE_TYPE_CONDITIONAL), int(CU_GRAPH_NODE_TYPE_GRAPH), 15}) {
     n = {};
     n.type = static_cast<CUgraphNodeType>(unreadable);
     EXPECT_FALSE(tiering->node_ranges(n, &ranges)) << "type " << unreadable;
@@ -383,20 +407,9 @@ TEST_F(GraphTouches_, AMemcpyNodeWritingMemoryBeingMovedIsOrderedBehindTheCommit
   // The graph as graph_node_hooks.cpp follows it: source = 0x66 (a kernel node), then in_host = source.
   CUgraph graph = nullptr;
   ASSERT_CU(drv().cuGraphCreate(&graph, 0));
-  CUdeviceptr target = source;
-  std::uint64_t count = 2 * kMiB / 4;
-  std::uint32_t value = 0x66;
-  void* params[] = {&target, &count, &value};
-  CUDA_KERNEL_NODE_PARAMS k{};
-  k.func = fill_kernel;
-  k.gridDimX = k.gridDimY = k.gridDimZ = k.blockDimY = k.blockDimZ = 1;
-  k.blockDimX = 32;
-  k.kernelParams = params;
   CUgraphNode fill_node = nullptr, copy_node = nullptr;
-  ASSERT_CU(drv().cuGraphAddKernelNode_v2(&fill_node, graph, nullptr, 0, &k));
+  ASSERT_NO_FATAL_FAILURE(add_fill_node(graph, source, 0x66, &fill_node));
   std::vector<GraphTouches::Range> ranges;
-  ASSERT_TRUE(tiering->node_ranges(k, &ranges));
-  graphs().add_node(graph, fill_node, &ranges);
   CUDA_MEMCPY3D copy{};
   copy.srcMemoryType = copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
   copy.srcDevice = source;
@@ -411,6 +424,51 @@ TEST_F(GraphTouches_, AMemcpyNodeWritingMemoryBeingMovedIsOrderedBehindTheCommit
   graphs().add_node(graph, copy_node, &ranges);
   exec = instantiate(graph);
   expect_launch_ordered_behind_promotion(in_host, 0x66);
+  ASSERT_CU(drv().cuGraphExecDestroy(exec));
+  graphs().exec_destroyed(exec);
+  ASSERT_CU(drv().cuGraphDestroy(graph));
+  graphs().graph_destroyed(graph);
+}
+
+// A memory-operation node beside a kernel node: before cuGraphAddBatchMemOpNode was followed, the graph
+// was known by its kernel node alone, and its write into memory being moved was lost with the old
+// pieces (the race detector reports it) when the node's word is left out of the record.
+TEST_F(GraphTouches_, AMemoryOperationNodeWritingMemoryBeingMovedIsOrderedBehindTheCommit) {
+  CUdeviceptr in_host = 0;
+  ASSERT_NO_FATAL_FAILURE(spill_with_room(&in_host));
+  ASSERT_CU(drv().cuMemsetD32_v2(in_host, 0x55, 2 * kMiB / 4));
+  const CUdeviceptr other = allocate(2 * kMiB);
+  ASSERT_EQ(tier_at(other), 'D');
+  CUgraphExec exec = nullptr;
+  make_tiering_launching_during_copies(&exec);
+  // The graph as graph_node_hooks.cpp follows it: other = 0x66 (a kernel node), then in_host's second
+  // word = 0x77 (a memory-operation node).
+  CUgraph graph = nullptr;
+  ASSERT_CU(drv().cuGraphCreate(&graph, 0));
+  CUgraphNode fill_node = nullptr, op_node = nullptr;
+  ASSERT_NO_FATAL_FAILURE(add_fill_node(graph, other, 0x66, &fill_node));
+  std::vector<GraphTouches::Range> ranges;
+  CUstreamBatchMemOpParams op{};
+  op.writeValue = {CU_STREAM_MEM_OP_WRITE_VALUE_32, in_host + 4, {0x77}, 0, 0};
+  CUcontext context = nullptr;
+  ASSERT_CU(drv().cuCtxGetCurrent(&context));
+  const CUDA_BATCH_MEM_OP_NODE_PARAMS m{context, 1, &op, 0};
+  ASSERT_CU(drv().cuGraphAddBatchMemOpNode(&op_node, graph, &fill_node, 1, &m));
+  tiering->node_ranges(uvmpool::tiering::mem_op_ranges(&op, 1), &ranges);
+  ASSERT_EQ(ranges.size(), 1u);
+  graphs().add_node(graph, op_node, &ranges);
+  exec = instantiate(graph);
+  ASSERT_TRUE(tiering->mover().request(in_host, 2 * kMiB, Tier::Device));
+  ASSERT_CU(tiering->mover().run_epoch());
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  EXPECT_EQ(tier_at(in_host), 'D') << "the move was not committed";
+  EXPECT_EQ(tiering->stats().launches_ordered, 1u) << "the graph launch was not ordered behind the move";
+  std::uint32_t words[3] = {};
+  ASSERT_CU(drv().cuMemcpyDtoH_v2(words, in_host, sizeof words));
+  EXPECT_EQ(words[0], 0x55u);
+  EXPECT_EQ(words[1], 0x77u) << "the node's write was lost";
+  EXPECT_EQ(words[2], 0x55u);
+  EXPECT_TRUE(all_equal(other, 2 * kMiB, 0x66));
   ASSERT_CU(drv().cuGraphExecDestroy(exec));
   graphs().exec_destroyed(exec);
   ASSERT_CU(drv().cuGraphDestroy(graph));

@@ -144,4 +144,28 @@ TEST(TransferRanges, PitchedMemsetsAndFlatRanges) {
   EXPECT_EQ(list(uvmpool::tiering::flat_ranges({0, 8}, {0x200000, 0})), Ranges{}) << "no address or no bytes";
 }
 
+TEST(TransferRanges, AMemoryOperationBatchTouchesTheWordsOfItsWaitsAndWrites) {
+  std::vector<CUstreamBatchMemOpParams> ops(6);
+  ops[0].waitValue = {CU_STREAM_MEM_OP_WAIT_VALUE_32, 0x100000, {1}, 0, 0};
+  ops[1].writeValue = {CU_STREAM_MEM_OP_WRITE_VALUE_64, 0x200008, {2}, 0, 0};
+  ops[2].memoryBarrier = {CU_STREAM_MEM_OP_BARRIER, CU_STREAM_MEMORY_BARRIER_TYPE_GPU};
+  ops[3].waitValue = {CU_STREAM_MEM_OP_WAIT_VALUE_64, 0x300000, {3}, 0, 0};
+  ops[4].flushRemoteWrites = {CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES, 0};
+  ops[5].writeValue = {CU_STREAM_MEM_OP_WRITE_VALUE_32, 0x400004, {4}, 0, 0};
+  const auto list_of = [](const std::vector<TransferRange>& r) {
+    Ranges out;
+    for (const TransferRange& x : r) out.emplace_back(x.address, x.bytes);
+    return out;
+  };
+  EXPECT_EQ(list_of(uvmpool::tiering::mem_op_ranges(ops.data(), 6)),
+            (Ranges{{0x100000, 4}, {0x200008, 8}, {0x300000, 8}, {0x400004, 4}}));
+  EXPECT_EQ(list_of(uvmpool::tiering::mem_op_ranges(ops.data(), 2)), (Ranges{{0x100000, 4}, {0x200008, 8}}))
+      << "only the count given";
+  EXPECT_TRUE(uvmpool::tiering::mem_op_ranges(nullptr, 6).empty()) << "no array: the driver refuses it";
+  // A count past what the driver takes reads no further than kMaxMemOpsRead operations.
+  std::vector<CUstreamBatchMemOpParams> many(uvmpool::tiering::kMaxMemOpsRead);
+  for (CUstreamBatchMemOpParams& op : many) op.writeValue = {CU_STREAM_MEM_OP_WRITE_VALUE_32, 0x500000, {5}, 0, 0};
+  EXPECT_EQ(uvmpool::tiering::mem_op_ranges(many.data(), 0xffffffffu).size(), many.size());
+}
+
 }  // namespace
