@@ -42,12 +42,15 @@ UVMPOOL_MEM_OP(cuStreamWriteValue64_v2, cuuint64_t, 8, s)
 UVMPOOL_MEM_OP(cuStreamWriteValue64_v2_ptsz, cuuint64_t, 8, per_thread(s))
 #undef UVMPOOL_MEM_OP
 
-// A batch: the words of each of its waits and writes (tiering/transfer_ranges.h).
+// A batch: the words of each of its waits and writes (tiering/transfer_ranges.h). A null array with a
+// count is refused here: driver 580.159.04 crashes on it inside cuStreamBatchMemOp_v2 (measured on the
+// H200, 2026-12-04), where the simulator answers INVALID_VALUE.
 #define UVMPOOL_BATCH_MEM_OP(symbol, stream)                                                              \
   CUresult CUDAAPI symbol(CUstream s, unsigned int count, CUstreamBatchMemOpParams* ops, unsigned int flags) { \
     stats::count_hook(driver::Fn::symbol);                                                               \
     const driver::RealDriver* d = driver::real();                                                       \
     if (d == nullptr || d->table.symbol == nullptr) return CUDA_ERROR_NO_DEVICE;                         \
+    if (ops == nullptr && count != 0) return CUDA_ERROR_INVALID_VALUE;                                   \
     const std::vector<tiering::TransferRange> touched = tiering::mem_op_ranges(ops, count);             \
     const Shown shown(tiering::Transfer::MemOp, stream, touched);                                        \
     return d->table.symbol(s, count, ops, flags);                                                        \

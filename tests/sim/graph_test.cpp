@@ -306,9 +306,6 @@ TEST_F(Graphs, MemcpyMemsetAndGenericNodesRunWhatTheyWereLastGiven) {
   CUgraphNodeParams e{};
   e.type = CU_GRAPH_NODE_TYPE_EMPTY;
   ASSERT_CU(cuGraphAddNode(&empty, graph, &gk, nullptr, 1, &e));
-  CUgraphNodeParams memop{};  // a memory-operation node of no operations
-  memop.type = CU_GRAPH_NODE_TYPE_BATCH_MEM_OP;
-  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, cuGraphAddNode(&refused, graph, nullptr, nullptr, 0, &memop));
   CUgraphNodeParams semaphore{};  // a type the simulator does not model
   semaphore.type = CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL;
   EXPECT_CU_EQ(CUDA_ERROR_NOT_SUPPORTED, cuGraphAddNode(&refused, graph, nullptr, nullptr, 0, &semaphore));
