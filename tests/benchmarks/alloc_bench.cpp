@@ -282,14 +282,18 @@ int main(int argc, char** argv) {
   // and many (15 of 50 ms a variant): an H200 host's pair time moved between about 250 and 500 ns from
   // one 200 ms run to the next, so with 5 rounds of 200 ms the three variants of one round often ran
   // in different states, and the trace's figure read +9.6%, +29.4% and +51.6% in three runs of one
-  // build on 2026-12-03.
+  // build on 2026-12-03. Odd rounds run the variants in the reverse order (traced, statistics, bare),
+  // so a drift within a round (the first variant after another size's, the machine's clock moving)
+  // falls on the bare pool as often as on the counted one, and cancels in the median.
   const double round_time = options.real("round-time");
   using Fn = void (*)(benchmark::State&, std::size_t);
   const std::pair<const char*, Fn> variants[] = {{"bare", bare_pair}, {"stats", pool_pair}, {"traced", traced_pair}};
   for (int round = 0; round < repetitions; ++round) {
     for (std::uint64_t bytes : overhead_sizes) {
-      for (const auto& [kind, fn] : variants)
+      for (std::size_t i = 0; i < std::size(variants); ++i) {
+        const auto& [kind, fn] = variants[round % 2 == 0 ? i : std::size(variants) - 1 - i];
         benchmark::RegisterBenchmark(round_key(kind, bytes, round).c_str(), fn, bytes)->MinTime(round_time);
+      }
     }
   }
   // Names are "<kind>/<bytes>"; native and pool alternate per size so drift hits both alike.
@@ -370,8 +374,8 @@ int main(int argc, char** argv) {
              std::to_string(trace_status.bytes >> 20) + " MiB");
   costs.note("statistics published every " + options.text("stats-interval") + " ms by their thread during the whole run");
   costs.note("each figure: the median over " + std::to_string(repetitions) +
-             " rounds of that round's ratio (bare, statistics and traced run one after the other in each round); "
-             "the times shown are the medians of each variant's");
+             " rounds of that round's ratio (bare, statistics and traced run one after the other in each round, "
+             "in the reverse order in odd rounds); the times shown are the medians of each variant's");
   costs.print();
   if (publisher) publisher->stop();
   std::filesystem::remove(g_trace_path);
