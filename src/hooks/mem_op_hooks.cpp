@@ -8,6 +8,8 @@
 // into its graph. None of these waits on the host when called, so none passes the host-wait gate. A
 // wait that never ends (its value never written) holds its stream as it would without uvmpool; a move
 // of memory it touched waits behind it, which the mover's hold patience bounds (mover.h).
+#include <vector>
+
 #include "driver/real_driver.h"
 #include "hooks/hooks.h"
 #include "hooks/shown.h"

@@ -2,8 +2,8 @@
 // node, instantiated, launched, and updated. Nodes added by hand: kernel (both parameter versions),
 // memcpy, memset, memory-operation and child-graph nodes, and through cuGraphAddNode kernel, memcpy,
 // memset, memory-operation, host, child-graph and empty nodes; other types (events, semaphores, memory
-// allocation, conditionals) are CUDA_ERROR_NOT_SUPPORTED here. A node's parameters are checked as its stream
-// call's would be (copy_work.h makes a copy's or memset's work without running it).
+// allocation, conditionals) are CUDA_ERROR_NOT_SUPPORTED here. A node's parameters are checked as its
+// stream call's would be (copy_work.h makes a copy's or memset's work without running it).
 //
 // A graph is its nodes in the order they were captured or added, each node the work it runs (a child
 // graph node: the child's work, copied when added, as the driver clones the child). Dependencies are
