@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "config/log.h"
+#include "driver/batch_mem_ops.h"
 #include "sim/address_space.h"
 #include "sim/contexts.h"
 #include "sim/device_memory.h"
@@ -474,7 +475,7 @@ CUresult host_work(CUhostFn fn, void* data, const char* what, WorkSpec* out) {
 
 CUresult mem_op_work(unsigned count, const CUstreamBatchMemOpParams* ops, std::vector<WorkSpec>* out) {
   if (count == 0) return CUDA_SUCCESS;  // even with a null array: measured (H200, driver 580.159.04)
-  if (count > kMaxBatchMemOps || ops == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (count > driver::kMaxBatchMemOps || ops == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::vector<WorkSpec> work;
   for (unsigned i = 0; i < count; ++i) {
     const CUstreamBatchMemOpParams& op = ops[i];

@@ -29,10 +29,9 @@ CUresult host_work(CUhostFn fn, void* data, const char* what, WorkSpec* out);
 // The work of a batch of stream memory operations (cuStreamBatchMemOp, a graph's memory-operation
 // node), one piece per wait or write, in order; barriers and flushes are checked and give none. The
 // whole batch is checked before any of it is made: INVALID_VALUE for a null array, more than
-// kMaxBatchMemOps, an unknown operation, bad flags, or an address a wait or write cannot reach. A
-// count of 0 is no work, whatever the array (the H200's driver takes it so; given a null array with a
-// count, its stream call crashes and its node calls answer INVALID_VALUE, as here).
-inline constexpr unsigned kMaxBatchMemOps = 255;  // cuda.h: "must be less than 256"
+// driver::kMaxBatchMemOps, an unknown operation, bad flags, or an address a wait or write cannot
+// reach. A count of 0 is no work, whatever the array (the H200's driver takes it so; given a null
+// array with a count, its stream call crashes and its node calls answer INVALID_VALUE, as here).
 CUresult mem_op_work(unsigned count, const CUstreamBatchMemOpParams* ops, std::vector<WorkSpec>* out);
 
 // A context destroyed (or a primary context released for the last time, or reset): the modules

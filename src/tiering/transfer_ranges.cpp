@@ -1,7 +1,5 @@
 #include "tiering/transfer_ranges.h"
 
-#include <algorithm>
-
 namespace uvmpool::tiering {
 namespace {
 
@@ -80,8 +78,7 @@ TransferRanges pitched_range(CUdeviceptr p, std::size_t pitch, std::size_t width
 
 std::vector<TransferRange> mem_op_ranges(const CUstreamBatchMemOpParams* ops, unsigned count) {
   std::vector<TransferRange> out;
-  if (ops == nullptr) return out;
-  count = std::min(count, kMaxMemOpsRead);
+  if (ops == nullptr || count > driver::kMaxBatchMemOps) return out;
   for (unsigned i = 0; i < count; ++i) {
     const CUstreamBatchMemOpParams& op = ops[i];
     switch (op.operation) {

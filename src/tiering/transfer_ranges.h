@@ -16,6 +16,7 @@
 #include <span>
 #include <vector>
 
+#include "driver/batch_mem_ops.h"
 #include "driver/driver_api.h"
 #include "tiering/tiering.h"
 
@@ -57,9 +58,9 @@ TransferRanges pitched_range(CUdeviceptr p, std::size_t pitch, std::size_t width
                              std::size_t height);
 // The words a batch of stream memory operations waits on or writes (cuStreamBatchMemOp, a graph's
 // memory-operation node): 4 or 8 bytes at each wait's and write's address, in order; barriers and
-// flushes name none. A null array gives none (the driver refuses it), and only the first
-// kMaxMemOpsRead operations are read: the driver refuses a longer batch (cuda.h: fewer than 256).
-inline constexpr unsigned kMaxMemOpsRead = 256;
+// flushes name none. A null array gives none, and so does a batch of more than
+// driver::kMaxBatchMemOps, which the driver refuses whole without running any: its array is not read
+// past what the driver would read.
 std::vector<TransferRange> mem_op_ranges(const CUstreamBatchMemOpParams* ops, unsigned count);
 
 // A flat copy's or memset's ranges, as given.

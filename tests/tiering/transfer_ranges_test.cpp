@@ -162,10 +162,12 @@ TEST(TransferRanges, AMemoryOperationBatchTouchesTheWordsOfItsWaitsAndWrites) {
   EXPECT_EQ(list_of(uvmpool::tiering::mem_op_ranges(ops.data(), 2)), (Ranges{{0x100000, 4}, {0x200008, 8}}))
       << "only the count given";
   EXPECT_TRUE(uvmpool::tiering::mem_op_ranges(nullptr, 6).empty()) << "no array: the driver refuses it";
-  // A count past what the driver takes reads no further than kMaxMemOpsRead operations.
-  std::vector<CUstreamBatchMemOpParams> many(uvmpool::tiering::kMaxMemOpsRead);
+  // The most a batch may hold, each read; past it the driver refuses the batch whole, and nothing of
+  // the array is read (it may be shorter than the count says).
+  std::vector<CUstreamBatchMemOpParams> many(uvmpool::driver::kMaxBatchMemOps);
   for (CUstreamBatchMemOpParams& op : many) op.writeValue = {CU_STREAM_MEM_OP_WRITE_VALUE_32, 0x500000, {5}, 0, 0};
-  EXPECT_EQ(uvmpool::tiering::mem_op_ranges(many.data(), 0xffffffffu).size(), many.size());
+  EXPECT_EQ(uvmpool::tiering::mem_op_ranges(many.data(), uvmpool::driver::kMaxBatchMemOps).size(), many.size());
+  EXPECT_TRUE(uvmpool::tiering::mem_op_ranges(many.data(), 0xffffffffu).empty());
 }
 
 }  // namespace
