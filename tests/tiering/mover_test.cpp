@@ -1545,12 +1545,13 @@ TEST_F(Mover_, AProgramsMemsetsAndCopiesDuringAnEpochPassTheSubmissionGateAndAll
   // while a commit has the range unmapped, cuMemsetD32Async and cuMemcpyDtoDAsync answer
   // CUDA_ERROR_INVALID_VALUE, and cuMemcpyAsync waits for the held work and breaks the context (H200,
   // driver 580, tests/gpu/remap_enqueue.py; queued before the remap, they land in the new pieces). The
-  // simulator refuses such calls alike. And a hold is an event and then a wait on each stream: a
-  // copy queued between the two ran on during the remap (the race detector's report). A program
-  // thread here memsets and copies into the memory moving back and forth, on the held stream, passing
-  // the submission gates as the hooks do (hooks/shown.h: launches the placement's, copies and
-  // memsets the remaps' too): every call must succeed, the race detector see nothing (TearDown), and
-  // the last value written be there at the end.
+  // simulator refuses such calls alike, and a cuStreamWriteValue32 on an unmapped word too. And a hold
+  // is an event and then a wait on each stream: a copy queued between the two ran on during the remap
+  // (the race detector's report). A program thread here memsets, copies and writes words into the
+  // memory moving back and forth, on the held stream, passing the submission gates as the hooks do
+  // (hooks/shown.h: launches the placement's, copies, memsets and memory operations the remaps' too):
+  // every call must succeed, the race detector see nothing (TearDown), and the last value written be
+  // there at the end.
   allocate_both_tiers();
   ASSERT_CU(drv().cuMemsetD32_v2(on_device, 0x5eed, kMiB / 4));
   // Loaded now: a lazily loaded kernel's first launch waits inside the driver behind a hold, which
@@ -1559,23 +1560,26 @@ TEST_F(Mover_, AProgramsMemsetsAndCopiesDuringAnEpochPassTheSubmissionGateAndAll
   ASSERT_CU(drv().cuStreamSynchronize(stream));
   make_mover();
   std::atomic<bool> stop{false};
-  std::atomic<std::uint32_t> last{0}, last_launched{0};
+  std::atomic<std::uint32_t> last{0}, last_launched{0}, last_word{0};
   std::atomic<int> refused{0};
   std::atomic<CUresult> first_refusal{CUDA_SUCCESS};
+  const CUdeviceptr word = in_host + 3 * kMiB;  // a stream memory operation's (mem_op_hooks.cpp)
   std::thread program([&, context = ctx] {
     drv().cuCtxSetCurrent(context);
     for (std::uint32_t i = 1; !stop; ++i) {
       CUresult r = CUDA_SUCCESS;
-      if (i % 3 == 0) {
+      if (i % 4 == 0) {
         const uvmpool::tiering::HostWaitGate::Pass queued(streams.submissions());
         r = fill_on_stream(in_host + 2 * kMiB, kMiB, i);  // a launch: not resolved when called
         if (r == CUDA_SUCCESS) last_launched = i;
       } else {
         const uvmpool::tiering::HostWaitGate::Pass queued(streams.submissions());
         const uvmpool::tiering::HostWaitGate::Pass resolved(streams.remaps());
-        r = i % 3 == 1 ? drv().cuMemsetD32Async(in_host, i, kMiB / 4, stream)
-                       : drv().cuMemcpyDtoDAsync_v2(in_host + kMiB, on_device, kMiB, stream);
-        if (r == CUDA_SUCCESS && i % 3 == 1) last = i;
+        r = i % 4 == 1   ? drv().cuMemsetD32Async(in_host, i, kMiB / 4, stream)
+            : i % 4 == 2 ? drv().cuMemcpyDtoDAsync_v2(in_host + kMiB, on_device, kMiB, stream)
+                         : drv().cuStreamWriteValue32_v2(stream, word, i, 0);
+        if (r == CUDA_SUCCESS && i % 4 == 1) last = i;
+        if (r == CUDA_SUCCESS && i % 4 == 3) last_word = i;
       }
       if (r != CUDA_SUCCESS && refused++ == 0) first_refusal = r;
       if (i % 16 == 0) drv().cuStreamSynchronize(stream);  // bounded queue: waits for the hold, if one stands
@@ -1600,6 +1604,9 @@ TEST_F(Mover_, AProgramsMemsetsAndCopiesDuringAnEpochPassTheSubmissionGateAndAll
   EXPECT_TRUE(all_equal(in_host, kMiB, last)) << "a memset was lost";
   EXPECT_TRUE(all_equal(in_host + kMiB, kMiB, 0x5eed)) << "a copy was lost";
   EXPECT_TRUE(all_equal(in_host + 2 * kMiB, kMiB, last_launched)) << "a launch's write was lost";
+  std::uint32_t got = 0;
+  ASSERT_CU(drv().cuMemcpyDtoH_v2(&got, word, sizeof got));
+  EXPECT_EQ(got, last_word.load()) << "a stream memory operation's write was lost";
 }
 
 TEST_F(Mover_, ALaunchFromAnotherThreadCannotLandBetweenAHoldsEventAndItsWait) {
