@@ -3,11 +3,12 @@
 // one, possibly in pool memory (a flag or a counter the program keeps there), so each is shown to
 // tiering as a transfer touching those words (Tiering::before_transfer): it passes the submission
 // gates as a memset does, so it cannot land between a hold's event and its wait, nor be called while a
-// commit has its word unmapped (the simulator refuses an unmapped address when called, as it does a
-// memset's); an overlapped move of its memory orders it behind the commit; a capture records the words
-// into its graph. None of these waits on the host when called, so none passes the host-wait gate. A
-// wait that never ends (its value never written) holds its stream as it would without uvmpool; a move
-// of memory it touched waits behind it, which the mover's hold patience bounds (mover.h).
+// commit has its word unmapped (the driver refuses an unmapped address when called, as it does a
+// memset's: measured on the H200, MemOps.AWordNotMappedIsRefusedWhenCalled); an overlapped move of its
+// memory orders it behind the commit; a capture records the words into its graph. None of these waits
+// on the host when called, so none passes the host-wait gate. A wait that never ends (its value never
+// written) holds its stream as it would without uvmpool; a move of memory it touched waits behind it,
+// which the mover's hold patience bounds (mover.h).
 #include <vector>
 
 #include "driver/real_driver.h"

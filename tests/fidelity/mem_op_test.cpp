@@ -95,6 +95,27 @@ TEST_F(MemOps, EveryOperationReachesHostLocatedVmmMemory) {
   every_operation_reaches(va);
 }
 
+// The driver checks a wait's or a write's address when it is called, as it does a memset's: on a
+// reserved range with nothing mapped, and on one unmapped after use, both answer INVALID_VALUE and
+// queue nothing (measured, H200, driver 580.159.04, with a probe in a child process). So uvmpool's
+// hooks keep these calls out of a commit's remaps (src/hooks/mem_op_hooks.cpp).
+TEST_F(MemOps, AWordNotMappedIsRefusedWhenCalled) {
+  CUdeviceptr va = 0;
+  CUmemGenericAllocationHandle h = 0;
+  ASSERT_CU(vmm_device(&va, &h, gran));
+  ASSERT_CU(CU(cuStreamWriteValue32_v2, stream, va, 1u, 0u));
+  ASSERT_CU(CU(cuStreamSynchronize, stream));
+  ASSERT_CU(mem_unmap(va, gran));
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, CU(cuStreamWriteValue32_v2, stream, va, 5u, 0u)) << "unmapped after use";
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, CU(cuStreamWaitValue32_v2, stream, va, 0u, 0u)) << "unmapped after use";
+  CUdeviceptr never = 0;
+  ASSERT_CU(address_reserve(&never, gran));
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, CU(cuStreamWriteValue32_v2, stream, never, 5u, 0u)) << "never mapped";
+  CUstreamBatchMemOpParams op = wait32(never, 0, CU_STREAM_WAIT_VALUE_GEQ);
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, CU(cuStreamBatchMemOp_v2, stream, 1u, &op, 0u)) << "never mapped, batched";
+  ASSERT_CU(CU(cuStreamSynchronize, stream));
+}
+
 // A batch the driver refuses runs none of its operations. (A null array with a count crashes driver
 // 580.159.04 inside cuStreamBatchMemOp_v2, measured on the H200: uvmpool's hook refuses it instead,
 // src/hooks/mem_op_hooks.cpp, so it is not asked of a real driver here.)
