@@ -195,15 +195,10 @@ TEST_F(PointerAttributes, HostNumaVmmIsHostMemory) {
          CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) != CUDA_SUCCESS ||
       supported != 1)
     GTEST_SKIP() << "HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0";
-  const CUmemAllocationProp prop = pinned_prop(CU_MEM_LOCATION_TYPE_HOST_NUMA, 0);
-  std::size_t g = 0;
-  ASSERT_CU(CU(cuMemGetAllocationGranularity, &g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
   CUdeviceptr va = 0;
   CUmemGenericAllocationHandle h = 0;
-  ASSERT_CU(address_reserve(&va, g));
-  ASSERT_CU(mem_create(&h, g, prop));
-  ASSERT_CU(mem_map(va, g, h));
-  ASSERT_CU(grant_device(va, g));
+  std::size_t g = 0;
+  ASSERT_CU(vmm_host(&va, &h, &g));
   EXPECT_EQ(memory_type(va + 64), static_cast<unsigned>(CU_MEMORYTYPE_HOST));  // measured, H200
   EXPECT_EQ(flag(CU_POINTER_ATTRIBUTE_MAPPED, va + 64), 1u);
   EXPECT_EQ(flag(CU_POINTER_ATTRIBUTE_IS_MANAGED, va + 64), 0u);

@@ -231,6 +231,16 @@ CUresult DriverTest::vmm_device(CUdeviceptr* p, CUmemGenericAllocationHandle* h,
   return r;
 }
 
+CUresult DriverTest::vmm_host(CUdeviceptr* p, CUmemGenericAllocationHandle* h, std::size_t* bytes) {
+  const CUmemAllocationProp prop = pinned_prop(CU_MEM_LOCATION_TYPE_HOST_NUMA, 0);
+  CUresult r = CU(cuMemGetAllocationGranularity, bytes, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  if (r == CUDA_SUCCESS) r = address_reserve(p, *bytes);
+  if (r == CUDA_SUCCESS) r = mem_create(h, *bytes, prop);
+  if (r == CUDA_SUCCESS) r = mem_map(*p, *bytes, *h);
+  if (r == CUDA_SUCCESS) r = grant_device(*p, *bytes);
+  return r;
+}
+
 std::vector<std::uint32_t> DriverTest::read_words(CUdeviceptr p, std::size_t count) {
   std::vector<std::uint32_t> out(count, 0xDEADBEEFu);
   EXPECT_CU(CU(cuMemcpyDtoH_v2, out.data(), p, count * sizeof(std::uint32_t)));

@@ -74,6 +74,9 @@ class DriverTest : public ::testing::Test {
 
   // Reserve + create on device 0 + map + read/write access for device 0, in one step.
   CUresult vmm_device(CUdeviceptr* p, CUmemGenericAllocationHandle* h, std::size_t bytes);
+  // The same on the host NUMA node 0 (what uvmpool's host tier maps), its minimum granularity
+  // (`*bytes`), device access only.
+  CUresult vmm_host(CUdeviceptr* p, CUmemGenericAllocationHandle* h, std::size_t* bytes);
   CUresult grant_device(CUdeviceptr p, std::size_t bytes);
 
   // Copies through the driver: what the device sees.

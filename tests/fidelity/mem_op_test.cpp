@@ -83,15 +83,10 @@ TEST_F(MemOps, EveryOperationReachesHostLocatedVmmMemory) {
   int supported = 0;
   ASSERT_CU(CU(cuDeviceGetAttribute, &supported, CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev));
   ASSERT_EQ(supported, 1) << "uvmpool's host tier needs host-NUMA VMM memory";
-  const CUmemAllocationProp prop = pinned_prop(CU_MEM_LOCATION_TYPE_HOST_NUMA, 0);
-  std::size_t g = 0;
-  ASSERT_CU(CU(cuMemGetAllocationGranularity, &g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
   CUdeviceptr va = 0;
   CUmemGenericAllocationHandle h = 0;
-  ASSERT_CU(address_reserve(&va, g));
-  ASSERT_CU(mem_create(&h, g, prop));
-  ASSERT_CU(mem_map(va, g, h));
-  ASSERT_CU(grant_device(va, g));
+  std::size_t bytes = 0;
+  ASSERT_CU(vmm_host(&va, &h, &bytes));
   every_operation_reaches(va);
 }
 
