@@ -51,7 +51,9 @@ bool Captures::under_way(CUcontext context) {
     return (c.stream != CU_STREAM_LEGACY || c.context == context) && over(c);
   });
   any_.store(!captures_.empty(), std::memory_order_release);
-  return std::any_of(captures_.begin(), captures_.end(), [&](const Capture& c) { return c.context == context; });
+  return std::any_of(captures_.begin(), captures_.end(), [&](const Capture& c) {
+    return c.context == context && (c.answered || c.thread != std::this_thread::get_id());
+  });
 }
 
 }  // namespace uvmpool::pool

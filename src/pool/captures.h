@@ -5,12 +5,13 @@
 // from any thread, even one in the relaxed interaction mode. The pool's wait before it unmaps freed
 // memory (DevicePool::fence_unmap) is that call. So the hooks tell the pool of each capture begun and
 // ended (src/hooks/graph_hooks.cpp), and:
-//   - before a capture begins, the pool waits for what was freed so far (Pool::capture_beginning):
-//     the wait the program's own cuMemFree would have made before it, made once;
-//   - during one, the wait for its context is left for after it (fence_unmap keeps the context
-//     listed). What is unmapped meanwhile was freed during the capture, which the driver itself
-//     refuses a program in global or thread-local mode (cuMemFree spoils it) and allows in relaxed
-//     mode, where the program promises nothing that runs uses it;
+//   - as a capture begins, it counts as under way for every other thread, and then the pool waits
+//     for what was freed so far (Pool::capture_beginning): the wait the program's own cuMemFree would
+//     have made before it, made once, and no free slips in between unwaited;
+//   - during one, a free of memory allocated in its context is held until it is over (held_frees.h):
+//     work queued before the capture on another stream may still use that memory, and the wait that
+//     would see it end is refused. The fence leaves a capturing context listed for the first fence
+//     after the capture (fence_unmap), for a free that reached the pool by no held route;
 //   - a move's commit that must wait for memory freed on a stream of a capturing context answers
 //     NOT_READY and stays prepared until the capture ends (DevicePool::fence_move). The mover commits
 //     only with the program's streams held (no such wait), and puts off its epochs during captures.
@@ -42,8 +43,11 @@ class Captures {
   // After an end of `stream`'s capture was asked (whatever the driver answered: it is asked again).
   void ended(CUstream stream);
   // Whether a capture is under way in `context`, which the caller has made current. Ended ones are
-  // forgotten on the way.
+  // forgotten on the way. One this thread is beginning does not count for this thread: the driver has
+  // not been asked to begin it, so a wait now comes before it (Pool::capture_beginning's own fence).
   bool under_way(CUcontext context);
+  // Whether any capture is known (under way, or being begun), without the lock.
+  bool any() const { return any_.load(std::memory_order_acquire); }
 
  private:
   struct Capture {

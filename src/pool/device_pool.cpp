@@ -75,13 +75,13 @@ CarvedRange::Hint DevicePool::placing(std::span<const CUdeviceptr> wants, std::s
   return hint;
 }
 
-CUresult DevicePool::deallocate(Entry entry, CUdeviceptr p) {
+CUresult DevicePool::deallocate(Entry entry, CUdeviceptr p, CUcontext wait_for) {
   repeat_.freed(p);  // allocated on a stream, maybe
   if (Slab* s = as_slab(entry)) return free_small(s, p, false);
   if (as_carved(entry) != nullptr) return free_carved(p, nullptr, false);
   Block* b = as_block(entry);
   // Guard mode unmaps at once, after waiting for the work of the context it was allocated in.
-  if (config_.guard) return free_guarded(b, p, b->context.load(std::memory_order_relaxed));
+  if (config_.guard) return free_guarded(b, p, wait_for != nullptr ? wait_for : b->context.load(std::memory_order_relaxed));
   return free_large(b, p);
 }
 

@@ -190,7 +190,8 @@ class DevicePool {
   CUresult allocate(CUdeviceptr* out, std::size_t bytes, CUcontext context, const CarvedRange::Hint& hint = {});
   CUresult allocate_async(CUdeviceptr* out, std::size_t bytes, CUcontext context, const StreamKey& stream);
   // `entry` is the address map's entry for p (a Block or Slab of this device).
-  CUresult deallocate(Entry entry, CUdeviceptr p);
+  // `wait_for`: the context guard mode waits for before it unmaps (nullptr: the allocation's).
+  CUresult deallocate(Entry entry, CUdeviceptr p, CUcontext wait_for = nullptr);
   CUresult deallocate_async(Entry entry, CUdeviceptr p, const StreamKey& stream, bool capturing);
   // Before cuStreamDestroy: covers what the stream's frees left pending with an event recorded on
   // it (or, failing that, waits for its context); once destroyed, its handle may name another stream.

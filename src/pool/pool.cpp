@@ -18,6 +18,7 @@
 #include "driver/context_scope.h"
 #include "driver/real_driver.h"
 #include "pool/device_pool.h"
+#include "pool/held_frees.h"
 #include "pool/host_tier.h"
 
 namespace uvmpool::pool {
@@ -74,6 +75,7 @@ struct Pool::Devices {
   AddressMap map;
   std::atomic<DeviceWaits*> waits{nullptr};  // set_device_waits
   Captures captures;                         // the graph captures under way (captures.h)
+  HeldFrees held;                            // frees put off until a capture is over (held_frees.h)
   std::array<std::atomic<DevicePool*>, kMaxDevices> pools{};
   std::array<std::atomic<bool>, kMaxDevices> unsupported{};
   Mutex init_mu;  // one DevicePool made per device
@@ -195,6 +197,7 @@ CUresult Pool::allocate(CUdeviceptr* out, std::size_t bytes) {
   if (const CUresult r = current_device(&device, &ctx); r != CUDA_SUCCESS) return r;
   DevicePool* p = device_pool(device);
   if (p == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  release_held();  // frees held through a capture whose end the hooks did not see
   return p->allocate(out, bytes, ctx);
 }
 
@@ -251,8 +254,53 @@ Ownership Pool::deallocate(CUdeviceptr p, CUresult* result) {
   if (e == 0) return guard_refuses_free(config_.guard, devices_->map, p, result) ? Ownership::Ours : Ownership::Foreign;
   DevicePool* owner = owner_of(e);
   if (owner == nullptr) return Ownership::Foreign;
+  if (held_already(p, result)) return Ownership::Ours;
+  if (const std::optional<CUresult> held = hold_during_capture(owner, e, p, nullptr)) {
+    *result = *held;
+    return Ownership::Ours;
+  }
   *result = owner->deallocate(e, p);
+  release_held();  // a capture whose end the hooks did not see is over by now, maybe
   return Ownership::Ours;
+}
+
+bool Pool::held_already(CUdeviceptr p, CUresult* result) {
+  if (devices_->held.empty() || !devices_->held.holds(p)) return false;
+  log::error("free of {:#x}: already freed (double free); ignored", p);
+  *result = CUDA_ERROR_INVALID_VALUE;
+  return true;
+}
+
+std::optional<CUresult> Pool::hold_during_capture(DevicePool* owner, Entry e, CUdeviceptr p, CUcontext wait_for) {
+  if (!devices_->captures.any() || process_exiting()) return std::nullopt;
+  const std::optional<AllocationInfo> info = owner->describe(e, p);
+  if (!info || info->base != p) return std::nullopt;  // not a live allocation's start: the free says what is wrong
+  // The context the free's wait before an unmap is made in (DevicePool::fence_unmap).
+  CUcontext context = wait_for != nullptr ? wait_for : info->context;
+  {
+    driver::ContextScope in(driver_, context);
+    if (in.status() != CUDA_SUCCESS || !devices_->captures.under_way(context)) return std::nullopt;
+  }
+  if (!devices_->held.hold(p, context)) {  // another thread's free of it came first
+    log::error("free of {:#x}: already freed (double free); ignored", p);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  log::debug("free of {:#x} while a graph capture is under way in its context: held until the capture is over", p);
+  return CUDA_SUCCESS;
+}
+
+void Pool::release_held(CUcontext destroying) {
+  if (devices_->held.empty()) return;
+  const auto capturing = [this](CUcontext context) {
+    driver::ContextScope in(driver_, context);
+    return in.status() == CUDA_SUCCESS && devices_->captures.under_way(context);
+  };
+  for (const HeldFrees::Held& h : devices_->held.take(capturing, destroying)) {
+    const Entry e = devices_->map.lookup(h.p);
+    DevicePool* owner = e != 0 ? owner_of(e) : nullptr;
+    const CUresult r = owner != nullptr ? owner->deallocate(e, h.p, h.context) : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS) log::warn("free of {:#x}, held during a graph capture: error {} when made", h.p, static_cast<int>(r));
+  }
 }
 
 Ownership Pool::deallocate_async(CUdeviceptr p, CUstream stream, CUresult* result) {
@@ -260,13 +308,21 @@ Ownership Pool::deallocate_async(CUdeviceptr p, CUstream stream, CUresult* resul
   if (e == 0) return guard_refuses_free(config_.guard, devices_->map, p, result) ? Ownership::Ours : Ownership::Foreign;
   DevicePool* owner = owner_of(e);
   if (owner == nullptr) return Ownership::Foreign;
+  if (held_already(p, result)) return Ownership::Ours;
   // The free's event is recorded on the stream, which takes an event of the stream's own context.
   CUcontext ctx = nullptr;
   if (const CUresult r = driver::stream_context(driver_, stream, &ctx); r != CUDA_SUCCESS || ctx == nullptr) {
     *result = r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_CONTEXT;  // nothing freed, as the driver would
     return Ownership::Ours;
   }
-  *result = owner->deallocate_async(e, p, stream_key(stream, ctx), capturing(stream));
+  const bool captured = capturing(stream);
+  // Guard mode unmaps at once after waiting for the stream's context, which a capture there refuses.
+  if (config_.guard && !captured)
+    if (const std::optional<CUresult> held = hold_during_capture(owner, e, p, ctx)) {
+      *result = *held;
+      return Ownership::Ours;
+    }
+  *result = owner->deallocate_async(e, p, stream_key(stream, ctx), captured);
   return Ownership::Ours;
 }
 
@@ -279,22 +335,26 @@ void Pool::stream_destroying(CUstream stream) {
 }
 
 void Pool::capture_beginning(CUstream stream) {
-  // First the wait for what was freed, while no capture of this one's is under way to spoil.
-  fence_freed();
   CUcontext context = nullptr;
   // The legacy and per-thread streams are the current context's; a stream's own is asked.
   const bool named = stream != nullptr && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD;
   const CUresult r = named && driver_.cuStreamGetCtx != nullptr ? driver_.cuStreamGetCtx(stream, &context)
                                                                   : driver_.cuCtxGetCurrent(&context);
-  if (r != CUDA_SUCCESS || context == nullptr) return;  // no capture will begin: the driver refuses the stream
-  devices_->captures.beginning(context, stream);
+  // Under way for other threads from here, so that their frees are held (held_frees.h); then the wait
+  // for what was freed so far, which this thread may still make (the driver has not begun it).
+  if (r == CUDA_SUCCESS && context != nullptr) devices_->captures.beginning(context, stream);
+  fence_freed();
 }
 
 void Pool::capture_begun(CUstream stream, CUresult began) { devices_->captures.begun(stream, began == CUDA_SUCCESS); }
 
-void Pool::capture_ended(CUstream stream) { devices_->captures.ended(stream); }
+void Pool::capture_ended(CUstream stream) {
+  devices_->captures.ended(stream);
+  release_held();
+}
 
 void Pool::context_destroying(CUcontext context) {
+  release_held(context);  // its captures go with it
   for (auto& slot : devices_->pools) {
     if (DevicePool* p = slot.load(std::memory_order_acquire)) p->forget_context(context);
   }

@@ -240,6 +240,9 @@ class Pool {
   // (captures.h). capture_beginning just before the begin is forwarded, capture_begun with the
   // driver's answer (on the same thread); capture_ended after an end was forwarded, whatever the
   // driver answered.
+  // A cuMemFree of memory allocated in a context with a capture under way is held until the capture
+  // is over (held_frees.h): the allocation stays live and mapped, and a second free of it is a double
+  // free. Guard mode's stream-ordered frees, which unmap at once, are held the same way.
   void capture_beginning(CUstream stream);
   void capture_begun(CUstream stream, CUresult began);
   void capture_ended(CUstream stream);
@@ -380,6 +383,14 @@ class Pool {
   CUresult current_device(int* device, CUcontext* context);
   // The device of `ctx`, which is current (asked of the driver once a thread and context).
   CUresult device_of_current(CUcontext ctx, int* device);
+  // Frees held during a capture (held_frees.h). held_already: `p` is held, so its free is a double
+  // free (told, INVALID_VALUE in *result). hold_during_capture: the free of `p` (the live allocation of
+  // `owner` at `e`) held when a capture is under way in `wait_for` (nullptr: its allocation's context),
+  // answering the free's result; nullopt, not held. release_held: the held frees whose capture is
+  // over, and those of `destroying`, made now.
+  bool held_already(CUdeviceptr p, CUresult* result);
+  std::optional<CUresult> hold_during_capture(DevicePool* owner, std::uintptr_t e, CUdeviceptr p, CUcontext wait_for);
+  void release_held(CUcontext destroying = nullptr);
 
   const driver::Table& driver_;
   PoolConfig config_;

@@ -1,11 +1,13 @@
-// A runtime-like program (every driver function from cuGetProcAddress) that captures a graph while
-// the pool unmaps memory freed during the capture: one thread captures a stream in global mode
-// (PyTorch's default) while another, in the relaxed interaction mode (which the driver lets free
-// during a global capture), allocates and frees. Under UVMPOOL_GUARD=1 every free unmaps at once, after
-// the pool's wait for the device, a cuCtxSynchronize that the driver refuses during any capture of the
-// context and that spoils it (tests/fidelity/capture_test.cpp): the pool leaves that wait for after the
-// capture (src/pool/captures.h). Prints, for tests/hooks/CMakeLists.txt:
-//   capture client: ok; status after the unmap <n>; end <CUresult>
+// A runtime-like program (every driver function from cuGetProcAddress) that frees memory during a
+// graph capture: one thread captures a stream in global mode (PyTorch's default) while another, in the
+// relaxed interaction mode (which the driver lets free during a global capture), allocates and frees.
+// Under UVMPOOL_GUARD=1 every free unmaps at once, after the pool's wait for the device, a
+// cuCtxSynchronize that the driver refuses during any capture of the context and that spoils it
+// (tests/fidelity/capture_test.cpp). So the pool holds a free made during a capture in the
+// allocation's context until the capture is over (src/pool/held_frees.h): the allocation is still one
+// after the free (cuMemGetAddressRange answers 0) and no longer after the capture's end (an error: the
+// guarded range is unmapped). Prints, for tests/hooks/CMakeLists.txt:
+//   capture client: ok; status after the free <n>; end <CUresult>; range during <CUresult> after <CUresult>
 #include <dlfcn.h>
 
 #include <thread>
@@ -27,6 +29,7 @@ int main() {
   auto end_capture = resolve<s::cuStreamEndCapture>("cuStreamEndCapture", 10000);
   auto is_capturing = resolve<s::cuStreamIsCapturing>("cuStreamIsCapturing", 10000);
   auto graph_destroy = resolve<s::cuGraphDestroy>("cuGraphDestroy", 10000);
+  auto address_range = resolve<s::cuMemGetAddressRange_v2>("cuMemGetAddressRange", 3020);
 
   CUcontext ctx = nullptr;
   CU(current(&ctx));
@@ -37,21 +40,25 @@ int main() {
   CU(mem_free(before));  // freed (and, guarded, unmapped) before the capture
 
   CU(begin_capture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CUdeviceptr p = 0;
+  CUresult range_during = CUDA_ERROR_UNKNOWN;
   std::thread([&] {
     CU(set_current(ctx));
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     CU(exchange_mode(&mode));
-    CUdeviceptr p = 0;
     CU(mem_alloc(&p, 4u << 20));
-    CU(mem_free(p));  // guarded: unmapped now, during the capture
+    CU(mem_free(p));  // guarded: unmapped at once, but for the capture
+    range_during = address_range(nullptr, nullptr, p);
   }).join();
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   CU(is_capturing(stream, &status));
   CUgraph graph = nullptr;
   const CUresult ended = end_capture(stream, &graph);
   if (graph != nullptr) CU(graph_destroy(graph));
+  const CUresult range_after = address_range(nullptr, nullptr, p);
   CU(stream_destroy(stream));
-  std::printf("capture client: ok; status after the unmap %d; end %d\n", static_cast<int>(status), static_cast<int>(ended));
+  std::printf("capture client: ok; status after the free %d; end %d; range during %d after %d\n", static_cast<int>(status),
+              static_cast<int>(ended), static_cast<int>(range_during), static_cast<int>(range_after));
   dlclose(libcuda);
   return 0;
 }

@@ -159,6 +159,43 @@ TEST_F(Kernels, UnmapUnderARunningKernelReturnsWithoutWaitingForIt) {
   EXPECT_LT(unmap_us, kernel_us / 4) << "cuMemUnmap waited for the kernel";
 }
 
+// Why uvmpool holds a cuMemFree made during a graph capture in the allocation's context
+// (src/pool/held_frees.h): NVIDIA's, in a relaxed capture, still waits for work queued before it on
+// another stream, and the pool's own wait before an unmap (cuCtxSynchronize) is refused then.
+TEST_F(Kernels, ARelaxedFreeDuringACaptureWaitsForWorkQueuedOnAnotherStream) {
+  constexpr std::size_t kBytes = 64 * kMiB;
+  CUdeviceptr busy = 0, freed = 0;
+  ASSERT_CU(CU(cuMemAlloc_v2, &busy, kBytes));
+  ASSERT_CU(CU(cuMemAlloc_v2, &freed, kMiB));
+  CUevent done = nullptr;
+  ASSERT_CU(CU(cuEventCreate, &done, static_cast<unsigned>(CU_EVENT_DISABLE_TIMING)));
+  CUstream capturing = nullptr;
+  ASSERT_CU(CU(cuStreamCreate, &capturing, static_cast<unsigned>(CU_STREAM_NON_BLOCKING)));
+  ASSERT_CU(launch_touch(busy, kBytes, 400));  // 25.6 GB read: milliseconds on an H200
+  ASSERT_CU(CU(cuEventRecord, done, stream));
+  ASSERT_CU(CU(cuStreamBeginCapture_v2, capturing, CU_STREAM_CAPTURE_MODE_RELAXED));
+  const CUresult before = CU(cuEventQuery, done);
+  const auto t0 = Clock::now();
+  const CUresult free_result = CU(cuMemFree_v2, freed);
+  const double free_us = wall_us(t0, Clock::now());
+  const CUresult after = CU(cuEventQuery, done);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  EXPECT_CU(CU(cuStreamIsCapturing, capturing, &status));
+  CUgraph graph = nullptr;
+  const CUresult ended = CU(cuStreamEndCapture, capturing, &graph);
+  if (graph != nullptr) CU(cuGraphDestroy, graph);
+  EXPECT_CU(CU(cuCtxSynchronize));
+  EXPECT_CU(CU(cuStreamDestroy_v2, capturing));
+  EXPECT_CU(CU(cuEventDestroy_v2, done));
+  EXPECT_CU(CU(cuMemFree_v2, busy));
+  ASSERT_CU_EQ(CUDA_ERROR_NOT_READY, before) << "the kernel ended before the free: the test shows nothing";
+  EXPECT_CU(free_result) << "a relaxed capture allows the free";
+  EXPECT_CU(after) << "the free returned while the other stream's kernel still ran";
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  EXPECT_CU(ended);
+  figure("relaxed_capture_free_us", free_us);
+}
+
 TEST_F(Kernels, AValueWaitReleasesTheStreamSoonAfterTheHostWritesTheFlag) {
   void* host = nullptr;
   ASSERT_CU(host_alloc(&host, 4096, CU_MEMHOSTALLOC_DEVICEMAP));

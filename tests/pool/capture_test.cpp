@@ -88,8 +88,8 @@ TEST_F(Capture, MemoryFreedWhileCapturingIsNeverReusedAndStaysMapped) {
 
 // The driver refuses cuCtxSynchronize while a stream of the context captures, spoiling the capture
 // (tests/fidelity/capture_test.cpp), and the pool's wait before an unmap is that call: what was freed
-// is waited for as a capture begins, and what is freed during it is unmapped without the wait, which
-// is left for the first fence after it (src/pool/captures.h).
+// is waited for as a capture begins, and what is freed during it is held until it is over
+// (src/pool/captures.h, held_frees.h; tests/pool/capture_free_test.cpp), its wait made after it.
 class CaptureWaits : public Capture {
  protected:
   CUstreamCaptureStatus status_of(CUstream stream) {
@@ -102,7 +102,7 @@ class CaptureWaits : public Capture {
   unsigned long long syncs() { return sim().call_count("cuCtxSynchronize"); }
 };
 
-TEST_F(CaptureWaits, AnUnmapDuringACaptureLeavesItIntactAndTheWaitComesAfterIt) {
+TEST_F(CaptureWaits, WhatIsFreedBeforeACaptureIsWaitedForAsItBeginsAndWhatDuringItAfterIt) {
   auto pool = make_pool();
   free_one(*pool);
   ASSERT_TRUE(pool->fence_due());
@@ -114,8 +114,9 @@ TEST_F(CaptureWaits, AnUnmapDuringACaptureLeavesItIntactAndTheWaitComesAfterIt) 
   pool->release_idle();
   EXPECT_EQ(syncs(), 1u) << "the pool waited for the context during its capture";
   EXPECT_EQ(status_of(s), CU_STREAM_CAPTURE_STATUS_ACTIVE);
-  EXPECT_TRUE(pool->fence_due()) << "the wait is left for after the capture";
+  EXPECT_FALSE(pool->fence_due()) << "the free is held: no wait is due for it yet";
   EXPECT_CU(end_capture(*pool, s));
+  EXPECT_TRUE(pool->fence_due()) << "made at the capture's end, the free leaves its wait due";
   pool->fence_freed();
   EXPECT_EQ(syncs(), 2u);
   EXPECT_FALSE(pool->fence_due());
