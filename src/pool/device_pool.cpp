@@ -111,14 +111,10 @@ CUresult DevicePool::deallocate_async(Entry entry, CUdeviceptr p, const StreamKe
         log::error("free of {:#x}: already freed (double free); ignored", p);
         return CUDA_ERROR_INVALID_VALUE;
       }
-      // Pieces of it are changing tier (move.cpp). Outside a capture the free does not wait for the
-      // move, which may stand until the program's work reaches a hold placed ahead: it becomes a
-      // pending free of a mapping being moved (free_while_moving). In a capture it waits.
-      if (capturing) {
-        wait_while_moving(b);
-        continue;
-      }
-      if ((unpublished = free_while_moving(b, kPending))) break;
+      // Pieces of it are changing tier (move.cpp). The free does not wait for the move, which may
+      // stand until the program's work reaches a hold placed ahead: it becomes a pending (or, in a
+      // capture, quarantined) free of a mapping being moved (free_while_moving).
+      if ((unpublished = free_while_moving(b, freed))) break;
       // Not Live | kMoving any more: its move ended (Live: freed as any), or another free came first
       // (told at once: a free waiting out the move could free the next allocation given it).
       if (base_state(b->state.load(std::memory_order_acquire)) != kLive) {
@@ -148,7 +144,8 @@ bool DevicePool::free_while_moving(Block* b, int freed) {
   // figures agree on its host bytes (swap_pieces counts a live mapping's only). The move goes on with
   // a freed mapping; its copy is made unless the free began before the hold's mark (copy_move: then
   // no work may read it). A pending one is binned by release_pending and end_move once both are done,
-  // a cached one by end_move.
+  // a cached one by end_move; a quarantined one (freed in a capture) never is, and no later move
+  // claims it.
   MutexLock lock(mu_);
   int moving = kLive | kMoving;
   if (!b->state.compare_exchange_strong(moving, freed | kMoving, std::memory_order_acq_rel)) return false;

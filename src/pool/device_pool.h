@@ -159,7 +159,7 @@ struct Slab {
   std::vector<SlotInfo> info;
   bool listed = false;     // in its class's list of slabs with free slots
   std::atomic<int> state{kDead};
-  std::atomic<bool> moving{false};  // its chunk is changing tier: off its class's list, frees wait (class lock)
+  std::atomic<bool> moving{false};  // its chunk is changing tier: off its class's list, never given back (class lock)
   bool exported = false;            // as Block::exported (mu_)
   Slab* prev = nullptr;
   Slab* next = nullptr;

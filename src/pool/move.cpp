@@ -28,17 +28,19 @@
 // one mapping may be in flight over disjoint ranges (a large tensor moves as many extents, pipelined):
 // Block::moving lists their ranges, the first claims, the last releases, and a commit finds its
 // pieces again by address, since a commit before it may have split an extent into chunks. While claimed:
-//   - a free of a slab's slot, or a cuMemFreeAsync in a capture, waits for the move to end
-//     (wait_while_moving); any other free of a mapping does not, as tiering's moves may stand until
-//     the program's work reaches a hold: under mu_ (free_while_moving) it becomes Pending | kMoving
-//     (cuMemFreeAsync) or Cached | kMoving (cuMemFree), which end_move bins;
+//   - no free waits for the move, as tiering's moves may stand until the program's work reaches a
+//     hold: a mapping's, under mu_ (free_while_moving), becomes Pending | kMoving (cuMemFreeAsync),
+//     Quarantined | kMoving (cuMemFreeAsync in a capture: the move ends, and no later one begins) or
+//     Cached | kMoving (cuMemFree), which end_move bins; a slab's slot is freed as any (under its class
+//     lock, which the commit changes the slab's tier under), and the slab is listed again at the end;
 //   - a mapping freed on a stream whose work completes becomes Cached | kMoving, and end_move bins it;
 //   - stream-ordered reuse and exporting to CUDA IPC skip or wait for it; but a stream-ordered
 //     allocation at its place (repeat_places.h) takes a freed mapping there while it moves (Cached,
 //     or Pending on its own stream), published under mu_: the move goes on with a live mapping, and
 //     end_move bins only a Cached one.
 // A slab's claim is its `moving` flag under its class lock; it leaves its class's list, so no slot is
-// handed out from it, and frees of its slots wait. Memory exported by CUDA IPC never moves: another
+// handed out from it (but a slot freed on a stream, taken back on that stream), and no free of its
+// slots gives it back to the pool. Memory exported by CUDA IPC never moves: another
 // process maps its handles.
 //
 // Figures: cached figures are withdrawn with the mapping and added back by cache_block when it is
@@ -369,7 +371,7 @@ CUresult DevicePool::claim_block(Block* b) {
   for (int state = b->state.load(std::memory_order_acquire);;) {
     // Moves of other ranges of it are under way: this one joins their claim (prepare_move checks that
     // the ranges do not overlap). kMoving is set and cleared only under mu_, held here.
-    if ((state & kMoving) != 0) return CUDA_SUCCESS;
+    if ((state & kMoving) != 0) return base_state(state) == kQuarantined ? CUDA_ERROR_NOT_PERMITTED : CUDA_SUCCESS;
     if (state == kLive || state == kPending) {
       if (!b->state.compare_exchange_weak(state, state | kMoving, std::memory_order_acq_rel)) continue;
     } else if (state == kCached) {

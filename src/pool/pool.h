@@ -314,8 +314,8 @@ class Pool {
   //     NOT_READY while memory it unmaps was freed on a stream of a context capturing a graph (the
   //     wait for that stream would spoil the capture: captures.h).
   //   abort_move: gives the target back; the old mapping was never touched.
-  // Until the commit or abort, a free of that memory waits (so does exporting it), but for a
-  // stream-ordered free of a mapping outside a capture, which leaves it a pending free being moved. With
+  // Until the commit or abort, exporting that memory waits; a free of it does not (a mapping's leaves
+  // a freed mapping being moved, binned when the move ends; a slab's slot is freed as any). With
   // MoveWaits::NoWait, room that only a fence could free counts as none (OUT_OF_MEMORY).
   CUresult prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Move* out, MoveWaits waits = MoveWaits::Allowed);
   CUresult copy_move(Move& move, CUstream stream, std::uint64_t frees_before = 0);

@@ -68,6 +68,8 @@ bool SlabClasses::free_slot(Class& c, Slab* s, std::uint32_t slot) {
   s->info[slot] = SlotInfo{};
   s->live[slot / 64] &= ~(std::uint64_t{1} << (slot % 64));
   --s->used;
+  // Moving: off the list until the move ends, when unclaim lists it and counts it empty if it is.
+  if (s->moving.load(std::memory_order_relaxed)) return false;
   if (!s->listed) link(c.head, s);
   if (s->used != 0) return false;
   ++c.empty;

@@ -1,7 +1,8 @@
 // A device pool's size classes of small allocations: one part of it (device_pool.h), with a lock per
 // class. Each class lists its slabs that have a free slot (a slab is one chunk mapped on its own and
 // cut into equal slots, slabs.cpp); a slab leaves the list when its last slot is taken or while its
-// chunk moves between the tiers (move.cpp), and comes back when a slot is freed or the move ends.
+// chunk moves between the tiers (move.cpp), and comes back when a slot is freed or the move ends (its
+// slots may be freed meanwhile).
 // One empty slab per class stays listed for the next allocation; a second one freed empty is handed
 // back to the pool to take apart. Empty listed slabs on the device count as cached device memory
 // (DeviceFigures::chunks_cached): idle, the pool's to reclaim (take_empty).
@@ -46,9 +47,11 @@ class SlabClasses {
   bool take_slot(Class& c, Slab** slab, std::uint32_t* slot) UVMPOOL_REQUIRES(c.mu);
   void add(Class& c, Slab* s) UVMPOOL_REQUIRES(c.mu);  // a new slab, empty
   // The slot is free again (its SlotInfo cleared); true: the slab was a second empty one of its class,
-  // now off the list and dead, for the pool to take apart (destroy_slab, under mu_).
+  // now off the list and dead, for the pool to take apart (destroy_slab, under mu_). A slab moving
+  // stays off the list and alive: the move's end lists it.
   bool free_slot(Class& c, Slab* s, std::uint32_t slot) UVMPOOL_REQUIRES(c.mu);
-  // A move of the slab's chunk begins (off the list, its frees made to wait) and ends (back on it).
+  // A move of the slab's chunk begins (off the list: no slot is handed out from it, and none of its
+  // frees gives it back) and ends (back on it, counted empty if its frees emptied it).
   void claim(Class& c, Slab* s) UVMPOOL_REQUIRES(c.mu);
   void unclaim(Class& c, Slab* s) UVMPOOL_REQUIRES(c.mu);
   // Every listed empty slab, off the lists and dead, for the pool to take apart.

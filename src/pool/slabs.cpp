@@ -47,11 +47,9 @@ CUresult DevicePool::free_small(Slab* s, CUdeviceptr p, bool pending) {
     class_lock.unlock();
     class_lock = std::unique_lock(slabs_->of(now).mu.native());
   }
-  if (s->moving.load(std::memory_order_relaxed)) {  // its chunk is changing tier (move.cpp)
-    class_lock.unlock();
-    wait_while_moving(s);
-    return free_small(s, p, pending);
-  }
+  // Its chunk may be changing tier (move.cpp): the free does not wait for that, as tiering's moves may
+  // stand until the program's work reaches a hold placed ahead. The tier is read under the class lock,
+  // which the commit changes it under, and the commit counts the live slots as they are then.
   SlabClasses::Class& c = slabs_->of(cls);
   std::size_t size = 0;
   bool destroy = false;
@@ -98,13 +96,8 @@ void DevicePool::release_slot(Slab* s, std::uint32_t slot) {
   SlabClasses::Class& c = slabs_->of(s);
   bool destroy = false;
   {
-    UniqueMutexLock lock(c.mu);
-    while (s->moving.load(std::memory_order_relaxed)) {  // its chunk is changing tier (move.cpp)
-      lock.unlock();
-      wait_while_moving(s);
-      lock.lock();
-    }
-    destroy = slabs_->free_slot(c, s, slot);
+    MutexLock lock(c.mu);
+    destroy = slabs_->free_slot(c, s, slot);  // one moving stays alive (SlabClasses::free_slot)
   }
   if (destroy) {
     MutexLock lock(mu_);

@@ -1027,28 +1027,37 @@ TEST_F(Moves, NoWaitLeavesRoomBehindAFenceAloneUntilFenced) {
 // tiering's moves may stand until the program's work reaches a hold placed ahead, and the program's
 // thread would stall behind them): freed synchronously, the mapping is cached when the move ends; on a
 // stream, it is a pending free being moved, cached once the move and its stream's work are both done.
-// A second free meanwhile is a double free, told at once. A slab's slot waits for its slab's move.
+// A second free meanwhile is a double free, told at once. Freed on a stream capturing a graph, it is
+// quarantined (never reused: the graph may run it) and the move ends all the same. A slab's slot is
+// freed as any, and the slab, off its class's list while it moves, is listed again when the move ends
+// (empty: the slot was its only allocation).
 class MoveWait : public Moves, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(MoveWait, AFreeMeetingAMove) {
   const std::string kind = GetParam();
+  const bool slot = kind.starts_with("slot");
   auto pool = make_pool(spill_config(128 * kMiB));
   pool->stop_background();
-  const std::size_t bytes = kind == "slot" ? 4 * kKiB : 4 * gran;
+  const std::size_t bytes = slot ? 4 * kKiB : 4 * gran;
   const CUdeviceptr p = must_allocate(*pool, bytes);
   Move m;
   ASSERT_CU(pool->prepare_move(p, bytes, Tier::Host, &m));
+  if (kind == "capture") {
+    REQUIRE_SIM_CONTROL(set_capture_status, "uvmpool_sim_set_capture_status");
+    set_capture_status(stream, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  }
   std::atomic<bool> done{false};
   CUresult r = CUDA_ERROR_UNKNOWN;
   std::thread t([&] {
     drv().cuCtxSetCurrent(ctx);
-    const Ownership o = kind == "async" ? pool->deallocate_async(p, stream, &r) : pool->deallocate(p, &r);
+    const bool async = kind.ends_with("async") || kind == "capture";
+    const Ownership o = async ? pool->deallocate_async(p, stream, &r) : pool->deallocate(p, &r);
     EXPECT_EQ(o, Ownership::Ours);
     done = true;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  if (kind != "slot") {
-    EXPECT_TRUE(done.load()) << "the free of a mapping waited for the move";
+  {
+    EXPECT_TRUE(done.load()) << "the free waited for the move";
     EXPECT_EQ(pool->stats(0).live_bytes, 0u) << "freed while it moves";
     CUresult again = CUDA_SUCCESS;
     pool->deallocate_async(p, stream, &again);
@@ -1056,12 +1065,11 @@ TEST_P(MoveWait, AFreeMeetingAMove) {
     pool->deallocate(p, &again);
     EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, again) << "a second free while it moves: a double free, told at once";
     EXPECT_EQ(pool->stats(0).chunks_cached, 0u) << "binned only when the move ends";
-    if (kind == "large") {
+    if (kind == "large" || kind == "slot") {
       EXPECT_TRUE(pool->fence_due()) << "work queued before the free may still use it";
     }
-  } else {
-    EXPECT_FALSE(done.load()) << "the free did not wait for the move";
   }
+  if (kind == "capture") set_capture_status(stream, CU_STREAM_CAPTURE_STATUS_NONE);
   ASSERT_CU(pool->copy_move(m, stream));
   ASSERT_CU(drv().cuStreamSynchronize(stream));
   ASSERT_CU(pool->commit_move(&m));
@@ -1076,6 +1084,21 @@ TEST_P(MoveWait, AFreeMeetingAMove) {
     const auto s = pool->stats(0);
     EXPECT_EQ(s.frees, 1u);
     EXPECT_EQ(s.host_chunks_cached + s.host_chunks_premapped, 4u);
+  }
+  if (kind == "capture") {  // moved, kept mapped, and neither reused nor moved again
+    EXPECT_EQ(tiers(p, bytes, gran), "HHHH");
+    const CUdeviceptr q = must_allocate(*pool, bytes);
+    EXPECT_TRUE(disjoint({{p, bytes}, {q, bytes}})) << "memory freed in a capture was reused";
+    Move again;
+    EXPECT_CU_EQ(CUDA_ERROR_NOT_PERMITTED, pool->prepare_move(p, bytes, Tier::Device, &again));
+    must_free(*pool, q);
+  }
+  if (slot) {  // the slab, in host memory now, is listed again: the next slot of its class comes from it
+    EXPECT_EQ(pool->stats(0).frees, 1u);
+    const CUdeviceptr q = must_allocate(*pool, bytes);
+    EXPECT_EQ(q / gran, p / gran) << "the slab the slot was freed from while it moved was not listed again";
+    must_free(*pool, q);
+    EXPECT_EQ(pool->check_invariants(), "");
   }
 }
 
@@ -1139,7 +1162,7 @@ TEST_F(Moves, AMappingFreedWhileItsMoveIsAbortedIsCachedWhereItWas) {
   EXPECT_EQ(pool->check_invariants(), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, MoveWait, ::testing::Values("large", "async", "slot"),
+INSTANTIATE_TEST_SUITE_P(Kinds, MoveWait, ::testing::Values("large", "async", "capture", "slot", "slot_async"),
                          [](const auto& info) { return std::string(info.param); });
 
 // A driver failure at every call a move makes, in each direction: the move fails with the error or
