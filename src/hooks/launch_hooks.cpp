@@ -33,6 +33,10 @@ bool is_launch_hook(driver::Fn fn) {
     // pool's too, Pool::context_destroying: handed out always.)
     case Fn::cuStreamCreate:
     case Fn::cuStreamCreateWithPriority:
+    case Fn::cuCtxCreate_v2:
+    case Fn::cuCtxCreate_v3:
+    case Fn::cuCtxCreate_v4:
+    case Fn::cuDevicePrimaryCtxRetain:
     // The calls that may wait inside the driver (host_wait_hooks.cpp, transfer_hooks.cpp).
     case Fn::cuMemAllocHost_v2:
     case Fn::cuMemHostAlloc:
@@ -326,7 +330,42 @@ CUresult listed(const driver::Table& d, CUresult made, CUstream stream, unsigned
     d.cuStreamWaitValue32_v2(stream, hold.flag, hold.value, CU_STREAM_WAIT_VALUE_GEQ);
   return made;
 }
+
+// A context made (or a primary one retained) is listed, and held if a hold stands (streams.h).
+CUresult context_listed(const driver::Table& d, CUresult made, const CUcontext* context) {
+  if (made == CUDA_SUCCESS && context != nullptr) tiering::StreamRegistry::process().context_made(d, *context);
+  return made;
+}
 }  // namespace
+
+CUresult CUDAAPI cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  stats::count_hook(Fn::cuCtxCreate_v2);
+  const driver::Table* d = real_table();
+  if (d == nullptr || d->cuCtxCreate_v2 == nullptr) return CUDA_ERROR_NO_DEVICE;
+  return context_listed(*d, d->cuCtxCreate_v2(pctx, flags, dev), pctx);
+}
+
+CUresult CUDAAPI cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* params, int count, unsigned int flags,
+                                CUdevice dev) {
+  stats::count_hook(Fn::cuCtxCreate_v3);
+  const driver::Table* d = real_table();
+  if (d == nullptr || d->cuCtxCreate_v3 == nullptr) return CUDA_ERROR_NO_DEVICE;
+  return context_listed(*d, d->cuCtxCreate_v3(pctx, params, count, flags, dev), pctx);
+}
+
+CUresult CUDAAPI cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags, CUdevice dev) {
+  stats::count_hook(Fn::cuCtxCreate_v4);
+  const driver::Table* d = real_table();
+  if (d == nullptr || d->cuCtxCreate_v4 == nullptr) return CUDA_ERROR_NO_DEVICE;
+  return context_listed(*d, d->cuCtxCreate_v4(pctx, params, flags, dev), pctx);
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  stats::count_hook(Fn::cuDevicePrimaryCtxRetain);
+  const driver::Table* d = real_table();
+  if (d == nullptr || d->cuDevicePrimaryCtxRetain == nullptr) return CUDA_ERROR_NO_DEVICE;
+  return context_listed(*d, d->cuDevicePrimaryCtxRetain(pctx, dev), pctx);
+}
 
 CUresult CUDAAPI cuStreamCreate(CUstream* stream, unsigned int flags) {
   stats::count_hook(Fn::cuStreamCreate);

@@ -187,6 +187,14 @@ CUresult impl::cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice_v1 d
   return CUDA_SUCCESS;
 }
 
+// Execution affinity (CUDA 11.4 to 12.4's form) is not simulated; without it _v3 is _v2.
+CUresult impl::cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray, int numParams, unsigned int flags,
+                              CUdevice_v1 dev) {
+  if (numParams < 0) return CUDA_ERROR_INVALID_VALUE;
+  if (numParams != 0 || paramsArray != nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  return impl::cuCtxCreate_v2(pctx, flags, dev);
+}
+
 // Execution affinity and CIG are not simulated; without them _v4 is _v2.
 CUresult impl::cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* ctxCreateParams, unsigned int flags,
                               CUdevice dev) {

@@ -65,6 +65,7 @@ constexpr bool works_after_fault(Fn fn) {
     case Fn::cuDevicePrimaryCtxSetFlags_v2:
     case Fn::cuDevicePrimaryCtxGetState:
     case Fn::cuCtxCreate_v2:
+    case Fn::cuCtxCreate_v3:
     case Fn::cuCtxCreate_v4:
     case Fn::cuCtxDestroy_v2:
     // Virtual memory management needs no context (NCCL calls it without one).

@@ -67,6 +67,14 @@ StreamRegistry::Hold StreamRegistry::created(CUstream stream, CUcontext context,
   return hold_;
 }
 
+void StreamRegistry::context_made(const driver::Table& d, CUcontext context) {
+  if (context == nullptr) return;
+  const Hold hold = created(nullptr, context, false);
+  if (hold.flag == 0 || d.cuStreamWaitValue32_v2 == nullptr) return;
+  // A retained primary context is not made current; a made one is, and stays so.
+  in_context(d, context, [&] { d.cuStreamWaitValue32_v2(CU_STREAM_LEGACY, hold.flag, hold.value, CU_STREAM_WAIT_VALUE_GEQ); });
+}
+
 void StreamRegistry::destroying(CUstream stream, const driver::Table* driver) {
   if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return;
   MutexLock lock(mu_);

@@ -7,7 +7,8 @@
 //   - each stream created CU_STREAM_NON_BLOCKING (PyTorch's side streams, NCCL's) is ordered with
 //     nothing, so it is fenced by its own handle.
 // The hooks report streams as they are made and destroyed (cuStreamCreate, cuStreamCreateWithPriority,
-// cuStreamDestroy) and the contexts launches run in; the mover fences what is listed, under the
+// cuStreamDestroy), contexts as they are made or retained (cuCtxCreate, cuDevicePrimaryCtxRetain) and
+// the contexts launches run in; the mover fences what is listed, under the
 // registry's lock, so no listed stream is destroyed while it records on it.
 #pragma once
 
@@ -31,10 +32,15 @@ class StreamRegistry {
     CUdeviceptr flag = 0;  // 0: no hold
     std::uint32_t value = 0;
   };
-  // After a stream was made in `context` (the creating thread's current one). Answers the hold in
-  // force, if any: the caller makes the new stream wait for it too (a stream made during a hold must
-  // not run work on memory being remapped); if the hold ends meanwhile, the wait passes at once.
+  // After a stream was made in `context` (the creating thread's current one; `stream` nullptr: only
+  // the context's legacy stream listed). Answers the hold in force, if any: the caller makes the new
+  // stream wait for it too (a stream made during a hold must not run work on memory being remapped);
+  // if the hold ends meanwhile, the wait passes at once.
   Hold created(CUstream stream, CUcontext context, bool non_blocking);
+  // After a context was made or retained (cuCtxCreate, cuDevicePrimaryCtxRetain): listed at once, so
+  // that holds cover it before a launch in it shows it, and with a hold in force its legacy stream,
+  // which orders every blocking stream of it, waits for the hold's end.
+  void context_made(const driver::Table& d, CUcontext context);
   // Before cuStreamDestroy: once destroyed, the handle may name another stream. The driver still runs
   // what the stream has queued, so a listed non-blocking stream gets an event recorded on it first,
   // which the mover's fences and holds wait for until it has completed (retiring).

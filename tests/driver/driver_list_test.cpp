@@ -31,7 +31,9 @@ TEST(DriverList, VersionPicksTheNewestVariantNotAboveIt) {
   EXPECT_EQ(find_entry("cuMemAlloc", 3010, 0), -1);  // the 32-bit v1 ABI: not ours to answer
   EXPECT_EQ(find_entry("cuGetProcAddress", 11030, 0), index_of("cuGetProcAddress"));
   EXPECT_EQ(find_entry("cuGetProcAddress", 12000, 0), index_of("cuGetProcAddress_v2"));
-  EXPECT_EQ(find_entry("cuCtxCreate", 12040, 0), index_of("cuCtxCreate_v2"));
+  EXPECT_EQ(find_entry("cuCtxCreate", 11030, 0), index_of("cuCtxCreate_v2"));
+  EXPECT_EQ(find_entry("cuCtxCreate", 11040, 0), index_of("cuCtxCreate_v3"));  // execution affinity
+  EXPECT_EQ(find_entry("cuCtxCreate", 12040, 0), index_of("cuCtxCreate_v3"));
   EXPECT_EQ(find_entry("cuCtxCreate", 12050, 0), index_of("cuCtxCreate_v4"));
   EXPECT_EQ(find_entry("cuNoSuchFunction", 13000, 0), -1);
 }

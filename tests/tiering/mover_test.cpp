@@ -8,6 +8,7 @@
 #include <chrono>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <functional>
@@ -474,6 +475,49 @@ TEST_F(Mover_, AStreamMadeDuringAHoldWaitsForItToo) {
       << "the hold outlived its epoch";
   streams.destroying(late);
   ASSERT_CU(drv().cuStreamDestroy_v2(late));
+}
+
+// A context made during a hold (the cuCtxCreate and cuDevicePrimaryCtxRetain hooks call
+// context_made): listed, and its legacy stream, which orders its blocking streams, waits for the hold's
+// end, so no work of it runs while memory is remapped. An event behind that wait stays incomplete
+// until the epoch ends.
+TEST_F(Mover_, AContextMadeDuringAHoldIsListedAndItsWorkWaitsForTheHold) {
+  allocate_both_tiers();
+  CUcontext made = nullptr;
+  CUevent after = nullptr;
+  CUresult during = CUDA_ERROR_UNKNOWN;
+  bool listed = false;
+  MoverConfig config;
+  config.inside_hold = [&] {
+    CUdevice device = 0;
+    ASSERT_CU(drv().cuCtxGetDevice(&device));
+    ASSERT_CU(drv().cuCtxCreate_v2(&made, 0, device));  // current now
+    streams.context_made(drv(), made);
+    ASSERT_CU(drv().cuEventCreate(&after, CU_EVENT_DISABLE_TIMING));
+    ASSERT_CU(drv().cuEventRecord(after, CU_STREAM_LEGACY));
+    during = drv().cuEventQuery(after);
+    listed = streams.with_targets([&](const auto& targets, auto&, auto&) {
+      return std::any_of(targets.begin(), targets.end(), [&](const StreamRegistry::Target& t) {
+        return t.context == made && t.stream == CU_STREAM_LEGACY;
+      });
+    });
+    CUcontext popped = nullptr;
+    ASSERT_CU(drv().cuCtxPopCurrent_v2(&popped));
+  };
+  make_mover(config);
+  ASSERT_TRUE(mover->request(in_host, 2 * kMiB, Tier::Device));
+  ASSERT_CU(mover->run_epoch());
+  ASSERT_NE(made, nullptr);
+  EXPECT_TRUE(listed) << "a context made during the hold was not listed";
+  EXPECT_CU_EQ(CUDA_ERROR_NOT_READY, during) << "work of a context made during the hold ran during it";
+  ASSERT_CU(drv().cuCtxPushCurrent_v2(made));
+  EXPECT_CU(drv().cuEventSynchronize(after)) << "the hold's end did not release it";
+  EXPECT_CU(drv().cuEventDestroy_v2(after));
+  CUcontext popped = nullptr;
+  ASSERT_CU(drv().cuCtxPopCurrent_v2(&popped));
+  streams.forget_context(made);
+  EXPECT_CU(drv().cuCtxDestroy_v2(made));
+  EXPECT_EQ(tiers(in_host, 4 * kMiB, gran), "DH");
 }
 
 TEST_F(Mover_, OverlapOrdersALaunchTouchingAMoveBehindItsCommit) {
