@@ -246,7 +246,7 @@ void DevicePool::commit_quiesced(std::span<Move* const> moves, const Quiesce& qu
 std::uint64_t DevicePool::promotion_room() {
   // What take_target(Device) can take: free chunks, cached mappings and empty slabs taken apart, and
   // growth within the budget (as the driver's free memory allows). Asked on launching threads: while
-  // mu_ is busy (a mover's commit holds it across its hold of the program's streams) the last answer
+  // mu_ is busy (a mover's commit holds it across its copies and remaps) the last answer
   // stands in, so a launch never waits for a move.
   if (!mu_.try_lock()) return last_room_.load(std::memory_order_relaxed);
   const std::uint64_t room = (free_granules() + fig_.chunks_cached.load(std::memory_order_relaxed) +

@@ -324,9 +324,11 @@ class Pool {
   CUresult commit_move(Move* move);
   void abort_move(Move* move);
   // Commits prepared moves of one device (their copies finished) while the caller holds the program's
-  // work still (tiering/mover.cpp). The device's pool lock is held across `quiesce` and the commits,
-  // so no thread of the pool can be inside a wait for the stopped work meanwhile, and the commits wait
-  // for no work themselves (the caller's hold has let all earlier work finish).
+  // work still (tiering/mover.cpp), its hold drained before this is called (a drain under the lock
+  // would wait for work that may wait for a free that waits for the lock). The device's pool lock is
+  // held across `quiesce` and the commits, so no thread of the pool can be inside a wait for the
+  // stopped work meanwhile, and the commits wait for no work themselves (the caller's hold has let
+  // all earlier work finish).
   // `quiesce` stops the work and sets commit[i] nonzero for each move to commit; it answers false when
   // it could not stop the work (then every move is aborted). results[i]: CUDA_SUCCESS, committed (or
   // nothing was to move); otherwise aborted (NOT_READY: not asked to commit; or the remap's error),

@@ -818,38 +818,47 @@ CUresult Mover::finish(Placed* placed) {
     }
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return ends[a] < ends[b]; });
   }
-  // Called by the pool inside this epoch (epoch_mu_ held throughout).
-  const pool::Quiesce quiesce = [&](std::span<char> commit) UVMPOOL_REQUIRES(epoch_mu_) {
-    set_step(MoverStep::Draining);  // the pool's lock is held from here to the end of the remaps
-    Held hold;
+  // The hold and its drain, before the pool's lock is taken: the drain waits for the program's work
+  // queued before the hold, and that work may wait for whatever a program thread does next, a free
+  // that takes the pool's lock included (free_while_moving). Held across the drain, the lock made the
+  // two wait for each other for good; no watchdog helped, since it releases only the hold, not the
+  // work before it (`Mover_.AFreeDuringTheDrainOfAHoldDoesNotWaitForIt`). A pool path that waits for
+  // the device meanwhile breaks the hold instead (hold_breaker.h), and the epoch then commits nothing.
+  Held hold;
+  bool drained_ok = false;
+  if (placed != nullptr && (!gate_closed || placed->given_up)) {
+    // A partial hold (a stream refused it), or one given up: its work may never drain; nothing waits.
+    held_off = !gate_closed;
+    forget(&placed->hold);
+  } else if (!gate_closed) {
+    held_off = true;
+  } else {
+    set_step(MoverStep::Draining);
     held_at = std::chrono::steady_clock::now();
     if (trace::recording()) held_tick = trace::now();
-    if (placed != nullptr && (!gate_closed || placed->given_up)) {
-      // A partial hold (a stream refused it), or one given up: its work may never drain; nothing waits.
-      held_off = !gate_closed;
-      forget(&placed->hold);
-      return false;
-    }
-    if (!gate_closed) {
-      held_off = true;
-      return false;
-    }
-    // Bounded from here to the end of the held copies: the drain, and the copies, which a lazily
-    // loaded kernel can make wait behind the hold (host_wait_gate.h), pipelined copies included up to
-    // the last commit. Never a remap itself (hold_off): releasing the hold during one would break
-    // the invariant, so only the gate keeps calls that wait inside the driver away from them.
+    // Bounded from here to the end of the held copies: the drain, the wait for the pool's lock, and
+    // the copies, which a lazily loaded kernel can make wait behind the hold (host_wait_gate.h),
+    // pipelined copies included up to the last commit. Never a remap itself (hold_off): releasing the
+    // hold during one would break the invariant, so only the gate keeps calls that wait inside the
+    // driver away from them.
     watchdog.emplace(*this, flag_, value);
-    if (placed == nullptr) {
-      if (!record_on_streams(true, value, &hold)) {
-        held_off = true;
-        wait_for(&hold);
-        return false;
-      }
-    } else {
+    if (placed != nullptr) {
       hold = std::move(placed->hold);  // drained already (drained()): the wait below returns at once
+      drained_ok = true;
+    } else if (!record_on_streams(true, value, &hold)) {
+      held_off = true;
+      wait_for(&hold);
+    } else {
+      drained_ok = true;
     }
-    if (config_.inside_hold) config_.inside_hold();
-    if (!wait_for(&hold)) return false;
+    if (drained_ok) {
+      if (config_.inside_hold) config_.inside_hold();
+      drained_ok = wait_for(&hold);
+    }
+  }
+  // Called by the pool under its lock, inside this epoch (epoch_mu_ held throughout).
+  const pool::Quiesce quiesce = [&](std::span<char> commit) UVMPOOL_REQUIRES(epoch_mu_) {
+    if (!drained_ok) return false;
     if (breaker_.broken(value)) return false;  // released for a pool wait: the streams ran on; no copy
     if (watchdog->fired()) return false;       // given up while draining: no copy goes
     set_step(MoverStep::Copying);
@@ -908,7 +917,7 @@ CUresult Mover::finish(Placed* placed) {
   std::vector<pool::Move*> pointers;
   for (std::size_t i : order) pointers.push_back(&e.moves[i]);
   std::vector<CUresult> in_order(e.moves.size(), CUDA_ERROR_NOT_READY);
-  set_step(MoverStep::WaitingForPool);
+  if (drained_ok) set_step(MoverStep::WaitingForPool);
   pool_.commit_quiesced(e.device, pointers, quiesce, in_order, ready);
   if (pipelined) {
     if (window.owns_lock()) window.unlock();

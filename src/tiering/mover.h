@@ -14,7 +14,9 @@
 //   2. hold: on every stream of the program (streams.h: each context's legacy stream, which orders
 //      every blocking stream, and each non-blocking stream) an event is recorded, then a
 //      cuStreamWaitValue32 on a pinned flag: later work queues behind the wait, on the GPU. The mover
-//      thread waits for the events: then nothing the program queued before runs any more.
+//      thread waits for the events: then nothing the program queued before runs any more. The pool's
+//      lock is not held meanwhile: the work before the hold may wait for what a program thread does
+//      next, a free that takes that lock included (Mover::finish).
 //   3. copy to the staging mappings on the mover's own streams (one per direction, two copy engines),
 //      an event after each move's copy. A mapping still freed whose free began before the hold's
 //      events were recorded is not copied: no work may read it (Held::frees_before).
@@ -65,7 +67,7 @@
 // releases a later one. While any hold stands the host-wait gate stays closed, and no new hold is
 // placed while a program call waits at the gate (so the calls get in once the standing holds drain).
 // A hold that does not drain within the hold timeout once it is the first is given up, as by the
-// watchdog. The pool's lock is taken only for each epoch's commit, not across the drain. A pool path
+// watchdog. The pool's lock is taken only for each epoch's commit, never across a drain. A pool path
 // that waits for the device under that lock (a free's fence before an unmap) would meet the standing
 // holds and never end, since completing them takes the lock: before such a wait the hold breaker
 // (hold_breaker.h) releases every standing hold, and their epochs commit nothing. And the mover's

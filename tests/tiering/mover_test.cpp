@@ -744,7 +744,7 @@ TEST_F(Mover_, OverlapOrdersALaunchItCouldNotReadBehindEveryMove) {
   EXPECT_TRUE(holds(in_host, 16 * kMiB, 3));
 }
 
-TEST_F(Mover_, AFreeDuringAMoveWaitsForItAndLosesNothing) {
+TEST_F(Mover_, AFreeDuringAMoveDoesNotWaitForItAndLosesNothing) {
   allocate_both_tiers();
   const CUdeviceptr victim = in_host;
   allocated.erase(std::find(allocated.begin(), allocated.end(), victim));
@@ -768,6 +768,53 @@ TEST_F(Mover_, AFreeDuringAMoveWaitsForItAndLosesNothing) {
   EXPECT_EQ(mover->stats().moves, 1u);
   EXPECT_EQ(mover->stats().moves_failed, 1u);
   EXPECT_FALSE(pool->find(victim).has_value());
+}
+
+// The program's work queued before a hold waits for a value its thread writes only after freeing
+// memory being moved; that free takes the pool's lock (free_while_moving). The hold's drain waits for
+// that work: with the pool's lock held across the drain, the free and the drain waited for each
+// other for good, and the watchdog could not help (it releases the hold, not the work before it).
+TEST_F(Mover_, AFreeDuringTheDrainOfAHoldDoesNotWaitForIt) {
+  allocate_both_tiers();
+  fill(in_host, 16 * kMiB, 9);
+  const CUdeviceptr victim = in_host;
+  allocated.erase(std::find(allocated.begin(), allocated.end(), victim));
+  pool->fence_freed();  // the promotion's room is ready: the mover places its hold without a fence first
+  ASSERT_FALSE(pool->fence_due());
+  HostSignal signal;
+  ASSERT_NE(signal.device, 0u);
+  std::atomic<bool> holding{false};
+  MoverConfig config;
+  config.inside_hold = [&] { holding = true; };
+  make_mover(config);
+  ASSERT_CU(drv().cuStreamWaitValue32_v2(stream, signal.device, 1, CU_STREAM_WAIT_VALUE_GEQ));
+  ASSERT_TRUE(mover->request(victim, 4 * kMiB, Tier::Device));
+  CUresult epoch = CUDA_ERROR_UNKNOWN;
+  std::thread mover_thread([&] { epoch = mover->run_epoch(); });
+  const auto within = [](const std::atomic<bool>& flag) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!flag && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return flag.load();
+  };
+  EXPECT_TRUE(within(holding)) << "no hold was placed";
+  std::atomic<bool> freed{false};
+  std::thread program([&] {
+    CUresult r = CUDA_ERROR_UNKNOWN;
+    pool->deallocate(victim, &r);
+    EXPECT_CU(r);
+    freed = true;
+  });
+  EXPECT_TRUE(within(freed)) << "the free waited for the hold's drain, which waits for the program";
+  signal.write(1);  // the program's next step: the work before the hold goes on (and a waiting free)
+  program.join();
+  mover_thread.join();
+  ASSERT_CU(epoch);
+  ASSERT_CU(drv().cuStreamSynchronize(stream));
+  const auto s = mover->stats();
+  EXPECT_EQ(s.holds_given_up, 0u);
+  EXPECT_EQ(s.moves, 1u) << "freed after the hold was placed: moved (and copied) all the same";
+  EXPECT_FALSE(pool->find(victim).has_value());
+  EXPECT_TRUE(window_holds(in_host, 4 * kMiB, 12 * kMiB, 9));
 }
 
 TEST_F(Mover_, AGatherThroughPointersKeptInDeviceMemoryStaysCorrect) {
