@@ -120,6 +120,13 @@ for route in preload dropin; do
   overcommit_case graph-nodes "$route" "graph nodes client: ok; " 60 \
     env UVMPOOL_DEVICE_LIMIT=64M UVMPOOL_DEVICE_HEADROOM=0 "$build/bin/client_graph_nodes"
 done
+# The program's own VMM beside the pool (client_hardening vmm): cuMemUnmap and cuMemMap of pool memory
+# refused and the memory intact; a cuMemCreate made in host memory past the limit counted until NCCL's
+# free's last release, and until a handle released while mapped is unmapped.
+for route in preload dropin; do
+  overcommit_case program-vmm "$route" "vmm: " 60 \
+    env UVMPOOL_DEVICE_LIMIT=64M UVMPOOL_DEVICE_HEADROOM=0 UVMPOOL_HOST_RESERVE=0 "$build/bin/client_hardening" vmm
+done
 [ -x "$work/overcommit" ] &&
   overcommit_case overcommit-12g preload "UVMPOOL_OVERCOMMIT " 120 env UVMPOOL_DEVICE_LIMIT=4G "$work/overcommit" 12288
 # PyTorch training: reference, then uvmpool at need/2.5, then uvmpool + expandable segments; the

@@ -28,6 +28,10 @@ class Backend {
   virtual CUresult create(CUmemGenericAllocationHandle* handle, size_t size,
                           const CUmemAllocationProp* prop, unsigned long long flags) = 0;
   virtual CUresult release(CUmemGenericAllocationHandle handle) = 0;
+  // The program's own cuMemMap and cuMemUnmap: a handle's memory lives until its last mapping goes.
+  virtual CUresult map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                       unsigned long long flags) = 0;
+  virtual CUresult unmap(CUdeviceptr ptr, size_t size) = 0;
   // cuStreamDestroy: the pool first covers what was freed on the stream and not yet reused.
   virtual CUresult stream_destroy(CUstream stream) = 0;
   // cuCtxEnablePeerAccess / cuCtxDisablePeerAccess: pool mappings and IPC imports on the peer's

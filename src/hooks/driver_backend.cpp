@@ -46,6 +46,11 @@ class DriverBackend final : public Backend {
     UVMPOOL_CALL_REAL(cuMemCreate, handle, size, prop, flags);
   }
   CUresult release(CUmemGenericAllocationHandle handle) override { UVMPOOL_CALL_REAL(cuMemRelease, handle); }
+  CUresult map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+               unsigned long long flags) override {
+    UVMPOOL_CALL_REAL(cuMemMap, ptr, size, offset, handle, flags);
+  }
+  CUresult unmap(CUdeviceptr ptr, size_t size) override { UVMPOOL_CALL_REAL(cuMemUnmap, ptr, size); }
   CUresult stream_destroy(CUstream stream) override { UVMPOOL_CALL_REAL(cuStreamDestroy_v2, stream); }
   CUresult peer_access(CUcontext peer, unsigned flags, bool enable) override {
     const driver::RealDriver* real = driver::real();

@@ -140,4 +140,15 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
   return counted_free(backend().release(handle));
 }
 
+CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                          unsigned long long flags) {
+  stats::count_hook(Fn::cuMemMap);
+  return backend().map(ptr, size, offset, handle, flags);
+}
+
+CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  stats::count_hook(Fn::cuMemUnmap);
+  return backend().unmap(ptr, size);
+}
+
 }  // namespace uvmpool::hooks::impl

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "config/log.h"
 #include "config/options.h"
 #include "config/quiet_at_fork.h"
 #include "hooks/backend.h"
@@ -167,7 +168,9 @@ class PoolBackend final : public Backend {
     // memory. NCCL then takes legacy IPC, which uvmpool serves (IS_LEGACY_CUDA_IPC_CAPABLE is 1).
     const CUdeviceptr p = reinterpret_cast<CUdeviceptr>(addr);
     if (pool_.in_pool_space(p)) return CUDA_ERROR_INVALID_VALUE;
-    return driver_.retain_allocation_handle(handle, addr);
+    const CUresult r = driver_.retain_allocation_handle(handle, addr);
+    if (r == CUDA_SUCCESS) pool_.retained_external(*handle, p);  // one reference more to keep the memory
+    return r;
   }
   CUresult allocation_properties(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) override {
     // A program's own device cuMemCreate that the pool placed in host memory (spill): what the
@@ -183,8 +186,30 @@ class PoolBackend final : public Backend {
     if (r == CUDA_SUCCESS) pool_.released_external(handle);
     return r;
   }
+  // The pool's address space holds pool memory, which the program allocated as cuMemAlloc memory and
+  // never reserved: mapping into it or unmapping it would take the pool's pieces from under it. The
+  // driver refuses both for cuMemAlloc memory, so they are refused here as it would.
+  CUresult map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+               unsigned long long flags) override {
+    if (pool_.in_pool_space(ptr)) return refused_in_pool_space("cuMemMap", ptr);
+    const CUresult r = driver_.map(ptr, size, offset, handle, flags);
+    if (r == CUDA_SUCCESS) pool_.mapped_external(ptr, size, handle);
+    return r;
+  }
+  CUresult unmap(CUdeviceptr ptr, size_t size) override {
+    if (pool_.in_pool_space(ptr)) return refused_in_pool_space("cuMemUnmap", ptr);
+    const CUresult r = driver_.unmap(ptr, size);
+    if (r == CUDA_SUCCESS) pool_.unmapped_external(ptr, size);
+    return r;
+  }
 
  private:
+  static CUresult refused_in_pool_space(const char* call, CUdeviceptr ptr) {
+    log::error("{} at {:#x}: uvmpool's memory (allocated with cuMemAlloc or cudaMalloc), not a range the program "
+               "reserved; refused",
+               call, ptr);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   static CUresult by_pool(CUresult r) {
     if (r == CUDA_SUCCESS) stats::count_served(true);
     return r;

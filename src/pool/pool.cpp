@@ -79,15 +79,7 @@ struct Pool::Devices {
   std::array<std::atomic<DevicePool*>, kMaxDevices> pools{};
   std::array<std::atomic<bool>, kMaxDevices> unsupported{};
   Mutex init_mu;  // one DevicePool made per device
-  // The program's own cuMemCreate handles the pool counted (create_external).
-  struct External {
-    int device = 0;
-    std::size_t bytes = 0;
-    Tier tier = Tier::Device;
-    CUmemAllocationProp requested{};
-  };
-  mutable Mutex external_mu;
-  std::unordered_map<Handle, External> externals UVMPOOL_GUARDED_BY(external_mu);
+  ExternalHandles externals;  // the program's own cuMemCreate handles the pool counted (create_external)
 };
 
 Pool::Pool(const driver::Table& driver, PoolConfig config)
@@ -554,28 +546,33 @@ CUresult Pool::create_external(Handle* handle, std::size_t size, const CUmemAllo
     }
     return r;
   }
-  MutexLock lock(devices_->external_mu);
-  devices_->externals[*handle] = Devices::External{prop->location.id, size, tier, *prop};
+  uncount_external(devices_->externals.created(*handle, ExternalHandles::Counted{prop->location.id, size, tier, *prop}));
   return CUDA_SUCCESS;
 }
 
-void Pool::released_external(Handle handle) {
-  Devices::External e;
-  {
-    MutexLock lock(devices_->external_mu);
-    auto it = devices_->externals.find(handle);
-    if (it == devices_->externals.end()) return;
-    e = it->second;
-    devices_->externals.erase(it);
-  }
-  if (DevicePool* p = device_pool(e.device)) p->external_released(e.bytes, e.tier);
+void Pool::uncount_external(const std::optional<ExternalHandles::Counted>& ended) {
+  if (!ended) return;
+  if (DevicePool* p = device_pool(ended->device)) p->external_released(ended->bytes, ended->tier);
 }
 
+void Pool::released_external(Handle handle) { uncount_external(devices_->externals.released(handle)); }
+
+void Pool::retained_external(Handle handle, CUdeviceptr at) { devices_->externals.retained(handle, at); }
+
+void Pool::mapped_external(CUdeviceptr va, std::size_t size, Handle handle) {
+  uncount_external(devices_->externals.mapped(va, size, handle));
+}
+
+void Pool::unmapped_external(CUdeviceptr va, std::size_t size) {
+  for (const ExternalHandles::Counted& ended : devices_->externals.unmapped(va, size)) uncount_external(ended);
+}
+
+std::size_t Pool::external_handles_live() const { return devices_->externals.live(); }
+
 std::optional<CUmemAllocationProp> Pool::requested_properties(Handle handle) const {
-  MutexLock lock(devices_->external_mu);
-  auto it = devices_->externals.find(handle);
-  if (it == devices_->externals.end() || it->second.tier != Tier::Host) return std::nullopt;
-  return it->second.requested;
+  const auto counted = devices_->externals.find(handle);
+  if (!counted || counted->tier != Tier::Host) return std::nullopt;
+  return counted->requested;
 }
 
 CUresult Pool::fill_host_reserve(int device, std::size_t bytes) {

@@ -27,6 +27,7 @@
 #include "config/options.h"
 #include "driver/driver_api.h"
 #include "pool/device_waits.h"
+#include "pool/external_handles.h"
 #include "pool/size_classes.h"
 #include "pool/vmm.h"
 
@@ -290,8 +291,17 @@ class Pool {
   // too. Works with no current context (NCCL). Other locations go to the driver unchanged.
   CUresult create_external(Handle* handle, std::size_t size, const CUmemAllocationProp* prop,
                            unsigned long long flags);
-  // After the driver released a handle: forgets what create_external counted for it.
+  // The driver keeps a handle's memory until every reference to it is released and every mapping of
+  // it unmapped; what create_external counted is given back then (external_handles.h). The hooks tell
+  // of each step once the driver has made it: cuMemRelease (released_external),
+  // cuMemRetainAllocationHandle of the memory mapped at `at` (retained_external), the program's
+  // cuMemMap and cuMemUnmap (mapped_external, unmapped_external). Handles not counted pass by.
   void released_external(Handle handle);
+  void retained_external(Handle handle, CUdeviceptr at);
+  void mapped_external(CUdeviceptr va, std::size_t size, Handle handle);
+  void unmapped_external(CUdeviceptr va, std::size_t size);
+  // Counted handles whose memory the driver still keeps (tests).
+  std::size_t external_handles_live() const;
   // The properties the program asked for, for a handle create_external placed in host memory.
   std::optional<CUmemAllocationProp> requested_properties(Handle handle) const;
 
@@ -393,6 +403,8 @@ class Pool {
   bool held_already(CUdeviceptr p, CUresult* result);
   std::optional<CUresult> hold_during_capture(DevicePool* owner, std::uintptr_t e, CUdeviceptr p, CUcontext wait_for);
   void release_held(CUcontext destroying = nullptr);
+  // Gives back what an external handle's memory counted, once the driver no longer keeps it.
+  void uncount_external(const std::optional<ExternalHandles::Counted>& ended);
 
   const driver::Table& driver_;
   PoolConfig config_;

@@ -34,6 +34,8 @@
 //   init   cuInit only, printing its answer (for settings that leave no driver to reach).
 //   stream-destroy  memory freed with cuMemFreeAsync on a stream whose work is held (simulator), then
 //          the stream destroyed: uvmpool must record its event on the stream before it goes.
+//   vmm    the program's own cuMemMap, cuMemUnmap, cuMemRetainAllocationHandle and cuMemRelease beside
+//          the pool (at vmm()).
 //   race US  a thread makes the first allocation while main returns (exit) about US microseconds
 //          after it started: exit races uvmpool starting its trace and statistics segment.
 #include <cuda.h>
@@ -45,9 +47,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "linked_client.h"
 
@@ -62,6 +66,63 @@ int huge() {
   // The process goes on working.
   CU(cuMemAlloc(&p, 1 << 20));
   CU(cuMemFree(p));
+  return 0;
+}
+
+// The program's own VMM beside the pool. cuMemUnmap and cuMemMap of pool memory are refused, as the
+// driver refuses them for cuMemAlloc memory, and the memory is intact after. Then a cuMemCreate past
+// the device limit (made in host memory) freed as NCCL frees its buffers (retain the handle under the
+// address, release it, unmap, release again) stays counted against the host limit until the last
+// release; and one released as soon as it is mapped, until its unmap.
+int vmm() {
+  use_primary_context();
+  constexpr std::size_t kFull = 64 << 20, kHandle = 8 << 20;
+  constexpr long long kCounted = kHandle;
+  CUdeviceptr p = 0;
+  CU(cuMemAlloc(&p, kFull));  // the whole UVMPOOL_DEVICE_LIMIT
+  CU(cuMemsetD32(p, 0x5a5a5a5a, kFull / 4));
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location = CUmemLocation{CU_MEM_LOCATION_TYPE_DEVICE, 0};
+  CUmemGenericAllocationHandle h = 0, again = 0;
+  CU(cuMemCreate(&h, kHandle, &prop, 0));
+  const CUresult unmap = cuMemUnmap(p, kFull);
+  const CUresult map = cuMemMap(p, kHandle, 0, h, 0);
+  std::vector<std::uint32_t> back(kFull / 4);
+  CU(cuMemcpyDtoH(back.data(), p, kFull));
+  const bool intact = std::all_of(back.begin(), back.end(), [](std::uint32_t v) { return v == 0x5a5a5a5a; });
+  std::printf("vmm: unmap of pool memory %d, map into it %d, intact %d\n", int(unmap), int(map), int(intact));
+  CLIENT_CHECK(unmap != CUDA_SUCCESS && map != CUDA_SUCCESS && intact, "pool memory was unmapped or mapped over");
+  const auto counted = [] { return uvmpool_figure(nullptr, "external_host_bytes"); };
+  CUdeviceptr va = 0;
+  CU(cuMemAddressReserve(&va, kHandle, 0, 0, 0));
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CU(cuMemMap(va, kHandle, 0, h, 0));
+  CU(cuMemSetAccess(va, kHandle, &access, 1));
+  const long long made = counted();
+  CU(cuMemRetainAllocationHandle(&again, reinterpret_cast<void*>(va)));
+  CU(cuMemRelease(again));
+  const long long released_once = counted();
+  CU(cuMemUnmap(va, kHandle));
+  const long long unmapped = counted();
+  CU(cuMemRelease(h));
+  const long long released = counted();
+  std::printf("vmm: NCCL's free: counted %lld, after a release %lld, the unmap %lld, the last release %lld\n", made,
+              released_once, unmapped, released);
+  CLIENT_CHECK(made == kCounted && released_once == made && unmapped == made && released == 0,
+               "the handle's host memory was not counted until its last release");
+  CU(cuMemCreate(&h, kHandle, &prop, 0));
+  CU(cuMemMap(va, kHandle, 0, h, 0));
+  CU(cuMemRelease(h));
+  const long long mapped_only = counted();
+  CU(cuMemUnmap(va, kHandle));
+  std::printf("vmm: released while mapped: counted %lld, after the unmap %lld\n", mapped_only, counted());
+  CLIENT_CHECK(mapped_only == kCounted && counted() == 0, "the handle's host memory was not counted until its unmap");
+  CU(cuMemAddressFree(va, kHandle));
+  CU(cuMemFree(p));
+  std::printf("vmm: ok\n");
   return 0;
 }
 
@@ -406,6 +467,7 @@ int main(int argc, char** argv) {
   if (std::strcmp(mode, "init") == 0) return init_only();
   if (std::strcmp(mode, "stream-destroy") == 0) return stream_destroy();
   if (std::strcmp(mode, "race") == 0) return race(argc > 2 ? std::atoi(argv[2]) : 0);
-  std::fprintf(stderr, "usage: client_hardening huge|throw|throw-launch|ctx-reset|fork|fork-launch|init|stream-destroy|race US\n");
+  if (std::strcmp(mode, "vmm") == 0) return vmm();
+  std::fprintf(stderr, "usage: client_hardening huge|throw|throw-launch|ctx-reset|fork|fork-launch|init|stream-destroy|race US|vmm\n");
   return 2;
 }

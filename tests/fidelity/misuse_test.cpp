@@ -53,6 +53,21 @@ TEST_F(Misuse, ReleaseOfAnInvalidHandleIsInvalidValue) {
   EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, CU(cuMemRelease, CUmemGenericAllocationHandle{0}));
 }
 
+// cuMemAlloc memory lies in no range the program reserved: the driver refuses to unmap it or map over
+// it, and the memory stays as it was. uvmpool answers the same for pool memory, which is mapped
+// with the VMM calls (src/hooks/pool_backend.cpp), rather than let the program unmap the pool's pieces.
+TEST_F(Misuse, UnmapOrMapOverCuMemAllocMemoryIsInvalidValue) {
+  CUdeviceptr p = 0;
+  ASSERT_CU(mem_alloc(&p, 2 * gran));
+  ASSERT_CU(CU(cuMemsetD32_v2, p, 9u, 2 * gran / 4));
+  CUmemGenericAllocationHandle h = 0;
+  ASSERT_CU(mem_create(&h, gran, pinned_prop(CU_MEM_LOCATION_TYPE_DEVICE, 0)));
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, CU(cuMemUnmap, p, 2 * gran));
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, CU(cuMemMap, p, gran, std::size_t{0}, h, 0ULL));
+  EXPECT_EQ(read_words(p + 2 * gran - 8, 2), std::vector<std::uint32_t>(2, 9u));
+  ASSERT_CU(mem_free(p));
+}
+
 TEST_F(Misuse, UnmapOfAReservedButUnmappedRangeSucceeds) {
   // Measured (H200, driver 580.159.04): nothing mapped there, nothing to do, CUDA_SUCCESS.
   CUdeviceptr va = 0;

@@ -40,6 +40,28 @@ class SpillExternal : public SpillTest {
     drv().cuMemAddressFree(va, bytes);
     return result;
   }
+
+  // The program maps a counted handle for the device and the cuMemMap hook tells the pool; 0 on failure.
+  static CUdeviceptr map_counted(Pool& pool, CUmemGenericAllocationHandle h, std::size_t bytes) {
+    CUdeviceptr va = 0;
+    EXPECT_CU(drv().cuMemAddressReserve(&va, bytes, 0, 0, 0));
+    if (va == 0) return 0;
+    CUmemAccessDesc access{};
+    access.location = CUmemLocation{CU_MEM_LOCATION_TYPE_DEVICE, 0};
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    const CUresult r = drv().cuMemMap(va, bytes, 0, h, 0);
+    EXPECT_CU(r);
+    if (r != CUDA_SUCCESS) return 0;
+    pool.mapped_external(va, bytes, h);
+    EXPECT_CU(drv().cuMemSetAccess(va, bytes, &access, 1));
+    return va;
+  }
+  // Its cuMemUnmap, the hook telling the pool, and the range given back.
+  static void unmap_counted(Pool& pool, CUdeviceptr va, std::size_t bytes) {
+    EXPECT_CU(drv().cuMemUnmap(va, bytes));
+    pool.unmapped_external(va, bytes);
+    EXPECT_CU(drv().cuMemAddressFree(va, bytes));
+  }
 };
 
 TEST_F(SpillExternal, WithinTheBudgetIsADeviceHandleThatCountsAgainstIt) {
@@ -84,6 +106,60 @@ TEST_F(SpillExternal, PastTheBudgetIsAHostHandleThatReportsTheRequestedPropertie
   must_free(*pool, full);
   pool.reset();
   EXPECT_TRUE(host_memory_whole()) << "the external host handle was not released";
+}
+
+// NCCL frees a buffer by retaining the handle under its address, releasing that, unmapping and
+// releasing the handle: the driver keeps the memory until the last release, and so does the count
+// (before, the first release gave back the host limit while the memory was still pinned).
+TEST_F(SpillExternal, ARetainedHandleCountsUntilItsLastRelease) {
+  auto pool = make_pool(spill_config(64 * kMiB, 32 * kMiB, 0));
+  CUdeviceptr full = must_allocate(*pool, room(64 * kMiB));
+  const CUmemAllocationProp prop = device_prop(0);
+  CUmemGenericAllocationHandle h = 0, again = 0, b = 0;
+  ASSERT_CU(pool->create_external(&h, 24 * kMiB, &prop, 0));
+  ASSERT_EQ(handle_tier(h), 'H');
+  const CUdeviceptr va = map_counted(*pool, h, 24 * kMiB);
+  ASSERT_NE(va, 0u);
+  ASSERT_CU(drv().cuMemRetainAllocationHandle(&again, reinterpret_cast<void*>(va + kMiB)));
+  pool->retained_external(again, va + kMiB);
+  release_external(*pool, again);
+  EXPECT_EQ(pool->stats(0).external_host_bytes, 24 * kMiB) << "released once of twice";
+  EXPECT_CU_EQ(CUDA_ERROR_OUT_OF_MEMORY, pool->create_external(&b, 10 * kMiB, &prop, 0))
+      << " (the handle's 24 MiB are still pinned: 8 MiB of the host limit left)";
+  unmap_counted(*pool, va, 24 * kMiB);
+  EXPECT_EQ(pool->stats(0).external_host_bytes, 24 * kMiB) << "unmapped, one reference left";
+  release_external(*pool, h);
+  EXPECT_EQ(pool->stats(0).external_host_bytes, 0u);
+  EXPECT_EQ(pool->external_handles_live(), 0u);
+  ASSERT_CU(pool->create_external(&b, 24 * kMiB, &prop, 0)) << " (the host limit was not given back)";
+  release_external(*pool, b);
+  must_free(*pool, full);
+  pool.reset();
+  EXPECT_TRUE(host_memory_whole());
+}
+
+// A handle released as soon as it is mapped keeps its memory until the unmap, and the count with it.
+TEST_F(SpillExternal, AHandleReleasedWhileMappedCountsUntilItsUnmap) {
+  auto pool = make_pool(spill_config(64 * kMiB, 32 * kMiB, 0));
+  CUdeviceptr full = must_allocate(*pool, room(64 * kMiB));
+  const CUmemAllocationProp prop = device_prop(0);
+  CUmemGenericAllocationHandle h = 0, b = 0;
+  ASSERT_CU(pool->create_external(&h, 24 * kMiB, &prop, 0));
+  ASSERT_EQ(handle_tier(h), 'H');
+  const CUdeviceptr va = map_counted(*pool, h, 24 * kMiB);
+  ASSERT_NE(va, 0u);
+  release_external(*pool, h);
+  fill(va, 24 * kMiB, 31);
+  EXPECT_TRUE(holds(va, 24 * kMiB, 31)) << "the driver keeps mapped memory";
+  EXPECT_EQ(pool->stats(0).external_host_bytes, 24 * kMiB);
+  EXPECT_CU_EQ(CUDA_ERROR_OUT_OF_MEMORY, pool->create_external(&b, 10 * kMiB, &prop, 0));
+  unmap_counted(*pool, va, 24 * kMiB);
+  EXPECT_EQ(pool->stats(0).external_host_bytes, 0u);
+  ASSERT_CU(pool->create_external(&b, 24 * kMiB, &prop, 0)) << " (the host limit was not given back)";
+  release_external(*pool, b);
+  must_free(*pool, full);
+  pool.reset();
+  EXPECT_TRUE(host_memory_whole());
 }
 
 TEST_F(SpillExternal, IdlePoolMemoryIsGivenBackBeforeSpilling) {
