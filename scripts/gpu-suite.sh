@@ -127,6 +127,9 @@ for route in preload dropin; do
   overcommit_case program-vmm "$route" "vmm: " 60 \
     env UVMPOOL_DEVICE_LIMIT=64M UVMPOOL_DEVICE_HEADROOM=0 UVMPOOL_HOST_RESERVE=0 "$build/bin/client_hardening" vmm
 done
+# NCCL's own cuMem buffers (one rank of torch.distributed): counted while they live, back to the
+# start once the process group is destroyed (retain, release, unmap, release).
+overcommit_case nccl-vmm preload "UVMPOOL_NCCL_VMM " 120 python3 tests/gpu/nccl_vmm_count.py
 [ -x "$work/overcommit" ] &&
   overcommit_case overcommit-12g preload "UVMPOOL_OVERCOMMIT " 120 env UVMPOOL_DEVICE_LIMIT=4G "$work/overcommit" 12288
 # PyTorch training: reference, then uvmpool at need/2.5, then uvmpool + expandable segments; the
