@@ -124,6 +124,20 @@ TEST_F(Misuse, AddressFreeWithAnotherSizeThanReservedIsInvalidValue) {
   EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, CU(cuMemAddressFree, va, 4 * gran));  // more
 }
 
+// A reservation still mapped is not freed (measured: H200, driver 580.159.04): unmapping is the
+// program's job. uvmpool counts the
+// program's own handles until their last mapping is unmapped (src/pool/external_handles.h), and an
+// address free that unmapped them unseen would leave them counted.
+TEST_F(Misuse, AddressFreeOfARangeStillMappedIsInvalidValue) {
+  CUdeviceptr va = 0;
+  CUmemGenericAllocationHandle h = 0;
+  ASSERT_CU(vmm_device(&va, &h, gran));
+  EXPECT_CU_EQ(CUDA_ERROR_INVALID_VALUE, CU(cuMemAddressFree, va, gran));
+  const std::vector<std::uint32_t> words = pattern(16, 5);
+  ASSERT_CU(write_words(va, words));
+  EXPECT_EQ(read_words(va, 16), words) << "the mapping is still there";
+}
+
 TEST_F(Misuse, SetAccessOnAnUnmappedRangeIsInvalidValue) {
   CUdeviceptr va = 0;
   ASSERT_CU(address_reserve(&va, gran));
