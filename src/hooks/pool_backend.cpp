@@ -182,8 +182,9 @@ class PoolBackend final : public Backend {
     return driver_.allocation_properties(prop, handle);
   }
   CUresult release(CUmemGenericAllocationHandle handle) override {
+    const std::uint64_t memory = pool_.releasing_external(handle);  // before its value can be given again
     const CUresult r = driver_.release(handle);
-    if (r == CUDA_SUCCESS) pool_.released_external(handle);
+    if (r == CUDA_SUCCESS) pool_.released_external(memory);
     return r;
   }
   // The pool's address space holds pool memory, which the program allocated as cuMemAlloc memory and

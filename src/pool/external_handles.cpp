@@ -5,7 +5,8 @@ namespace uvmpool::pool {
 std::optional<ExternalHandles::Counted> ExternalHandles::created(Handle handle, const Counted& counted) {
   MutexLock lock(mu_);
   std::optional<Counted> stale;
-  // The driver gives a value again only once its handle's references have all gone.
+  // The driver gives a value again only once its handle's references have all gone: the last release
+  // is on its way here from another thread (releasing, released).
   if (auto it = by_handle_.find(handle); it != by_handle_.end()) {
     const std::uint64_t old = it->second;
     entries_.at(old).references = 0;
@@ -39,14 +40,22 @@ void ExternalHandles::retained(Handle handle, CUdeviceptr at) {
   ++e.references;
 }
 
-std::optional<ExternalHandles::Counted> ExternalHandles::released(Handle handle) {
+std::uint64_t ExternalHandles::releasing(Handle handle) const {
   MutexLock lock(mu_);
   const auto h = by_handle_.find(handle);
-  if (h == by_handle_.end()) return std::nullopt;
-  const std::uint64_t id = h->second;
-  Entry& e = entries_.at(id);
-  if (--e.references == 0) by_handle_.erase(h);
-  return end_if_unused(id);
+  return h != by_handle_.end() ? h->second : 0;
+}
+
+std::optional<ExternalHandles::Counted> ExternalHandles::released(std::uint64_t memory) {
+  MutexLock lock(mu_);
+  const auto it = entries_.find(memory);
+  // Gone, or its references all taken already: a new handle got its value first (created).
+  if (it == entries_.end() || it->second.references == 0) return std::nullopt;
+  Entry& e = it->second;
+  if (--e.references == 0) {
+    if (const auto h = by_handle_.find(e.handle); h != by_handle_.end() && h->second == memory) by_handle_.erase(h);
+  }
+  return end_if_unused(memory);
 }
 
 std::optional<ExternalHandles::Counted> ExternalHandles::mapped(CUdeviceptr va, std::size_t size, Handle handle) {

@@ -42,14 +42,18 @@ class ExternalHandles {
   };
 
   // A handle made and counted: one reference, no mapping. Answers what an entry still naming the same
-  // value counted, when the new handle ends it (a release this table missed).
+  // value counted, when the new handle ends it (its last release is under way on another thread).
   std::optional<Counted> created(Handle handle, const Counted& counted);
   // cuMemRetainAllocationHandle answered `handle` for `at`: one reference more to the memory mapped
   // there (a counted handle's, possibly one whose references had all gone).
   void retained(Handle handle, CUdeviceptr at);
-  // cuMemRelease(handle) succeeded: what the memory counted, when this was its last reference and
-  // nothing maps it any more.
-  std::optional<Counted> released(Handle handle);
+  // cuMemRelease in two steps. Before the driver's release, the memory `handle` names (0: none
+  // counted); once the driver has released it, that memory loses a reference: what it counted, when
+  // this was its last reference and nothing maps it any more. Named before, not after: from the
+  // driver's release on, another thread's cuMemCreate may get the same value, and released(handle)
+  // would then take the new handle's reference.
+  std::uint64_t releasing(Handle handle) const;
+  std::optional<Counted> released(std::uint64_t memory);
   // cuMemMap(va, size, 0, handle) succeeded. Answers what a mapping known at `va` ended, if the
   // program unmapped it unseen.
   std::optional<Counted> mapped(CUdeviceptr va, std::size_t size, Handle handle);

@@ -555,7 +555,9 @@ void Pool::uncount_external(const std::optional<ExternalHandles::Counted>& ended
   if (DevicePool* p = device_pool(ended->device)) p->external_released(ended->bytes, ended->tier);
 }
 
-void Pool::released_external(Handle handle) { uncount_external(devices_->externals.released(handle)); }
+std::uint64_t Pool::releasing_external(Handle handle) const { return devices_->externals.releasing(handle); }
+
+void Pool::released_external(std::uint64_t memory) { uncount_external(devices_->externals.released(memory)); }
 
 void Pool::retained_external(Handle handle, CUdeviceptr at) { devices_->externals.retained(handle, at); }
 

@@ -293,10 +293,12 @@ class Pool {
                            unsigned long long flags);
   // The driver keeps a handle's memory until every reference to it is released and every mapping of
   // it unmapped; what create_external counted is given back then (external_handles.h). The hooks tell
-  // of each step once the driver has made it: cuMemRelease (released_external),
-  // cuMemRetainAllocationHandle of the memory mapped at `at` (retained_external), the program's
-  // cuMemMap and cuMemUnmap (mapped_external, unmapped_external). Handles not counted pass by.
-  void released_external(Handle handle);
+  // of each step once the driver has made it: cuMemRelease (releasing_external before the driver's
+  // release, released_external with its answer after), cuMemRetainAllocationHandle of the memory
+  // mapped at `at` (retained_external), the program's cuMemMap and cuMemUnmap (mapped_external,
+  // unmapped_external). Handles not counted pass by.
+  std::uint64_t releasing_external(Handle handle) const;
+  void released_external(std::uint64_t memory);
   void retained_external(Handle handle, CUdeviceptr at);
   void mapped_external(CUdeviceptr va, std::size_t size, Handle handle);
   void unmapped_external(CUdeviceptr va, std::size_t size);

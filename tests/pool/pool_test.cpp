@@ -177,8 +177,9 @@ CUmemAllocationProp device_prop(int device) {
 }
 
 void release_external(Pool& pool, CUmemGenericAllocationHandle handle) {
+  const std::uint64_t memory = pool.releasing_external(handle);
   EXPECT_CU(drv().cuMemRelease(handle));
-  pool.released_external(handle);
+  pool.released_external(memory);
 }
 
 CUresult begin_capture(Pool& pool, CUstream stream) {
