@@ -127,6 +127,11 @@ for route in preload dropin; do
   overcommit_case program-vmm "$route" "vmm: " 60 \
     env UVMPOOL_DEVICE_LIMIT=64M UVMPOOL_DEVICE_HEADROOM=0 UVMPOOL_HOST_RESERVE=0 "$build/bin/client_hardening" vmm
 done
+# Pointer queries on freed memory (client_hardening freed): the driver's own answers for a freed
+# cuMemAlloc pointer (plain), and the same through uvmpool, which keeps the memory mapped for reuse.
+for route in plain preload dropin; do
+  overcommit_case freed-pointers "$route" "freed 6291456 bytes: " 60 "$build/bin/client_hardening" freed
+done
 # NCCL's own cuMem buffers (one rank of torch.distributed): counted while they live, back to the
 # start once the process group is destroyed (retain, release, unmap, release).
 overcommit_case nccl-vmm preload "UVMPOOL_NCCL_VMM " 120 python3 tests/gpu/nccl_vmm_count.py

@@ -9,6 +9,7 @@
 #include "config/log.h"
 #include "config/options.h"
 #include "config/quiet_at_fork.h"
+#include "driver/pointer_attribute_values.h"
 #include "hooks/backend.h"
 #include "hooks/ipc.h"
 #include "pool/pool.h"
@@ -100,14 +101,25 @@ class PoolBackend final : public Backend {
         return CUDA_SUCCESS;
       }
     }
+    // Pool address space outside a live allocation (freed memory the pool keeps mapped, a free held
+    // through a capture) is, to the program, freed memory: the driver calls such a pointer invalid,
+    // where it would describe the chunk the pool keeps mapped there.
+    if (data != nullptr && !pool_.find(ptr) && pool_.in_pool_space(ptr)) return CUDA_ERROR_INVALID_VALUE;
     return driver_.pointer_attribute(data, attribute, ptr);
   }
   CUresult pointer_attributes(unsigned count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr) override {
-    // The driver answers for the memory (type, device, mapped...); the pool then corrects what
-    // describes the allocation.
+    // The driver answers for the memory (type, device, mapped...) and checks the arguments; the pool
+    // then corrects what describes the allocation.
     const CUresult r = driver_.pointer_attributes(count, attributes, data, ptr);
     if (r != CUDA_SUCCESS) return r;
-    if (const auto info = pool_.find(ptr)) {
+    const auto info = pool_.find(ptr);
+    if (!info && pool_.in_pool_space(ptr)) {
+      // Freed memory, as above: the driver's defaults for a pointer it does not know.
+      for (unsigned i = 0; i < count; ++i)
+        if (data[i] != nullptr) driver::write_unknown_pointer_attribute(attributes[i], ptr, data[i]);
+      return CUDA_SUCCESS;
+    }
+    if (info) {
       for (unsigned i = 0; i < count; ++i) {
         if (data[i] != nullptr && describes_allocation(attributes[i])) answer(*info, attributes[i], data[i]);
         if (data[i] != nullptr && attributes[i] == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE) {

@@ -357,7 +357,9 @@ std::optional<AllocationInfo> Pool::find(CUdeviceptr p) const {
   if (e == 0) return std::nullopt;
   DevicePool* owner = owner_of(e);
   if (owner == nullptr) return std::nullopt;
-  return owner->describe(e, p);
+  std::optional<AllocationInfo> info = owner->describe(e, p);
+  if (info && freed_but_held(info->base)) return std::nullopt;
+  return info;
 }
 
 std::optional<ChunkView> Pool::chunks_of(CUdeviceptr p) const {
@@ -365,7 +367,16 @@ std::optional<ChunkView> Pool::chunks_of(CUdeviceptr p) const {
   if (e == 0) return std::nullopt;
   DevicePool* owner = owner_of(e);
   if (owner == nullptr) return std::nullopt;
-  return owner->chunks_of(e, p);
+  std::optional<ChunkView> view = owner->chunks_of(e, p);
+  if (view && freed_but_held(view->info.base)) return std::nullopt;
+  return view;
+}
+
+// A free held through a capture (held_frees.h) is, to the program and to every lookup, a free: the
+// pointer no longer names an allocation (the driver's pointer queries call it invalid), the mover
+// leaves it alone, and only the pool still keeps its memory mapped and unused until the capture ends.
+bool Pool::freed_but_held(CUdeviceptr base) const {
+  return !devices_->held.empty() && devices_->held.holds(base);
 }
 
 CUresult Pool::prepare_move(CUdeviceptr p, std::size_t bytes, Tier to, Move* out, MoveWaits waits) {

@@ -250,9 +250,10 @@ class Pool {
   // Whether `stream` is capturing a graph (then allocations on it take the driver's own path).
   bool capturing(CUstream stream);
 
-  // The live allocation containing `p` (interior pointers included), if the pool made it.
+  // The live allocation containing `p` (interior pointers included), if the pool made it. A free held
+  // through a capture is no longer live here, though its memory stays mapped until the capture is over.
   std::optional<AllocationInfo> find(CUdeviceptr p) const;
-  // The chunks under the live allocation containing `p`, if the pool made it.
+  // The chunks under the live allocation containing `p`, if the pool made it (held frees as in find).
   std::optional<ChunkView> chunks_of(CUdeviceptr p) const;
   // Whether p lies in address space the pool reserved (allocated or not).
   bool in_pool_space(CUdeviceptr p) const;
@@ -405,6 +406,7 @@ class Pool {
   bool held_already(CUdeviceptr p, CUresult* result);
   std::optional<CUresult> hold_during_capture(DevicePool* owner, std::uintptr_t e, CUdeviceptr p, CUcontext wait_for);
   void release_held(CUcontext destroying = nullptr);
+  bool freed_but_held(CUdeviceptr base) const;  // a free of the allocation at `base` is held
   // Gives back what an external handle's memory counted, once the driver no longer keeps it.
   void uncount_external(const std::optional<ExternalHandles::Counted>& ended);
 

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "driver/pointer_attribute_values.h"
 #include "sim/address_space.h"
 #include "sim/contexts.h"
 #include "sim/entry_points.h"
@@ -46,13 +47,13 @@ int access_flags(const Mapping& m) {
   return CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE;
 }
 
-// Booleans: 4 bytes, neither more (a caller's int is not overrun) nor less.
-using Bool32 = int;
+using driver::Bool32;
+using driver::write_null_attribute;
+using driver::write_unknown_pointer_attribute;
 
 template <typename T>
 CUresult put(void* data, T value) {
-  *static_cast<T*>(data) = value;
-  return CUDA_SUCCESS;
+  return driver::put_attribute(data, value);
 }
 
 // Writes one attribute of a known pointer. CUDA_ERROR_INVALID_VALUE where the attribute has no value
@@ -100,46 +101,6 @@ CUresult write_attribute(const PointerInfo& info, CUpointer_attribute attribute,
   }
 }
 
-// The NULL value of an attribute, written with the attribute's size.
-CUresult write_null(CUpointer_attribute attribute, void* data) {
-  switch (attribute) {
-    case CU_POINTER_ATTRIBUTE_CONTEXT: return put<CUcontext>(data, nullptr);
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: return put<unsigned>(data, 0);
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: return put<CUdeviceptr>(data, 0);
-    case CU_POINTER_ATTRIBUTE_HOST_POINTER: return put<void*>(data, nullptr);
-    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-    case CU_POINTER_ATTRIBUTE_MAPPED:
-    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
-    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: return put<Bool32>(data, 0);
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
-    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: return put<unsigned long long>(data, 0);
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: return put<int>(data, 0);
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: return put<std::size_t>(data, 0);
-    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: return put<CUmemoryPool>(data, nullptr);
-    default: return CUDA_ERROR_INVALID_VALUE;
-  }
-}
-
-// What cuPointerGetAttributes writes for a pointer it does not know: NULL/0 as documented, except
-// (measured on an H200, driver 580) HOST_POINTER, which is the pointer itself, and DEVICE_ORDINAL,
-// which is -2 (CU_DEVICE_INVALID); RANGE_START_ADDR and RANGE_SIZE are left unwritten.
-void write_unknown(CUpointer_attribute attribute, CUdeviceptr ptr, void* data) {
-  switch (attribute) {
-    case CU_POINTER_ATTRIBUTE_HOST_POINTER: put(data, reinterpret_cast<void*>(ptr)); break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: put<int>(data, CU_DEVICE_INVALID); break;
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: break;
-    default: write_null(attribute, data);
-  }
-}
-
 }  // namespace
 
 // Memory the sim does not know (pageable host memory, a freed or unmapped address):
@@ -173,9 +134,9 @@ CUresult impl::cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attr
   for (unsigned i = 0; i < numAttributes; ++i) {
     const auto a = static_cast<CUpointer_attribute>(attribute(i));
     if (!info.found)
-      write_unknown(a, ptr, data[i]);
+      write_unknown_pointer_attribute(a, ptr, data[i]);
     else if (write_attribute(info, a, ptr, data[i]) != CUDA_SUCCESS)
-      write_null(a, data[i]);
+      write_null_attribute(a, data[i]);
   }
   return CUDA_SUCCESS;
 }

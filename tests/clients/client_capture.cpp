@@ -4,9 +4,10 @@
 // Under UVMPOOL_GUARD=1 every free unmaps at once, after the pool's wait for the device, a
 // cuCtxSynchronize that the driver refuses during any capture of the context and that spoils it
 // (tests/fidelity/capture_test.cpp). So the pool holds a free made during a capture in the
-// allocation's context until the capture is over (src/pool/held_frees.h): the allocation is still one
-// after the free (cuMemGetAddressRange answers 0) and no longer after the capture's end (an error: the
-// guarded range is unmapped). Prints, for tests/hooks/CMakeLists.txt:
+// allocation's context until the capture is over (src/pool/held_frees.h). To the program it is freed
+// at once, as the driver's would be: cuMemGetAddressRange answers NOT_FOUND (500) during the capture,
+// though the memory stays mapped, and an error after the capture's end too (the guarded range is
+// unmapped). Prints, for tests/hooks/CMakeLists.txt:
 //   capture client: ok; status after the free <n>; end <CUresult>; range during <CUresult> after <CUresult>
 #include <dlfcn.h>
 

@@ -36,6 +36,11 @@
 //          the stream destroyed: uvmpool must record its event on the stream before it goes.
 //   vmm    the program's own cuMemMap, cuMemUnmap, cuMemRetainAllocationHandle and cuMemRelease beside
 //          the pool (at vmm()).
+//   freed  pointer queries on freed memory (a slab's slot, a stitched mapping), which the pool keeps
+//          mapped for reuse: answered as the driver answers for a freed cuMemAlloc pointer
+//          (cuPointerGetAttribute INVALID_VALUE, cuMemGetAddressRange NOT_FOUND, cuPointerGetAttributes
+//          its defaults for a pointer it does not know), not as for the chunk mapped there. The same
+//          output with and without uvmpool.
 //   race US  a thread makes the first allocation while main returns (exit) about US microseconds
 //          after it started: exit races uvmpool starting its trace and statistics segment.
 #include <cuda.h>
@@ -123,6 +128,40 @@ int vmm() {
   CU(cuMemAddressFree(va, kHandle));
   CU(cuMemFree(p));
   std::printf("vmm: ok\n");
+  return 0;
+}
+
+int freed() {
+  use_primary_context();
+  for (const std::size_t bytes : {std::size_t{512}, std::size_t{6} << 20}) {
+    CUdeviceptr p = 0, live = 0;
+    CU(cuMemAlloc(&p, bytes));
+    CU(cuMemAlloc(&live, bytes));  // keeps a slab's chunk (or the pool's space) in use
+    CU(cuMemFree(p));
+    unsigned type = 77;
+    const CUresult one = cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p + 8);
+    CUdeviceptr base = 0;
+    std::size_t size = 0;
+    const CUresult range = cuMemGetAddressRange(&base, &size, p);
+    CUcontext owner = reinterpret_cast<CUcontext>(~std::uintptr_t{0});
+    void* host = nullptr;
+    unsigned long long id = ~0ULL;
+    int ordinal = 77, mapped = 77;
+    type = 77;
+    CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_CONTEXT,
+                                   CU_POINTER_ATTRIBUTE_HOST_POINTER, CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                   CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_MAPPED};
+    void* out[] = {&type, &owner, &host, &id, &ordinal, &mapped};
+    const CUresult many = cuPointerGetAttributes(6, which, out, p);
+    std::printf("freed %zu bytes: attribute %d, range %d, attributes %d: type %u context %d host %d id %llu ordinal %d mapped %d\n",
+                bytes, int(one), int(range), int(many), type, owner == nullptr ? 0 : 1,
+                host == reinterpret_cast<void*>(p) ? 1 : 0, id, ordinal, mapped);
+    CLIENT_CHECK(one == CUDA_ERROR_INVALID_VALUE && range == CUDA_ERROR_NOT_FOUND && many == CUDA_SUCCESS &&
+                     type == 0 && owner == nullptr && id == 0 && ordinal == -2 && mapped == 0,
+                 "freed memory was described as an allocation");
+    CU(cuMemFree(live));
+  }
+  std::printf("freed: ok\n");
   return 0;
 }
 
@@ -468,6 +507,7 @@ int main(int argc, char** argv) {
   if (std::strcmp(mode, "stream-destroy") == 0) return stream_destroy();
   if (std::strcmp(mode, "race") == 0) return race(argc > 2 ? std::atoi(argv[2]) : 0);
   if (std::strcmp(mode, "vmm") == 0) return vmm();
-  std::fprintf(stderr, "usage: client_hardening huge|throw|throw-launch|ctx-reset|fork|fork-launch|init|stream-destroy|race US|vmm\n");
+  if (std::strcmp(mode, "freed") == 0) return freed();
+  std::fprintf(stderr, "usage: client_hardening huge|throw|throw-launch|ctx-reset|fork|fork-launch|init|stream-destroy|race US|vmm|freed\n");
   return 2;
 }

@@ -23,6 +23,33 @@ class PointerAttributes : public DriverTest {
     EXPECT_CU(attr(&v, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p));
     return v;
   }
+  // cuPointerGetAttributes of a pointer the driver does not know: success, and (measured on an H200,
+  // driver 580.159.04) NULL/0 as cuda.h says, except HOST_POINTER, which is the pointer itself, and
+  // DEVICE_ORDINAL, which is -2 (cudaPointerGetAttributes' "no device"). Booleans are written as 4
+  // bytes. RANGE_START_ADDR/RANGE_SIZE are left unwritten (not checked here).
+  void expect_unknown_pointer_defaults(CUdeviceptr p) {
+    unsigned type = 0xFFFFFFFFu;
+    CUcontext owner = reinterpret_cast<CUcontext>(~std::uintptr_t{0});
+    CUdeviceptr dptr = ~CUdeviceptr{0};
+    void* host = nullptr;
+    std::uint64_t managed = ~std::uint64_t{0}, mapped = ~std::uint64_t{0};
+    unsigned long long id = ~0ULL;
+    int ordinal = 77;
+    CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,    CU_POINTER_ATTRIBUTE_CONTEXT,
+                                   CU_POINTER_ATTRIBUTE_DEVICE_POINTER, CU_POINTER_ATTRIBUTE_HOST_POINTER,
+                                   CU_POINTER_ATTRIBUTE_IS_MANAGED,     CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                   CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_MAPPED};
+    void* out[] = {&type, &owner, &dptr, &host, &managed, &id, &ordinal, &mapped};
+    ASSERT_CU(CU(cuPointerGetAttributes, 8u, which, out, p));
+    EXPECT_EQ(type, 0u);
+    EXPECT_EQ(owner, nullptr);
+    EXPECT_EQ(dptr, 0u);
+    EXPECT_EQ(host, reinterpret_cast<void*>(p));
+    EXPECT_EQ(managed, 0xFFFFFFFF00000000ull) << "IS_MANAGED: 4 bytes of 0";
+    EXPECT_EQ(mapped, 0xFFFFFFFF00000000ull) << "MAPPED: 4 bytes of 0";
+    EXPECT_EQ(id, 0u);
+    EXPECT_EQ(ordinal, -2);
+  }
 };
 
 TEST_F(PointerAttributes, AllocIsDeviceMemoryOfDeviceZeroInTheCurrentContext) {
@@ -249,32 +276,21 @@ TEST_F(PointerAttributes, GetAttributeOfAnUnknownHostPointerIsInvalidValue) {
 
 TEST_F(PointerAttributes, GetAttributesOfAnUnknownHostPointerIsSuccessWithDefaultValues) {
   // cuda.h: "the attributes are assigned default NULL values and function returns CUDA_SUCCESS".
-  // Measured (H200, driver 580.159.04): NULL/0 indeed, except HOST_POINTER, which is the pointer
-  // itself, and DEVICE_ORDINAL, which is -2 (cudaPointerGetAttributes' "no device"). Booleans are
-  // written as 4 bytes. RANGE_START_ADDR/RANGE_SIZE are left unwritten (not checked here).
   std::vector<char> plain(4096);
-  const auto p = reinterpret_cast<CUdeviceptr>(plain.data());
-  unsigned type = 0xFFFFFFFFu;
-  CUcontext owner = reinterpret_cast<CUcontext>(~std::uintptr_t{0});
-  CUdeviceptr dptr = ~CUdeviceptr{0};
-  void* host = nullptr;
-  std::uint64_t managed = ~std::uint64_t{0}, mapped = ~std::uint64_t{0};
-  unsigned long long id = ~0ULL;
-  int ordinal = 77;
-  CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,    CU_POINTER_ATTRIBUTE_CONTEXT,
-                                 CU_POINTER_ATTRIBUTE_DEVICE_POINTER, CU_POINTER_ATTRIBUTE_HOST_POINTER,
-                                 CU_POINTER_ATTRIBUTE_IS_MANAGED,     CU_POINTER_ATTRIBUTE_BUFFER_ID,
-                                 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_MAPPED};
-  void* out[] = {&type, &owner, &dptr, &host, &managed, &id, &ordinal, &mapped};
-  ASSERT_CU(CU(cuPointerGetAttributes, 8u, which, out, p));
-  EXPECT_EQ(type, 0u);
-  EXPECT_EQ(owner, nullptr);
-  EXPECT_EQ(dptr, 0u);
-  EXPECT_EQ(host, plain.data());
-  EXPECT_EQ(managed, 0xFFFFFFFF00000000ull) << "IS_MANAGED: 4 bytes of 0";
-  EXPECT_EQ(mapped, 0xFFFFFFFF00000000ull) << "MAPPED: 4 bytes of 0";
-  EXPECT_EQ(id, 0u);
-  EXPECT_EQ(ordinal, -2);
+  expect_unknown_pointer_defaults(reinterpret_cast<CUdeviceptr>(plain.data()));
+}
+
+TEST_F(PointerAttributes, GetAttributesOfAFreedAllocAreTheUnknownPointersDefaults) {
+  // What uvmpool answers for pool memory the program freed (src/driver/pointer_attribute_values.h):
+  // a freed device pointer is one the driver does not know, as pageable host memory is (measured on
+  // an H200, driver 580.159.04).
+  CUdeviceptr p = 0;
+  ASSERT_CU(mem_alloc(&p, kMiB));
+  ASSERT_CU(mem_free(p));
+  expect_unknown_pointer_defaults(p);
+  CUdeviceptr base = 0;
+  std::size_t size = 0;
+  EXPECT_CU_EQ(CUDA_ERROR_NOT_FOUND, CU(cuMemGetAddressRange_v2, &base, &size, p));
 }
 
 TEST_F(PointerAttributes, BooleanAttributesAreWrittenAsFourBytes) {

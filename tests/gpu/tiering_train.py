@@ -95,6 +95,8 @@ def main():
         # ordered epochs, each prepared when the device reaches its fence, 64 standing (docs/tiering.md)
         "auto_overlap_hold": ({**limited, "UVMPOOL_TIERING": "auto", "UVMPOOL_TIERING_COPY": "overlap",
                                "UVMPOOL_TIERING_PREPARE": "hold", "UVMPOOL_TIERING_HOLDS_AHEAD": "64"}, lib),
+        # one hold at a time: the mover places it and waits for its drain before the pool's lock
+        "auto_one_hold": ({**limited, "UVMPOOL_TIERING": "auto", "UVMPOOL_TIERING_HOLDS_AHEAD": "1"}, lib),
         # holds placed ahead in the program's stream order (docs/tiering.md)
         "auto_ahead": ({**limited, "UVMPOOL_TIERING": "auto", "UVMPOOL_TIERING_HOLDS_AHEAD": "8"}, lib),
         # the thrash guard fixed on, as before its trial (docs/tiering.md "The thrash guard is measured")
