@@ -94,6 +94,7 @@ struct State {
   int listen_fd = -1;
   int wake_fd = -1;
   std::string path;
+  std::uint64_t token = 0;  // in the socket's name and every handle (ipc_handle.h)
   std::thread* thread = nullptr;  // leaked in a forked child, where it does not exist
   bool started = false;
   bool exiting = false;
@@ -196,6 +197,13 @@ void connection_ended(const Connection& c, std::vector<Waiting>* waiting) {
 
 // One request on a new connection. Returns false when the connection is to be closed.
 bool serve(Connection& c) {
+  // Closed before a byte was sent: another process of this pid probing whether the socket is live
+  // (remove_stale_sockets), not an importer.
+  char first = 0;
+  if (recv(c.fd, &first, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+    log::debug("CUDA IPC: a connection closed without a request (a liveness probe); dropped");
+    return false;
+  }
   Request req;
   if (!recv_all(c.fd, &req, sizeof req, std::chrono::steady_clock::now() + kRequestDeadline, g->wake_fd)) {
     log::warn("CUDA IPC: a request did not arrive whole within {} ms; connection dropped", kRequestDeadline.count());
@@ -446,8 +454,19 @@ bool start_locked(pool::Pool& pool) {
     std::atexit(stop_at_exit);
     config::at_fork(nullptr, nullptr, forget_in_child);
   });
+  // The socket's name: the pid and a token, since another process of this pid (in another pid
+  // namespace sharing /dev/shm) may be serving at the name of the pid alone, or with its own token.
+  std::uint64_t token = 0;
+  while (token == 0) {
+    if (getrandom(&token, sizeof token, 0) != static_cast<ssize_t>(sizeof token)) {
+      log::error("CUDA IPC: no random bytes for the socket's name (errno {}); cuIpcGetMemHandle of pool memory fails", errno);
+      return false;
+    }
+  }
+  if (const int removed = remove_stale_sockets(getpid()); removed > 0)
+    log::debug("CUDA IPC: removed {} socket(s) of an earlier process of this pid", removed);
   std::string error;
-  const std::string path = socket_path(getpid(), &error);
+  const std::string path = socket_path(getpid(), token, &error);
   const int fd = path.empty() ? -1 : listen_at(path, &error);
   if (fd < 0) {
     log::error("CUDA IPC: cannot listen for importers ({}); cuIpcGetMemHandle of pool memory fails", error);
@@ -463,6 +482,7 @@ bool start_locked(pool::Pool& pool) {
   g->listen_fd = fd;
   g->wake_fd = wake;
   g->path = path;
+  g->token = token;
   try {
     // The starter returns only once the thread holds the fork lock: a thread's start allocates
     // (under ASan, the sanitizer's own bookkeeping), and a program that forks right after its
@@ -514,6 +534,7 @@ CUresult export_handle(pool::Pool& pool, CUdeviceptr p, CUipcMemHandle* out) {
   }
   HandleData d;
   d.pid = static_cast<std::uint32_t>(getpid());
+  d.token = g->token;
   d.device = view->info.device;
   d.allocation = id;
   d.size = view->info.size;

@@ -3,8 +3,10 @@
 // docs/architecture.md "CUDA IPC"). Header only: the simulated driver includes it too, to tell a
 // uvmpool handle that reached a process without uvmpool and say so.
 //
-// A handle names one allocation of one process: the exporter's pid (its socket's name), the
-// allocation's buffer id and a 128-bit random secret drawn when it was first exported. It is a
+// A handle names one allocation of one process: the exporter's pid and a random token drawn when its
+// server started (together its socket's name: two processes of one pid in two pid namespaces that
+// share /dev/shm, containers run with --ipc=host, name different sockets), the allocation's buffer id
+// and a 128-bit random secret drawn when it was first exported. It is a
 // capability: whoever holds it (and runs as the same user) may map the memory, as with the driver's
 // own handles. The secret keeps a process that can reach the socket from opening allocations it was
 // never given (ids are small counters; pids are guessable).
@@ -29,7 +31,8 @@ struct HandleData {
   std::uint64_t allocation = 0;   // the allocation's buffer id in the exporter
   std::uint64_t size = 0;         // bytes asked for (for logs and checks)
   unsigned char secret[kSecretBytes] = {};
-  std::uint8_t reserved[16] = {};  // zero
+  std::uint64_t token = 0;         // the exporter's socket's name with its pid (0: by its pid alone, as before)
+  std::uint8_t reserved[8] = {};   // zero
 };
 static_assert(sizeof(HandleData) == CU_IPC_HANDLE_SIZE, "a uvmpool handle fills one CUipcMemHandle");
 

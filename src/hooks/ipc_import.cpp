@@ -132,7 +132,7 @@ CUresult open_handle(CUdeviceptr* out, const CUipcMemHandle& handle, unsigned fl
   if (real == nullptr || real->table.cuMemImportFromShareableHandle == nullptr) return CUDA_ERROR_NO_DEVICE;
   const driver::Table& d = real->table;
   std::string error;
-  const std::string path = socket_path(static_cast<pid_t>(h.pid), &error);
+  const std::string path = socket_path(static_cast<pid_t>(h.pid), h.token, &error);
   // A stopped or stuck exporter cannot hang the open: connecting, and then the whole exchange, are
   // bounded.
   constexpr int kTimeoutSeconds = 30;

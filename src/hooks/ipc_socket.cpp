@@ -1,5 +1,6 @@
 #include "hooks/ipc_socket.h"
 
+#include <dirent.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 
 #include "config/quiet_at_fork.h"
@@ -74,18 +76,52 @@ int new_socket(const std::string& path, sockaddr_un* addr, std::string* error) {
 
 }  // namespace
 
-std::string socket_path(pid_t pid, std::string* error) {
+std::string socket_path(pid_t pid, std::uint64_t token, std::string* error) {
   const std::string dir = stats::shm::user_directory(geteuid());
   if (!stats::prepare_user_directory(dir, error)) return "";
-  return dir + "/ipc-" + std::to_string(pid);
+  std::string path = dir + "/ipc-" + std::to_string(pid);
+  if (token != 0) {
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(token));
+    path += std::string("-") + hex;
+  }
+  return path;
+}
+
+int remove_stale_sockets(pid_t pid) {
+  std::string error;
+  const std::string dir = stats::shm::user_directory(geteuid());
+  if (!stats::prepare_user_directory(dir, &error)) return 0;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return 0;
+  const std::string name = "ipc-" + std::to_string(pid);
+  int removed = 0;
+  while (const dirent* e = readdir(d)) {
+    const std::string entry = e->d_name;
+    if (entry != name && entry.rfind(name + "-", 0) != 0) continue;
+    const std::string path = dir + "/" + entry;
+    struct stat st {};
+    if (lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_uid != geteuid()) continue;
+    // Nothing listens on a socket whose process is gone: connect is refused at once. A live listener
+    // takes the connection (or its backlog is full): left alone, and the connection closed unused,
+    // which its server tells from an importer's (ipc_export.cpp).
+    sockaddr_un addr;
+    const int fd = fill_address(path, &addr, &error) ? socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0) : -1;
+    if (fd < 0) continue;
+    const bool refused = connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 && errno == ECONNREFUSED;
+    close(fd);
+    if (refused && unlink(path.c_str()) == 0) ++removed;
+  }
+  closedir(d);
+  return removed;
 }
 
 int listen_at(const std::string& path, std::string* error) {
   sockaddr_un addr;
   const int fd = new_socket(path, &addr, error);
   if (fd < 0) return -1;
-  // A socket left by a killed process of the same pid: ours to replace (nobody else can write in
-  // the directory). Anything else there is refused.
+  // A socket left by a killed process of the same pid and token: ours to replace (nobody else can
+  // write in the directory). Anything else there is refused.
   struct stat st {};
   if (lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode) || st.st_uid != geteuid() || unlink(path.c_str()) != 0) {

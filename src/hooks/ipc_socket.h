@@ -1,24 +1,30 @@
 // The Unix socket of uvmpool's CUDA IPC: where it lives, who may talk on it, and descriptors over it.
-// The socket is /dev/shm/uvmpool-<uid>/ipc-<pid> (the user's directory of statistics segments: mode
-// 0700, owner checked), and both ends check SO_PEERCRED: same effective uid, and the exporter's pid
-// is the one the handle names.
+// The socket is /dev/shm/uvmpool-<uid>/ipc-<pid>-<token> (the user's directory of statistics
+// segments: mode 0700, owner checked; the token a random number the exporter drew, which the handle
+// carries, since a pid names a process only within its pid namespace), and both ends check
+// SO_PEERCRED: same effective uid, and the exporter's pid is the one the handle names.
 #pragma once
 
 #include <sys/types.h>
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace uvmpool::ipc {
 
-// The socket path of process `pid` of this user; "" (and why in *error) when the user's directory
-// is not safe to use.
-std::string socket_path(pid_t pid, std::string* error);
+// The socket path of process `pid` of this user with `token` (0: the name without one, of uvmpool
+// before tokens); "" (and why in *error) when the user's directory is not safe to use.
+std::string socket_path(pid_t pid, std::uint64_t token, std::string* error);
 
-// A listening socket bound at `path` (a stale one of a dead process of the same pid is replaced),
-// or -1 and *error.
+// Removes the sockets named for `pid` in the user's directory that nothing listens on any more (left
+// by a killed process of that pid); a live one, of a process of the same pid in another pid
+// namespace, stays. Returns how many went.
+int remove_stale_sockets(pid_t pid);
+
+// A listening socket bound at `path` (a stale one is replaced), or -1 and *error.
 int listen_at(const std::string& path, std::string* error);
 // A socket connected to `path`, or -1 and *error. Gives up after `seconds` (a listener whose backlog
 // is full, because its process is stopped, would block connect forever).

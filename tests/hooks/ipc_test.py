@@ -5,6 +5,7 @@ uvmpool. One scenario per run; every check fails the test with what it saw.
 
 usage: ipc_test.py PRELOAD SIM_DIR CLIENT SCENARIO
 """
+import glob
 import os
 import resource
 import signal
@@ -63,7 +64,7 @@ def fail(msg):
 
 
 class Client:
-    def __init__(self, args, uvmpool=True, pool=True, extra=None, max_fds=None):
+    def __init__(self, args, uvmpool=True, pool=True, extra=None, max_fds=None, preexec=None):
         env = dict(os.environ, LD_LIBRARY_PATH=SIM_DIR, UVMPOOL_LOG_LEVEL="info")
         env.pop("LD_PRELOAD", None)
         if uvmpool:
@@ -72,10 +73,14 @@ class Client:
                 env["UVMPOOL_POOL"] = "0"
         env.update(extra or {})
         self.args = args
-        def limit():  # soft and hard: the simulator raises a soft limit to the hard one
-            resource.setrlimit(resource.RLIMIT_NOFILE, (max_fds, max_fds))
+        def before_exec():
+            if max_fds:  # soft and hard: the simulator raises a soft limit to the hard one
+                resource.setrlimit(resource.RLIMIT_NOFILE, (max_fds, max_fds))
+            if preexec:
+                preexec()
         self.proc = subprocess.Popen([CLIENT, *args], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, preexec_fn=limit if max_fds else None)
+                                     stderr=subprocess.PIPE, text=True,
+                                     preexec_fn=before_exec if max_fds or preexec else None)
 
     def line(self):
         watchdog = threading.Timer(ANSWER_DEADLINE_S, report_hang, (self.proc, self.args[0]))
@@ -127,8 +132,15 @@ def importer(handle, want=0, **kw):
     return i
 
 
+def user_dir():
+    return f"/dev/shm/uvmpool-{os.geteuid()}"
+
+
 def socket_of(pid):
-    return f"/dev/shm/uvmpool-{os.geteuid()}/ipc-{pid}"
+    """The exporter's socket: ipc-<pid>-<token>, the token drawn when its server started; a path that
+    does not exist when it has none (or several)."""
+    found = glob.glob(f"{user_dir()}/ipc-{pid}-*")
+    return found[0] if len(found) == 1 else f"{user_dir()}/ipc-{pid}-(none or {len(found)})"
 
 
 def share_both_ways(size):
@@ -535,12 +547,68 @@ def stopped_exporter():
     e.finish()
 
 
+def same_pid_elsewhere():
+    """Another process of the exporter's pid, in another pid namespace sharing /dev/shm (containers
+    run with --ipc=host), serves at the name of the pid alone, as uvmpool before tokens named its
+    socket: the exporter leaves that live socket alone, removes the stale ones of its pid (nothing
+    listening), and serves at a name of its own, which its handle carries. Here the other process is
+    this script: its listening socket is moved to the exporter's pid's names from the exporter's
+    child before exec, so the names exist before the exporter starts serving."""
+    live_path = f"{user_dir()}/ipc-test-live-{os.getpid()}"
+    os.makedirs(user_dir(), mode=0o700, exist_ok=True)
+    live = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    live.bind(live_path)
+    live.listen(4)
+    live_inode = os.stat(live_path).st_ino
+
+    def plant():  # in the exporter's child, before exec
+        pid = os.getpid()
+        os.rename(live_path, f"{user_dir()}/ipc-{pid}")
+        for name in (f"ipc-{pid}-00000000deadbeef", f"ipc-{pid}-x"):  # bound, then closed: stale
+            stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            stale.bind(f"{user_dir()}/{name}")
+            stale.close()
+
+    size = 2 * MIB
+    e = Client(["export", str(size)], preexec=plant)
+    words = e.line().split()
+    if len(words) != 4 or words[0] != "handle":
+        fail(f"exporter: {words}")
+    handle, pid = words[1], e.proc.pid
+    left = sorted(os.listdir(user_dir()))
+    mine = [n for n in left if n == f"ipc-{pid}" or n.startswith(f"ipc-{pid}-")]
+    if f"ipc-{pid}" not in mine or os.stat(f"{user_dir()}/ipc-{pid}").st_ino != live_inode:
+        fail(f"the live socket of another process of pid {pid} was removed or replaced: {mine}")
+    if any(n.endswith("-00000000deadbeef") or n.endswith("-x") for n in mine):
+        fail(f"stale sockets of pid {pid} were left: {mine}")
+    if len(mine) != 2:
+        fail(f"want the other process's socket and one of the exporter's: {mine}")
+    token = bytes.fromhex(handle)[48:56]
+    if mine[1] != f"ipc-{pid}-{int.from_bytes(token, 'little'):016x}":
+        fail(f"the exporter's socket {mine[1]} is not the one its handle names ({token.hex()})")
+    i = importer(handle)
+    i.expect(f"pattern {size}", "pattern ok")
+    i.expect("close", "close 0")
+    i.finish()
+    err = e.finish()
+    if "request did not arrive" in err or "sent no request" in err:
+        fail(f"the exporter's liveness probe of the other socket was logged as a failed request: {err}")
+    live.settimeout(5)
+    try:
+        probe, _ = live.accept()  # the exporter's liveness probe of it
+        probe.close()
+    except socket.timeout:
+        fail("the exporter removed nothing and probed nothing: the live socket saw no connection")
+    live.close()
+    os.unlink(f"{user_dir()}/ipc-{pid}")
+
+
 SCENARIOS = {f.__name__: f for f in (data_both_ways, extents_and_chunks, small_allocation, free_while_open, exporter_exits_while_open,
                                      tampered_handles, double_close, driver_handles_pass_through,
                                      importer_without_uvmpool, retain_fallback, fork_keeps_server,
                                      spilled_allocation, async_free_while_open, async_free_on_another_contexts_stream,
                                      capture_free_while_open,
-                                     low_descriptor_limit, slow_peers, stopped_exporter)}
+                                     low_descriptor_limit, slow_peers, stopped_exporter, same_pid_elsewhere)}
 
 if __name__ == "__main__":
     PRELOAD, SIM_DIR, CLIENT, scenario = sys.argv[1:5]
