@@ -54,14 +54,29 @@ std::string label_lines(const Report& r) {
   return out;
 }
 
-// Creates the file only if it does not exist: never opens a file someone else put there.
-int create_exclusive(const std::string& path) {
+// Whether another process holds the segment at `path` (its lock, taken as it is made and held until
+// it dies): a writer of the same pid in another pid namespace sharing /dev/shm.
+bool held_by_a_writer(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return false;
+  const bool held = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  close(fd);  // drops our probe's lock, if we got it
+  return held;
+}
+
+// Creates the file only if it does not exist: never opens a file someone else put there. -1 with
+// errno EEXIST (and *live) when a live writer holds it.
+int create_exclusive(const std::string& path, bool* live) {
+  *live = false;
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0 && errno == EEXIST) {
     // Left by an earlier process of the same user with the same pid (killed before it could remove
-    // it): ours to replace (in our own directory nobody else can put a file).
+    // it): ours to replace (in our own directory nobody else can put a file). One a writer still
+    // holds is another namespace's process's.
     struct stat st {};
-    if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && unlink(path.c_str()) == 0) {
+    *live = held_by_a_writer(path);
+    if (!*live && lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+        unlink(path.c_str()) == 0) {
       fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     } else {
       errno = EEXIST;
@@ -101,8 +116,6 @@ std::unique_ptr<Segment> Segment::create(const Report& first, std::uint32_t inte
                                          const std::string& given_dir) {
   const std::string dir = given_dir.empty() ? shm::user_directory(geteuid()) : given_dir;
   if (given_dir.empty() && !prepare_user_directory(dir, error)) return nullptr;
-  char name[64];
-  shm::segment_name(name, sizeof(name), geteuid(), static_cast<long>(getpid()));
   std::string descriptors;
   for (const MetricInfo& m : first.process_metrics) describe(descriptors, "process", m);
   for (const MetricInfo& m : first.device_metrics) describe(descriptors, "device", m);
@@ -115,8 +128,14 @@ std::unique_ptr<Segment> Segment::create(const Report& first, std::uint32_t inte
       labels.empty() ? values_offset + words * sizeof(std::uint64_t) : labels_offset + labels.size();
 
   std::unique_ptr<Segment> s(new Segment);
-  s->path_ = dir + "/" + name;
-  const int fd = create_exclusive(s->path_);
+  int fd = -1;
+  bool live = true;
+  for (unsigned instance = 1; fd < 0 && live && instance <= shm::kMaxInstances; ++instance) {
+    char name[64];
+    shm::segment_name(name, sizeof(name), geteuid(), static_cast<long>(getpid()), instance);
+    s->path_ = dir + "/" + name;
+    fd = create_exclusive(s->path_, &live);
+  }
   if (fd < 0) {
     *error = s->path_ + ": " + std::strerror(errno);
     return nullptr;

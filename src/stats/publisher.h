@@ -23,8 +23,10 @@ class Segment {
   // Creates <dir>/uvmpool-<uid>-<pid> (mode 0600) laid out for `first`'s metrics and fills it with
   // `first`'s values; `dir` "" is the user's own directory (shm::user_directory, made 0700 if
   // missing, refused unless it is a directory of ours that only we can enter). A segment left by an
-  // earlier process with the same pid is replaced. nullptr and *error on failure (no /dev/shm, out
-  // of space, the directory taken by another user).
+  // earlier process with the same pid is replaced; one a live writer holds (a process of the same pid
+  // in another pid namespace sharing /dev/shm) is left alone, and the next instance's name taken
+  // (shm_layout.h). nullptr and *error on failure (no /dev/shm, out of space, the directory taken by
+  // another user, every instance's name held).
   static std::unique_ptr<Segment> create(const Report& first, std::uint32_t interval_ms, std::string* error,
                                          const std::string& dir = "");
   ~Segment();  // unmaps and unlocks; the file stays until unlink()

@@ -35,7 +35,7 @@ namespace uvmpool::stats::shm {
 
 inline constexpr char kMagic[8] = {'U', 'V', 'M', 'P', 'S', 'T', 'A', 'T'};
 inline constexpr std::uint32_t kLayoutVersion = 1;
-inline constexpr const char* kNamePrefix = "uvmpool-";  // then "<uid>-<pid>"
+inline constexpr const char* kNamePrefix = "uvmpool-";  // then "<uid>-<pid>", maybe ".<instance>"
 inline constexpr const char* kShmDirectory = "/dev/shm";
 inline constexpr std::uint64_t kNoDevice = ~std::uint64_t{0};
 inline constexpr std::uint32_t kMaxDevices = 16;
@@ -76,8 +76,16 @@ inline std::string user_directory(unsigned uid, const std::string& root = kShmDi
 }
 
 // "uvmpool-<uid>-<pid>" (the name in the user's directory), uid being the effective one (the owner).
-inline void segment_name(char* out, std::size_t n, unsigned uid, long pid) {
-  std::snprintf(out, n, "%s%u-%ld", kNamePrefix, uid, pid);
+// A pid names a process only within its pid namespace: where containers share /dev/shm (docker
+// --ipc=host), a process whose pid's name is held by a live writer of another namespace takes
+// instance 2, 3, ... up to kMaxInstances: "uvmpool-<uid>-<pid>.<instance>".
+inline constexpr unsigned kMaxInstances = 16;
+inline void segment_name(char* out, std::size_t n, unsigned uid, long pid, unsigned instance = 1) {
+  if (instance <= 1) {
+    std::snprintf(out, n, "%s%u-%ld", kNamePrefix, uid, pid);
+  } else {
+    std::snprintf(out, n, "%s%u-%ld.%u", kNamePrefix, uid, pid, instance);
+  }
 }
 
 }  // namespace uvmpool::stats::shm

@@ -352,8 +352,14 @@ bool parse_segment_name(const std::string& name, unsigned* uid, std::int64_t* pi
     *value = std::stoull(text);
     return *value <= max;
   };
+  std::string pid_text = rest.substr(dash + 1);
+  if (const std::size_t dot = pid_text.find('.'); dot != std::string::npos) {
+    std::uint64_t instance = 0;
+    if (!number(pid_text.substr(dot + 1), shm::kMaxInstances, &instance) || instance < 2) return false;
+    pid_text.resize(dot);
+  }
   std::uint64_t u = 0, p = 0;
-  if (!number(rest.substr(0, dash), UINT_MAX, &u) || !number(rest.substr(dash + 1), INT_MAX, &p) || p == 0) {
+  if (!number(rest.substr(0, dash), UINT_MAX, &u) || !number(pid_text, INT_MAX, &p) || p == 0) {
     return false;
   }
   *uid = static_cast<unsigned>(u);

@@ -58,7 +58,8 @@ bool read_segment(const std::string& path, Report* out, std::string* error);
 // more; false otherwise.
 bool remove_stale(const SegmentInfo& segment);
 
-// "uvmpool-<uid>-<pid>" with both numbers in decimal and nothing else.
+// "uvmpool-<uid>-<pid>" with both numbers in decimal, maybe followed by ".<instance>" (2 to
+// shm::kMaxInstances: shm_layout.h), and nothing else.
 bool parse_segment_name(const std::string& name, unsigned* uid, std::int64_t* pid);
 // Field 22 of /proc/<pid>/stat: the process's start time in clock ticks since boot.
 bool process_start_ticks(std::int64_t pid, std::uint64_t* ticks);

@@ -285,13 +285,24 @@ Snapshot list(const Options& o) {
   return out;
 }
 
-// The segment of `pid`: the user's own name first, else any user's (to read it as root, or to say
-// whose it is).
+// The segment of `pid`: the user's own names first, else any user's (to read it as root, or to say
+// whose it is). Of several under one pid (another pid namespace's writer of the same pid took the
+// first name: shm_layout.h), the one of the process that pid names here, by its start time.
 std::optional<SegmentInfo> find_segment(const Options& o, long pid) {
-  char name[64];
-  shm::segment_name(name, sizeof name, geteuid(), pid);
-  const std::string own = (o.dir.empty() ? shm::user_directory(geteuid()) : o.dir) + "/" + name;
-  if (access(own.c_str(), F_OK) == 0) return inspect_segment(own);
+  std::optional<SegmentInfo> own;
+  std::uint64_t ticks = 0;
+  const bool known = process_start_ticks(pid, &ticks);
+  for (unsigned instance = 1; instance <= shm::kMaxInstances; ++instance) {
+    char name[64];
+    shm::segment_name(name, sizeof name, geteuid(), pid, instance);
+    const std::string path = (o.dir.empty() ? shm::user_directory(geteuid()) : o.dir) + "/" + name;
+    if (access(path.c_str(), F_OK) != 0) continue;
+    SegmentInfo s = inspect_segment(path);
+    const bool this_process = known && s.readable && s.start_ticks == ticks;
+    if (this_process) return s;
+    if (!own) own = std::move(s);
+  }
+  if (own) return own;
   std::optional<SegmentInfo> found;
   for (SegmentInfo& s : list_segments(true, o.dir)) {
     if (s.pid == pid && (!found || (!s.stale() && found->stale()))) found = std::move(s);

@@ -1,7 +1,9 @@
 // The library's writer (src/stats/publisher.h) against the reader and against the test writer: what
 // the publisher writes reads back as the Report it was given, and carries the same descriptors, values
 // and header fields as segment_writer.h (offsets may differ: the layout fixes them in the header).
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -230,6 +232,45 @@ Publishing publish_in_child(const std::string& dir, bool fork_again) {
 void kill_and_reap(pid_t pid) {
   kill(pid, SIGKILL);
   waitpid(pid, nullptr, 0);
+}
+
+// Containers sharing /dev/shm (docker --ipc=host) may run processes of one pid: a segment under our
+// pid's name that a live writer holds (its lock) is theirs, left alone, and ours takes the next
+// instance's name; one nobody holds is a dead process's, replaced. Before, the live one was unlinked.
+TEST(Publisher, ALiveSegmentOfTheSamePidElsewhereIsLeftAloneAndTheNextNameTaken) {
+  test::TempDir dir;
+  const Report r = two_devices();
+  char name[64];
+  shm::segment_name(name, sizeof name, geteuid(), r.pid);
+  const std::string first = dir.path() + "/" + name;
+  {
+    std::ofstream(first) << "a dead process's segment";
+    std::string error;
+    std::unique_ptr<Segment> s = Segment::create(r, 100, &error, dir.path());
+    ASSERT_NE(s, nullptr) << error;
+    EXPECT_EQ(s->path(), first) << "an unlocked segment under the name is a dead process's: replaced";
+    s->unlink();
+  }
+  std::ofstream(first) << "another namespace's live segment";
+  const int theirs = open(first.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(theirs, 0);
+  ASSERT_EQ(flock(theirs, LOCK_SH), 0);  // another open file: conflicts with our probe as another process's
+  std::string error;
+  std::unique_ptr<Segment> s = Segment::create(r, 100, &error, dir.path());
+  ASSERT_NE(s, nullptr) << error;
+  shm::segment_name(name, sizeof name, geteuid(), r.pid, 2);
+  EXPECT_EQ(s->path(), dir.path() + "/" + name);
+  std::ifstream in(first);
+  std::string kept;
+  std::getline(in, kept);
+  EXPECT_EQ(kept, "another namespace's live segment");
+  Report back;
+  ASSERT_TRUE(read_segment(s->path(), &back, &error)) << error;
+  EXPECT_EQ(back.pid, r.pid);
+  const std::vector<SegmentInfo> listed = list_segments(false, dir.path());
+  EXPECT_EQ(listed.size(), 2u) << "both listed under the pid";
+  s->unlink();
+  close(theirs);
 }
 
 TEST(Publisher, ASegmentIsStaleAsSoonAsItsWriterDies) {

@@ -513,6 +513,35 @@ TEST(Hostile, ASegmentWhoseHeaderNamesAnotherPidIsRefused) {
   rename(renamed.c_str(), w.path().c_str());
 }
 
+// A second instance's name (shm_layout.h: a process whose pid's name another namespace's live writer
+// holds) parses to the same uid and pid; names that are not one do not.
+TEST(Reader, SegmentNamesMayCarryAnInstance) {
+  unsigned uid = 0;
+  std::int64_t pid = 0;
+  EXPECT_TRUE(parse_segment_name("uvmpool-1000-42", &uid, &pid));
+  EXPECT_EQ(pid, 42);
+  for (const char* name : {"uvmpool-1000-42.2", "uvmpool-1000-42.16"}) {
+    pid = 0;
+    EXPECT_TRUE(parse_segment_name(name, &uid, &pid)) << name;
+    EXPECT_EQ(uid, 1000u);
+    EXPECT_EQ(pid, 42) << name;
+  }
+  for (const char* name : {"uvmpool-1000-42.", "uvmpool-1000-42.1", "uvmpool-1000-42.0", "uvmpool-1000-42.17",
+                           "uvmpool-1000-42.x", "uvmpool-1000-42.2.2", "uvmpool-1000-.2", "uvmpool-1000-42.02x"}) {
+    EXPECT_FALSE(parse_segment_name(name, &uid, &pid)) << name;
+  }
+  // Under an instance's name the header's pid is still checked against the name's.
+  TempDir dir;
+  SegmentWriter w(report_of(getppid()), dir.path(), geteuid(), 0);
+  const std::string renamed = dir.file("uvmpool-" + std::to_string(geteuid()) + "-" + std::to_string(getpid()) + ".2");
+  ASSERT_EQ(rename(w.path().c_str(), renamed.c_str()), 0);
+  Report r;
+  std::string error;
+  EXPECT_FALSE(read_segment(renamed, &r, &error));
+  EXPECT_NE(error.find("names pid"), std::string::npos) << error;
+  rename(renamed.c_str(), w.path().c_str());
+}
+
 // Segments live in /dev/shm/uvmpool-<uid>/: only a real directory of that uid, closed to others,
 // is looked in (another user could make the name first; it is then skipped, never trusted).
 TEST(Directories, OnlyPrivateDirectoriesOfTheirOwnUserAreListed) {

@@ -147,6 +147,26 @@ TEST(Stat, OneProcessAsATable) {
   }
 }
 
+// Two segments under one pid (containers sharing /dev/shm: another pid namespace's writer of the same
+// pid holds the first name, ours took ".2"): the one whose start time is this pid's process's is read.
+TEST(Stat, OfTwoSegmentsUnderOnePidTheOneOfThisProcessIsRead) {
+  TempDir dir;
+  Report theirs = report_of(getpid());
+  theirs.command = "their job";
+  SegmentWriter other(theirs, dir.path(), geteuid(), ticks_of(getpid()) + 12345);
+  char name[64];
+  shm::segment_name(name, sizeof name, geteuid(), getpid(), 2);
+  SegmentWriter w(report_of(getpid()), dir.path(), geteuid(), ticks_of(getpid()), {}, dir.file(name));
+  Report report;
+  std::string error;
+  ASSERT_TRUE(read_segment(w.path(), &report, &error)) << error;
+  const Result r = stat(dir, {me()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, format_table(report, false));
+  const Result list = stat(dir, {});
+  EXPECT_NE(list.out.find("their job"), std::string::npos) << "both are listed: " << list.out;
+}
+
 TEST(Stat, Json) {
   TempDir dir;
   SegmentWriter w(report_of(getpid()), dir.path(), geteuid(), ticks_of(getpid()));
