@@ -205,6 +205,19 @@ std::optional<AllocationInfo> DevicePool::describe_carved(CUdeviceptr p) {
   return info;
 }
 
+std::vector<AllocationInfo> DevicePool::describe_carved_within(CUdeviceptr from, CUdeviceptr to) {
+  std::vector<AllocationInfo> out;
+  MutexLock index(carve_index_mu_);
+  auto it = carved_info_.upper_bound(from);
+  if (it != carved_info_.begin()) --it;  // one that begins before `from` may reach into it
+  for (; it != carved_info_.end() && it->first < to; ++it) {
+    if (it->second.state != kLive || it->first + it->second.size <= from) continue;
+    out.push_back({.base = it->first, .size = it->second.size, .device = device_, .context = it->second.context,
+                   .buffer_id = it->second.buffer_id});
+  }
+  return out;
+}
+
 std::optional<ChunkView> DevicePool::carved_chunks(CUdeviceptr p) {
   const std::optional<AllocationInfo> info = describe_carved(p);
   if (!info) return std::nullopt;

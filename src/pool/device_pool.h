@@ -200,6 +200,8 @@ class DevicePool {
   // (PendingFrees::forget_context), and the next unmap's fence no longer asked to wait for it.
   void forget_context(CUcontext context);
   std::optional<AllocationInfo> describe(Entry entry, CUdeviceptr p);
+  // The live carved allocations overlapping [from, to), in address order (carve_index_mu_ only).
+  std::vector<AllocationInfo> describe_carved_within(CUdeviceptr from, CUdeviceptr to);
   std::optional<ChunkView> chunks_of(Entry entry, CUdeviceptr p);
 
   CUresult memory_info(std::size_t* free_bytes, std::size_t* total_bytes);

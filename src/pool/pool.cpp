@@ -460,6 +460,15 @@ std::optional<Pool::CarvedSlots> Pool::carved_slots(CUdeviceptr from, CUdevicept
   return CarvedSlots{first_end - slot, carved->carved_slot_end(end - 1), slot};
 }
 
+std::vector<AllocationInfo> Pool::carved_slot_allocations(CUdeviceptr from, CUdeviceptr end) const {
+  DevicePool* carved = as_carved(probe(from).owner);
+  const std::optional<CarvedSlots> slots = carved_slots(from, end);
+  if (carved == nullptr || !slots) return {};
+  std::vector<AllocationInfo> live = carved->describe_carved_within(slots->start, slots->end);
+  std::erase_if(live, [&](const AllocationInfo& a) { return freed_but_held(a.base); });
+  return live;
+}
+
 std::vector<std::pair<CUdeviceptr, std::size_t>> Pool::runs_in_tier(CUdeviceptr from, CUdeviceptr end, Tier tier) const {
   std::vector<std::pair<CUdeviceptr, std::size_t>> runs;
   const bool want_host = tier == Tier::Host;

@@ -275,6 +275,10 @@ class Pool {
     std::size_t slot_bytes = 0;
   };
   std::optional<CarvedSlots> carved_slots(CUdeviceptr from, CUdeviceptr end) const;
+  // The live allocations in the carved slots that [from, end) lies in, in address order (empty where
+  // `from` lies in no carved slot): what a move of those slots carries, and whose advice they answer
+  // to together (src/tiering/advice.h). Takes the carved index's leaf lock, never the pool's.
+  std::vector<AllocationInfo> carved_slot_allocations(CUdeviceptr from, CUdeviceptr end) const;
   // What a move of the range to the other tier would carry (tiering: one move per run); a run in
   // carved memory ends where its slot does (a slot moves whole, and one a move).
   std::vector<std::pair<CUdeviceptr, std::size_t>> runs_in_tier(CUdeviceptr from, CUdeviceptr end, Tier tier) const;

@@ -210,4 +210,15 @@ Preference AdviceTable::preference(const pool::AllocationInfo& allocation) const
                                                                               : Preference::None;
 }
 
+Preference AdviceTable::shared(std::span<const pool::AllocationInfo> allocations) const {
+  if (!any() || allocations.empty()) return Preference::None;
+  bool all_host = true;
+  for (const pool::AllocationInfo& a : allocations) {
+    const Preference p = preference(a);
+    if (p == Preference::Device) return Preference::Device;
+    all_host = all_host && p == Preference::Host;
+  }
+  return all_host ? Preference::Host : Preference::None;
+}
+
 }  // namespace uvmpool::tiering

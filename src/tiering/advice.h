@@ -12,7 +12,9 @@
 //     to another: a prefetch to another device is accepted and moves nothing.
 //   - a preferred location is kept per allocation and read by the policy (policy.h): memory that
 //     prefers the device is never demoted to make room, memory that prefers the host is never
-//     promoted (it is read in place) and is the first to go when room is needed.
+//     promoted (it is read in place) and is the first to go when room is needed. Allocations that
+//     share a carved slot move together, so the slot answers to them together (AdviceTable::shared):
+//     kept on the device while any of them prefers it, kept in host memory only while all of them do.
 //   - read-mostly and accessed-by are accepted and change nothing. Read-mostly would keep the host
 //     copy of promoted memory so that demoting it costs no copy, but uvmpool cannot tell a kernel's
 //     reads from its writes (a write through any pointer would have to drop that copy), so keeping it
@@ -29,6 +31,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -92,6 +95,12 @@ class AdviceTable {
   void prefer(const pool::AllocationInfo& allocation, Preference preference);
   // The allocation's preference; two loads while no advice was ever given.
   Preference preference(const pool::AllocationInfo& allocation) const;
+  // The preference of memory that moves with all of `allocations` at once (a carved slot: pool.h's
+  // carved_slot_allocations): the device where any of them prefers it, since demoting the slot would
+  // demote that one too; the host only where every one prefers it, since a slot kept in host memory
+  // is read in place by all of them; else none. One load while no advice was ever given.
+  Preference shared(std::span<const pool::AllocationInfo> allocations) const;
+  bool any() const { return any_.load(std::memory_order_acquire); }
   // Entries of freed allocations are dropped once the table doubles: `live` says which still are.
   template <class Live>
   void prune(Live live) {

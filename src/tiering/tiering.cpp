@@ -589,7 +589,7 @@ void Tiering::show_policy(const LaunchSeen& seen, CUstream stream) {
     for (CUdeviceptr slot = slots->start; slot < slots->end && n < kShownBuffers; slot += slots->slot_bytes) {
       const bool host = slot == slots->start ? t.host : pool_.probe(slot).host;
       ids[n] = info->buffer_id;
-      buffers[n++] = {t.address, slot, slots->slot_bytes, host, advice_.preference(*info), info->size};
+      buffers[n++] = {t.address, slot, slots->slot_bytes, host, slot_preference(slot, slots->slot_bytes), info->size};
     }
   }
   if (n == 0) return;
@@ -652,6 +652,11 @@ bool Tiering::prefetch(std::span<const pool::AllocationInfo> allocations, CUdevi
   return asked;
 }
 
+Preference Tiering::slot_preference(CUdeviceptr slot, std::size_t bytes) const {
+  if (!advice_.any()) return Preference::None;  // launches pay nothing more until advice is given
+  return advice_.shared(pool_.carved_slot_allocations(slot, slot + bytes));
+}
+
 void Tiering::advise(std::span<const pool::AllocationInfo> allocations, std::optional<Preference> preference, int device) {
   advice_calls_.fetch_add(1, std::memory_order_relaxed);
   if (!preference) return;
@@ -661,6 +666,23 @@ void Tiering::advise(std::span<const pool::AllocationInfo> allocations, std::opt
     const Preference p = *preference == Preference::Device && device != a.device ? Preference::None : *preference;
     advice_.prefer(a, p);
     told.push_back({a.base, a.base + a.size, p});
+  }
+  // Carved memory is planned a slot at a time (show_policy): each slot the advice reached is told the
+  // preference of all the allocations in it, once all of this call's advice is kept.
+  if (!cut_pieces_) {
+    std::vector<Policy::Advised> slotted;
+    slotted.reserve(told.size());
+    for (const Policy::Advised& a : told) {
+      const auto carved = pool_.carved_slots(a.from, a.end);
+      if (!carved) {
+        slotted.push_back(a);
+        continue;
+      }
+      for (CUdeviceptr slot = carved->start; slot < carved->end; slot += carved->slot_bytes)
+        if (slotted.empty() || slotted.back().from != slot)  // the allocation before shares it
+          slotted.push_back({slot, slot + carved->slot_bytes, slot_preference(slot, carved->slot_bytes)});
+    }
+    told = std::move(slotted);
   }
   {
     MutexLock lock(policy_mu_);

@@ -188,6 +188,9 @@ class Tiering {
   // allocation's own is none), or (nullopt) advice that changes nothing; counted either way.
   void advise(std::span<const pool::AllocationInfo> allocations, std::optional<Preference> preference, int device);
   Preference preference(const pool::AllocationInfo& allocation) const { return advice_.preference(allocation); }
+  // The preference the policy plans carved slot [slot, slot + bytes) with: that of the allocations in
+  // it together (AdviceTable::shared), since the slot moves whole.
+  Preference slot_preference(CUdeviceptr slot, std::size_t bytes) const;
   // After cuModuleUnload / cuLibraryUnload succeeded.
   void unloaded() { layouts_.forget_all(); }
 

@@ -1,6 +1,7 @@
 // Carving in the pool (UVMPOOL_CARVE_MAX, src/pool/carving.cpp): requests up to carve_max, small
 // ones included, share extents mapped once. The typed suites (allocators.h) run every allocator behaviour
 // with carving on too; these are what carving adds or changes.
+#include <algorithm>
 #include <atomic>
 #include <random>
 #include <thread>
@@ -55,6 +56,42 @@ TEST_F(Carving, AllocationsShareAnExtentMappedOnceAndAreFoundAsTheDriverWouldAns
   EXPECT_EQ(vmm_build_calls() + sim().call_count("cuMemUnmap"), 0u) << "reuse of freed carved memory called the driver";
   for (CUdeviceptr p : got) must_free(*pool, p);
   EXPECT_EQ(pool->check_invariants(), "");
+}
+
+// What a move of the slots a range lies in carries, and whose advice they answer to (tiering): the
+// live allocations in those slots, in address order, one reaching in from the slot before included;
+// freed ones not; none for memory that is not carved.
+TEST_F(Carving, TheAllocationsOfASlotAreItsLiveOnesInAddressOrder) {
+  auto pool = make_pool(carving(0, 64 * kMiB));
+  std::vector<CUdeviceptr> got;
+  for (int i = 0; i < 12; ++i) got.push_back(must_allocate(*pool, 3 * kMiB));  // 10 fit a 32 MiB slot
+  std::sort(got.begin(), got.end());
+  const auto slots = pool->carved_slots(got[0], got[0] + 1);
+  ASSERT_TRUE(slots.has_value());
+  ASSERT_EQ(slots->slot_bytes, 32 * kMiB);
+  const CUdeviceptr slot = slots->start;
+  std::vector<CUdeviceptr> in_slot;
+  for (CUdeviceptr p : got)
+    if (p < slot + 32 * kMiB && p + 3 * kMiB > slot) in_slot.push_back(p);
+  ASSERT_GE(in_slot.size(), 2u);
+  const auto bases = [&](CUdeviceptr from, CUdeviceptr end) {
+    std::vector<CUdeviceptr> out;
+    for (const AllocationInfo& a : pool->carved_slot_allocations(from, end)) out.push_back(a.base);
+    return out;
+  };
+  EXPECT_EQ(bases(slot + 5, slot + 6), in_slot) << "the slot's allocations, from any pointer in it";
+  must_free(*pool, in_slot[1]);
+  std::erase(got, in_slot[1]);
+  in_slot.erase(in_slot.begin() + 1);
+  EXPECT_EQ(bases(in_slot[0], in_slot[0] + 1), in_slot) << "the freed one is gone";
+  const std::vector<CUdeviceptr> both = bases(slot, slot + 32 * kMiB + 1);  // into the next slot
+  EXPECT_GT(both.size(), in_slot.size());
+  EXPECT_TRUE(std::is_sorted(both.begin(), both.end()));
+  const CUdeviceptr large = must_allocate(*pool, 100 * kMiB);  // past carve_max: stitched
+  EXPECT_TRUE(pool->carved_slot_allocations(large, large + 1).empty());
+  must_free(*pool, large);
+  for (CUdeviceptr p : got) must_free(*pool, p);
+  EXPECT_TRUE(pool->carved_slot_allocations(slot, slot + 1).empty());
 }
 
 TEST_F(Carving, InteriorPointersAndDoubleFreesAreRefusedAndChangeNothing) {

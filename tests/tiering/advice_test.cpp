@@ -310,4 +310,93 @@ TEST_F(Advice_, AdviceOverARangeOfManyAllocationsIsTaken) {
   EXPECT_CU(prefetch(first, last + kSize - first, kDevice, 0, &acted));
 }
 
+// Allocations that share a carved slot move with it, whole (src/pool/carved_moves.cpp): 32 MiB slots,
+// carving up to 16 MiB, under the fixture's 64 MiB budget.
+class CarvedAdvice_ : public LaunchedTest {
+ protected:
+  static constexpr std::size_t kSlot = 32 * kMiB;
+  void SetUp() override {
+    LaunchedTest::SetUp();
+    if (HasFatalFailure()) return;
+    pool.reset();
+    PoolConfig config = spill_config(kBudget, 128 * kMiB, 0);
+    config.extent_size = kSlot;
+    config.carve_max = 16 * kMiB;
+    pool = make_pool(config);
+    pool->stop_background();
+    MoverConfig mover;
+    mover.thread = false;
+    tiering = std::make_unique<Tiering>(drv(), *pool, Mode::Auto, streams, mover);
+    a = allocate(3 * kMiB);
+    b = allocate(5 * kMiB);
+    const auto slots = pool->carved_slots(a, a + 1);
+    ASSERT_TRUE(slots.has_value()) << "not carved";
+    ASSERT_EQ(slots->slot_bytes, kSlot);
+    slot = slots->start;
+    ASSERT_TRUE(b >= slot && b + 5 * kMiB <= slot + kSlot) << "the pool put the two in different slots (the tests rely on one)";
+  }
+  CUresult advise(CUdeviceptr p, std::size_t bytes, CUmem_advise advice, std::optional<Place> where) {
+    return uvmpool::tiering::advise(*pool, tiering.get(), 1, p, bytes, advice, where).value_or(CUDA_ERROR_UNKNOWN);
+  }
+  CUdeviceptr a = 0, b = 0, slot = 0;
+};
+
+// The slot answers to all of its allocations: the device while any prefers it, the host only while
+// all do. Freed allocations no longer count.
+TEST_F(CarvedAdvice_, ASlotPrefersTheDeviceIfAnyOfItsAllocationsDoesAndTheHostOnlyIfAllDo) {
+  EXPECT_EQ(tiering->slot_preference(slot, kSlot), Preference::None);
+  ASSERT_CU(advise(b, 5 * kMiB, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, kHost));
+  EXPECT_EQ(tiering->slot_preference(slot, kSlot), Preference::None) << "the other allocation has no preference";
+  ASSERT_CU(advise(a, 3 * kMiB, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, kDevice));
+  EXPECT_EQ(tiering->slot_preference(slot, kSlot), Preference::Device);
+  ASSERT_CU(advise(a, 3 * kMiB, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, kHost));
+  EXPECT_EQ(tiering->slot_preference(slot, kSlot), Preference::Host);
+  ASSERT_CU(advise(a, 3 * kMiB, CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION, std::nullopt));
+  EXPECT_EQ(tiering->slot_preference(slot, kSlot), Preference::None);
+  must_free(*pool, a);
+  std::erase(allocated, a);
+  EXPECT_EQ(tiering->slot_preference(slot, kSlot), Preference::Host) << "the one left prefers the host";
+}
+
+// A slot in host memory holding an allocation that prefers the device and one that prefers the host:
+// a launch reading the second brings the slot in, as the first needs. (The slot took the preference
+// of the allocation a launch touched: kept in host memory by the second's advice.)
+TEST_F(CarvedAdvice_, ASlotInHostMemoryIsPromotedForTheAllocationInItThatPrefersTheDevice) {
+  ASSERT_CU(drv().cuMemsetD32_v2(a, 0xa1, 3 * kMiB / 4));
+  ASSERT_CU(drv().cuMemsetD32_v2(b, 0xb2, 5 * kMiB / 4));
+  ASSERT_EQ(uvmpool::tiering::prefetch(*pool, tiering.get(), 1, b, 5 * kMiB, kHost, 0).value_or(CUDA_ERROR_UNKNOWN),
+            CUDA_SUCCESS);
+  ASSERT_CU(tiering->mover().run_until_idle());
+  ASSERT_EQ(tiers(slot, kSlot, gran), std::string(kSlot / gran, 'H')) << "the slot went to host memory whole";
+  ASSERT_CU(advise(a, 3 * kMiB, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, kDevice));
+  ASSERT_CU(advise(b, 5 * kMiB, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, kHost));
+  read_shown(b, 5 * kMiB, 1);
+  ASSERT_CU(tiering->mover().run_until_idle());
+  EXPECT_EQ(tiering->policy_stats().kept_by_advice, 0u) << "kept in host memory for the allocation that prefers it";
+  EXPECT_EQ(tiers(slot, kSlot, gran), std::string(kSlot / gran, 'D'));
+  EXPECT_TRUE(all_equal(a, 3 * kMiB, 0xa1));
+  EXPECT_TRUE(all_equal(b, 5 * kMiB, 0xb2));
+}
+
+// Advice reaches a slot the policy knows at once, not at its next touch: the slot, known as preferring
+// the host from a launch while both of its allocations did, is not demoted to make room once one of
+// them is advised to stay. (It was: the first to go, as advised to lie in host memory.)
+TEST_F(CarvedAdvice_, AdviceReachesASlotThePolicyKnowsBeforeItIsTouchedAgain) {
+  // The device full (30 of the 32 MiB left past the slot, not carved: the pool keeps a chunk), and 24
+  // MiB more in host memory.
+  const CUdeviceptr on_device = allocate(30 * kMiB);
+  const CUdeviceptr spilled = allocate(24 * kMiB);
+  ASSERT_EQ(tiers(on_device, 30 * kMiB, gran), std::string(30 * kMiB / gran, 'D'));
+  ASSERT_EQ(tiers(spilled, 24 * kMiB, gran), std::string(24 * kMiB / gran, 'H'));
+  ASSERT_CU(advise(a, 3 * kMiB, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, kHost));
+  ASSERT_CU(advise(b, 5 * kMiB, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, kHost));
+  read_shown(b, 5 * kMiB, 1);  // known: both allocations in the slot prefer the host
+  ASSERT_EQ(tiering->policy_stats().launches, 1u);
+  ASSERT_CU(advise(a, 3 * kMiB, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, kDevice));
+  read_shown(spilled, 24 * kMiB, 1);
+  ASSERT_CU(tiering->mover().run_until_idle());
+  EXPECT_EQ(tiering->policy_stats().demotions, 0u);
+  EXPECT_EQ(tiers(slot, kSlot, gran), std::string(kSlot / gran, 'D')) << "demoted for the spilled allocation";
+}
+
 }  // namespace
