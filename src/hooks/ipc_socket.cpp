@@ -74,18 +74,24 @@ int new_socket(const std::string& path, sockaddr_un* addr, std::string* error) {
   return fd;
 }
 
+// The socket's name in the user's directory: `ipc-<pid>`, and `-<token>` in hex after it unless the
+// token is 0 (a handle from a build before tokens).
+std::string socket_name(pid_t pid, std::uint64_t token) {
+  std::string name = "ipc-" + std::to_string(pid);
+  if (token != 0) {
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(token));
+    name += std::string("-") + hex;
+  }
+  return name;
+}
+
 }  // namespace
 
 std::string socket_path(pid_t pid, std::uint64_t token, std::string* error) {
   const std::string dir = stats::shm::user_directory(geteuid());
   if (!stats::prepare_user_directory(dir, error)) return "";
-  std::string path = dir + "/ipc-" + std::to_string(pid);
-  if (token != 0) {
-    char hex[17];
-    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(token));
-    path += std::string("-") + hex;
-  }
-  return path;
+  return dir + "/" + socket_name(pid, token);
 }
 
 int remove_stale_sockets(pid_t pid) {
@@ -94,7 +100,7 @@ int remove_stale_sockets(pid_t pid) {
   if (!stats::prepare_user_directory(dir, &error)) return 0;
   DIR* d = opendir(dir.c_str());
   if (d == nullptr) return 0;
-  const std::string name = "ipc-" + std::to_string(pid);
+  const std::string name = socket_name(pid, 0);  // and every token's after it
   int removed = 0;
   while (const dirent* e = readdir(d)) {
     const std::string entry = e->d_name;
