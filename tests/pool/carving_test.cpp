@@ -59,8 +59,8 @@ TEST_F(Carving, AllocationsShareAnExtentMappedOnceAndAreFoundAsTheDriverWouldAns
 }
 
 // What a move of the slots a range lies in carries, and whose advice they answer to (tiering): the
-// live allocations in those slots, in address order, one reaching in from the slot before included;
-// freed ones not; none for memory that is not carved.
+// live allocations in those slots, in address order, found from any pointer in the slot; a range
+// reaching into the next slot takes that slot's too; freed ones not; none for memory not carved.
 TEST_F(Carving, TheAllocationsOfASlotAreItsLiveOnesInAddressOrder) {
   auto pool = make_pool(carving(0, 64 * kMiB));
   std::vector<CUdeviceptr> got;
