@@ -35,6 +35,10 @@ export LSAN_OPTIONS="suppressions=$PWD/tests/sanitizer/lsan.supp:print_suppressi
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/sanitizer/tsan.supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
 
+# What failed, said again at the very end: CI keeps only the tail of this script's output, and a
+# failing test's own output is printed where it failed, thousands of lines before.
+failures=()
+
 run() {  # run NAME BUILD_DIR CTEST_ARGS... -- CMAKE_ARGS...
   local name=$1 dir=$2; shift 2
   local ctest_args=()
@@ -42,13 +46,46 @@ run() {  # run NAME BUILD_DIR CTEST_ARGS... -- CMAKE_ARGS...
   [ $# -gt 0 ] && shift
   local start=$SECONDS
   echo "== uvmpool tests, $name ($dir) =="
-  if BUILD_DIR=$dir BUILD_TARGETS=${targets:-} bash scripts/build.sh "$@" \
-     && ctest --test-dir "$dir" --output-on-failure -j"$(nproc)" --timeout 300 "${ctest_args[@]}"; then
+  if ! BUILD_DIR=$dir BUILD_TARGETS=${targets:-} bash scripts/build.sh "$@"; then
+    echo "== $name: FAILED to build after $((SECONDS - start)) s =="
+    failed+=("$name"); failures+=("$name: the build failed (its output is above)")
+    return
+  fi
+  rm -f "$dir/Testing/Temporary/LastTestsFailed.log"
+  if ctest --test-dir "$dir" --output-on-failure -j"$(nproc)" --timeout 300 "${ctest_args[@]}"; then
     echo "== $name: passed in $((SECONDS - start)) s =="
   else
     echo "== $name: FAILED after $((SECONDS - start)) s =="
     failed+=("$name")
+    record_failed_tests "$name" "$dir"
   fi
+}
+
+# Each failed test of a run: the end of its output in the run, and whether it passes when run again
+# alone (one that fails only under load is still a failure, and says so).
+record_failed_tests() {  # record_failed_tests NAME BUILD_DIR
+  local name=$1 temp=$2/Testing/Temporary line number test verdict
+  if [ ! -s "$temp/LastTestsFailed.log" ]; then
+    failures+=("$name: ctest failed without naming a test (its output is above)")
+    return
+  fi
+  # Running a test again rewrites both of ctest's logs.
+  cp "$temp/LastTestsFailed.log" "$temp/RunFailed.log"
+  cp "$temp/LastTest.log" "$temp/RunOutput.log" 2>/dev/null || : >"$temp/RunOutput.log"
+  while IFS= read -r line; do
+    number=${line%%:*} test=${line#*:}
+    if ctest --test-dir "$2" --timeout 300 -I "$number,$number" >/dev/null 2>&1; then
+      verdict="passed when run again alone"
+    else
+      verdict="failed again alone"
+    fi
+    failures+=("$name: $test failed, and $verdict; the end of its output in the run:
+$(awk -v test="$test" '
+    index($0, " Testing: ") && substr($0, index($0, " Testing: ") + 10) == test { mine = 1; next }
+    mine && $0 == "<end of output>" { exit }
+    mine && output { print }
+    mine && $0 == "Output:" { output = 1; getline }' "$temp/RunOutput.log" | tail -n 40 | sed 's/^/    /')")
+  done < "$temp/RunFailed.log"
 }
 
 # The TSan run's programs and the tests they make (every name the regex matches must come from them).
@@ -89,7 +126,7 @@ if [ "$clang_check" != 0 ]; then
     echo "== lock annotations: passed in $((SECONDS - start)) s =="
   else
     echo "== lock annotations: FAILED after $((SECONDS - start)) s =="
-    failed+=("lock annotations")
+    failed+=("lock annotations"); failures+=("lock annotations: clang's errors are above")
   fi
 fi
 if [ "$fuzz" != 0 ]; then
@@ -99,10 +136,12 @@ if [ "$fuzz" != 0 ]; then
     echo "== fuzzing: passed in $((SECONDS - start)) s =="
   else
     echo "== fuzzing: FAILED after $((SECONDS - start)) s =="
-    failed+=(fuzzing)
+    failed+=(fuzzing); failures+=("fuzzing: the crashing input and its stack are above")
   fi
 fi
 if [ ${#failed[@]} -gt 0 ]; then
+  echo "== what failed =="
+  for f in "${failures[@]}"; do echo "$f"; done
   echo "uvmpool tests FAILED: ${failed[*]}"
   exit 1
 fi
