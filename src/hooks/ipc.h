@@ -39,6 +39,10 @@ bool take_free(CUdeviceptr p, CUresult* result, const AsyncFree* async = nullptr
 // Whether any allocation is exported now (a free need not ask take_free otherwise; no lock).
 bool exporting();
 
+// Whether `h` names an allocation this very process exported: its pid and its server's token. A pid
+// alone does not say so: the first process of each container is pid 1 in its own pid namespace.
+bool exported_here(const HandleData& h);
+
 // cuIpcOpenMemHandle of a uvmpool handle (is_uvmpool_handle). Maps the exporter's chunks with
 // read-write access for the current context's device; *out is the allocation's address here.
 CUresult open_handle(CUdeviceptr* out, const CUipcMemHandle& handle, unsigned flags);

@@ -550,6 +550,12 @@ CUresult export_handle(pool::Pool& pool, CUdeviceptr p, CUipcMemHandle* out) {
 
 bool exporting() { return g_exports.load(std::memory_order_relaxed) != 0; }
 
+bool exported_here(const HandleData& h) {
+  if (h.pid != static_cast<std::uint32_t>(getpid())) return false;
+  std::lock_guard lock(g->mu);
+  return g->started && h.token == g->token;
+}
+
 bool take_free(CUdeviceptr p, CUresult* result, const AsyncFree* async) {
   if (g_exports.load(std::memory_order_relaxed) == 0) return false;
   std::lock_guard lock(g->mu);

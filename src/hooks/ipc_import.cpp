@@ -125,7 +125,7 @@ CUresult open_handle(CUdeviceptr* out, const CUipcMemHandle& handle, unsigned fl
   std::call_once(registered, [] { config::at_fork(lock_for_fork, unlock_after_fork, forget_in_child); });
   const HandleData h = decode(handle);
   if ((flags & ~static_cast<unsigned>(CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) != 0) return CUDA_ERROR_INVALID_VALUE;
-  if (h.pid == static_cast<std::uint32_t>(getpid())) {
+  if (exported_here(h)) {
     return refuse(h, "it was exported by this process (the driver refuses that too)", CUDA_ERROR_INVALID_CONTEXT);
   }
   const driver::RealDriver* real = driver::real();
@@ -151,12 +151,7 @@ CUresult open_handle(CUdeviceptr* out, const CUipcMemHandle& handle, unsigned fl
     close(fd);
     return refuse(h, why, r);
   };
-  pid_t pid = 0;
-  uid_t uid = 0;
-  if (!peer(fd, &pid, &uid) || uid != geteuid() || pid != static_cast<pid_t>(h.pid)) {
-    return fail("the socket's owner (pid " + std::to_string(pid) + ", uid " + std::to_string(uid) +
-                ") is not the exporter of this user");
-  }
+  if (std::string why; !peer_is_exporter(fd, static_cast<pid_t>(h.pid), &why)) return fail(why);
   const Deadline deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kTimeoutSeconds);
   Request req;
   req.allocation = h.allocation;

@@ -11,7 +11,9 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "config/quiet_at_fork.h"
 #include "hooks/ipc_handle.h"
@@ -84,6 +86,30 @@ std::string socket_name(pid_t pid, std::uint64_t token) {
     name += std::string("-") + hex;
   }
   return name;
+}
+
+// Process `pid`'s pid in the innermost pid namespace it belongs to (the last of its status's NStgid),
+// or -1 when that cannot be read (no such process, no /proc, a kernel before 4.1).
+pid_t innermost_pid(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/status", static_cast<int>(pid));
+  std::FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return -1;
+  char line[512];
+  pid_t last = -1;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, "NStgid:", 7) != 0) continue;
+    for (char* p = line + 7; *p != '\0';) {  // "NStgid:\t4242\t17\t1\n": outermost first
+      char* end = nullptr;
+      const long v = std::strtol(p, &end, 10);
+      if (end == p) break;
+      last = static_cast<pid_t>(v);
+      p = end;
+    }
+    break;
+  }
+  std::fclose(f);
+  return last;
 }
 
 }  // namespace
@@ -177,6 +203,19 @@ bool peer(int fd, pid_t* pid, uid_t* uid) {
   *pid = cred.pid;
   *uid = cred.uid;
   return true;
+}
+
+bool peer_is_exporter(int fd, pid_t named, std::string* why) {
+  pid_t pid = 0;
+  uid_t uid = 0;
+  if (!peer(fd, &pid, &uid)) {
+    *why = "the socket's owner cannot be read (SO_PEERCRED)";
+    return false;
+  }
+  if (uid == geteuid() && (pid == named || pid == 0 || innermost_pid(pid) == named)) return true;
+  *why = "the socket's owner (pid " + std::to_string(pid) + ", uid " + std::to_string(uid) +
+         ") is not the exporter of this user";
+  return false;
 }
 
 bool send_all(int fd, const void* data, std::size_t n, Deadline deadline, int abort_fd) {

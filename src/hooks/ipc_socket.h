@@ -2,7 +2,8 @@
 // The socket is /dev/shm/uvmpool-<uid>/ipc-<pid>-<token> (the user's directory of statistics
 // segments: mode 0700, owner checked; the token a random number the exporter drew, which the handle
 // carries, since a pid names a process only within its pid namespace), and both ends check
-// SO_PEERCRED: same effective uid, and the exporter's pid is the one the handle names.
+// SO_PEERCRED: same effective uid, and the exporter is the process the handle names
+// (peer_is_exporter: across pid namespaces too, as containers sharing /dev/shm run).
 #pragma once
 
 #include <sys/types.h>
@@ -32,6 +33,18 @@ int connect_to(const std::string& path, int seconds, std::string* error);
 
 // The peer's credentials; false if they cannot be read.
 bool peer(int fd, pid_t* pid, uid_t* uid);
+
+// Whether the peer of `fd` is the exporter a handle names: a process of this effective uid whose
+// pid in its own pid namespace is `named` (the pid it wrote into the handle). From here it is seen as
+//   - `named` itself, in this pid namespace;
+//   - another pid whose innermost pid is `named` (the last of /proc/<pid>/status's NStgid): an
+//     exporter in a pid namespace below this one, a container's seen from the host;
+//   - pid 0, from a pid namespace this one cannot see (another container's, both sharing /dev/shm).
+//     Then the socket's name is what says who it is, as it is for the exporter seen from anywhere:
+//     the handle's pid and token, in this user's own directory (mode 0700), where only this user can
+//     bind, and a token that is 64 random bits.
+// Else false, and *why names the peer as seen from here.
+bool peer_is_exporter(int fd, pid_t named, std::string* why);
 
 // Every transfer below finishes by `deadline` or fails: an overall bound, whatever pace the peer
 // keeps (a byte every few seconds cannot stretch it). It also fails as soon as `abort_fd` (if not -1)

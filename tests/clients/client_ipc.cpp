@@ -16,6 +16,7 @@
 //     ipc                        opens of its exports served, closes dealt with: "ipc opens <n> closes <n>"
 //                                (-1: no such figure)
 //     again                      cuIpcGetMemHandle once more: "again same" / "again different"
+//     open_own                   cuIpcOpenMemHandle of its own handle: "open_own <CUresult>"
 //     retain                     NCCL's registration decision (p2p.cc ipcRegisterBuffer) on the
 //                                allocation: "retain legacy_capable <0|1> retain <CUresult> path <legacy|vmm|none>"
 //     create                     cuMemCreate of a device handle: "create <CUresult> location <type>"
@@ -191,6 +192,11 @@ int exporter(size_t bytes) {
       CUipcMemHandle again;
       CU(cuIpcGetMemHandle(&again, p));
       say(std::string("again ") + (std::memcmp(&again, &handle, sizeof handle) == 0 ? "same" : "different"));
+    } else if (cmd == "open_own") {
+      CUdeviceptr mine = 0;
+      const CUresult r = cuIpcOpenMemHandle(&mine, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+      if (r == CUDA_SUCCESS) CU(cuIpcCloseMemHandle(mine));
+      say("open_own " + std::to_string(r));
     } else if (cmd == "retain") {
       say("retain " + nccl_decision(p));
     } else if (cmd == "create") {

@@ -64,7 +64,7 @@ def fail(msg):
 
 
 class Client:
-    def __init__(self, args, uvmpool=True, pool=True, extra=None, max_fds=None, preexec=None):
+    def __init__(self, args, uvmpool=True, pool=True, extra=None, max_fds=None, preexec=None, wrapper=()):
         env = dict(os.environ, LD_LIBRARY_PATH=SIM_DIR, UVMPOOL_LOG_LEVEL="info")
         env.pop("LD_PRELOAD", None)
         if uvmpool:
@@ -78,7 +78,7 @@ class Client:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (max_fds, max_fds))
             if preexec:
                 preexec()
-        self.proc = subprocess.Popen([CLIENT, *args], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen([*wrapper, CLIENT, *args], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True,
                                      preexec_fn=before_exec if max_fds or preexec else None)
 
@@ -603,12 +603,77 @@ def same_pid_elsewhere():
     os.unlink(f"{user_dir()}/ipc-{pid}")
 
 
+# A process of its own pid namespace (pid 1 there), as a container's first process is; /dev/shm and
+# everything else shared, as containers run with --ipc=host share it.
+NEW_PID_NAMESPACE = ("unshare", "--pid", "--fork", "--kill-child")
+NOT_RUN = 77  # ctest's SKIP_RETURN_CODE for these tests: "Not Run", never "Passed"
+
+
+def across_pid_namespaces():
+    """CUDA IPC between containers that share /dev/shm but not pids (docker --ipc=host without
+    --pid=host; vLLM's prefill and decode containers, Triton's server and client): the driver's own
+    IPC fails there ("invalid device context"), uvmpool's does not. The exporter is pid 1 of a pid
+    namespace of its own; its handle opens from this namespace, which sees it under another pid (its
+    innermost pid is the handle's), and from a second new namespace, which cannot see it at all and
+    whose importer is pid 1 too (the same pid as the handle's, yet not the exporter); the exporter's
+    own open of it is still refused, as the driver refuses it. A socket at the handle's name whose
+    owner is visible and another process is still refused."""
+    try:
+        subprocess.run([*NEW_PID_NAMESPACE, "true"], check=True, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        print(f"across_pid_namespaces: not run: cannot make a pid namespace here ({e})")
+        sys.exit(NOT_RUN)
+    size = 6 * MIB + 12345
+    e = Client(["export", str(size)], wrapper=NEW_PID_NAMESPACE)
+    words = e.line().split()
+    if len(words) != 4 or words[0] != "handle":
+        fail(f"exporter: {words}")
+    handle = words[1]
+    if int.from_bytes(bytes.fromhex(handle)[8:12], "little") != 1:
+        fail(f"the exporter is not pid 1 of its own namespace: {handle}")
+    e.expect("open_own", f"open_own {INVALID_CONTEXT}")  # its own handle, as the driver answers
+    here = importer(handle)  # sees the exporter as a pid of this namespace
+    here.expect(f"pattern {size}", "pattern ok")
+    here.expect(f"write 77 {size}", "write done")
+    e.expect("check 77", "check ok")
+    elsewhere = importer(handle, wrapper=NEW_PID_NAMESPACE)  # pid 1, and sees pid 0 as the owner
+    elsewhere.expect(f"check 77 {size}", "check ok")  # what the first importer wrote
+    elsewhere.expect(f"write 78 {size}", "write done")
+    e.expect("check 78", "check ok")
+    wait_ipc(e, 2, 0)
+    for i in (here, elsewhere):
+        i.expect("close", "close 0")
+        i.finish()
+    wait_ipc(e, 2, 2)
+    # A visible process that is not the one the handle names, listening at the handle's name (here
+    # this script, at the name of a pid that no process of this namespace has): refused before the
+    # secret is sent.
+    b = bytearray.fromhex(handle)
+    token = int.from_bytes(b[48:56], "little")
+    absent = 4194304 - 7  # above pid_max's default, yet the kernel's ceiling: no process has it here
+    squatter_path = f"{user_dir()}/ipc-{absent}-{token:016x}"
+    squatter = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    squatter.bind(squatter_path)
+    squatter.listen(4)
+    try:
+        b[8:12] = absent.to_bytes(4, "little")
+        i = importer(b.hex(), want=INVALID_VALUE)
+        err = i.finish()
+        if "is not the exporter" not in err:
+            fail(f"importer: no clear log line for a socket owned by another process: {err}")
+    finally:
+        squatter.close()
+        os.unlink(squatter_path)
+    e.finish()
+
+
 SCENARIOS = {f.__name__: f for f in (data_both_ways, extents_and_chunks, small_allocation, free_while_open, exporter_exits_while_open,
                                      tampered_handles, double_close, driver_handles_pass_through,
                                      importer_without_uvmpool, retain_fallback, fork_keeps_server,
                                      spilled_allocation, async_free_while_open, async_free_on_another_contexts_stream,
                                      capture_free_while_open,
-                                     low_descriptor_limit, slow_peers, stopped_exporter, same_pid_elsewhere)}
+                                     low_descriptor_limit, slow_peers, stopped_exporter, same_pid_elsewhere,
+                                     across_pid_namespaces)}
 
 if __name__ == "__main__":
     PRELOAD, SIM_DIR, CLIENT, scenario = sys.argv[1:5]
