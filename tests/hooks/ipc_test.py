@@ -78,6 +78,8 @@ class Client:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (max_fds, max_fds))
             if preexec:
                 preexec()
+        if wrapper and "LD_PRELOAD" in env:  # the client's, not the wrapper's (an ASan build's
+            wrapper = (*wrapper, "env", f"LD_PRELOAD={env.pop('LD_PRELOAD')}")  # leak check fails in it)
         self.proc = subprocess.Popen([*wrapper, CLIENT, *args], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True,
                                      preexec_fn=before_exec if max_fds or preexec else None)
@@ -603,9 +605,10 @@ def same_pid_elsewhere():
     os.unlink(f"{user_dir()}/ipc-{pid}")
 
 
-# A process of its own pid namespace (pid 1 there), as a container's first process is; /dev/shm and
-# everything else shared, as containers run with --ipc=host share it.
-NEW_PID_NAMESPACE = ("unshare", "--pid", "--fork", "--kill-child")
+# A process of its own pid namespace (pid 1 there), as a container's first process is, with its own
+# /proc (LeakSanitizer reads /proc/<its pid>/task); /dev/shm shared, as containers run with
+# --ipc=host share it.
+NEW_PID_NAMESPACE = ("unshare", "--pid", "--fork", "--kill-child", "--mount-proc")
 NOT_RUN = 77  # ctest's SKIP_RETURN_CODE for these tests: "Not Run", never "Passed"
 
 
