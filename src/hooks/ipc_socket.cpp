@@ -112,6 +112,19 @@ pid_t innermost_pid(pid_t pid) {
   return last;
 }
 
+// The uid the kernel reports for one it cannot map into this user namespace.
+uid_t overflow_uid() {
+  static const uid_t value = [] {
+    unsigned v = 65534;
+    if (std::FILE* f = std::fopen("/proc/sys/kernel/overflowuid", "re")) {
+      if (std::fscanf(f, "%u", &v) != 1) v = 65534;
+      std::fclose(f);
+    }
+    return static_cast<uid_t>(v);
+  }();
+  return value;
+}
+
 }  // namespace
 
 std::string socket_path(pid_t pid, std::uint64_t token, std::string* error) {
@@ -212,7 +225,11 @@ bool peer_is_exporter(int fd, pid_t named, std::string* why) {
     *why = "the socket's owner cannot be read (SO_PEERCRED)";
     return false;
   }
-  if (uid == geteuid() && (pid == named || pid == 0 || innermost_pid(pid) == named)) return true;
+  // An unseen owner (pid 0) is taken on the socket's name only where its uid means this user: a uid
+  // that another user namespace cannot map reads as the overflow uid, which may be this process's
+  // own ("nobody").
+  const bool unseen_ok = pid == 0 && uid != overflow_uid();
+  if (named > 0 && uid == geteuid() && (pid == named || unseen_ok || innermost_pid(pid) == named)) return true;
   *why = "the socket's owner (pid " + std::to_string(pid) + ", uid " + std::to_string(uid) +
          ") is not the exporter of this user";
   return false;

@@ -34,16 +34,18 @@ int connect_to(const std::string& path, int seconds, std::string* error);
 // The peer's credentials; false if they cannot be read.
 bool peer(int fd, pid_t* pid, uid_t* uid);
 
-// Whether the peer of `fd` is the exporter a handle names: a process of this effective uid whose
-// pid in its own pid namespace is `named` (the pid it wrote into the handle). From here it is seen as
+// Whether the peer of `fd` may be the exporter a handle names: a process of this effective uid whose
+// pid in its own pid namespace is `named` (the pid it wrote into the handle, > 0). From here it is
+// seen as
 //   - `named` itself, in this pid namespace;
 //   - another pid whose innermost pid is `named` (the last of /proc/<pid>/status's NStgid): an
 //     exporter in a pid namespace below this one, a container's seen from the host;
-//   - pid 0, from a pid namespace this one cannot see (another container's, both sharing /dev/shm).
-//     Then the socket's name is what says who it is, as it is for the exporter seen from anywhere:
-//     the handle's pid and token, in this user's own directory (mode 0700), where only this user can
-//     bind, and a token that is 64 random bits.
-// Else false, and *why names the peer as seen from here.
+//   - pid 0, from a pid namespace this one cannot see (another container's, both sharing /dev/shm),
+//     unless its uid is the overflow uid (another user namespace's unmapped user).
+// This keeps other users out, not this user's other processes: the socket's name (the handle's pid
+// and token) lies in this user's own directory (mode 0700), which only this user can list or bind
+// in. Containers that share /dev/shm and run as one uid (root, often) are one user here. Else false,
+// and *why names the peer as seen from here.
 bool peer_is_exporter(int fd, pid_t named, std::string* why);
 
 // Every transfer below finishes by `deadline` or fails: an overall bound, whatever pace the peer

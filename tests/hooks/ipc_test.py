@@ -653,7 +653,7 @@ def across_pid_namespaces():
     # secret is sent.
     b = bytearray.fromhex(handle)
     token = int.from_bytes(b[48:56], "little")
-    absent = 4194304 - 7  # above pid_max's default, yet the kernel's ceiling: no process has it here
+    absent = 4194304 - 7  # the kernel's highest pids: no process of this namespace has it here
     squatter_path = f"{user_dir()}/ipc-{absent}-{token:016x}"
     squatter = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     squatter.bind(squatter_path)
